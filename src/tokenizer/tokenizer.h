@@ -1,0 +1,71 @@
+/*
+ * tokenizer.h - Hugging Face tokenizer.json tokenizers, in C.
+ *
+ * Two model families, chosen from tokenizer.json:
+ *   - byte-level BPE with a regex Split pre-tokenizer (Llama 3, Qwen2/3; PCRE2
+ *     with Unicode properties for the split regex);
+ *   - SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, Mistral,
+ *     stories260K): normalizer Prepend("▁")/Replace(" ","▁"), <0xNN> pieces.
+ * Added tokens (special or not) are matched in the text before the model runs.
+ * add_bos_token/add_eos_token (tokenizer_config.json) and the TemplateProcessing
+ * post-processor decide what encode adds when add_special_tokens is true.
+ *
+ * Lifetime: tokenizer_load creates, tokenizer_free releases. A tokenizer is
+ * immutable after load and safe to use from several threads at once.
+ */
+#ifndef VLLM_TOKENIZER_TOKENIZER_H
+#define VLLM_TOKENIZER_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vllm/status.h"
+
+typedef struct tokenizer tokenizer;
+
+/* Loads dir/tokenizer.json and, if present, dir/tokenizer_config.json. */
+vllm_status tokenizer_load(const char *dir, tokenizer **out);
+/* Same from explicit paths (config_path may be NULL). */
+vllm_status tokenizer_load_files(const char *tokenizer_json_path, const char *config_path,
+                                 tokenizer **out);
+void tokenizer_free(tokenizer *t);
+
+int32_t tokenizer_vocab_size(const tokenizer *t);  /* highest id + 1, added tokens included */
+int32_t tokenizer_bos_id(const tokenizer *t);      /* -1 if none */
+int32_t tokenizer_eos_id(const tokenizer *t);      /* -1 if none */
+bool tokenizer_is_special(const tokenizer *t, int32_t id);
+/* The chat template from tokenizer_config.json, or NULL. Borrowed. */
+const char *tokenizer_chat_template(const tokenizer *t);
+/* The raw token string of an id (e.g. "▁the", "Ġthe", "<s>"), or NULL. Borrowed. */
+const char *tokenizer_id_to_piece(const tokenizer *t, int32_t id);
+/* The id of an exact piece/added token, or -1. */
+int32_t tokenizer_piece_to_id(const tokenizer *t, const char *piece);
+
+/* Encodes len bytes of text (any bytes: invalid UTF-8 is handled as the
+ * reference does). *ids is malloc'ed, caller frees. */
+vllm_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
+                             bool add_special_tokens, int32_t **ids, int32_t *n_ids);
+
+/* Decodes ids to a malloc'ed NUL-terminated string (*len bytes, excl. NUL).
+ * Ids outside the vocabulary are an error. */
+vllm_status tokenizer_decode(const tokenizer *t, const int32_t *ids, int32_t n_ids,
+                             bool skip_special_tokens, char **text, size_t *len);
+
+/*
+ * Incremental detokenizer for streaming (vLLM's detokenize_incrementally):
+ * push one id at a time; each push yields the new text that is now final.
+ * Never emits a partial UTF-8 sequence; the concatenation of all pieces equals
+ * tokenizer_decode() of all ids pushed so far once the sequence is complete
+ * (detokenizer_flush returns whatever is held back).
+ */
+typedef struct detokenizer detokenizer;
+vllm_status detokenizer_create(const tokenizer *t, const int32_t *prompt_ids, int32_t n_prompt,
+                               bool skip_special_tokens, detokenizer **out);
+void detokenizer_free(detokenizer *d);
+/* Appends id; *piece (borrowed until the next call) gets the new text, maybe "". */
+vllm_status detokenizer_push(detokenizer *d, int32_t id, const char **piece, size_t *piece_len);
+/* Ends the stream: returns text held back (e.g. an incomplete UTF-8 tail as U+FFFD). */
+vllm_status detokenizer_flush(detokenizer *d, const char **piece, size_t *piece_len);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the whole suite: every build/tests/test_* binary and every tests/test_*.sh
+# script, from the repository root. Each prints "ok NAME" / "FAIL NAME: ..." lines;
+# this counts them and ends with "N passed, N failed". Exit 1 if anything failed
+# (a test program that crashes or exits non-zero without a FAIL line counts as one
+# failure under its own name).
+#   tests/run.sh [BUILD_DIR] [FILTER]     FILTER: substring of test program names
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+filter=${2:-}
+export VLLMC="$PWD/$build/vllmc" BUILD_DIR="$PWD/$build"
+passed=0 failed=0
+log=$(mktemp)
+for t in "$build"/tests/test_* tests/test_*.sh; do
+  [ -e "$t" ] || continue
+  case "$t" in *.d|*.o) continue;; esac
+  name=$(basename "$t")
+  [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+  echo "== $name"
+  start=$(date +%s)
+  "./$t" > "$log" 2>"$log.err"
+  rc=$?
+  cat "$log"
+  p=$(grep -c '^ok ' "$log"); f=$(grep -c '^FAIL ' "$log")
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "FAIL $name: exited with status $rc"; tail -20 "$log.err"; f=1
+  elif [ "$f" -ne 0 ]; then
+    tail -20 "$log.err"
+  fi
+  passed=$((passed + p)); failed=$((failed + f))
+  echo "   ($name: $p passed, $f failed, $(( $(date +%s) - start ))s)"
+done
+rm -f "$log" "$log.err"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -59,4 +59,122 @@ void vllm_sampling_params_init(vllm_sampling_params *p);
 /* Checks ranges as vLLM does; the message names the field and the value. */
 vllm_status vllm_sampling_params_validate(const vllm_sampling_params *p);
 
+/* ---- engine ---------------------------------------------------------- */
+
+typedef enum vllm_scheduling_policy {
+    VLLM_SCHEDULING_FCFS = 0,
+    VLLM_SCHEDULING_PRIORITY,        /* lower value first, ties by arrival */
+} vllm_scheduling_policy;
+
+/* EngineArgs with vLLM's flag names (vllm_engine_args_init sets defaults). */
+typedef struct vllm_engine_args {
+    const char *model;               /* HF model directory */
+    const char *tokenizer;           /* NULL = model */
+    int32_t max_model_len;           /* 0 = max_position_embeddings */
+    int32_t block_size;              /* 16 */
+    int64_t kv_cache_memory_bytes;   /* 0 = a share of free RAM (logged) */
+    int32_t num_gpu_blocks_override; /* 0 = none */
+    bool enable_prefix_caching;      /* true */
+    int32_t max_num_seqs;            /* 256 */
+    int32_t max_num_batched_tokens;  /* 0 = default (4096 offline) */
+    int32_t long_prefill_token_threshold; /* 0 = off */
+    vllm_scheduling_policy scheduling_policy; /* fcfs */
+    uint64_t seed;                   /* 0: seeds requests that give none */
+    int32_t num_threads;             /* 0 = online CPUs */
+    const char *generation_config;   /* "auto" (model dir), "vllm" (ignore), or a dir */
+} vllm_engine_args;
+
+void vllm_engine_args_init(vllm_engine_args *a);
+
+typedef struct vllm_engine vllm_engine;
+
+vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out);
+void vllm_engine_free(vllm_engine *e);
+
+/* Per-request options beyond sampling; NULL = defaults. */
+typedef struct vllm_request_opts {
+    int32_t priority;                /* 0; used by the priority policy */
+    double arrival_time;             /* monotonic seconds; 0 = now */
+    const char *cache_salt;          /* NULL = none; part of every block hash */
+} vllm_request_opts;
+
+/* Adds a request (n sequences per sp->n). request_id is copied and must be
+ * unique among unfinished requests. Validates params and length against
+ * max_model_len; the error names what is wrong. */
+vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
+                                    const int32_t *prompt_ids, int32_t num_prompt_ids,
+                                    const vllm_sampling_params *sp, const vllm_request_opts *opts);
+/* Aborts every sequence of a request at once, freeing its blocks; its last
+ * output carries finish_reason ABORT. VLLM_ERR_NOT_FOUND if unknown/finished. */
+vllm_status vllm_engine_abort_request(vllm_engine *e, const char *request_id);
+/* Finishes one sequence with reason STOP (the front end matched a stop string). */
+vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, int32_t index);
+
+bool vllm_engine_has_unfinished(const vllm_engine *e);
+
+typedef enum vllm_finish_reason {
+    VLLM_FINISH_NONE = 0,            /* still running */
+    VLLM_FINISH_STOP,                /* EOS, stop token id, stop string */
+    VLLM_FINISH_LENGTH,              /* max_tokens or max_model_len */
+    VLLM_FINISH_ABORT,
+} vllm_finish_reason;
+
+typedef enum vllm_event_type {
+    VLLM_EVENT_QUEUED = 1,
+    VLLM_EVENT_SCHEDULED,
+    VLLM_EVENT_PREEMPTED,
+} vllm_event_type;
+
+typedef struct vllm_event { vllm_event_type type; double timestamp; } vllm_event;
+
+/* Logprobs of one generated token: the sampled one and the top-N. */
+typedef struct vllm_token_logprobs {
+    int32_t token_id;
+    float logprob;
+    int32_t rank;                    /* 1-based */
+    int32_t num_top;
+    const int32_t *top_ids;          /* (num_top) */
+    const float *top_logprobs;       /* (num_top) */
+} vllm_token_logprobs;
+
+/* What one sequence produced this step. Pointers are borrowed until the next step. */
+typedef struct vllm_seq_output {
+    const char *request_id;
+    int32_t index;                   /* 0..n-1 */
+    int32_t num_new_tokens;
+    const int32_t *new_token_ids;
+    const vllm_token_logprobs *new_logprobs; /* (num_new_tokens) or NULL */
+    vllm_finish_reason finish_reason;
+    int32_t stop_token_id;           /* the stop_token_ids/EOS id that stopped it, else -1 */
+    int32_t num_prompt_tokens;
+    int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache */
+    int32_t num_events;
+    const vllm_event *events;        /* QUEUED/SCHEDULED/PREEMPTED since the last output */
+} vllm_seq_output;
+
+/* Scheduler stats of one step (the metrics issue consumes these). */
+typedef struct vllm_scheduler_stats {
+    int32_t num_running, num_waiting;
+    float kv_cache_usage;            /* used blocks / total blocks */
+    int64_t prefix_cache_queries, prefix_cache_hits; /* tokens, this step */
+    int32_t num_preemptions;         /* this step */
+    int32_t num_scheduled_tokens;    /* tokens in this step's forward */
+    int32_t num_scheduled_seqs;
+    int32_t num_blocks_total, num_blocks_free;
+} vllm_scheduler_stats;
+
+typedef struct vllm_step_output {
+    double timestamp;                /* monotonic; the NEW_TOKENS time of this step */
+    int32_t num_outputs;
+    const vllm_seq_output *outputs;  /* sequences with news (tokens, events or finish) */
+    vllm_scheduler_stats stats;
+} vllm_step_output;
+
+/* Runs one engine step (schedule, forward, sample, update). *out is borrowed
+ * until the next call. A step with nothing to do returns an empty output. */
+vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out);
+
+/* Monotonic clock the engine stamps events with (seconds). */
+double vllm_monotonic_time(void);
+
 #endif

@@ -352,9 +352,62 @@ static void run_model(const char *name, const char *dir, bool sentencepiece) {
     ref = NULL;
 }
 
+/* Variants of the real files for code paths they do not take, written to a
+ * temporary directory; transformers.js reads the same files. */
+typedef void (*variant_fn)(json_t *tokenizer_json, json_t *config);
+
+/* TinyLlama / Llama 2 style config: LlamaTokenizer with legacy=false. */
+static void variant_legacy_false(json_t *tj, json_t *cfg) { json_object_set_new(cfg, "legacy", json_false()); }
+
+/* Mistral v0.3 style: no normalizer, Metaspace pre-tokenizer and decoder. */
+static void variant_metaspace(json_t *tj, json_t *cfg) {
+    json_object_set_new(tj, "normalizer", json_null());
+    json_object_set_new(tj, "pre_tokenizer", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                                       "\xe2\x96\x81", "prepend_scheme", "first", "split", 0));
+    json_object_set_new(tj, "decoder", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                                 "\xe2\x96\x81", "prepend_scheme", "first", "split", 0));
+    json_object_set_new(cfg, "clean_up_tokenization_spaces", json_true());
+}
+
+/* Llama 3.1 style: Sequence[ByteLevel, TemplateProcessing(BOS $A)], and a
+ * Strip-free decoder path with cleanup off. */
+static void variant_llama31(json_t *tj, json_t *cfg) {
+    json_t *tp = json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:[], s:{}}", "type", "TemplateProcessing",
+                           "single", "SpecialToken", "id", "<|begin_of_text|>", "type_id", 0, "Sequence", "id", "A",
+                           "type_id", 0, "pair", "special_tokens");
+    json_t *bl = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 0,
+                           "use_regex", 1);
+    json_object_set_new(tj, "post_processor", json_pack("{s:s, s:[o, o]}", "type", "Sequence", "processors", bl, tp));
+    json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
+}
+
+static void run_variant(const char *name, const char *src, variant_fn fn, bool sentencepiece) {
+    char dir[] = "/tmp/vllmc-tok-XXXXXX", path[512], cpath[512];
+    json_error_t err;
+    if (!mkdtemp(dir)) return;
+    snprintf(path, sizeof path, "%s/tokenizer.json", src);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", src);
+    json_t *tj = json_load_file(path, 0, &err), *cfg = json_load_file(cpath, JSON_DECODE_INT_AS_REAL, &err);
+    if (tj && cfg) {
+        fn(tj, cfg);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+        if (json_dump_file(tj, path, JSON_COMPACT) == 0 && json_dump_file(cfg, cpath, JSON_COMPACT) == 0)
+            run_model(name, dir, sentencepiece);
+    }
+    json_decref(tj);
+    json_decref(cfg);
+    remove(path);
+    remove(cpath);
+    remove(dir);
+}
+
 int main(void) {
     run_model("stories260K", STORIES, true);
     run_model("llama3", LLAMA3, false);
     run_model("qwen3", QWEN3, false);
+    run_variant("stories260K-legacy-false", STORIES, variant_legacy_false, false);
+    run_variant("stories260K-metaspace", STORIES, variant_metaspace, false);
+    run_variant("llama31-template", LLAMA3, variant_llama31, false);
     return harness_done();
 }

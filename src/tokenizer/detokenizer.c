@@ -302,6 +302,12 @@ static vllm_status cleanup(detokenizer *d, bool final) {
         size_t i = 0, n = in->len;
         d->n_hold[k] = 0;
         while (i < n) {
+            /* every pattern starts with ' ': copy up to the next space in one go */
+            const char *sp = memchr(in->s + i, ' ', n - i);
+            size_t j = sp ? (size_t)(sp - in->s) : n;
+            if (j > i && (rc = buf_add(out, in->s + i, j - i))) return rc;
+            i = j;
+            if (i == n) break;
             size_t rem = n - i;
             if (rem >= pl && memcmp(in->s + i, pat, pl) == 0) {
                 if ((rc = buf_add(out, rep, strlen(rep)))) return rc;

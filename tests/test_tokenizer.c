@@ -432,6 +432,14 @@ static void variant_llama31(json_t *tj, json_t *cfg) {
     json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
 }
 
+/* GPT-2 style: ByteLevel pre-tokenizer with its own regex and a prefix space,
+ * merges applied even to whole-vocabulary words (ignore_merges false). */
+static void variant_gpt2(json_t *tj, json_t *cfg) {
+    json_object_set_new(tj, "pre_tokenizer", json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                                                       1, "trim_offsets", 1, "use_regex", 1));
+    json_object_set_new(json_object_get(tj, "model"), "ignore_merges", json_false());
+}
+
 static void run_variant(const char *name, const char *src, variant_fn fn, bool sentencepiece) {
     char dir[] = "/tmp/vllmc-tok-XXXXXX", path[512], cpath[512];
     json_error_t err;
@@ -460,5 +468,6 @@ int main(void) {
     run_variant("stories260K-legacy-false", STORIES, variant_legacy_false, false);
     run_variant("stories260K-metaspace", STORIES, variant_metaspace, false);
     run_variant("llama31-template", LLAMA3, variant_llama31, false);
+    run_variant("gpt2-style", LLAMA3, variant_gpt2, false);
     return harness_done();
 }

@@ -13,6 +13,10 @@
  * JIT-compiled when PCRE2 supports it. (Rejected: PCRE2_UCP with the raw
  * pattern: Llama 3 and Qwen3 tokenize text containing U+FEFF differently from
  * transformers.js; the tests show it.)
+ *
+ * Known limit: Debian's PCRE2 10.42 knows Unicode 14, while Node 20's ICU may
+ * be newer, so a letter or digit assigned after Unicode 14 can split
+ * differently from transformers.js (and utf8proc's NFC tables are Unicode 15).
  */
 #include "tokenizer/jsregex.h"
 

@@ -30,8 +30,11 @@
  * Replace(String)/ByteFallback/Fuse/Strip in that order (see detokenizer.c);
  * tokenizer_config remove_space / do_lowercase_and_remove_accent.
  * Like transformers.js, added tokens' normalized and single_word flags are
- * ignored, and add_bos_token / add_eos_token do not change encode: the
- * post-processor in tokenizer.json decides.
+ * ignored, Metaspace's "split" is ignored (the section stays one word), and
+ * add_bos_token / add_eos_token do not change encode: the post-processor in
+ * tokenizer.json decides. Split behaviours MergedWithPrevious/Next and
+ * Contiguous are refused although transformers.js quietly treats them as
+ * Isolated (that would differ from the Rust tokenizers the files come from).
  */
 #include <errno.h>
 #include <jansson.h>

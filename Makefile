@@ -1,7 +1,12 @@
 # vllm.c build. One library (build/libvllm.a) and the CLI that links it (build/vllmc).
 #
 #   make            release build
-#   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/)
+#   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
+#                   LeakSanitizer on): tests/run.sh build-san, or make test SAN=1
+#   make TSAN=1     ThreadSanitizer build (into build-tsan/): tests/run.sh build-tsan
+#   make fuzz       libFuzzer targets fuzz/fuzz_*.c built with clang into build-fuzz/,
+#                   each run FUZZ_SECONDS (60) from its seed corpus; needs
+#                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
 #   make test       set up (Debian/npm packages), build, run the whole suite
 #   make run        generate from the bundled model (the main job until the server lands)
 #
@@ -25,6 +30,20 @@ BUILD   := build-san
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
+ifeq ($(TSAN),1)
+BUILD   := build-tsan
+CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=thread
+endif
+# libFuzzer: the library and targets in clang with coverage hooks, ASan, UBSan
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ifeq ($(FUZZ),1)
+BUILD   := build-fuzz
+CC      := $(FUZZ_CC)
+CFLAGS  += -fsanitize=fuzzer-no-link $(FUZZ_SAN)
+endif
 
 LIB_SRCS  := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRCS  := $(wildcard src/cli/*.c)
@@ -32,8 +51,9 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all test run serve clean setup bench
+.PHONY: all test run serve clean setup bench fuzz fuzz-build fuzz-bins
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS)
 
@@ -47,6 +67,10 @@ $(BUILD)/vllmc: $(CLI_OBJS) $(BUILD)/libvllm.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(BUILD)/libvllm.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -63,7 +87,14 @@ run: setup
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/vllmc generate --max-tokens 200
 
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
+fuzz-bins: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan build-fuzz
 
 -include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)

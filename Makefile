@@ -36,7 +36,7 @@ CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=thread
 endif
 # libFuzzer: the library and targets in clang with coverage hooks, ASan, UBSan
-FUZZ_CC      ?= clang
+FUZZ_CC      ?= $(firstword $(shell command -v clang clang-14 2>/dev/null) clang)
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 ifeq ($(FUZZ),1)

@@ -2,12 +2,17 @@
 # Installs what vllm.c needs to build and test, only where it is missing:
 # Debian packages (compiler libraries, reference numerics) and the npm packages
 # the tests use as independent references. Safe to run again; quiet when done.
+#   scripts/setup.sh --fuzz   also clang and its libFuzzer runtime, for make fuzz
+#                             (make test does not need them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fuzz=0
+[ "${1:-}" = "--fuzz" ] && fuzz=1
 
 debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev
       libmicrohttpd-dev python3 python3-numpy python3-torch python3-sentencepiece
       nodejs npm)
+[ $fuzz -eq 1 ] && debs+=(clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 filter=${2:-}
 export VLLMC="$PWD/$build/vllmc" BUILD_DIR="$PWD/$build"
+# Sanitizer builds (make SAN=1 / TSAN=1): leaks are errors, every report fails its test
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 passed=0 failed=0
 log=$(mktemp)
 for t in "$build"/tests/test_* tests/test_*.sh; do
@@ -24,7 +28,10 @@ for t in "$build"/tests/test_* tests/test_*.sh; do
   cat "$log"
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^FAIL ' "$log")
   if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
-    echo "FAIL $name: exited with status $rc"; tail -20 "$log.err"; f=1
+    echo "FAIL $name: exited with status $rc"
+    # a sanitizer report's head names the bug; the tail is the rest of the stack
+    grep -m1 -A15 -E '^==[0-9]+==ERROR|^WARNING: ThreadSanitizer|runtime error:' "$log.err" || tail -20 "$log.err"
+    f=1
   elif [ "$f" -ne 0 ]; then
     tail -20 "$log.err"
   fi

@@ -124,8 +124,8 @@ static bool add_random_request(sim *m, int32_t step) {
     return true;
 }
 
-static int32_t fake_sample(const seq *q, uint64_t ctx) {
-    return (int32_t)(mix(ctx, q->seed + (uint64_t)q->num_tokens) % VOCAB);
+static int32_t fake_sample(seq *q, uint64_t ctx) {
+    return (int32_t)(mix(ctx, sampler_rng_next(&q->rng)) % VOCAB);
 }
 
 static int64_t slot_of(const seq *q, int32_t pos) {
@@ -261,7 +261,7 @@ static bool run_step(sim *m, int32_t step) {
                      q->index, p, q->block_ids[p / BS]);
         uint64_t ctx = m->slots[slot_of(q, end - 1)];
         for (int32_t k = 0; k < e->num_samples; k++) {
-            const seq *sq = e->num_samples > 1 ? &q->req->seqs[k] : q;
+            seq *sq = e->num_samples > 1 ? &q->req->seqs[k] : e->seq;
             sampled[e->sample_offset + k] = fake_sample(sq, ctx);
         }
     }

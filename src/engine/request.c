@@ -6,7 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/error.h"
 
@@ -57,7 +56,6 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
 
     int32_t cap = num_prompt_ids + r->max_tokens;
     int32_t max_blocks = (cap + block_size - 1) / block_size;
-    uint64_t id_seed = XXH3_64bits_withSeed(id, strlen(id), default_seed);
     for (int32_t i = 0; i < r->n; i++) {
         seq *q = &r->seqs[i];
         list_init(&q->node);
@@ -74,7 +72,8 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         q->num_tokens = num_prompt_ids;
         q->cache_parent = -1;
         q->stop_token_id = -1;
-        q->seed = sp->has_seed ? sp->seed + (uint64_t)i : id_seed + (uint64_t)i;
+        q->sample_slot = -1;
+        sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
     }
     *out = r;
     return VLLM_OK;

@@ -65,8 +65,8 @@ typedef struct seq {
     int32_t cache_parent;            /* canonical cached block equal to block num_cached_blocks-1 */
     uint64_t cache_parent_gen;
 
-    uint64_t seed;                   /* the sampler's seed for this sequence */
-    sampler_rng rng;
+    sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
+    int32_t sample_slot;             /* engine: this step's slot in its sampled arrays, or -1 */
 
     /* news for the next step output, kept by the scheduler */
     struct seq *news_next;
@@ -80,6 +80,8 @@ typedef struct seq {
 
 struct request {
     list_node node;                  /* on the scheduler's finished list, then the engine's */
+    struct request *map_next;        /* engine: chain in the request-id map */
+    bool in_map;
     char *id;
     int32_t num_prompt_tokens;
     vllm_sampling_params params;
@@ -97,8 +99,8 @@ struct request {
 
 /* Allocates a request and its n sequences, each able to hold the prompt plus
  * its max tokens (capped by max_model_len) and the blocks for that. Sequence
- * i's seed is params.seed + i when a seed is given, else derived from
- * default_seed, the request id and i. Inputs are assumed validated
+ * i's generator is seeded by sampler_rng_seed_request (params.seed + i, or
+ * default_seed, the request id and i). Inputs are assumed validated
  * (engine_add_request does that); only allocation can fail. */
 vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t num_prompt_ids,
                            const vllm_sampling_params *sp, const vllm_request_opts *opts,

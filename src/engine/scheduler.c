@@ -80,6 +80,7 @@ void scheduler_free(scheduler *s) {
 int32_t scheduler_num_running(const scheduler *s) { return s->num_running; }
 int32_t scheduler_num_waiting(const scheduler *s) { return s->num_waiting; }
 bool scheduler_has_unfinished(const scheduler *s) { return s->num_running + s->num_waiting > 0; }
+bool scheduler_has_news(const scheduler *s) { return s->news_head || !list_empty(&s->finished); }
 const list_node *scheduler_running(const scheduler *s) { return &s->running; }
 const list_node *scheduler_waiting(const scheduler *s) { return &s->waiting; }
 
@@ -253,13 +254,14 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         seq *q = list_entry(s->waiting.next, seq, node);
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
+        int64_t queries = s->kv->num_queries, hits = s->kv->num_hits;
         int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q, s->hits);
         int32_t computed = num_hits * s->kv->block_size;
         int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);
         if (allocate(s, q, num_new, num_hits) != VLLM_OK) {
             /* count a lookup once, when the sequence is admitted */
-            s->kv->num_queries -= q->num_tokens;
-            s->kv->num_hits -= computed;
+            s->kv->num_queries = queries;
+            s->kv->num_hits = hits;
             break;
         }
         list_remove(&q->node);
@@ -347,6 +349,7 @@ static void fork_siblings(scheduler *s, seq *q0, const int32_t *tokens) {
     s->running_seats -= r->n - 1; /* seq 0 keeps one seat; each sibling takes its own */
     for (int32_t k = 1; k < r->n; k++) {
         seq *c = &r->seqs[k];
+        if (c->status == SEQ_STATUS_FINISHED) continue; /* stopped by the front end already */
         kv_cache_manager_fork(s->kv, q0, c);
         c->num_computed_tokens = q0->num_computed_tokens;
         c->num_cached_tokens = q0->num_cached_tokens;

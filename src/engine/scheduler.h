@@ -74,7 +74,7 @@ typedef struct scheduler_output {
     int32_t num_logits;              /* sum of num_logits */
     int32_t num_samples;             /* sum of num_samples */
     int32_t num_copies;
-    block_copy *copies;              /* copy-on-write: run before the forward */
+    block_copy *copies;              /* copy-on-write: run in order, before the forward */
     int32_t num_preemptions;         /* this step */
     int64_t prefix_cache_queries;    /* tokens, this step */
     int64_t prefix_cache_hits;
@@ -110,6 +110,8 @@ void scheduler_abort_request(scheduler *s, request *r);
 int32_t scheduler_num_running(const scheduler *s);
 int32_t scheduler_num_waiting(const scheduler *s);
 bool scheduler_has_unfinished(const scheduler *s);
+/* Anything for the next step output: news or finished requests. */
+bool scheduler_has_news(const scheduler *s);
 
 /* Sequences with news (tokens, events, finish) since the last call, linked
  * through news_next; the caller reads them and must call seq_clear_news on

@@ -297,14 +297,14 @@ TEST(test_chi_square_of_seeded_draws) {
 static vllm_status probs_of(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos,
                             int32_t num_eos, const float *logits, int32_t V, float *probs) {
     float work[64];
-    static char scratch[64 * 12];
+    static double scratch[(64 * 12 + 8) / sizeof(double)];
     memcpy(work, logits, (size_t)V * sizeof *work);
     return sampler_probs(p, h, eos, num_eos, work, V, scratch, probs);
 }
 
 static int32_t sample_of(const vllm_sampling_params *p, const float *logits, int32_t V, sampler_rng *rng) {
     float work[64];
-    static char scratch[64 * 12];
+    static double scratch[(64 * 12 + 8) / sizeof(double)];
     memcpy(work, logits, (size_t)V * sizeof *work);
     sample_result r = {0};
     if (sampler_sample(p, NULL, NULL, 0, work, V, rng, scratch, &r) != VLLM_OK) return -1;

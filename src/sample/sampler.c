@@ -129,11 +129,18 @@ vllm_status sampler_check_vocab(const vllm_sampling_params *p, int32_t vocab_siz
     return VLLM_OK;
 }
 
-size_t sampler_scratch_bytes(int32_t vocab_size) { return (size_t)vocab_size * 12; }
+size_t sampler_scratch_bytes(int32_t vocab_size) { return (size_t)vocab_size * 12 + 8; }
 
 /* ---- logit processing ---------------------------------------------------- */
 
 typedef struct cand { float v; int32_t id; } cand; /* a surviving token: value (logit, later weight) */
+
+/* The candidate area: after the raw copy, 8-byte aligned (it also holds the
+ * top_p histogram's doubles). */
+static cand *scratch_cands(void *scratch, int32_t vocab_size) {
+    size_t off = ((size_t)vocab_size * sizeof(float) + 7) & ~(size_t)7;
+    return (cand *)((char *)scratch + off);
+}
 
 /* What processing leaves: a greedy token, or weights summing to mass, either
  * dense (by token id, vocab_size of them) or as candidates c[0, n). */
@@ -495,7 +502,7 @@ static float max_first(const float *x, int32_t n, int32_t *first) {
 static vllm_status sampler_process(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos_ids,
                                    int32_t num_eos, float *logits, int32_t vocab_size, void *scratch,
                                    processed *out) {
-    cand *c = (cand *)((float *)scratch + vocab_size);
+    cand *c = scratch_cands(scratch, vocab_size);
     memset(out, 0, sizeof *out);
     apply_min_tokens(p, h, eos_ids, num_eos, logits, vocab_size);
     apply_logit_bias(p, logits, vocab_size);
@@ -523,7 +530,7 @@ static vllm_status sampler_process(const vllm_sampling_params *p, const sample_h
             return VLLM_OK;
         }
         double target = (double)p->top_p * mass;
-        if (vocab_size >= TOP_P_BUCKETS) {
+        if (vocab_size >= TOP_P_BUCKETS) { /* the histogram fits in the candidate area */
             out->mass = top_p_dense(logits, vocab_size, target, (double *)c, c);
             out->dense = logits;
             return VLLM_OK;

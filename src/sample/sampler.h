@@ -71,8 +71,9 @@ typedef struct sample_history {
     const int32_t *output_ids; int32_t num_output;
 } sample_history;
 
-/* Bytes of scratch sampler_sample / sampler_probs need: 12 * vocab_size
- * (raw logits copy + (value, id) candidate pairs). Any malloc'd block works. */
+/* Bytes of scratch sampler_sample / sampler_probs need: 12 * vocab_size + 8
+ * (raw logits copy + (value, id) candidate pairs). Any malloc'd block works
+ * (8-byte aligned). One per thread that samples; reused across calls. */
 size_t sampler_scratch_bytes(int32_t vocab_size);
 
 /* Samples one token from logits (vocab_size floats, modified in place: they are

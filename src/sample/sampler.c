@@ -614,8 +614,8 @@ static void fill_logprobs(const vllm_sampling_params *p, const float *raw, int32
 
     /* top-N: a descending insertion list (holding raw values until the end);
      * strict > keeps the lower id first among equal values */
-    int32_t want = p->logprobs < vocab_size ? p->logprobs : vocab_size, have = 0;
     sample_logprob *top = out->top;
+    int32_t want = !top ? 0 : p->logprobs < vocab_size ? p->logprobs : vocab_size, have = 0;
     for (i = 0; i < vocab_size && want > 0; i++) {
         if (have == want && (i = next_above(raw, i, vocab_size, top[want - 1].logprob)) == vocab_size) break;
         float v = raw[i];

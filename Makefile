@@ -37,7 +37,7 @@ CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test run serve clean setup bench
+.PHONY: all test run serve clean setup
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS)
 
@@ -73,7 +73,7 @@ test: setup
 
 run: setup
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/vllmc generate --max-tokens 200
+	$(BUILD)/vllmc generate --temperature 0 --max-tokens 200
 
 clean:
 	rm -rf build build-san

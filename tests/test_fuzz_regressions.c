@@ -24,6 +24,7 @@ static void fuzz_report(const char *file, int line, const char *fmt, ...) __attr
 #include "../fuzz/fuzz_config.c"
 #include "../fuzz/fuzz_detokenizer.c"
 #include "../fuzz/fuzz_encode.c"
+#include "../fuzz/fuzz_gguf.c"
 #include "../fuzz/fuzz_safetensors.c"
 #include "../fuzz/fuzz_tokenizer_json.c"
 
@@ -97,6 +98,7 @@ static void fuzz_replay(const char *name, int (*init)(void), int (*one_input)(co
 }
 
 TEST(fuzz_safetensors) { fuzz_replay("safetensors", fuzz_safetensors_init, fuzz_safetensors_one); }
+TEST(fuzz_gguf) { fuzz_replay("gguf", fuzz_gguf_init, fuzz_gguf_one); }
 TEST(fuzz_config) { fuzz_replay("config", fuzz_config_init, fuzz_config_one); }
 TEST(fuzz_tokenizer_json) { fuzz_replay("tokenizer_json", fuzz_tokenizer_json_init, fuzz_tokenizer_json_one); }
 TEST(fuzz_encode) { fuzz_replay("encode", fuzz_encode_init, fuzz_encode_one); }
@@ -123,6 +125,7 @@ TEST(fuzz_checks_can_fail) {
 int main(void) {
     RUN(fuzz_checks_can_fail);
     RUN(fuzz_safetensors);
+    RUN(fuzz_gguf);
     RUN(fuzz_config);
     RUN(fuzz_tokenizer_json);
     RUN(fuzz_encode);

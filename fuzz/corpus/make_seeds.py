@@ -177,3 +177,41 @@ for sel in range(3):
         raw = bytes([head]) + b"".join(struct.pack("<I", i)[:3] for i in ids)
         put("detokenizer", "ids%d_%d" % (sel, j), raw)
     put("detokenizer", "invalid_ids_%d" % sel, bytes([sel]) + b"\x05\x00\xff" + struct.pack("<I", vocab + 2)[:3] + b"\x01\x00\x00")
+
+# ---------------------------------------------------------------- gguf
+# tiny random llama models converted by tools/make_gguf.py (the writer the GGUF
+# tests use, written from the spec independently of src/model/gguf.c)
+import subprocess
+import tempfile
+
+with tempfile.TemporaryDirectory() as tmp:
+    m = os.path.join(tmp, "m")
+    tools = os.path.join(ROOT, "tools")
+    subprocess.run(["/usr/bin/python3", os.path.join(tools, "make_random_model.py"), m, "--arch", "llama",
+                    "--dtype", "f32", "--hidden-size", "32", "--intermediate-size", "32", "--layers", "1",
+                    "--heads", "2", "--kv-heads", "1", "--vocab-size", "260", "--max-pos", "64"],
+                   check=True, stdout=subprocess.DEVNULL)
+    for kind, extra in (("q8_0", []), ("q4_0", ["--k-samples"]), ("f16", [])):
+        out = os.path.join(tmp, kind + ".gguf")
+        subprocess.run(["/usr/bin/python3", os.path.join(tools, "make_gguf.py"), m, out, "--type", kind] + extra,
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(out, "rb") as f:
+            put("gguf", "tiny_llama_" + kind, f.read())
+
+
+def gguf_str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+# hand-made: every scalar type and nested arrays, no tensors
+kvs = [(0, b"\x07"), (1, b"\xf9"), (2, struct.pack("<H", 7)), (3, struct.pack("<h", -7)), (4, struct.pack("<I", 7)),
+       (5, struct.pack("<i", -7)), (6, struct.pack("<f", 0.5)), (7, b"\x01"), (8, gguf_str("text")),
+       (10, struct.pack("<Q", 7)), (11, struct.pack("<q", -7)), (12, struct.pack("<d", 0.25)),
+       (9, struct.pack("<IQ", 8, 2) + gguf_str("a") + gguf_str("b c")),
+       (9, struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 5, 2) + struct.pack("<ii", 1, 2))]
+body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs))
+for i, (t, v) in enumerate(kvs):
+    body += gguf_str("k%d" % i) + struct.pack("<I", t) + v
+put("gguf", "all_types", body)
+put("gguf", "v1_refused", b"GGUF" + struct.pack("<III", 1, 0, 0))

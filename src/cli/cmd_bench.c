@@ -219,6 +219,14 @@ int cmd_bench_latency(int argc, char **argv) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
         goto done;
     }
+    vllm_engine_info info;
+    vllm_engine_get_info(e, &info);
+    if ((int64_t)input_len + output_len > info.max_model_len) { /* vLLM asserts the same */
+        fprintf(stderr, "vllmc %s: input_len %d + output_len %d exceeds max_model_len %d; please ensure that "
+                "max_model_len is greater than the sum of input_len and output_len\n", cmd, input_len,
+                output_len, info.max_model_len);
+        goto done;
+    }
     int32_t num_allowed;
     bench_rng rng;
     bench_rng_seed(&rng, args.seed);

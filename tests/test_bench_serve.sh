@@ -127,7 +127,7 @@ exec 3>&-
 
 # 5. our own server, when this build has it
 if "$VLLMC" serve --help >/dev/null 2>&1; then
-  "$VLLMC" serve --host 127.0.0.1 --port 0 >"$tmp/serve.log" 2>&1 &
+  VLLM_LOGGING_LEVEL=INFO "$VLLMC" serve --host 127.0.0.1 --port 0 >"$tmp/serve.log" 2>&1 &
   spid=$!; pids+=($spid)
   for _ in $(seq 200); do grep -q "Application startup complete." "$tmp/serve.log" && break; sleep 0.05; done
   url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/serve.log" | head -1)

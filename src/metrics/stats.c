@@ -19,6 +19,7 @@
 
 typedef struct seq_state {
     double queued_ts, scheduled_ts, first_token_ts, last_token_ts;
+    double ttft;                     /* front-end seconds from arrival to the first token */
     bool has_queued, has_scheduled, has_first_token, seen, finished;
     int32_t num_generation_tokens;
 } seq_state;
@@ -208,11 +209,14 @@ static void apply_events(req_state *r, seq_state *q, const vllm_seq_output *o, s
 }
 
 /* The sequence finished at step time t (engine clock) and front-end time now. */
-static void finish_seq(req_state *r, seq_state *q, vllm_finish_reason reason, double t, double now,
+static void finish_seq(req_state *r, seq_state *q, const vllm_seq_output *o, double t, double now,
                        stats_iteration *it) {
     stats_finished *f = &it->finished[it->num_finished++];
     memset(f, 0, sizeof *f);
-    f->reason = reason;
+    f->request_id = o->request_id;
+    f->index = o->index;
+    f->reason = o->finish_reason;
+    f->ttft = q->has_first_token ? q->ttft : -1;
     f->e2e = nonneg(now - r->arrival);
     f->num_prompt_tokens = r->num_prompt_tokens;
     f->num_generation_tokens = q->num_generation_tokens;
@@ -261,7 +265,8 @@ vllm_status stats_update(stats *s, const vllm_step_output *out, double now, stat
             q->num_generation_tokens += o->num_new_tokens;
             if (!q->has_first_token) { /* prefill done: the first NEW_TOKENS */
                 it->num_prompt_tokens += r->num_prompt_tokens;
-                it->ttft[it->num_ttft++] = nonneg(now - r->arrival);
+                q->ttft = nonneg(now - r->arrival);
+                it->ttft[it->num_ttft++] = q->ttft;
                 q->first_token_ts = t;
                 q->has_first_token = true;
             } else {
@@ -271,7 +276,7 @@ vllm_status stats_update(stats *s, const vllm_step_output *out, double now, stat
         }
 
         if (o->finish_reason != VLLM_FINISH_NONE) {
-            finish_seq(r, q, o->finish_reason, t, now, it);
+            finish_seq(r, q, o, t, now, it);
             if (r->num_finished == r->n) {
                 it->groups[it->num_groups++] =
                     (stats_group){.n = r->n, .max_num_generation_tokens = r->max_num_generation_tokens};

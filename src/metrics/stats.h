@@ -53,7 +53,10 @@ typedef struct stats stats;
 
 /* One finished sequence (vLLM's FinishedRequestStats). */
 typedef struct stats_finished {
+    const char *request_id;          /* borrowed from the step output */
+    int32_t index;                   /* sequence 0..n-1 */
     vllm_finish_reason reason;
+    double ttft;                     /* seconds; -1 when no token came */
     double e2e, queue, prefill, decode, inference, time_per_output_token; /* seconds */
     int32_t num_prompt_tokens, num_generation_tokens;
     int32_t max_tokens;              /* <= 0: none given */

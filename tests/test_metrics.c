@@ -457,6 +457,38 @@ TEST(test_timeline_aborts) {
     metrics_free(m);
 }
 
+/* A stop string ends a sequence in the front end: it finishes there, and the
+ * tokens the engine makes before it hears of it are not counted. */
+TEST(test_front_end_finish) {
+    metrics *m = make_metrics("m", NULL);
+    metrics_request_arrived(m, "s", 60.0, 4, 1, 16);
+    step s;
+    vllm_seq_output *o = step_seq(step_begin(&s, 6000.0), "s", 0, 1, VLLM_FINISH_NONE);
+    seq_event(&s, o, VLLM_EVENT_QUEUED, 5999.5);
+    seq_event(&s, o, VLLM_EVENT_SCHEDULED, 5999.75);
+    metrics_on_step(m, &s.out, 60.5);
+    step_seq(step_begin(&s, 6000.5), "s", 0, 1, VLLM_FINISH_NONE);
+    metrics_on_step(m, &s.out, 61.0);
+    metrics_sequence_finished(m, "s", 0, VLLM_FINISH_STOP, 61.25); /* matched in that token */
+    metrics_sequence_finished(m, "s", 0, VLLM_FINISH_STOP, 61.5);  /* twice: ignored */
+    step_seq(step_begin(&s, 6001.0), "s", 0, 1, VLLM_FINISH_STOP); /* the engine's late word */
+    metrics_on_step(m, &s.out, 61.75);
+    char *t = render(m);
+    CHECK(t);
+    CHECK_SAMPLE(t, "vllm:request_success_total", "finished_reason=\"stop\"", 1);
+    CHECK_SAMPLE(t, "vllm:generation_tokens_total", NULL, 2);
+    CHECK_SAMPLE(t, "vllm:request_generation_tokens_sum", NULL, 2);
+    CHECK_SAMPLE(t, "vllm:e2e_request_latency_seconds_sum", NULL, 1.25);
+    CHECK_SAMPLE(t, "vllm:request_queue_time_seconds_sum", NULL, 0.25);
+    CHECK_SAMPLE(t, "vllm:request_prefill_time_seconds_sum", NULL, 0.25);
+    CHECK_SAMPLE(t, "vllm:request_decode_time_seconds_sum", NULL, 0.5);
+    CHECK_SAMPLE(t, "vllm:request_inference_time_seconds_sum", NULL, 0.75);
+    CHECK_SAMPLE(t, "vllm:inter_token_latency_seconds_count", NULL, 1);
+    CHECK_SAMPLE(t, "vllm:request_params_n_count", NULL, 1);
+    free(t);
+    metrics_free(m);
+}
+
 TEST(test_scheduler_gauges_and_autoscaling) {
     metrics *m = make_metrics("m", NULL);
     step s;
@@ -849,6 +881,7 @@ int main(int argc, char **argv) {
     RUN(test_timeline_preempted_in_prefill);
     RUN(test_timeline_parallel_sampling);
     RUN(test_timeline_aborts);
+    RUN(test_front_end_finish);
     RUN(test_scheduler_gauges_and_autoscaling);
     RUN(test_http_metrics);
     RUN(test_prefix_cache_hit_rate_window);

@@ -591,7 +591,9 @@ static double queue_delay_locked(const metrics *m, double now) {
     return nonneg(now - (m->any_finish ? m->last_finish_time : m->start_time));
 }
 
-static void record_locked(metrics *m, const vllm_step_output *out, const stats_iteration *it, double now) {
+/* One step's scheduler stats (gauges, cache counters, preemptions). */
+static void record_scheduler_locked(metrics *m, const vllm_step_output *out, const stats_iteration *it,
+                                    double now) {
     const vllm_scheduler_stats *ss = &out->stats;
     note_time(m, now);
     prom_gauge_set(m->running, ss->num_running);
@@ -606,13 +608,20 @@ static void record_locked(metrics *m, const vllm_step_output *out, const stats_i
     }
     prom_gauge_set(m->kv_capacity, (double)ss->num_blocks_total * m->cfg.block_size);
     prom_gauge_set(m->kv_headroom, (double)ss->num_blocks_free * m->cfg.block_size);
-
     prom_counter_add(m->preemptions, ss->num_preemptions);
-    prom_counter_add(m->prompt_tokens, (double)it->num_prompt_tokens);
-    prom_counter_add(m->generation_tokens, (double)it->num_generation_tokens);
     if (out->num_outputs > 0 || ss->num_scheduled_tokens > 0)
         prom_observe(m->h_iteration, (double)(it->num_prompt_tokens + it->num_generation_tokens));
 
+    m->last_running = ss->num_running;
+    m->last_waiting = ss->num_waiting;
+    m->last_kv_usage = ss->kv_cache_usage;
+    prefix_observe(m, it->num_scheduled_events, ss->prefix_cache_queries, ss->prefix_cache_hits);
+}
+
+/* One stats_iteration: token counts, latency samples, finished requests. */
+static void record_iteration_locked(metrics *m, const stats_iteration *it, double now) {
+    prom_counter_add(m->prompt_tokens, (double)it->num_prompt_tokens);
+    prom_counter_add(m->generation_tokens, (double)it->num_generation_tokens);
     for (int32_t i = 0; i < it->num_groups; i++) {
         prom_observe(m->h_max_gen, it->groups[i].max_num_generation_tokens);
         prom_observe(m->h_n, it->groups[i].n);
@@ -638,14 +647,14 @@ static void record_locked(metrics *m, const vllm_step_output *out, const stats_i
         if (m->h_time_in_queue) prom_observe(m->h_time_in_queue, f->queue);
     }
     if (it->num_finished) note_finishes(m, it->num_finished, now);
-
-    /* the logging stat logger */
     m->log_prompt_tokens += it->num_prompt_tokens;
     m->log_generation_tokens += it->num_generation_tokens;
-    m->last_running = ss->num_running;
-    m->last_waiting = ss->num_waiting;
-    m->last_kv_usage = ss->kv_cache_usage;
-    prefix_observe(m, it->num_scheduled_events, ss->prefix_cache_queries, ss->prefix_cache_hits);
+}
+
+static void iteration_clear(stats_iteration *it) {
+    it->num_prompt_tokens = it->num_generation_tokens = 0;
+    it->num_scheduled_events = it->num_ttft = it->num_itl = 0;
+    it->num_finished = it->num_groups = 0;
 }
 
 void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
@@ -654,13 +663,24 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
     if (stats_update(m->st, out, now, &m->it) != VLLM_OK) {
         /* out of memory for the scratch: keep the scheduler stats at least */
         log_warn("metrics: %s; step statistics dropped", vllm_errmsg());
-        m->it.num_prompt_tokens = m->it.num_generation_tokens = 0;
-        m->it.num_scheduled_events = m->it.num_ttft = m->it.num_itl = 0;
-        m->it.num_finished = m->it.num_groups = 0;
+        iteration_clear(&m->it);
     }
     prom_lock(m->reg);
-    record_locked(m, out, &m->it, now);
+    record_scheduler_locked(m, out, &m->it, now);
+    record_iteration_locked(m, &m->it, now);
     prom_unlock(m->reg);
+    pthread_mutex_unlock(&m->req_mu);
+}
+
+void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index,
+                               vllm_finish_reason reason, double now) {
+    pthread_mutex_lock(&m->req_mu);
+    if (stats_finish_sequence(m->st, request_id, index, reason, now, &m->it) == VLLM_OK &&
+        m->it.num_finished) {
+        prom_lock(m->reg);
+        record_iteration_locked(m, &m->it, now);
+        prom_unlock(m->reg);
+    }
     pthread_mutex_unlock(&m->req_mu);
 }
 

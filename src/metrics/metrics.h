@@ -19,6 +19,7 @@
  *   output thread  metrics_on_step()           every engine step output, in
  *                                              order (the one that reports a
  *                                              finish also ends the request)
+ *                  metrics_sequence_finished() a stop string ended a sequence
  *   own thread     the log line every log_stats_interval seconds
  *                  (metrics_logger_start), or call metrics_log_stats()
  *
@@ -102,6 +103,13 @@ void metrics_request_released(metrics *m, const char *request_id);
  * The scheduler stats must be taken after the step's update (so the step
  * that finishes the last request reports 0 running, 0 waiting). */
 void metrics_on_step(metrics *m, const vllm_step_output *out, double now);
+
+/* A sequence the front end finished itself: a stop string matched (reason
+ * STOP: call it after metrics_on_step for the step that brought the
+ * matching token, so that token counts), or the engine died (ABORT). The
+ * engine's later outputs for it are ignored. */
+void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index,
+                               vllm_finish_reason reason, double now);
 
 /* One HTTP exchange, when it ended (prometheus_fastapi_instrumentator as
  * vLLM configures it). handler: the route template ("/v1/completions"), or

@@ -209,13 +209,13 @@ static void apply_events(req_state *r, seq_state *q, const vllm_seq_output *o, s
 }
 
 /* The sequence finished at step time t (engine clock) and front-end time now. */
-static void finish_seq(req_state *r, seq_state *q, const vllm_seq_output *o, double t, double now,
-                       stats_iteration *it) {
+static void finish_seq(req_state *r, seq_state *q, const char *id, int32_t index,
+                       vllm_finish_reason reason, double t, double now, stats_iteration *it) {
     stats_finished *f = &it->finished[it->num_finished++];
     memset(f, 0, sizeof *f);
-    f->request_id = o->request_id;
-    f->index = o->index;
-    f->reason = o->finish_reason;
+    f->request_id = id;
+    f->index = index;
+    f->reason = reason;
     f->ttft = q->has_first_token ? q->ttft : -1;
     f->e2e = nonneg(now - r->arrival);
     f->num_prompt_tokens = r->num_prompt_tokens;
@@ -240,9 +240,37 @@ static void finish_seq(req_state *r, seq_state *q, const vllm_seq_output *o, dou
         r->max_num_generation_tokens = q->num_generation_tokens;
 }
 
-vllm_status stats_update(stats *s, const vllm_step_output *out, double now, stats_iteration *it) {
+static void group_done(stats *s, req_state *r, stats_iteration *it) {
+    it->groups[it->num_groups++] =
+        (stats_group){.n = r->n, .max_num_generation_tokens = r->max_num_generation_tokens};
+    unlink_request(s, r);
+}
+
+static void iteration_reset(stats_iteration *it) {
     it->num_prompt_tokens = it->num_generation_tokens = 0;
     it->num_scheduled_events = it->num_ttft = it->num_itl = it->num_finished = it->num_groups = 0;
+}
+
+vllm_status stats_finish_sequence(stats *s, const char *request_id, int32_t index,
+                                  vllm_finish_reason reason, double now, stats_iteration *it) {
+    iteration_reset(it);
+    if (!request_id || reason == VLLM_FINISH_NONE) return VLLM_OK;
+    vllm_status rc = iteration_reserve(it, 1);
+    if (rc != VLLM_OK) return rc;
+    req_state *r = *find_slot(s, request_id, hash_id(request_id));
+    if (!r || index < 0 || index >= r->n || r->seqs[index].finished) return VLLM_OK;
+    seq_state *q = &r->seqs[index];
+    if (!q->seen) seq_first_seen(r, q);
+    /* the engine's last word on it: its last token, else its first schedule */
+    double t = q->has_first_token ? q->last_token_ts : q->has_scheduled ? q->scheduled_ts
+                                                     : q->has_queued   ? q->queued_ts : 0;
+    finish_seq(r, q, request_id, index, reason, t, now, it);
+    if (r->num_finished == r->n) group_done(s, r, it);
+    return VLLM_OK;
+}
+
+vllm_status stats_update(stats *s, const vllm_step_output *out, double now, stats_iteration *it) {
+    iteration_reset(it);
     if (!out || out->num_outputs <= 0) return VLLM_OK;
     vllm_status rc = iteration_reserve(it, out->num_outputs);
     if (rc != VLLM_OK) return rc;
@@ -276,12 +304,8 @@ vllm_status stats_update(stats *s, const vllm_step_output *out, double now, stat
         }
 
         if (o->finish_reason != VLLM_FINISH_NONE) {
-            finish_seq(r, q, o, t, now, it);
-            if (r->num_finished == r->n) {
-                it->groups[it->num_groups++] =
-                    (stats_group){.n = r->n, .max_num_generation_tokens = r->max_num_generation_tokens};
-                unlink_request(s, r);
-            }
+            finish_seq(r, q, o->request_id, o->index, o->finish_reason, t, now, it);
+            if (r->num_finished == r->n) group_done(s, r, it);
         }
     }
     return VLLM_OK;

@@ -100,6 +100,14 @@ vllm_status stats_add_request(stats *s, const char *request_id, double arrival,
 void stats_remove_request(stats *s, const char *request_id);
 int32_t stats_num_requests(const stats *s);
 
+/* Finishes one sequence from the front end (a stop string matched, or the
+ * engine died): recorded like an engine finish at front-end time now, its
+ * phases ending at its last token; later outputs for it are ignored. Adds a
+ * record to it (reset first, like stats_update). Unknown or finished
+ * sequences are ignored. */
+vllm_status stats_finish_sequence(stats *s, const char *request_id, int32_t index,
+                                  vllm_finish_reason reason, double now, stats_iteration *it);
+
 /* Folds one engine step output into it (reset first). now: the front end's
  * clock when it handles this output. Outputs of unknown requests (never
  * added, already finished or removed) are ignored, as vLLM ignores outputs

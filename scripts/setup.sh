@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev
       libmicrohttpd-dev libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
+      python3-prometheus-client prometheus
       nodejs npm)
 missing=()
 for p in "${debs[@]}"; do

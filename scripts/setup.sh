@@ -10,7 +10,8 @@ fuzz=0
 [ "${1:-}" = "--fuzz" ] && fuzz=1
 
 debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev
-      libmicrohttpd-dev python3 python3-numpy python3-torch python3-sentencepiece
+      libmicrohttpd-dev libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
+      python3-prometheus-client prometheus
       nodejs npm)
 [ $fuzz -eq 1 ] && debs+=(clang-14 libclang-rt-14-dev)
 missing=()

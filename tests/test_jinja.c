@@ -132,7 +132,8 @@ TEST(test_error_messages_name_the_line) {
     if (harness_failed()) return;
     expect_error("{{ raise_exception('roles must alternate') }}", NULL, NULL, "raise_exception: roles must alternate");
     if (harness_failed()) return;
-    expect_error("{{ x|tojson(sort_keys=true) }}", NULL, NULL, "sort_keys");
+    /* localeCompare order is implemented for printable ASCII keys only */
+    expect_error("{{ {'\xc3\xa9': 1, 'a': 2}|tojson(sort_keys=true) }}", NULL, NULL, "printable ASCII keys");
     if (harness_failed()) return;
     expect_error("{{ '\xff' }}", NULL, NULL, "invalid UTF-8");
 }

@@ -37,7 +37,10 @@ void *jinja_arena_alloc(jinja_arena *a, size_t n) {
             cap = n;
         }
         c = malloc(sizeof *c + cap);
-        if (!c) return NULL;
+        if (!c) {
+            a->malloc_failed = true;
+            return NULL;
+        }
         c->cap = cap;
         c->used = 0;
         c->next = a->head;

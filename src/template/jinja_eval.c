@@ -63,14 +63,15 @@ bool jinja_fail(jinja_render *R, int line, const char *fmt, ...) {
 
 bool jinja_fail_alloc(jinja_render *R, int line) {
     if (R->rc != VLLM_OK) return false;
-    if (R->arena.over_limit)
-        return jinja_fail(R, line, "rendering exceeds the memory limit (%zu bytes)", R->arena.limit);
-    if (R->arena.total < R->arena.limit || !R->arena.limit) {
-        /* a buffer refused by its own cap, or malloc failure */
-        jinja_fail(R, line, "rendered text exceeds the output limit (%zu bytes) or memory ran out", R->max_output);
+    if (R->arena.malloc_failed) {
+        jinja_fail(R, line, "out of memory");
+        R->rc = VLLM_ERR_NOMEM;
         return false;
     }
-    return jinja_fail(R, line, "out of memory");
+    if (R->arena.over_limit)
+        return jinja_fail(R, line, "rendering exceeds the memory limit (%zu bytes)", R->arena.limit);
+    /* otherwise a buffer refused to grow past its cap */
+    return jinja_fail(R, line, "rendered text exceeds the output limit (%zu bytes)", R->max_output);
 }
 
 bool jinja_enter(jinja_render *R, int line) {
@@ -489,7 +490,7 @@ static bool slice_indices(jinja_render *R, double n, const jv *start, const jv *
     if (!(m > 0)) return true;
     *idx = jinja_arena_alloc(&R->arena, (size_t)m * sizeof **idx);
     if (!*idx) return nomem(R, line);
-    for (double i = a; dir * i < dir * b; i += st) (*idx)[(*count)++] = (size_t)i;
+    for (double i = a; dir * i < dir * b && (double)*count < m; i += st) (*idx)[(*count)++] = (size_t)i;
     return true;
 }
 
@@ -717,8 +718,7 @@ static bool json_opts_from_kwargs(jinja_render *R, const jv *kw, jv_json_opts *o
     }
     if (sort) {
         if (sort->type != JV_BOOL) return jinja_fail(R, line, "tojson: sort_keys must be a boolean");
-        if (sort->u.b)
-            return jinja_fail(R, line, "tojson(sort_keys=true) is not supported (the reference sorts by locale)");
+        o->sort_keys = sort->u.b;
     }
     if (seps && seps->type != JV_NULL) {
         if (!is_array(seps) || seps->u.arr.n != 2 || seps->u.arr.v[0]->type != JV_STRING ||

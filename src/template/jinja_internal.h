@@ -31,6 +31,7 @@ typedef struct jinja_arena {
     size_t total;            /* bytes obtained from malloc so far */
     size_t limit;            /* 0 = unlimited */
     bool over_limit;         /* set once an allocation was refused by the limit */
+    bool malloc_failed;      /* set once malloc itself failed */
 } jinja_arena;
 
 /* Returns n bytes aligned for any type, or NULL (malloc failed or the limit
@@ -258,6 +259,7 @@ typedef struct jv_json_opts {
     const char *item_sep, *key_sep; /* NULL: ", " / ": " (or "," with indent) */
     size_t item_sep_len, key_sep_len;
     bool undefined_is_null;  /* tojson: true; toString: false ("undefined") */
+    bool sort_keys;          /* keys in localeCompare order (ASCII keys only) */
 } jv_json_opts;
 bool jv_write_json(jinja_render *R, const jv *v, const jv_json_opts *o, int depth, jinja_buf *out, int line);
 

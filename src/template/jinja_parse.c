@@ -945,6 +945,9 @@ static vllm_status parse_statement(parser *P, jinja_node **out) {
         return VLLM_OK;
     }
     P->cur--;
+    if (!strncmp(kw, "end", 3) || !strcmp(kw, "elif") || !strcmp(kw, "else"))
+        return vllm_error(VLLM_ERR_FORMAT, "chat template line %d: {%% %s %%} without a matching opening statement",
+                          line, kw);
     return vllm_error(VLLM_ERR_UNSUPPORTED, "chat template line %d: unsupported statement {%% %s %%}", line, kw);
 }
 

@@ -391,6 +391,75 @@ static bool put_padding(jinja_render *R, jinja_buf *out, int indent, int depth, 
     return true;
 }
 
+/*
+ * String.prototype.localeCompare (ICU root collation, as Node's default
+ * en-US collator applies it) for printable ASCII: punctuation and symbols
+ * sort before digits before letters, in the order below; letters compare
+ * case-blind first (primary level), then lowercase before uppercase at the
+ * first case difference (tertiary level). Other characters are refused.
+ */
+static const char icu_ascii_order[] = " _-,;:!?.'\"()[]{}@*/\\&#%`^+<=>|~$0123456789abcdefghijklmnopqrstuvwxyz";
+
+static bool icu_primary(unsigned char c, int *w) {
+    if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + 32);
+    const char *p = c ? strchr(icu_ascii_order, c) : NULL;
+    if (!p) return false;
+    *w = (int)(p - icu_ascii_order);
+    return true;
+}
+
+static bool icu_ascii_compare(const char *a, size_t an, const char *b, size_t bn, int *cmp) {
+    for (size_t i = 0; i < an || i < bn; i++) {
+        int wa = -1, wb = -1;
+        if (i < an && !icu_primary((unsigned char)a[i], &wa)) return false;
+        if (i < bn && !icu_primary((unsigned char)b[i], &wb)) return false;
+        if (wa != wb) {
+            *cmp = wa < wb ? -1 : 1;
+            /* keep scanning for unsupported characters so the answer never depends on them */
+            for (size_t k = i + 1; k < an; k++) if (!icu_primary((unsigned char)a[k], &wa)) return false;
+            for (size_t k = i + 1; k < bn; k++) if (!icu_primary((unsigned char)b[k], &wb)) return false;
+            return true;
+        }
+    }
+    for (size_t i = 0; i < an; i++) {
+        bool ua = a[i] >= 'A' && a[i] <= 'Z', ub = b[i] >= 'A' && b[i] <= 'Z';
+        if (ua != ub) {
+            *cmp = ua ? 1 : -1;
+            return true;
+        }
+    }
+    *cmp = 0;
+    return true;
+}
+
+/* Entry indices of an object in sort_keys order (stable merge sort). */
+static bool sorted_entries(jinja_render *R, const jv *v, size_t **order, int line) {
+    size_t n = v->u.obj.n;
+    size_t *idx = jinja_arena_alloc(&R->arena, (2 * n + 1) * sizeof *idx), *tmp = idx + n;
+    if (!idx) return jinja_fail_alloc(R, line);
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                const jv_entry *x = &v->u.obj.e[idx[i]], *y = &v->u.obj.e[idx[j]];
+                int c;
+                if (!icu_ascii_compare(y->key, y->klen, x->key, x->klen, &c))
+                    return jinja_fail(R, line, "tojson(sort_keys=true) supports printable ASCII keys only, "
+                                               "got \"%.*s\" or \"%.*s\"",
+                                      (int)x->klen, x->key, (int)y->klen, y->key);
+                tmp[k++] = c < 0 ? idx[j++] : idx[i++];
+            }
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+        }
+        memcpy(idx, tmp, n * sizeof *idx);
+    }
+    *order = idx;
+    return true;
+}
+
 bool jv_write_json(jinja_render *R, const jv *v, const jv_json_opts *o, int depth, jinja_buf *out, int line) {
     const char *isep = o->item_sep ? o->item_sep : o->indent ? "," : ", ";
     size_t isep_len = o->item_sep ? o->item_sep_len : strlen(isep);
@@ -418,9 +487,12 @@ bool jv_write_json(jinja_render *R, const jv *v, const jv_json_opts *o, int dept
     }
     case JV_OBJECT:
     case JV_NAMESPACE: {
-        if (!jinja_enter(R, line) || !put(R, out, "{", 1, line)) return false;
+        size_t *order = NULL;
+        if (!jinja_enter(R, line) || (o->sort_keys && !sorted_entries(R, v, &order, line)) ||
+            !put(R, out, "{", 1, line))
+            return false;
         for (size_t i = 0; i < v->u.obj.n; i++) {
-            const jv_entry *e = &v->u.obj.e[i];
+            const jv_entry *e = &v->u.obj.e[order ? order[i] : i];
             if (i && !put(R, out, isep, isep_len, line)) return false;
             if (o->indent && !put_padding(R, out, o->indent, depth + 1, line)) return false;
             if (!put_json_string(R, out, e->key, e->klen, o->ensure_ascii, line) ||

@@ -207,6 +207,10 @@ size_t jinja_js_space_at(const char *s, size_t n, size_t i);
 size_t jinja_utf16_length(const char *s, size_t n);
 /* Number formatting as JavaScript's Number.prototype.toString(); out >= 32 bytes. */
 void jinja_js_number(double x, char *out);
+/* First occurrence of nd in h at or after byte `from` (an empty nd matches at from). */
+bool jinja_bytes_find(const char *h, size_t hn, const char *nd, size_t nn, size_t from, size_t *at);
+/* Is s (n bytes) one of the NULL-terminated names? */
+bool jinja_is_one_of(const char *s, size_t n, const char *const *names);
 
 /* ---- rendering ------------------------------------------------------------ */
 
@@ -240,6 +244,18 @@ jv *jv_function(jinja_render *R, jv_fn_kind kind, int line);
 bool jv_object_set(jinja_render *R, jv *obj, const char *key, size_t klen, jv *val, int line);
 jv *jv_object_get(const jv *obj, const char *key, size_t klen);            /* NULL if absent */
 bool jv_truthy(const jv *v);
+static inline bool jv_is_array(const jv *v) { return v->type == JV_ARRAY || v->type == JV_TUPLE; }
+static inline bool jv_is_object(const jv *v) { return v->type == JV_OBJECT || v->type == JV_KWARGS; }
+static inline bool jv_is_container(const jv *v) { return jv_is_object(v) || v->type == JV_NAMESPACE; }
+static inline bool jv_is_number(const jv *v) { return v->type == JV_INT || v->type == JV_FLOAT; }
+
+/* A growing list of values in the render arena (arguments, results). */
+typedef struct jv_list {
+    jv **v;
+    size_t n, cap;
+} jv_list;
+bool jv_list_push(jinja_render *R, jv_list *l, jv *x, int line);
+jv *jv_list_array(jinja_render *R, const jv_list *l, int line); /* a JV_ARRAY over the list's storage */
 bool jv_is_string(const jv *v, const char *s);
 
 /* JSON (jansson) to values, with JavaScript's object key order. */
@@ -283,6 +299,27 @@ vllm_status jinja_eval_program(jinja_render *R, jinja_node *const *body, size_t 
                                jinja_buf *out);
 /* Does any for loop iterate over `<x>.content` / `<x>['content']`? */
 bool jinja_eval_iterates_content(jinja_node *const *body, size_t n);
+/* One expression's value (NULL after recording an error). */
+jv *jinja_eval_expr(jinja_render *R, const jinja_node *nd, jinja_env *env);
+/* A call's arguments: positional ones (with *spread) into pos, keyword ones
+ * (with **spread) into a new KWARGS object *kwargs (NULL when none). */
+bool jinja_eval_arguments(jinja_render *R, jinja_node *const *args, size_t n, jinja_env *env, jv_list *pos,
+                          jv **kwargs, int line);
+
+/* ---- built-ins (jinja_builtins.c) ------------------------------------------ */
+
+/* obj.name for the reference's per-type builtins: "abc".length, "abc".upper
+ * (a bound method), d.items, list.length; undefined when there is none. */
+jv *jinja_builtin_property(jinja_render *R, jv *obj, const char *name, size_t len, int line);
+/* Calls a bound method (self is a string or a dict); a trailing KWARGS
+ * argument holds keyword arguments. */
+jv *jinja_builtin_method(jinja_render *R, jv *self, const char *name, jv **args, size_t n, int line);
+/* operand | filter, where filter is an IDENT or a CALL node. */
+jv *jinja_builtin_filter(jinja_render *R, jv *operand, const jinja_node *filter, jinja_env *env, int line);
+/* a is name [b]; false after recording an error. */
+bool jinja_builtin_test(jinja_render *R, const char *name, const jv *a, const jv *b, bool *res, int line);
+/* raise_exception, range, strftime_now, namespace. */
+jv *jinja_builtin_function(jinja_render *R, jv_fn_kind kind, jv **args, size_t n, int line);
 
 /* parseInt(s, 10) / parseFloat(s); NaN when no number. */
 double jv_parse_int(const char *s, size_t n);

@@ -163,3 +163,22 @@ void jinja_js_number(double x, char *out) {
     }
     *o = 0;
 }
+
+bool jinja_bytes_find(const char *h, size_t hn, const char *nd, size_t nn, size_t from, size_t *at) {
+    if (nn == 0) {
+        *at = from;
+        return from <= hn;
+    }
+    for (size_t i = from; i + nn <= hn; i++)
+        if (h[i] == nd[0] && !memcmp(h + i, nd, nn)) {
+            *at = i;
+            return true;
+        }
+    return false;
+}
+
+bool jinja_is_one_of(const char *s, size_t n, const char *const *names) {
+    for (; *names; names++)
+        if (strlen(*names) == n && !memcmp(*names, s, n)) return true;
+    return false;
+}

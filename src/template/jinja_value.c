@@ -145,6 +145,26 @@ bool jv_object_set(jinja_render *R, jv *obj, const char *key, size_t klen, jv *v
     return true;
 }
 
+bool jv_list_push(jinja_render *R, jv_list *l, jv *x, int line) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        jv **v = jinja_arena_alloc(&R->arena, cap * sizeof *v);
+        if (!v) return jinja_fail_alloc(R, line);
+        if (l->n) memcpy(v, l->v, l->n * sizeof *v);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+    return true;
+}
+
+jv *jv_list_array(jinja_render *R, const jv_list *l, int line) {
+    jv *a = jv_array(R, JV_ARRAY, 0, line);
+    if (!a) return NULL;
+    a->u.arr.v = l->v, a->u.arr.n = l->n;
+    return a;
+}
+
 /* RuntimeValue.__bool__ */
 bool jv_truthy(const jv *v) {
     switch (v->type) {

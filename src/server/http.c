@@ -115,6 +115,24 @@ const char *http_request_query(http_request *r, const char *key) {
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+bool http_request_peer_closed(http_request *r) {
+    bool closed = false;
+    pthread_mutex_lock(&r->mu);
+    if (r->ended) {
+        closed = true;
+    } else if (r->suspended) { /* only then is the socket certainly still open and idle */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) {
+            char c;
+            ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return closed;
+}
+
 void http_request_on_close(http_request *r, http_close_fn fn, void *arg) {
     pthread_mutex_lock(&r->mu);
     r->close_fn = fn;

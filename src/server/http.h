@@ -82,6 +82,11 @@ bool http_request_write(http_request *r, const char *data, size_t len);
 /* Ends the stream once the queued bytes are sent. */
 void http_request_end_stream(http_request *r);
 
+/* For a deferred request whose connection waits suspended (MHD does not
+ * watch it then): has the client closed its side? Any thread; cheap (a
+ * non-blocking peek at the socket). */
+bool http_request_peer_closed(http_request *r);
+
 void http_request_on_close(http_request *r, http_close_fn fn, void *arg);
 void http_request_retain(http_request *r);
 void http_request_release(http_request *r);

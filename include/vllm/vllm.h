@@ -172,8 +172,67 @@ typedef struct vllm_step_output {
 } vllm_step_output;
 
 /* Runs one engine step (schedule, forward, sample, update). *out is borrowed
- * until the next call. A step with nothing to do returns an empty output. */
+ * until the next call. A step with nothing to do returns an empty output.
+ * After a failed forward the engine is dead: every later step fails too. */
 vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out);
+
+/* ---- additions (engine helper) ------------------------------------------ */
+
+/* What the engine was built with (for /v1/models, cache_config_info, logs). */
+typedef struct vllm_engine_info {
+    int32_t max_model_len;
+    int32_t block_size;
+    int32_t num_gpu_blocks;          /* KV pool size in blocks */
+    int64_t kv_cache_memory_bytes;   /* bytes of that pool */
+    bool enable_prefix_caching;
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    int32_t long_prefill_token_threshold;
+    vllm_scheduling_policy scheduling_policy;
+    int32_t vocab_size;
+    int32_t bos_token_id;            /* -1 if none */
+    int32_t num_eos_token_ids;
+    int32_t eos_token_ids[8];        /* config.json + generation_config.json */
+    int32_t num_threads;
+} vllm_engine_info;
+
+void vllm_engine_get_info(const vllm_engine *e, vllm_engine_info *info);
+
+/* vLLM's defaults overridden by the model's generation_config.json
+ * (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens as
+ * max_tokens) unless args.generation_config is "vllm": the analogue of
+ * LLM.get_default_sampling_params() with --generation-config auto. */
+void vllm_engine_default_sampling_params(const vllm_engine *e, vllm_sampling_params *sp);
+
+/* Drops every cached prefix block (vLLM's reset_prefix_cache). */
+void vllm_engine_reset_prefix_cache(vllm_engine *e);
+
+/* One sequence of a finished request (vllm_engine_generate). */
+typedef struct vllm_sequence_result {
+    int32_t num_tokens;
+    int32_t *token_ids;              /* (num_tokens) */
+    float *logprobs;                 /* (num_tokens) sampled tokens' logprobs, or NULL (logprobs < 0) */
+    vllm_finish_reason finish_reason;
+    int32_t stop_token_id;
+} vllm_sequence_result;
+
+typedef struct vllm_request_result {
+    int32_t num_prompt_tokens;
+    int32_t num_cached_tokens;
+    int32_t n;
+    vllm_sequence_result *seqs;      /* (n) */
+} vllm_request_result;
+
+/* LLM.generate over token ids: adds num_prompts requests at once (ids
+ * "gen-<i>"), steps until all finish, and returns one result per prompt in
+ * input order. sp and opts are arrays of num_prompts (opts may be NULL).
+ * The engine must have no other unfinished requests. On failure nothing is
+ * left in the engine. Free with vllm_request_results_free. */
+vllm_status vllm_engine_generate(vllm_engine *e, int32_t num_prompts,
+                                 const int32_t *const *prompt_ids, const int32_t *num_prompt_ids,
+                                 const vllm_sampling_params *sp, const vllm_request_opts *opts,
+                                 vllm_request_result **results);
+void vllm_request_results_free(vllm_request_result *results, int32_t num_prompts);
 
 /* Monotonic clock the engine stamps events with (seconds). */
 double vllm_monotonic_time(void);

@@ -16,13 +16,16 @@ vllm_status vllm_error(vllm_status rc, const char *fmt, ...) {
 }
 
 void vllm_error_prefix(const char *fmt, ...) {
-    char prefix[512], old[sizeof errbuf];
+    char prefix[512], joined[sizeof prefix + 2 + sizeof errbuf];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    memcpy(old, errbuf, sizeof old);
-    snprintf(errbuf, sizeof errbuf, "%s: %s", prefix, old);
+    snprintf(joined, sizeof joined, "%s: %s", prefix, errbuf);
+    size_t n = strlen(joined); /* keep the prefix; a long message loses its tail */
+    if (n >= sizeof errbuf) n = sizeof errbuf - 1;
+    memcpy(errbuf, joined, n);
+    errbuf[n] = 0;
 }
 
 const char *vllm_errmsg(void) { return errbuf[0] ? errbuf : "no error"; }

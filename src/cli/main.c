@@ -28,8 +28,9 @@ const char *cli_default_model_dir(void) {
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
-            snprintf(dir, sizeof dir, "%s/../models/stories260K", exe);
-            if (access(dir, R_OK) == 0) return dir;
+            if (snprintf(dir, sizeof dir, "%s/../models/stories260K", exe) < (int)sizeof dir &&
+                access(dir, R_OK) == 0)
+                return dir;
         }
     }
     return "models/stories260K";

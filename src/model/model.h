@@ -26,7 +26,7 @@
 
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 0, /* LlamaForCausalLM */
-    MODEL_ARCH_MISTRAL,   /* MistralForCausalLM (Llama math; sliding window unsupported) */
+    MODEL_ARCH_MISTRAL,   /* MistralForCausalLM (Llama math; see sliding_window) */
     MODEL_ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v biases */
     MODEL_ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head RMSNorm on q and k */
 } model_arch;
@@ -62,6 +62,12 @@ typedef struct model_config {
     int32_t bos_token_id;            /* -1 if none */
     int32_t eos_token_ids[8];        /* config.json eos, merged with generation_config */
     int32_t num_eos_token_ids;
+    /* Sliding-window attention span in tokens, 0 = none (full attention).
+     * Mistral's sliding_window, or Qwen2/Qwen3's when use_sliding_window is true.
+     * The forward pass attends to the full context, so the engine must cap
+     * max_model_len at sliding_window (as vLLM does for models whose window it
+     * cannot honour); within that cap full and sliding attention are identical. */
+    int32_t sliding_window;
 } model_config;
 
 /* Sampling defaults from generation_config.json; has_* false when absent. */
@@ -87,6 +93,7 @@ typedef struct layer_weights {
     tensor v_proj;                   /* (n_kv_heads * head_dim, dim) */
     tensor o_proj;                   /* (dim, n_heads * head_dim) */
     tensor q_bias, k_bias, v_bias;   /* (out) Qwen2 / attention_bias, else data NULL */
+    tensor o_bias;                   /* (dim) Llama/Qwen3 with attention_bias, else data NULL */
     tensor q_norm, k_norm;           /* (head_dim) Qwen3, else data NULL */
     tensor post_attention_layernorm; /* (dim) */
     tensor gate_proj;                /* (intermediate, dim) */
@@ -119,7 +126,15 @@ struct model {
 vllm_status model_load(const char *dir, model **out);
 void model_free(model *m);
 
-/* Parses config.json text (path used only in messages). Exposed for tests and fuzzing. */
+/* Parses config.json text (path used only in messages). Exposed for tests and
+ * fuzzing. Validates every value (positive dims, heads divisible by KV heads,
+ * known architecture and RoPE scaling, token ids inside the vocabulary). */
 vllm_status model_config_parse(const char *json, size_t len, const char *path, model_config *cfg);
+
+/* Parses generation_config.json text into *gen and merges its eos_token_id
+ * (int or list) into cfg's eos ids; cfg must already be parsed (ids are
+ * checked against its vocabulary). Absent or null fields leave has_* false. */
+vllm_status model_generation_config_parse(const char *json, size_t len, const char *path,
+                                          model_config *cfg, generation_defaults *gen);
 
 #endif

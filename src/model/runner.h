@@ -71,7 +71,8 @@ size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
  * capacities given at create time or names a slot/block outside the pool. */
 vllm_status runner_forward(runner *r, const runner_batch *b, float *logits);
 
-/* Copies one block's K/V (all layers) to another: copy-on-write for n > 1. */
-void runner_copy_block(runner *r, int32_t src_block, int32_t dst_block);
+/* Copies one block's K/V (all layers) to another: copy-on-write for n > 1.
+ * VLLM_ERR_INVALID (nothing copied) if either block is outside the pool. */
+vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block);
 
 #endif

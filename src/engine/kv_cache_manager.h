@@ -1,0 +1,83 @@
+/*
+ * kv_cache_manager.h - block tables over the block pool (vLLM's
+ * KVCacheManager): prefix-cache lookup, slot allocation with copy-on-write,
+ * caching of computed blocks, forks for n > 1, and freeing.
+ *
+ * A sequence's block table maps logical block i (tokens [i*bs, (i+1)*bs)) to
+ * a physical block. Blocks are allocated as tokens are scheduled; a table is
+ * only ever appended to, except that copy-on-write swaps the last entry.
+ *
+ * Prefix caching: the hash of full block i chains the hash of block i-1 with
+ * block i's token ids (and, for block 0, the extra keys: LoRA id, cache salt):
+ *     h_i = XXH3_128(h_{i-1} || tokens[i*bs .. (i+1)*bs) || [lora_id, salt] if i == 0)
+ * Blocks are offered to the cache only after their K/V are computed (after
+ * the step's forward), so a hit never reads K/V that are still being written.
+ * A lookup also matches the parent block, so hits are exact (block_pool.h).
+ * At most num_tokens - 1 tokens hit: the last prompt token is always computed
+ * because its logits are needed.
+ *
+ * Copy-on-write: only a fork shares a partially filled block. When a sequence
+ * is about to write into a last block whose ref_cnt > 1, allocate_slots gives
+ * it a fresh block and returns the (src, dst) pair, which the engine copies
+ * (runner_copy_block) before the forward.
+ */
+#ifndef VLLM_ENGINE_KV_CACHE_MANAGER_H
+#define VLLM_ENGINE_KV_CACHE_MANAGER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/block_pool.h"
+#include "engine/request.h"
+
+typedef struct block_copy {
+    int32_t src, dst;
+} block_copy;
+
+typedef struct kv_cache_manager {
+    /* read-only */
+    block_pool *pool;
+    int32_t block_size;
+    bool enable_caching;
+    int64_t num_queries, num_hits;   /* prefix cache: tokens looked up / found, cumulative */
+} kv_cache_manager;
+
+vllm_status kv_cache_manager_create(int32_t num_blocks, int32_t block_size, bool enable_caching,
+                                    kv_cache_manager **out);
+void kv_cache_manager_free(kv_cache_manager *m);
+
+/* The chained hash of a full block; parent is NULL for block 0, which also
+ * takes the extra keys. Exposed for tests. */
+block_hash kv_cache_manager_hash_block(const block_hash *parent, const int32_t *tokens,
+                                       int32_t block_size, int32_t lora_id,
+                                       const block_pool_salt *salt);
+
+/* For a sequence with no blocks: the longest run of cached blocks that
+ * matches its tokens from the start, capped at num_tokens - 1 tokens. Writes
+ * their ids to hits (capacity q->max_blocks) and returns how many. Takes no
+ * references (allocate_slots does). Counts queries and hits; returns 0 when
+ * prefix caching is off. */
+int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int32_t *hits);
+
+/* Gives q the blocks for num_new_tokens more tokens after its computed ones
+ * and the num_hits cache hits (hit blocks first, then new blocks; a shared,
+ * partially filled last block is copied on write: the pair is appended to
+ * copies[*num_copies]). On VLLM_ERR_FULL nothing changed. The caller then
+ * advances q->num_computed_tokens past the hits. */
+vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t num_new_tokens,
+                                            const int32_t *hits, int32_t num_hits,
+                                            block_copy *copies, int32_t *num_copies);
+
+/* Offers q's newly full, computed blocks to the prefix cache. */
+void kv_cache_manager_cache_blocks(kv_cache_manager *m, seq *q);
+
+/* child takes parent's block table, every block's ref_cnt raised. */
+void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child);
+
+/* Releases all of q's blocks (last block first) and empties its table. */
+void kv_cache_manager_free_blocks(kv_cache_manager *m, seq *q);
+
+/* Used / total blocks. */
+float kv_cache_manager_usage(const kv_cache_manager *m);
+
+#endif

@@ -1,0 +1,119 @@
+/*
+ * request.c - creating and freeing requests and their sequences; the stop
+ * check. One allocation per array, all made when the request is added.
+ */
+#include "engine/request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+void request_free(request *r) {
+    if (!r) return;
+    if (r->seqs)
+        for (int32_t i = 0; i < r->n; i++) {
+            free(r->seqs[i].tokens);
+            free(r->seqs[i].block_ids);
+            free(r->seqs[i].block_hashes);
+        }
+    free(r->seqs);
+    block_pool_salt_unref(r->salt);
+    free(r->id);
+    free(r);
+}
+
+vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t num_prompt_ids,
+                           const vllm_sampling_params *sp, const vllm_request_opts *opts,
+                           int32_t max_model_len, int32_t block_size, uint64_t default_seed,
+                           uint64_t serial, request **out) {
+    *out = NULL;
+    request *r = calloc(1, sizeof *r);
+    if (!r) goto nomem;
+    list_init(&r->node);
+    r->id = strdup(id);
+    r->n = sp->n > 0 ? sp->n : 1;
+    r->seqs = calloc((size_t)r->n, sizeof *r->seqs);
+    if (!r->id || !r->seqs) goto nomem;
+    r->num_prompt_tokens = num_prompt_ids;
+    r->params = *sp;
+    /* room left in the model after the prompt; at least one token is sampled */
+    int32_t room = max_model_len - num_prompt_ids;
+    if (room < 1) room = 1;
+    r->max_tokens = sp->max_tokens < 0 || sp->max_tokens > room ? room : sp->max_tokens;
+    if (r->max_tokens < 1) r->max_tokens = 1;
+    if (opts) {
+        r->priority = opts->priority;
+        r->arrival_time = opts->arrival_time;
+        if (opts->cache_salt && opts->cache_salt[0]) {
+            r->salt = block_pool_salt_create(opts->cache_salt, strlen(opts->cache_salt));
+            if (!r->salt) goto nomem;
+        }
+    }
+    r->serial = serial;
+    r->forked = r->n == 1;
+    r->num_unfinished = r->n;
+
+    int32_t cap = num_prompt_ids + r->max_tokens;
+    int32_t max_blocks = (cap + block_size - 1) / block_size;
+    for (int32_t i = 0; i < r->n; i++) {
+        seq *q = &r->seqs[i];
+        list_init(&q->node);
+        q->req = r;
+        q->index = i;
+        q->status = i == 0 ? SEQ_STATUS_WAITING : SEQ_STATUS_UNFORKED;
+        q->cap_tokens = cap;
+        q->max_blocks = max_blocks;
+        q->tokens = malloc((size_t)cap * sizeof *q->tokens);
+        q->block_ids = malloc((size_t)max_blocks * sizeof *q->block_ids);
+        q->block_hashes = malloc((size_t)max_blocks * sizeof *q->block_hashes);
+        if (!q->tokens || !q->block_ids || !q->block_hashes) goto nomem;
+        memcpy(q->tokens, prompt_ids, (size_t)num_prompt_ids * sizeof *prompt_ids);
+        q->num_tokens = num_prompt_ids;
+        q->cache_parent = -1;
+        q->stop_token_id = -1;
+        q->sample_slot = -1;
+        sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
+    }
+    *out = r;
+    return VLLM_OK;
+nomem:
+    request_free(r);
+    return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory", id);
+}
+
+int seq_compare(const seq *a, const seq *b, bool use_priority) {
+    const request *x = a->req, *y = b->req;
+    if (use_priority && x->priority != y->priority) return x->priority < y->priority ? -1 : 1;
+    if (x->arrival_time != y->arrival_time) return x->arrival_time < y->arrival_time ? -1 : 1;
+    if (x->serial != y->serial) return x->serial < y->serial ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+void seq_append_token(seq *q, int32_t token_id) {
+    if (q->num_tokens >= q->cap_tokens) abort(); /* capacity is sized to max_tokens: a bug */
+    q->tokens[q->num_tokens++] = token_id;
+    q->num_new_output++;
+}
+
+vllm_finish_reason seq_check_stop(const seq *q, int32_t max_model_len, const int32_t *eos_ids,
+                                  int32_t num_eos, int32_t *stop_token_id) {
+    const request *r = q->req;
+    int32_t num_out = seq_num_output_tokens(q);
+    *stop_token_id = -1;
+    if (q->num_tokens >= max_model_len || num_out >= r->max_tokens) return VLLM_FINISH_LENGTH;
+    if (num_out < r->params.min_tokens) return VLLM_FINISH_NONE;
+    int32_t last = q->tokens[q->num_tokens - 1];
+    if (!r->params.ignore_eos)
+        for (int32_t i = 0; i < num_eos; i++)
+            if (last == eos_ids[i]) {
+                *stop_token_id = last;
+                return VLLM_FINISH_STOP;
+            }
+    for (int32_t i = 0; i < r->params.num_stop_token_ids; i++)
+        if (last == r->params.stop_token_ids[i]) {
+            *stop_token_id = last;
+            return VLLM_FINISH_STOP;
+        }
+    return VLLM_FINISH_NONE;
+}

@@ -1,0 +1,133 @@
+/*
+ * request.h - a request (what a client added: prompt, sampling params,
+ * priority, n) and its sequences (the n samples, the unit the scheduler
+ * schedules; vLLM V1's Request).
+ *
+ * A request with n > 1 is scheduled as its first sequence alone while the
+ * prompt is prefilled; seq 0 holds n seats of max_num_seqs meanwhile. When
+ * the prompt's last token is computed, n tokens are sampled from that one
+ * logits row and the siblings split off (scheduler "fork"): each gets a copy
+ * of seq 0's block table with the blocks' ref counts raised, and the last,
+ * partially filled block is copied on write when a sequence first writes into
+ * it. From then on every sequence lives on its own: it can be preempted,
+ * recomputed and finished independently.
+ *
+ * Every sequence has its own copy of the token ids (prompt + outputs), sized
+ * at creation to the most it can ever hold, so appending never allocates and
+ * pointers into it stay valid for the request's life.
+ *
+ * Lifetime: request_create allocates the request, its sequences and their
+ * arrays; request_free releases them (the engine frees a finished request one
+ * step after reporting it, since outputs borrow its id and token arrays).
+ */
+#ifndef VLLM_ENGINE_REQUEST_H
+#define VLLM_ENGINE_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/block_pool.h"
+#include "engine/list.h"
+#include "sample/sampler.h"
+#include "vllm/vllm.h"
+
+typedef enum seq_status {
+    SEQ_STATUS_WAITING = 0,          /* in the waiting queue, not yet run */
+    SEQ_STATUS_RUNNING,              /* in the running queue */
+    SEQ_STATUS_PREEMPTED,            /* back in the waiting queue, blocks freed, to recompute */
+    SEQ_STATUS_UNFORKED,             /* n > 1: a sibling that seq 0 has not split off yet */
+    SEQ_STATUS_FINISHED,             /* finish_reason says why */
+} seq_status;
+
+/* Events kept between two step outputs: at most QUEUED, SCHEDULED, PREEMPTED. */
+#define SEQ_MAX_EVENTS 4
+
+typedef struct request request;
+
+typedef struct seq {
+    list_node node;                  /* in the scheduler's waiting or running queue */
+    request *req;
+    int32_t index;                   /* 0..n-1 */
+    seq_status status;
+
+    int32_t *tokens;                 /* (cap_tokens) prompt ids, then output ids */
+    int32_t num_tokens, cap_tokens;
+    int32_t num_computed_tokens;     /* tokens whose K/V are in the pool */
+    int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache, first schedule */
+    bool scheduled_once;
+
+    /* KV state, kept by kv_cache_manager */
+    int32_t *block_ids;              /* (max_blocks) the block table */
+    int32_t num_blocks, max_blocks;
+    block_hash *block_hashes;        /* (max_blocks) chained hashes of full token blocks */
+    int32_t num_block_hashes;
+    int32_t num_cached_blocks;       /* leading blocks already offered to the prefix cache */
+    int32_t cache_parent;            /* canonical cached block equal to block num_cached_blocks-1 */
+    uint64_t cache_parent_gen;
+
+    sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
+    int32_t sample_slot;             /* engine: this step's slot in its sampled arrays, or -1 */
+
+    /* news for the next step output, kept by the scheduler */
+    struct seq *news_next;
+    bool in_news;
+    int32_t num_events;
+    vllm_event events[SEQ_MAX_EVENTS];
+    int32_t num_new_output;          /* output tokens appended since the last step output */
+    vllm_finish_reason finish_reason;
+    int32_t stop_token_id;           /* -1 unless a stop token / EOS finished it */
+} seq;
+
+struct request {
+    list_node node;                  /* on the scheduler's finished list, then the engine's */
+    struct request *map_next;        /* engine: chain in the request-id map */
+    bool in_map;
+    char *id;
+    int32_t num_prompt_tokens;
+    vllm_sampling_params params;
+    int32_t max_tokens;              /* resolved from params (-1 = up to max_model_len) */
+    int32_t priority;
+    double arrival_time;
+    uint64_t serial;                 /* order of arrival at the engine: the last tie-break */
+    block_pool_salt *salt;           /* NULL = none (one reference) */
+    int32_t lora_id;                 /* 0 = none; part of the first block's cache key */
+    int32_t n;
+    bool forked;                     /* siblings split off seq 0 (always true for n == 1) */
+    int32_t num_unfinished;          /* sequences not yet finished */
+    seq *seqs;                       /* (n) */
+};
+
+/* Allocates a request and its n sequences, each able to hold the prompt plus
+ * its max tokens (capped by max_model_len) and the blocks for that. Sequence
+ * i's generator is seeded by sampler_rng_seed_request (params.seed + i, or
+ * default_seed, the request id and i). Inputs are assumed validated
+ * (engine_add_request does that); only allocation can fail. */
+vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t num_prompt_ids,
+                           const vllm_sampling_params *sp, const vllm_request_opts *opts,
+                           int32_t max_model_len, int32_t block_size, uint64_t default_seed,
+                           uint64_t serial, request **out);
+void request_free(request *r);
+
+/* Output tokens of a sequence so far. */
+static inline int32_t seq_num_output_tokens(const seq *q) {
+    return q->num_tokens - q->req->num_prompt_tokens;
+}
+
+/* Seats of max_num_seqs this sequence holds: n for seq 0 before the fork. */
+static inline int32_t seq_num_seats(const seq *q) { return q->req->forked ? 1 : q->req->n; }
+
+/* Scheduling order under the priority policy: (priority, arrival, serial,
+ * index) ascending; < 0 when a goes first. FCFS drops priority. */
+int seq_compare(const seq *a, const seq *b, bool use_priority);
+
+/* Appends a sampled token (capacity is guaranteed by construction). */
+void seq_append_token(seq *q, int32_t token_id);
+
+/* vLLM's check_stop, after a token was appended: LENGTH when num_tokens
+ * reaches max_model_len or the outputs reach max_tokens; then, past
+ * min_tokens, STOP for EOS (unless ignore_eos) or a stop_token_id (the
+ * token stays in the output and *stop_token_id names it). NONE otherwise. */
+vllm_finish_reason seq_check_stop(const seq *q, int32_t max_model_len, const int32_t *eos_ids,
+                                  int32_t num_eos, int32_t *stop_token_id);
+
+#endif

@@ -1,0 +1,130 @@
+/*
+ * scheduler.h - continuous batching with chunked prefill, preemption by
+ * recompute and FCFS/priority policies (vLLM V1's Scheduler).
+ *
+ * Each step (scheduler_schedule) fills a token budget
+ * (max_num_batched_tokens) and a sequence cap (max_num_seqs):
+ *   1. Running sequences first, in queue order: each gets the tokens it has
+ *      not computed yet (1 for a decode, the next chunk for a partial
+ *      prefill), capped by long_prefill_token_threshold and the budget left.
+ *      If its blocks cannot be allocated, the lowest-priority running
+ *      sequence -- the last one under FCFS, the max (priority, arrival) under
+ *      the priority policy -- is preempted (blocks freed, back to the front of
+ *      the waiting queue, K/V to be recomputed) until it fits or preempts
+ *      itself.
+ *   2. Then, only if nothing was preempted this step, waiting sequences in
+ *      queue order (FCFS: arrival; priority: lower value, then arrival) while
+ *      budget and seats last: prefix-cache lookup, then as much of the prompt
+ *      as fits (chunked prefill is always on). The first that cannot get
+ *      blocks stops the loop, so nobody overtakes it (no starvation).
+ * A sequence samples only when this step computes its last known token.
+ *
+ * After the forward, scheduler_update advances computed counts, offers newly
+ * full blocks to the prefix cache, appends sampled tokens (splitting an n > 1
+ * request into its sequences on its first sample), applies the stop
+ * conditions and frees finished sequences' blocks.
+ *
+ * Room to grow without a rewrite: speculative decoding puts draft tokens in
+ * num_new_tokens and asks for num_logits = drafts + 1 rows, then accepts a
+ * prefix in update; structured outputs attach a mask per entry that samples;
+ * LoRA ids ride on the request (and in the block hash); a KV connector adds
+ * per-step lists of blocks to load and save beside the block copies.
+ *
+ * Events (QUEUED, SCHEDULED, PREEMPTED) and new tokens are recorded on the
+ * sequences and listed as "news" for the engine's step output; the scheduler
+ * keeps no global statistics beyond the step output's counts.
+ */
+#ifndef VLLM_ENGINE_SCHEDULER_H
+#define VLLM_ENGINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/list.h"
+#include "engine/request.h"
+#include "vllm/vllm.h"
+
+#define SCHEDULER_MAX_EOS 8
+
+typedef struct scheduler_config {
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    int32_t long_prefill_token_threshold; /* 0 = off */
+    vllm_scheduling_policy policy;
+    int32_t max_model_len;
+    int32_t eos_ids[SCHEDULER_MAX_EOS];   /* the model's EOS ids, for the stop check */
+    int32_t num_eos;
+} scheduler_config;
+
+/* One sequence's work in a step. */
+typedef struct scheduled_seq {
+    seq *seq;
+    int32_t num_computed;            /* tokens with K/V before this step = first new position */
+    int32_t num_new_tokens;          /* tokens fed: positions [num_computed, num_computed + num_new_tokens) */
+    int32_t num_logits;              /* rows of logits needed: the last num_logits new tokens (0 or 1) */
+    int32_t num_samples;             /* tokens to sample from them: 0, 1, or n when seq 0 forks */
+    int32_t sample_offset;           /* first slot in the step's sampled-token array */
+} scheduled_seq;
+
+typedef struct scheduler_output {
+    int32_t num_seqs;
+    scheduled_seq *seqs;             /* (num_seqs) running ones first, then newly admitted */
+    int32_t num_tokens;              /* sum of num_new_tokens */
+    int32_t num_logits;              /* sum of num_logits */
+    int32_t num_samples;             /* sum of num_samples */
+    int32_t num_copies;
+    block_copy *copies;              /* copy-on-write: run in order, before the forward */
+    int32_t num_preemptions;         /* this step */
+    int64_t prefix_cache_queries;    /* tokens, this step */
+    int64_t prefix_cache_hits;
+} scheduler_output;
+
+typedef struct scheduler scheduler;
+
+/* The KV cache manager is borrowed and must outlive the scheduler. Checks
+ * the config (max_num_batched_tokens >= max_num_seqs, as vLLM does). */
+vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, scheduler **out);
+/* Frees the scheduler only; requests belong to the caller. */
+void scheduler_free(scheduler *s);
+
+/* Queues a new request's first sequence (records QUEUED at now). */
+void scheduler_add_request(scheduler *s, request *r, double now);
+
+/* Plans one step. The output is owned by the scheduler, valid until the
+ * next schedule; an empty step has num_seqs == 0. */
+const scheduler_output *scheduler_schedule(scheduler *s, double now);
+
+/* Applies the last schedule's results. sampled[out->seqs[i].sample_offset + k]
+ * is the k-th token sampled for entry i (k < num_samples; for a fork, the
+ * token of sequence k). */
+void scheduler_update(scheduler *s, const int32_t *sampled, double now);
+
+/* Finishes one sequence now (abort, or a stop string seen by the front end):
+ * takes it out of its queue and frees its blocks. No-op if already finished.
+ * Unforked siblings of an aborted seq 0 finish with it. */
+void scheduler_finish_seq(scheduler *s, seq *q, vllm_finish_reason reason);
+void scheduler_abort_request(scheduler *s, request *r);
+
+/* Sequences in the queues, and seats taken in the running queue. */
+int32_t scheduler_num_running(const scheduler *s);
+int32_t scheduler_num_waiting(const scheduler *s);
+bool scheduler_has_unfinished(const scheduler *s);
+/* Anything for the next step output: news or finished requests. */
+bool scheduler_has_news(const scheduler *s);
+
+/* Sequences with news (tokens, events, finish) since the last call, linked
+ * through news_next; the caller reads them and must call seq_clear_news on
+ * each (the list is reset here). */
+seq *scheduler_take_news(scheduler *s);
+void seq_clear_news(seq *q);
+
+/* The next request whose sequences have all finished, or NULL. The request
+ * is the caller's again (the scheduler no longer references it). */
+request *scheduler_pop_finished(scheduler *s);
+
+/* For tests: iterate the queues. */
+const list_node *scheduler_running(const scheduler *s);
+const list_node *scheduler_waiting(const scheduler *s);
+
+#endif

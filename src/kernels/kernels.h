@@ -1,0 +1,123 @@
+/*
+ * kernels.h - the numeric kernels of the forward pass: matmul, RMSNorm, RoPE,
+ * SwiGLU, paged attention. F32 activations and accumulation; weights F32, BF16
+ * or F16, converted on the fly (no dequantized copies).
+ *
+ * Each fast kernel has a *_naive reference beside it (tests compare the two).
+ * Kernels are single-threaded over a range the caller gives them; the runner
+ * splits ops across its thread pool.
+ *
+ * Batch invariance: every output element is reduced in an order that depends
+ * only on its own inputs. In particular matmul_range computes each y[t][n]
+ * with the same 8-lane accumulation over k and the same final horizontal sum
+ * whatever the tile it falls in, whatever (n0, n1, t0, t1) the caller asks
+ * for. So splitting work differently, or running a token alone or in a batch,
+ * never changes a single bit.
+ *
+ * Instruction set: chosen once per process (kernels_isa): AVX2+FMA+F16C when
+ * the CPU has them (the code is compiled with target attributes, so a
+ * portable build still has it), else portable C. VLLM_KERNELS=portable in the
+ * environment forces the portable path. The two paths round differently (FMA
+ * vs separate multiply and add), so one process uses one path throughout.
+ */
+#ifndef VLLM_KERNELS_KERNELS_H
+#define VLLM_KERNELS_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+typedef enum kernels_isa {
+    KERNELS_ISA_PORTABLE = 0,
+    KERNELS_ISA_AVX2,        /* AVX2 + FMA + F16C */
+} kernels_isa;
+
+/* The instruction set this process uses (decided on the first call). */
+kernels_isa kernels_isa_get(void);
+const char *kernels_isa_name(kernels_isa isa);
+/* True if the CPU can run the AVX2 kernels (whatever kernels_isa_get says). */
+bool kernels_cpu_has_avx2(void);
+
+/* Element i of a weight vector in its own dtype, as F32. */
+static inline float kernels_weight_at(const void *w, dtype t, int64_t i) {
+    switch (t) {
+    case DTYPE_BF16: return bf16_to_f32(((const uint16_t *)w)[i]);
+    case DTYPE_F16: return f16_to_f32(((const uint16_t *)w)[i]);
+    default: return ((const float *)w)[i];
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------ */
+
+/* y = x W^T (+ bias) (+ y): one dot product per (token, weight row), HF
+ * Linear layout. For t in [t0, t1), n in [n0, n1):
+ *     y[t*ldy + n] = (accumulate ? y[t*ldy + n] : 0) + (dot(w[n,:], x[t,:]) + bias[n])
+ */
+typedef struct matmul_args {
+    float *y;                /* (tokens, ldy) */
+    int64_t ldy;
+    const float *x;          /* (tokens, ldx), ldx >= k */
+    int64_t ldx;
+    const void *w;           /* (n, k) row-major, dtype wtype */
+    dtype wtype;
+    const void *bias;        /* (n) dtype btype, or NULL */
+    dtype btype;
+    int64_t n, k;
+    bool accumulate;
+} matmul_args;
+
+/* The fast kernel (dispatches on kernels_isa_get()). */
+void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* The two implementations behind it, exposed for tests. avx2 requires
+ * kernels_cpu_has_avx2(). */
+void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Reference: a plain sequential dot product per output. */
+void matmul_range_naive(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+
+/* ---- RMSNorm (norm.c), RoPE (rope.c), SwiGLU (act.c) -------------------- */
+
+/* out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)), i < n (HF LlamaRMSNorm in
+ * F32). out may alias x. The mean is summed in a fixed 8-lane order. */
+void norm_rms(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps);
+void norm_rms_naive(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps);
+
+/* HF rotate_half RoPE on n_heads heads of x (n_heads, head_dim) in place:
+ * element i pairs with i + head_dim/2, angle_i = pos * inv_freq[i].
+ * cos/sin: (head_dim/2) for this token's position. */
+void rope_apply(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
+/* cos/sin (half) of pos * inv_freq[i], the angle rounded to F32 as HF does. */
+void rope_cos_sin(float *cos, float *sin, const float *inv_freq, int32_t half, int32_t pos);
+
+/* g[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n. */
+void act_swiglu(float *g, const float *u, int64_t n);
+
+/* ---- attention (attention.c) -------------------------------------------- */
+
+/* Paged attention of one token's query heads that share one KV head.
+ *   q:       (group, head_dim)   query heads kv_head*group .. +group-1
+ *   out:     (group, head_dim)
+ *   k_cache, v_cache: one layer's pool, (num_blocks, kv_heads, block_size, head_dim)
+ *   block_table: physical block of logical block j = position / block_size
+ *   n_ctx:   attend to positions 0 .. n_ctx-1 (the token's own position + 1)
+ *   scratch: (group * (block_size + 2)) floats
+ * Scans the context block by block in position order with an online softmax
+ * (running max and sum), the same sequence of operations for a token whether
+ * it is decoded alone or prefilled in a batch. */
+typedef struct attention_args {
+    const float *k_cache, *v_cache;
+    int32_t kv_heads, head_dim, block_size;
+    float scale;             /* 1 / sqrt(head_dim) */
+} attention_args;
+
+void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
+                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
+
+/* Reference: softmax(q k^T * scale) v over contiguous k, v (n_ctx, head_dim)
+ * for one query head, two passes in double. head_dim <= 512. */
+#define ATTENTION_NAIVE_MAX_HEAD_DIM 512
+void attention_naive(float *out, const float *q, const float *k, const float *v, int32_t n_ctx,
+                     int32_t head_dim, float scale);
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * matmul.c - y = x W^T for F32 activations and F32/BF16/F16 weights.
+ *
+ * The fast path (AVX2+FMA+F16C) computes a tile of R weight rows x T tokens
+ * per call: each k-step loads R weight vectors (8 elements, converted to F32
+ * in registers) and reuses each for T tokens, so prefill reads a weight row
+ * once per 4 tokens instead of once per token. Tiles are (R, T) = (8, 1),
+ * (6, 2), (4, 3), (3, 4): at most 12 accumulators plus the weight and token
+ * registers fit the 16 ymm registers.
+ *
+ * Invariance: whatever the tile, every output y[t][n] has exactly one 8-lane
+ * accumulator that sees k in increasing steps of 8 (the last step zero-padded
+ * when k % 8 != 0), each step one FMA, followed by the same horizontal sum
+ * ((l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one). So a token's outputs are
+ * bit-identical however many tokens share its tile or its call. Nothing here
+ * splits the reduction dimension.
+ *
+ * The portable path mirrors the 8-lane order with separate multiply and add;
+ * the naive reference is one sequential sum per output.
+ */
+#include "kernels/kernels.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- instruction set -------------------------------------------------- */
+
+bool kernels_cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+kernels_isa kernels_isa_get(void) {
+    static atomic_int cached = -1;
+    int isa = atomic_load(&cached);
+    if (isa < 0) {
+        const char *env = getenv("VLLM_KERNELS");
+        bool portable = env && !strcmp(env, "portable");
+        isa = !portable && kernels_cpu_has_avx2() ? KERNELS_ISA_AVX2 : KERNELS_ISA_PORTABLE;
+        atomic_store(&cached, isa);
+    }
+    return (kernels_isa)isa;
+}
+
+const char *kernels_isa_name(kernels_isa isa) {
+    return isa == KERNELS_ISA_AVX2 ? "avx2" : "portable";
+}
+
+/* ---- shared epilogue --------------------------------------------------- */
+
+static inline float weight_bias(const matmul_args *a, int64_t n) {
+    return kernels_weight_at(a->bias, a->btype, n);
+}
+
+/* Writes one finished dot product: (dot + bias), added to y if accumulating. */
+static inline void store_out(const matmul_args *a, int64_t t, int64_t n, float dot) {
+    if (a->bias) dot += weight_bias(a, n);
+    float *y = &a->y[t * a->ldy + n];
+    *y = a->accumulate ? *y + dot : dot;
+}
+
+/* ---- naive reference ----------------------------------------------------- */
+
+void matmul_range_naive(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = a->x + t * a->ldx;
+        for (int64_t n = n0; n < n1; n++) {
+            float s = 0.0f;
+            for (int64_t i = 0; i < a->k; i++) s += kernels_weight_at(a->w, a->wtype, n * a->k + i) * x[i];
+            store_out(a, t, n, s);
+        }
+    }
+}
+
+/* ---- portable ------------------------------------------------------------ */
+
+static inline float hsum8(const float l[8]) {
+    float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
+    float b0 = a0 + a2, b1 = a1 + a3;
+    return b0 + b1;
+}
+
+static inline void load8_portable(float out[8], const void *w, dtype t, int64_t i, int cnt) {
+    for (int l = 0; l < 8; l++) out[l] = l < cnt ? kernels_weight_at(w, t, i + l) : 0.0f;
+}
+
+void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    const int64_t k = a->k;
+    for (int64_t n = n0; n < n1; n++) {
+        for (int64_t t = t0; t < t1; t++) {
+            const float *x = a->x + t * a->ldx;
+            float acc[8] = {0};
+            for (int64_t i = 0; i < k; i += 8) {
+                int cnt = k - i < 8 ? (int)(k - i) : 8;
+                float w8[8], x8[8];
+                load8_portable(w8, a->w, a->wtype, n * k + i, cnt);
+                for (int l = 0; l < 8; l++) x8[l] = l < cnt ? x[i + l] : 0.0f;
+                for (int l = 0; l < 8; l++) acc[l] += w8[l] * x8[l];
+            }
+            store_out(a, t, n, hsum8(acc));
+        }
+    }
+}
+
+/* ---- AVX2 ---------------------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX2_ENTRY __attribute__((target("avx2,fma,f16c")))
+
+AVX2_FN __m256 load8_avx2(dtype t, const void *base, int64_t i) {
+    if (t == DTYPE_F32) return _mm256_loadu_ps((const float *)base + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+    if (t == DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The last, partial step: cnt (< 8) elements, the rest zero. */
+AVX2_FN __m256 load8_tail_avx2(dtype t, const void *base, int64_t i, int cnt) {
+    uint32_t buf[8] = {0};
+    memcpy(buf, (const char *)base + i * (int64_t)dtype_size(t), (size_t)cnt * dtype_size(t));
+    return load8_avx2(t, buf, 0);
+}
+
+AVX2_FN float hsum8_avx2(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 hi = _mm_movehl_ps(lo, lo);
+    lo = _mm_add_ps(lo, hi);
+    hi = _mm_shuffle_ps(lo, lo, 1);
+    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+/* One R x T tile: weight rows n..n+R-1, tokens t..t+T-1. R, T and wt are
+ * compile-time constants at every call site, so the loops unroll into
+ * registers. */
+AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n,
+                       int64_t t) {
+    const int64_t k = a->k, k8 = k & ~(int64_t)7;
+    const size_t esz = dtype_size(wt);
+    const char *wr[8];
+    const float *xr[4];
+    __m256 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) wr[r] = (const char *)a->w + (size_t)(n + r) * (size_t)k * esz;
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) xr[j] = a->x + (t + j) * a->ldx;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[r][j] = _mm256_setzero_ps();
+
+    for (int64_t i = 0; i < k8; i += 8) {
+        __m256 wv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = load8_avx2(wt, wr[r], i);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256 xv = _mm256_loadu_ps(xr[j] + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    if (k8 < k) {
+        int cnt = (int)(k - k8);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256 xv = load8_tail_avx2(DTYPE_F32, xr[j], k8, cnt);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r][j] = _mm256_fmadd_ps(load8_tail_avx2(wt, wr[r], k8, cnt), xv, acc[r][j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) store_out(a, t + j, n + r, hsum8_avx2(acc[r][j]));
+}
+
+/* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. */
+AVX2_FN void rows_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
+                       int64_t n1, int64_t t) {
+    int64_t n = n0;
+    for (; n + R <= n1; n += R) tile_avx2(R, T, wt, a, n, t);
+    for (; n < n1; n++) tile_avx2(1, T, wt, a, n, t);
+}
+
+AVX2_FN void range_avx2(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
+                        int64_t t1) {
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) rows_avx2(3, 4, wt, a, n0, n1, t);
+    switch (t1 - t) {
+    case 3: rows_avx2(4, 3, wt, a, n0, n1, t); break;
+    case 2: rows_avx2(6, 2, wt, a, n0, n1, t); break;
+    case 1: rows_avx2(8, 1, wt, a, n0, n1, t); break;
+    default: break;
+    }
+}
+
+static AVX2_ENTRY void range_avx2_f32(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx2(DTYPE_F32, a, n0, n1, t0, t1);
+}
+static AVX2_ENTRY void range_avx2_bf16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx2(DTYPE_BF16, a, n0, n1, t0, t1);
+}
+static AVX2_ENTRY void range_avx2_f16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx2(DTYPE_F16, a, n0, n1, t0, t1);
+}
+
+void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    switch (a->wtype) {
+    case DTYPE_BF16: range_avx2_bf16(a, n0, n1, t0, t1); break;
+    case DTYPE_F16: range_avx2_f16(a, n0, n1, t0, t1); break;
+    default: range_avx2_f32(a, n0, n1, t0, t1); break;
+    }
+}
+#else
+void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    matmul_range_portable(a, n0, n1, t0, t1);
+}
+#endif
+
+void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    if (kernels_isa_get() == KERNELS_ISA_AVX2)
+        matmul_range_avx2(a, n0, n1, t0, t1);
+    else
+        matmul_range_portable(a, n0, n1, t0, t1);
+}

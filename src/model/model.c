@@ -1,0 +1,359 @@
+/*
+ * model.c - model_load / model_free: a Hugging Face directory into a model.
+ *
+ *   config.json                   required; model_config_parse
+ *   generation_config.json        optional; sampling defaults and extra eos ids
+ *   model.safetensors             the weights, or
+ *   model.safetensors.index.json  {"weight_map": {tensor: shard file}} + the shards
+ *
+ * Every safetensors file is mmapped read-only and stays mapped for the model's
+ * lifetime; model_weights holds borrowed views into the mappings, so loading a
+ * 2 GB checkpoint costs a few page-table entries, and pages are read from the
+ * page cache only when the forward pass first touches them.
+ *
+ * Binding is driven by what the config says must exist: for each expected HF
+ * tensor name we look it up (binary search in each file), demand the exact
+ * shape the config implies, and mark it used. Whatever remains unused
+ * (rotary_emb.inv_freq, an lm_head.weight shadowed by tied embeddings, ...)
+ * is ignored with a debug line. A name found in two files is an error, since
+ * "which copy wins" would depend on shard order.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+#define MAX_JSON_FILE (64u << 20)
+
+/* Reads a whole (JSON) file into a NUL-terminated heap buffer. A missing file is
+ * VLLM_ERR_NOT_FOUND so callers can treat optional files as optional. */
+static vllm_status read_text_file(const char *path, char **out, size_t *len) {
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return vllm_error(errno == ENOENT ? VLLM_ERR_NOT_FOUND : VLLM_ERR_IO, "%s: cannot open: %s", path,
+                          strerror(errno));
+    vllm_status rc = VLLM_OK;
+    char *buf = NULL;
+    long size = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
+    if (size < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        rc = vllm_error(VLLM_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        goto done;
+    }
+    if ((unsigned long)size > MAX_JSON_FILE) {
+        rc = vllm_error(VLLM_ERR_FORMAT, "%s: %ld bytes is too large for a JSON file here", path, size);
+        goto done;
+    }
+    if (!(buf = malloc((size_t)size + 1))) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    if (fread(buf, 1, (size_t)size, fp) != (size_t)size) {
+        rc = vllm_error(VLLM_ERR_IO, "%s: short read", path);
+        free(buf);
+        buf = NULL;
+        goto done;
+    }
+    buf[size] = 0;
+    *out = buf;
+    *len = (size_t)size;
+done:
+    fclose(fp);
+    return rc;
+}
+
+static char *path_join(const char *dir, const char *name) {
+    char *p = NULL;
+    return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
+static vllm_status load_configs(model *m) {
+    char *path = path_join(m->dir, "config.json"), *text = NULL;
+    size_t len = 0;
+    vllm_status rc = VLLM_OK;
+    if (!path) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    if ((rc = read_text_file(path, &text, &len))) goto done;
+    if ((rc = model_config_parse(text, len, path, &m->config))) goto done;
+    free(path);
+    free(text);
+    text = NULL;
+    if (!(path = path_join(m->dir, "generation_config.json"))) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    rc = read_text_file(path, &text, &len);
+    if (rc == VLLM_ERR_NOT_FOUND) {
+        rc = VLLM_OK;
+        goto done;
+    }
+    if (rc) goto done;
+    rc = model_generation_config_parse(text, len, path, &m->config, &m->gen);
+done:
+    free(path);
+    free(text);
+    return rc;
+}
+
+static vllm_status open_file(model *m, const char *name) {
+    char *path = path_join(m->dir, name);
+    if (!path) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    safetensors_file *f = calloc(1, sizeof *f);
+    vllm_status rc = f ? safetensors_open(path, f) : vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    free(path);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    m->files[m->num_files++] = f;
+    return VLLM_OK;
+}
+
+/* A shard name from an index must stay inside the model directory. */
+static bool shard_name_ok(const char *s) {
+    if (!*s || *s == '/') return false;
+    for (const char *p = s; *p; p = strchr(p, '/') ? strchr(p, '/') + 1 : p + strlen(p))
+        if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) return false;
+    return true;
+}
+
+/* The open file called name inside the model directory, or NULL. */
+static safetensors_file *find_shard(const model *m, const char *name) {
+    size_t dl = strlen(m->dir); /* every path is dir + "/" + name (path_join) */
+    for (int32_t i = 0; i < m->num_files; i++)
+        if (!strcmp(m->files[i]->path + dl + 1, name)) return m->files[i];
+    return NULL;
+}
+
+/* Opens each shard named by the index once, then checks that every weight_map
+ * entry is really in the shard it names. */
+static vllm_status open_sharded(model *m, const char *index_path, const char *text, size_t len) {
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr), *map;
+    vllm_status rc = VLLM_OK;
+    const char *name;
+    json_t *v;
+    if (!root) return vllm_error(VLLM_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", index_path, jerr.text, jerr.line);
+    if (!json_is_object(root) || !json_is_object(map = json_object_get(root, "weight_map")) ||
+        json_object_size(map) == 0) {
+        rc = vllm_error(VLLM_ERR_FORMAT, "%s: no \"weight_map\" object", index_path);
+        goto done;
+    }
+    size_t cap = json_object_size(map);
+    if (!(m->files = calloc(cap, sizeof *m->files))) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    json_object_foreach(map, name, v) {
+        const char *shard = json_string_value(v);
+        if (!shard || !shard_name_ok(shard)) {
+            rc = vllm_error(VLLM_ERR_FORMAT, "%s: weight_map entry '%s' must name a file in the model directory",
+                            index_path, name);
+            goto done;
+        }
+        if (!find_shard(m, shard) && (rc = open_file(m, shard))) {
+            vllm_error_prefix("%s names shard %s", index_path, shard);
+            goto done;
+        }
+    }
+    json_object_foreach(map, name, v) {
+        const safetensors_file *f = find_shard(m, json_string_value(v));
+        if (!f || !safetensors_find(f, name)) {
+            rc = vllm_error(VLLM_ERR_FORMAT, "%s: weight_map puts '%s' in %s, which has no such tensor", index_path,
+                            name, json_string_value(v));
+            goto done;
+        }
+    }
+done:
+    json_decref(root);
+    return rc;
+}
+
+static vllm_status open_weights(model *m) {
+    char *index_path = path_join(m->dir, "model.safetensors.index.json"), *text = NULL;
+    char *single_path = path_join(m->dir, "model.safetensors");
+    size_t len = 0;
+    vllm_status rc = VLLM_OK;
+    if (!index_path || !single_path) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    rc = read_text_file(index_path, &text, &len);
+    if (rc == VLLM_OK) rc = open_sharded(m, index_path, text, len);
+    else if (rc == VLLM_ERR_NOT_FOUND) {
+        if (access(single_path, F_OK) != 0)
+            rc = vllm_error(VLLM_ERR_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json",
+                            m->dir);
+        else if (!(m->files = calloc(1, sizeof *m->files)))
+            rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
+        else
+            rc = open_file(m, "model.safetensors");
+    }
+done:
+    free(index_path);
+    free(single_path);
+    free(text);
+    return rc;
+}
+
+/* Finds name in exactly one file; *file gets the file (for messages). */
+static vllm_status find_tensor(model *m, const char *name, safetensors_tensor **out, safetensors_file **file) {
+    *out = NULL;
+    for (int32_t i = 0; i < m->num_files; i++) {
+        safetensors_tensor *t = safetensors_find(m->files[i], name);
+        if (!t) continue;
+        if (*out)
+            return vllm_error(VLLM_ERR_FORMAT, "tensor '%s' is in both %s and %s", name, (*file)->path,
+                              m->files[i]->path);
+        *out = t;
+        *file = m->files[i];
+    }
+    return VLLM_OK;
+}
+
+static void format_shape(char *buf, size_t size, int32_t ndim, const int64_t *shape) {
+    int n = snprintf(buf, size, "[");
+    for (int32_t i = 0; i < ndim && n > 0 && (size_t)n < size; i++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
+}
+
+/* Binds the tensor called name (printf-style) with the given shape (d1 < 0: 1-D)
+ * into *out. A missing tensor is an error only if required. */
+static vllm_status bind_tensor(model *m, tensor *out, bool required, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static vllm_status bind_tensor(model *m, tensor *out, bool required, int64_t d0, int64_t d1, const char *fmt, ...) {
+    char name[256], want[64], got[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[2] = {d0, d1};
+    int32_t ndim = d1 < 0 ? 1 : 2;
+    format_shape(want, sizeof want, ndim, shape);
+    safetensors_tensor *t;
+    safetensors_file *f = NULL;
+    vllm_status rc = find_tensor(m, name, &t, &f);
+    if (rc) return rc;
+    if (!t) {
+        if (!required) return VLLM_OK;
+        return vllm_error(VLLM_ERR_FORMAT, "%s: missing tensor '%s' (expected shape %s)",
+                          m->num_files == 1 ? m->files[0]->path : m->dir, name, want);
+    }
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s from config.json", f->path,
+                          name, got, want);
+    }
+    t->used = true;
+    *out = (tensor){.type = t->type, .ndim = ndim, .shape = {d0, ndim == 2 ? d1 : 0}, .data = t->data};
+    return VLLM_OK;
+}
+
+static vllm_status bind_weights(model *m) {
+    const model_config *c = &m->config;
+    model_weights *w = &m->w;
+    const int64_t dim = c->hidden_size, q_dim = (int64_t)c->num_attention_heads * c->head_dim,
+                  kv_dim = (int64_t)c->num_key_value_heads * c->head_dim, ff = c->intermediate_size;
+    bool o_bias = c->attention_bias && (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN3);
+    vllm_status rc;
+    if (!(w->layers = calloc((size_t)c->num_hidden_layers, sizeof *w->layers)))
+        return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    if ((rc = bind_tensor(m, &w->embed_tokens, true, c->vocab_size, dim, "model.embed_tokens.weight")) ||
+        (rc = bind_tensor(m, &w->norm, true, dim, -1, "model.norm.weight")))
+        return rc;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        layer_weights *l = &w->layers[i];
+        const char *p = "model.layers";
+        bool b = c->attention_bias;
+        if ((rc = bind_tensor(m, &l->input_layernorm, true, dim, -1, "%s.%d.input_layernorm.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->q_proj, true, q_dim, dim, "%s.%d.self_attn.q_proj.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->k_proj, true, kv_dim, dim, "%s.%d.self_attn.k_proj.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->v_proj, true, kv_dim, dim, "%s.%d.self_attn.v_proj.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->o_proj, true, dim, q_dim, "%s.%d.self_attn.o_proj.weight", p, i)) ||
+            (b && (rc = bind_tensor(m, &l->q_bias, true, q_dim, -1, "%s.%d.self_attn.q_proj.bias", p, i))) ||
+            (b && (rc = bind_tensor(m, &l->k_bias, true, kv_dim, -1, "%s.%d.self_attn.k_proj.bias", p, i))) ||
+            (b && (rc = bind_tensor(m, &l->v_bias, true, kv_dim, -1, "%s.%d.self_attn.v_proj.bias", p, i))) ||
+            (o_bias && (rc = bind_tensor(m, &l->o_bias, true, dim, -1, "%s.%d.self_attn.o_proj.bias", p, i))) ||
+            (c->qk_norm &&
+             (rc = bind_tensor(m, &l->q_norm, true, c->head_dim, -1, "%s.%d.self_attn.q_norm.weight", p, i))) ||
+            (c->qk_norm &&
+             (rc = bind_tensor(m, &l->k_norm, true, c->head_dim, -1, "%s.%d.self_attn.k_norm.weight", p, i))) ||
+            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1,
+                              "%s.%d.post_attention_layernorm.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
+            (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
+            return rc;
+    }
+    if (c->tie_word_embeddings) w->lm_head = w->embed_tokens;
+    else if ((rc = bind_tensor(m, &w->lm_head, true, c->vocab_size, dim, "lm_head.weight"))) {
+        vllm_error_prefix("tie_word_embeddings is false");
+        return rc;
+    }
+    int64_t unused = 0;
+    for (int32_t i = 0; i < m->num_files; i++)
+        for (int32_t j = 0; j < m->files[i]->num_tensors; j++) {
+            const safetensors_tensor *t = &m->files[i]->tensors[j];
+            if (t->used) continue;
+            log_debug("%s: ignoring tensor '%s' (not used by %s)", m->files[i]->path, t->name, c->architecture);
+            unused += !strstr(t->name, "rotary_emb.inv_freq") && strcmp(t->name, "lm_head.weight");
+        }
+    if (unused)
+        log_warn("%s: %lld tensors in the checkpoint are not used by %s with this config.json "
+                 "(VLLM_LOGGING_LEVEL=DEBUG lists them)",
+                 m->dir, (long long)unused, c->architecture);
+    return VLLM_OK;
+}
+
+static size_t weight_bytes(const model *m) {
+    size_t n = 0;
+    for (int32_t i = 0; i < m->num_files; i++)
+        for (int32_t j = 0; j < m->files[i]->num_tensors; j++)
+            if (m->files[i]->tensors[j].used) n += m->files[i]->tensors[j].end - m->files[i]->tensors[j].begin;
+    return n;
+}
+
+vllm_status model_load(const char *dir, model **out) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *out = NULL;
+    vllm_status rc;
+    model *m = calloc(1, sizeof *m);
+    if (!m || !(m->dir = strdup(dir))) {
+        free(m);
+        return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    }
+    if ((rc = load_configs(m)) || (rc = open_weights(m)) || (rc = bind_weights(m))) {
+        model_free(m);
+        return rc;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const model_config *c = &m->config;
+    log_info("Loaded %s (%s): %d layers, hidden %d, %d heads / %d KV heads x %d, vocab %d, "
+             "%.2f GiB of %s weights in %d file%s, %.3f s",
+             dir, c->architecture, c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
+             c->num_key_value_heads, c->head_dim, c->vocab_size, (double)weight_bytes(m) / (1 << 30),
+             dtype_name(m->w.embed_tokens.type), m->num_files, m->num_files == 1 ? "" : "s",
+             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    *out = m;
+    return VLLM_OK;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    for (int32_t i = 0; i < m->num_files; i++) {
+        safetensors_deinit(m->files[i]);
+        free(m->files[i]);
+    }
+    free(m->files);
+    free(m->w.layers);
+    free(m->dir);
+    free(m);
+}

@@ -1,0 +1,560 @@
+/*
+ * runner.c - the Llama-family forward pass over a flattened batch and a paged
+ * F32 KV pool (Llama, Mistral, Qwen2 biases, Qwen3 q/k norms).
+ *
+ * Per layer, over all num_tokens rows of the batch at once (x is the residual
+ * stream, (tokens, dim)):
+ *
+ *   xb = rmsnorm(x) * input_layernorm
+ *   q, k, v = xb Wq^T (+bq), xb Wk^T (+bk), xb Wv^T (+bv)      one dispatch
+ *   per token: [Qwen3 q_norm/k_norm per head], RoPE(q, k), K/V -> pool slots
+ *   att = paged causal attention, each token over positions 0..p of its own
+ *         sequence through its block table (GQA: q head h reads KV head h/group)
+ *   x += att Wo^T
+ *   xb = rmsnorm(x) * post_attention_layernorm
+ *   hb = silu(xb Wg^T) * (xb Wu^T)                            one dispatch
+ *   x += hb Wd^T
+ *
+ * then the final norm and lm_head only for the logits_indices rows.
+ *
+ * KV pool: one calloc'd block of floats, per layer K then V, each
+ *     (num_blocks, kv_heads, block_size, head_dim)
+ * (see kernels/attention.c); slot s = block * block_size + offset.
+ *
+ * Threads: each stage is one threadpool_run; matmuls hand out (row chunk,
+ * token chunk) work items from an atomic counter, attention hands out
+ * (token, kv head) items. Stages whose work is one or a few rows (norms and
+ * RoPE at decode) run on the calling thread without waking the pool.
+ *
+ * Invariance: no stage lets the batch change a token's arithmetic (see
+ * kernels.h): work is split over outputs and tokens only, and every kernel's
+ * reduction order is fixed by the token's own data.
+ *
+ * Memory: the KV pool, all scratch for max_num_batched_tokens and the
+ * per-thread attention scratch are allocated by runner_create; runner_forward
+ * allocates nothing.
+ */
+#include "model/runner.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+
+enum {
+    MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
+    MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
+    MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 */
+    INLINE_MAX_TOKENS = 4,      /* element-wise stages this small run on the caller */
+};
+
+/* One parallel matmul stage: up to three weights sharing one input (q/k/v),
+ * or a gate/up pair combined by SwiGLU into part[0].y. */
+typedef struct mm_op {
+    matmul_args part[3];
+    int nparts;
+    bool swiglu;
+    int64_t tokens;
+    int64_t row_chunk;
+    int64_t num_tchunks;
+    int64_t first_item[4];      /* work items of part p: [first_item[p], first_item[p+1]) */
+} mm_op;
+
+struct runner {
+    const model *m;
+    runner_config cfg;
+    threadpool *pool;
+    int nth;
+
+    /* shapes */
+    int32_t dim, n_heads, n_kv, head_dim, group, inter, vocab, n_layers;
+    int64_t q_dim, kv_dim;
+    float eps, attn_scale;
+    float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
+
+    /* KV pool */
+    float *kv;                  /* (n_layers, 2, num_blocks, n_kv, block_size, head_dim) */
+    size_t kv_block_floats;     /* n_kv * block_size * head_dim */
+    size_t kv_half_floats;      /* num_blocks * kv_block_floats: one layer's K (or V) */
+
+    /* scratch, T = max_num_batched_tokens */
+    float *x;                   /* (T, dim) residual stream */
+    float *xb;                  /* (T, dim) normed input of a matmul; final rows for logits */
+    float *q;                   /* (T, q_dim) */
+    float *k, *v;               /* (T, kv_dim) */
+    float *att;                 /* (T, q_dim) attention output */
+    float *hb, *hb2;            /* (T, inter) gate, up */
+    float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
+    float *att_scratch;         /* (nth, group * (block_size + 2)) */
+
+    /* the stage being run */
+    const runner_batch *b;
+    int32_t *token_seq;         /* (T) sequence of each token of the batch */
+    int32_t layer;
+    mm_op mm;
+    atomic_long next_item;      /* work-item counter of the running stage */
+};
+
+/* ---- set-up ------------------------------------------------------------ */
+
+/* HF inv_freq = 1 / theta^(2i/d), in F32 like torch, then rope_scaling:
+ * linear divides by factor; llama3 (HF _compute_llama3_parameters) divides
+ * low frequencies by factor, keeps high ones and interpolates between. */
+static void rope_init_inv_freq(float *inv_freq, const model_config *c) {
+    int32_t half = c->head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)c->head_dim;
+        float f = 1.0f / powf(c->rope_theta, expo);
+        if (c->rope_scaling == ROPE_SCALING_LINEAR) {
+            f = f / c->rope_factor;
+        } else if (c->rope_scaling == ROPE_SCALING_LLAMA3) {
+            float old_len = (float)c->rope_original_max_position_embeddings;
+            float low_wavelen = old_len / c->rope_low_freq_factor;
+            float high_wavelen = old_len / c->rope_high_freq_factor;
+            float wavelen = 2.0f * (float)M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = f / c->rope_factor;
+            } else if (!(wavelen < high_wavelen)) {
+                float smooth = (old_len / wavelen - c->rope_low_freq_factor) /
+                               (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (1.0f - smooth) * f / c->rope_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+/* count * size in bytes, false on overflow. */
+static bool size_mul(size_t *out, size_t a, size_t b) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Zeroed array of n elements of size bytes; on failure sets *rc (once) and
+ * returns NULL. Does nothing if *rc is already an error. */
+static void *alloc_zeroed(size_t n, size_t size, vllm_status *rc) {
+    size_t bytes;
+    void *p = NULL;
+    if (*rc != VLLM_OK) return NULL;
+    if (size_mul(&bytes, n ? n : 1, size)) p = calloc(1, bytes);
+    if (!p) *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot allocate %zu x %zu bytes", n, size);
+    return p;
+}
+
+static float *alloc_floats(size_t n, vllm_status *rc) { return alloc_zeroed(n, sizeof(float), rc); }
+
+size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
+    return (size_t)2 * (size_t)c->num_hidden_layers * (size_t)c->num_key_value_heads *
+           (size_t)c->head_dim * (size_t)block_size * sizeof(float);
+}
+
+vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
+    *out = NULL;
+    const model_config *c = &m->config;
+    if (cfg->num_blocks < 1 || cfg->block_size < 1 || cfg->block_size > 4096 ||
+        cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->num_threads < 0)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "runner: bad config: num_blocks %d, block_size %d (1..4096), "
+                          "max_num_batched_tokens %d, max_num_seqs %d, num_threads %d",
+                          cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens,
+                          cfg->max_num_seqs, cfg->num_threads);
+    if (c->head_dim < 2 || c->head_dim % 2 || c->num_key_value_heads < 1 ||
+        c->num_attention_heads % c->num_key_value_heads)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "runner: head_dim %d, heads %d, kv heads %d",
+                          c->head_dim, c->num_attention_heads, c->num_key_value_heads);
+    if ((int64_t)cfg->num_blocks * cfg->block_size > INT32_MAX)
+        return vllm_error(VLLM_ERR_INVALID, "runner: %d blocks of %d slots exceed 2^31 slots",
+                          cfg->num_blocks, cfg->block_size);
+
+    runner *r = calloc(1, sizeof *r);
+    if (!r) return vllm_error(VLLM_ERR_NOMEM, "runner: out of memory");
+    vllm_status rc = VLLM_OK;
+    r->m = m;
+    r->cfg = *cfg;
+    r->dim = c->hidden_size;
+    r->n_heads = c->num_attention_heads;
+    r->n_kv = c->num_key_value_heads;
+    r->head_dim = c->head_dim;
+    r->group = r->n_heads / r->n_kv;
+    r->inter = c->intermediate_size;
+    r->vocab = c->vocab_size;
+    r->n_layers = c->num_hidden_layers;
+    r->q_dim = (int64_t)r->n_heads * r->head_dim;
+    r->kv_dim = (int64_t)r->n_kv * r->head_dim;
+    r->eps = c->rms_norm_eps;
+    r->attn_scale = (float)(1.0 / sqrt((double)r->head_dim));
+
+    if ((rc = threadpool_create(cfg->num_threads, &r->pool)) != VLLM_OK) goto fail;
+    r->nth = threadpool_num_threads(r->pool);
+    r->cfg.num_threads = r->nth;
+
+    r->kv_block_floats = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim;
+    r->kv_half_floats = (size_t)cfg->num_blocks * r->kv_block_floats;
+    size_t kv_floats;
+    if (!size_mul(&kv_floats, r->kv_half_floats, (size_t)2 * (size_t)r->n_layers)) {
+        rc = vllm_error(VLLM_ERR_INVALID, "runner: KV pool of %d blocks overflows", cfg->num_blocks);
+        goto fail;
+    }
+    r->kv = alloc_floats(kv_floats, &rc);
+
+    size_t T = (size_t)cfg->max_num_batched_tokens;
+    r->inv_freq = alloc_floats((size_t)r->head_dim / 2, &rc);
+    r->x = alloc_floats(T * (size_t)r->dim, &rc);
+    r->xb = alloc_floats(T * (size_t)r->dim, &rc);
+    r->q = alloc_floats(T * (size_t)r->q_dim, &rc);
+    r->k = alloc_floats(T * (size_t)r->kv_dim, &rc);
+    r->v = alloc_floats(T * (size_t)r->kv_dim, &rc);
+    r->att = alloc_floats(T * (size_t)r->q_dim, &rc);
+    r->hb = alloc_floats(T * (size_t)r->inter, &rc);
+    r->hb2 = alloc_floats(T * (size_t)r->inter, &rc);
+    r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
+    r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
+    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)r->group * ((size_t)cfg->block_size + 2), &rc);
+    if (rc != VLLM_OK) goto fail;
+    rope_init_inv_freq(r->inv_freq, c);
+    *out = r;
+    return VLLM_OK;
+fail:
+    runner_free(r);
+    return rc;
+}
+
+void runner_free(runner *r) {
+    if (!r) return;
+    threadpool_free(r->pool);
+    free(r->kv);
+    free(r->inv_freq);
+    free(r->x);
+    free(r->xb);
+    free(r->q);
+    free(r->k);
+    free(r->v);
+    free(r->att);
+    free(r->hb);
+    free(r->hb2);
+    free(r->rope);
+    free(r->att_scratch);
+    free(r->token_seq);
+    free(r);
+}
+
+vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block) {
+    if (src_block < 0 || src_block >= r->cfg.num_blocks || dst_block < 0 || dst_block >= r->cfg.num_blocks)
+        return vllm_error(VLLM_ERR_INVALID, "runner_copy_block: blocks %d -> %d outside the pool of %d",
+                          src_block, dst_block, r->cfg.num_blocks);
+    if (src_block == dst_block) return VLLM_OK;
+    size_t n = r->kv_block_floats;
+    for (int32_t half = 0; half < 2 * r->n_layers; half++) {
+        float *base = r->kv + (size_t)half * r->kv_half_floats;
+        memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n * sizeof(float));
+    }
+    return VLLM_OK;
+}
+
+/* ---- batch validation -------------------------------------------------------- */
+
+static vllm_status check_batch(const runner *r, const runner_batch *b) {
+    const runner_config *c = &r->cfg;
+    int32_t bs = c->block_size;
+    if (b->num_tokens < 0 || b->num_tokens > c->max_num_batched_tokens)
+        return vllm_error(VLLM_ERR_INVALID, "runner: num_tokens %d outside 0..max_num_batched_tokens %d",
+                          b->num_tokens, c->max_num_batched_tokens);
+    if (b->num_seqs < 0 || b->num_seqs > c->max_num_seqs)
+        return vllm_error(VLLM_ERR_INVALID, "runner: num_seqs %d outside 0..max_num_seqs %d", b->num_seqs,
+                          c->max_num_seqs);
+    if (b->num_logits < 0 || b->num_logits > c->max_num_batched_tokens)
+        return vllm_error(VLLM_ERR_INVALID, "runner: num_logits %d outside 0..%d", b->num_logits,
+                          c->max_num_batched_tokens);
+    if (b->num_tokens == 0) {
+        if (b->num_logits) return vllm_error(VLLM_ERR_INVALID, "runner: logits requested for an empty batch");
+        return VLLM_OK;
+    }
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start_loc || !b->seq_lens ||
+        !b->block_tables || (b->num_logits && !b->logits_indices))
+        return vllm_error(VLLM_ERR_INVALID, "runner: batch array missing (NULL)");
+    if (b->num_seqs < 1 || b->max_blocks_per_seq < 1)
+        return vllm_error(VLLM_ERR_INVALID, "runner: %d tokens but num_seqs %d, max_blocks_per_seq %d",
+                          b->num_tokens, b->num_seqs, b->max_blocks_per_seq);
+    if (b->query_start_loc[0] != 0 || b->query_start_loc[b->num_seqs] != b->num_tokens)
+        return vllm_error(VLLM_ERR_INVALID, "runner: query_start_loc must run from 0 to num_tokens %d (got %d..%d)",
+                          b->num_tokens, b->query_start_loc[0], b->query_start_loc[b->num_seqs]);
+    for (int32_t s = 0; s < b->num_seqs; s++) {
+        int32_t t0 = b->query_start_loc[s], t1 = b->query_start_loc[s + 1];
+        int32_t len = b->seq_lens[s];
+        if (t1 < t0 || t1 > b->num_tokens)
+            return vllm_error(VLLM_ERR_INVALID, "runner: query_start_loc[%d..%d] = %d..%d not increasing", s,
+                              s + 1, t0, t1);
+        if (len < t1 - t0 || (int64_t)len > (int64_t)b->max_blocks_per_seq * bs)
+            return vllm_error(VLLM_ERR_INVALID,
+                              "runner: seq_lens[%d] = %d: fewer than its %d new tokens or more than "
+                              "max_blocks_per_seq %d * block_size %d",
+                              s, len, t1 - t0, b->max_blocks_per_seq, bs);
+        const int32_t *table = b->block_tables + (int64_t)s * b->max_blocks_per_seq;
+        for (int32_t j = 0; (int64_t)j * bs < len; j++)
+            if (table[j] < 0 || table[j] >= c->num_blocks)
+                return vllm_error(VLLM_ERR_INVALID, "runner: block_tables[%d][%d] = %d outside the pool of %d",
+                                  s, j, table[j], c->num_blocks);
+        for (int32_t t = t0; t < t1; t++) {
+            int32_t pos = b->positions[t];
+            if (pos != len - (t1 - t0) + (t - t0))
+                return vllm_error(VLLM_ERR_INVALID,
+                                  "runner: positions[%d] = %d, expected %d (sequence %d: seq_len %d, %d new tokens)",
+                                  t, pos, len - (t1 - t0) + (t - t0), s, len, t1 - t0);
+            int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
+            if (b->slot_mapping[t] != slot)
+                return vllm_error(VLLM_ERR_INVALID,
+                                  "runner: slot_mapping[%d] = %lld, but the block table puts position %d at %lld",
+                                  t, (long long)b->slot_mapping[t], pos, (long long)slot);
+            if (b->token_ids[t] < 0 || b->token_ids[t] >= r->vocab)
+                return vllm_error(VLLM_ERR_INVALID, "runner: token_ids[%d] = %d outside the vocabulary of %d", t,
+                                  b->token_ids[t], r->vocab);
+        }
+    }
+    for (int32_t i = 0; i < b->num_logits; i++)
+        if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->num_tokens)
+            return vllm_error(VLLM_ERR_INVALID, "runner: logits_indices[%d] = %d outside 0..%d", i,
+                              b->logits_indices[i], b->num_tokens - 1);
+    return VLLM_OK;
+}
+
+/* ---- stages -------------------------------------------------------------- */
+
+/* Static split of [0, n) into nth parts: part ith is [*lo, *hi). */
+static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* Runs a stage on the pool, or on the caller alone when it is small. */
+static void run_stage(runner *r, threadpool_fn fn, bool parallel) {
+    if (parallel)
+        threadpool_run(r->pool, fn, r);
+    else
+        fn(r, 0, 1);
+}
+
+/* x[t] = embed_tokens[token_ids[t]]; rope[t] = cos/sin of positions[t]. */
+static void stage_embed(void *arg, int ith, int nth) {
+    runner *r = arg;
+    const runner_batch *b = r->b;
+    const tensor *e = &r->m->w.embed_tokens;
+    int32_t half = r->head_dim / 2;
+    int64_t lo, hi;
+    split_range(b->num_tokens, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = r->x + t * r->dim;
+        int64_t row = (int64_t)b->token_ids[t] * r->dim;
+        for (int32_t i = 0; i < r->dim; i++) x[i] = kernels_weight_at(e->data, e->type, row + i);
+        float *cs = r->rope + t * r->head_dim;
+        rope_cos_sin(cs, cs + half, r->inv_freq, half, b->positions[t]);
+    }
+}
+
+static void stage_norm(void *arg, int ith, int nth, const tensor *w) {
+    runner *r = arg;
+    int64_t lo, hi;
+    split_range(r->b->num_tokens, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps);
+}
+
+static void stage_input_norm(void *arg, int ith, int nth) {
+    runner *r = arg;
+    stage_norm(arg, ith, nth, &r->m->w.layers[r->layer].input_layernorm);
+}
+
+static void stage_post_norm(void *arg, int ith, int nth) {
+    runner *r = arg;
+    stage_norm(arg, ith, nth, &r->m->w.layers[r->layer].post_attention_layernorm);
+}
+
+/* xb[i] = norm(x[logits_indices[i]]): the rows that get logits. */
+static void stage_final_norm(void *arg, int ith, int nth) {
+    runner *r = arg;
+    const tensor *w = &r->m->w.norm;
+    int64_t lo, hi;
+    split_range(r->b->num_logits, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->logits_indices[i] * r->dim, w->data, w->type, r->dim,
+                 r->eps);
+}
+
+/* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
+static void stage_rope_store(void *arg, int ith, int nth) {
+    runner *r = arg;
+    const runner_batch *b = r->b;
+    const layer_weights *lw = &r->m->w.layers[r->layer];
+    int32_t hd = r->head_dim, half = hd / 2, bs = r->cfg.block_size;
+    float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
+    float *v_cache = k_cache + r->kv_half_floats;
+    int64_t lo, hi;
+    split_range(b->num_tokens, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
+        if (lw->q_norm.data)
+            for (int32_t h = 0; h < r->n_heads; h++)
+                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps);
+        if (lw->k_norm.data)
+            for (int32_t h = 0; h < r->n_kv; h++)
+                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps);
+        const float *cs = r->rope + t * hd;
+        rope_apply(q, r->n_heads, hd, cs, cs + half);
+        rope_apply(k, r->n_kv, hd, cs, cs + half);
+        int64_t slot = b->slot_mapping[t], block = slot / bs, off = slot % bs;
+        for (int32_t h = 0; h < r->n_kv; h++) {
+            size_t dst = ((size_t)block * r->n_kv + h) * bs * hd + (size_t)off * hd;
+            memcpy(k_cache + dst, k + h * hd, (size_t)hd * sizeof(float));
+            memcpy(v_cache + dst, v + h * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+/* Work items (token, kv head) from an atomic counter. */
+static void stage_attention(void *arg, int ith, int nth) {
+    runner *r = arg;
+    const runner_batch *b = r->b;
+    attention_args a = {
+        .k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats,
+        .kv_heads = r->n_kv,
+        .head_dim = r->head_dim,
+        .block_size = r->cfg.block_size,
+        .scale = r->attn_scale,
+    };
+    a.v_cache = a.k_cache + r->kv_half_floats;
+    float *scratch = r->att_scratch + (size_t)ith * r->group * (r->cfg.block_size + 2);
+    int64_t items = (int64_t)b->num_tokens * r->n_kv;
+    for (;;) {
+        int64_t i = atomic_fetch_add(&r->next_item, 1);
+        if (i >= items) break;
+        int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), s = r->token_seq[t];
+        int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
+        attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h,
+                        b->block_tables + (int64_t)s * b->max_blocks_per_seq, b->positions[t] + 1, scratch);
+    }
+}
+
+/* ---- matmul stages --------------------------------------------------------- */
+
+static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, const tensor *w,
+                           const tensor *bias, bool accumulate) {
+    return (matmul_args){
+        .y = y, .ldy = ldy, .x = x, .ldx = ldx,
+        .w = w->data, .wtype = w->type,
+        .bias = bias ? bias->data : NULL, .btype = bias ? bias->type : DTYPE_F32,
+        .n = w->shape[0], .k = w->shape[1],
+        .accumulate = accumulate,
+    };
+}
+
+/* Chooses the work items: row chunks of ~MM_CHUNK_BYTES of weights (a
+ * multiple of every tile height), token chunks of MM_TOKEN_CHUNK, halving the
+ * row chunk while there are too few items to keep every thread busy. */
+static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
+    const matmul_args *a = &op->part[0];
+    int64_t row_bytes = a->k * (int64_t)dtype_size(a->wtype) * (op->swiglu ? 2 : 1);
+    int64_t rc = MM_CHUNK_BYTES / (row_bytes ? row_bytes : 1);
+    rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
+    if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
+    op->tokens = tokens;
+    op->num_tchunks = (tokens + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK;
+    for (;;) {
+        int64_t items = 0;
+        int nparts = op->swiglu ? 1 : op->nparts;
+        for (int p = 0; p < nparts; p++) {
+            op->first_item[p] = items;
+            items += (op->part[p].n + rc - 1) / rc * op->num_tchunks;
+        }
+        op->first_item[nparts] = items;
+        if (items >= 4 * r->nth || rc <= MM_ROW_ALIGN) break;
+        rc = (rc / 2 + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
+    }
+    op->row_chunk = rc;
+}
+
+static void stage_matmul(void *arg, int ith, int nth) {
+    runner *r = arg;
+    mm_op *op = &r->mm;
+    int nparts = op->swiglu ? 1 : op->nparts;
+    int64_t items = op->first_item[nparts];
+    for (;;) {
+        int64_t i = atomic_fetch_add(&r->next_item, 1);
+        if (i >= items) break;
+        int p = 0;
+        while (i >= op->first_item[p + 1]) p++;
+        int64_t local = i - op->first_item[p];
+        const matmul_args *a = &op->part[p];
+        int64_t n0 = local / op->num_tchunks * op->row_chunk;
+        int64_t n1 = n0 + op->row_chunk < a->n ? n0 + op->row_chunk : a->n;
+        int64_t t0 = local % op->num_tchunks * MM_TOKEN_CHUNK;
+        int64_t t1 = t0 + MM_TOKEN_CHUNK < op->tokens ? t0 + MM_TOKEN_CHUNK : op->tokens;
+        matmul_range(a, n0, n1, t0, t1);
+        if (op->swiglu) {
+            const matmul_args *up = &op->part[1];
+            matmul_range(up, n0, n1, t0, t1);
+            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, up->y + t * up->ldy + n0, n1 - n0);
+        }
+    }
+}
+
+static void run_matmul(runner *r, int64_t tokens) {
+    mm_plan(r, &r->mm, tokens);
+    atomic_store(&r->next_item, 0);
+    run_stage(r, stage_matmul, r->mm.first_item[r->mm.swiglu ? 1 : r->mm.nparts] > 1);
+}
+
+/* ---- the forward pass ---------------------------------------------------- */
+
+vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
+    vllm_status rc = check_batch(r, b);
+    if (rc != VLLM_OK || b->num_tokens == 0) return rc;
+    if (b->num_logits && !logits) return vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
+    const model_weights *w = &r->m->w;
+    int64_t T = b->num_tokens;
+    bool par = T > INLINE_MAX_TOKENS;
+    r->b = b;
+    for (int32_t s = 0; s < b->num_seqs; s++)
+        for (int32_t t = b->query_start_loc[s]; t < b->query_start_loc[s + 1]; t++) r->token_seq[t] = s;
+
+    run_stage(r, stage_embed, par);
+    for (int32_t l = 0; l < r->n_layers; l++) {
+        const layer_weights *lw = &w->layers[l];
+        r->layer = l;
+        run_stage(r, stage_input_norm, par);
+
+        r->mm = (mm_op){.nparts = 3};
+        r->mm.part[0] = mm_args(r->q, r->q_dim, r->xb, r->dim, &lw->q_proj, lw->q_bias.data ? &lw->q_bias : NULL, false);
+        r->mm.part[1] = mm_args(r->k, r->kv_dim, r->xb, r->dim, &lw->k_proj, lw->k_bias.data ? &lw->k_bias : NULL, false);
+        r->mm.part[2] = mm_args(r->v, r->kv_dim, r->xb, r->dim, &lw->v_proj, lw->v_bias.data ? &lw->v_bias : NULL, false);
+        run_matmul(r, T);
+
+        run_stage(r, stage_rope_store, par);
+        atomic_store(&r->next_item, 0);
+        run_stage(r, stage_attention, T * r->n_kv > 1);
+
+        r->mm = (mm_op){.nparts = 1};
+        r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, NULL, true);
+        run_matmul(r, T);
+
+        run_stage(r, stage_post_norm, par);
+
+        r->mm = (mm_op){.nparts = 2, .swiglu = true};
+        r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
+        r->mm.part[1] = mm_args(r->hb2, r->inter, r->xb, r->dim, &lw->up_proj, NULL, false);
+        run_matmul(r, T);
+
+        r->mm = (mm_op){.nparts = 1};
+        r->mm.part[0] = mm_args(r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, true);
+        run_matmul(r, T);
+    }
+    if (b->num_logits) {
+        run_stage(r, stage_final_norm, b->num_logits > INLINE_MAX_TOKENS);
+        r->mm = (mm_op){.nparts = 1};
+        r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
+        run_matmul(r, b->num_logits);
+    }
+    r->b = NULL;
+    return VLLM_OK;
+}

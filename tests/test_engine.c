@@ -1,0 +1,501 @@
+/*
+ * test_engine.c - the engine core on the real stories260K model.
+ *
+ *  - greedy from BOS equals llama2.c's run.c output (reference_bos_greedy200.json,
+ *    produced independently of this code base);
+ *  - batch invariance: 64 mixed requests (greedy with logprobs, seeded random,
+ *    n > 1) give bit-identical token ids and logprobs alone and together,
+ *    with prefix caching on and off, chunk thresholds 1, 7, 64 and none, a
+ *    small token budget, and a KV pool so small that preemption happens many
+ *    times;
+ *  - n > 1 with seed s equals n separate requests seeded s, s+1, ...;
+ *  - prefix caching: a second request sharing a 10-block prefix computes only
+ *    the tail, its output equals the cold run, another cache salt gets no hits;
+ *  - priority scheduling with preemption: the most important request is never
+ *    preempted and is never overtaken;
+ *  - abort / stop_sequence, events and stats, bad input.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "vllm/vllm.h"
+
+#define MODEL "models/stories260K"
+#define NREQ 64
+#define MAX_OUT 48
+
+typedef struct req_spec {
+    int32_t prompt[160];
+    int32_t len;
+    vllm_sampling_params sp;
+    int32_t priority;
+} req_spec;
+
+typedef struct seq_result {
+    int32_t n;
+    int32_t ids[MAX_OUT];
+    float lps[MAX_OUT];
+    float top[MAX_OUT][3];           /* the top-3 logprobs */
+    vllm_finish_reason finish;
+} seq_result;
+
+typedef struct req_result {
+    seq_result seqs[4];
+    int32_t cached;
+    int32_t preempted;               /* PREEMPTED events seen */
+    double first_scheduled;          /* SCHEDULED timestamp, first */
+    double finished_at;
+} req_result;
+
+typedef struct run_stats {
+    int64_t steps, preemptions, queries, hits, tokens;
+    int32_t max_tokens_step, max_seqs_step, blocks_total, blocks_free;
+} run_stats;
+
+static uint64_t rng = 12345;
+static uint32_t rnd(void) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng >> 33);
+}
+
+static vllm_engine_args base_args(void) {
+    vllm_engine_args a;
+    vllm_engine_args_init(&a);
+    a.model = MODEL;
+    a.num_threads = 2;
+    a.max_model_len = 256;
+    a.max_num_seqs = 64;
+    return a;
+}
+
+/* Adds all specs at once, steps to the end, collects outputs and stats. */
+static bool run_all(const vllm_engine_args *args, const req_spec *specs, const int32_t *which,
+                    int32_t count, req_result *res, run_stats *st) {
+    vllm_engine *e;
+    CHECK_OR(false, vllm_engine_create(args, &e) == VLLM_OK, "%s", vllm_errmsg());
+    memset(st, 0, sizeof *st);
+    bool ok = true;
+    for (int32_t i = 0; i < count && ok; i++) {
+        const req_spec *s = &specs[which[i]];
+        char id[16];
+        snprintf(id, sizeof id, "%d", which[i]);
+        vllm_request_opts o = {.priority = s->priority};
+        memset(&res[which[i]], 0, sizeof res[which[i]]);
+        ok = vllm_engine_add_request(e, id, s->prompt, s->len, &s->sp, &o) == VLLM_OK;
+        CHECK_OR(false, ok, "add %s: %s", id, vllm_errmsg());
+    }
+    while (ok && vllm_engine_has_unfinished(e)) {
+        const vllm_step_output *so;
+        ok = vllm_engine_step(e, &so) == VLLM_OK;
+        CHECK_OR(false, ok, "step: %s", vllm_errmsg());
+        st->steps++;
+        st->preemptions += so->stats.num_preemptions;
+        st->queries += so->stats.prefix_cache_queries;
+        st->hits += so->stats.prefix_cache_hits;
+        st->tokens += so->stats.num_scheduled_tokens;
+        if (so->stats.num_scheduled_tokens > st->max_tokens_step)
+            st->max_tokens_step = so->stats.num_scheduled_tokens;
+        if (so->stats.num_scheduled_seqs > st->max_seqs_step)
+            st->max_seqs_step = so->stats.num_scheduled_seqs;
+        CHECK_OR(false, so->stats.num_scheduled_tokens <= args->max_num_batched_tokens ||
+                            args->max_num_batched_tokens == 0);
+        st->blocks_total = so->stats.num_blocks_total;
+        st->blocks_free = so->stats.num_blocks_free;
+        for (int32_t j = 0; j < so->num_outputs; j++) {
+            const vllm_seq_output *o = &so->outputs[j];
+            req_result *r = &res[atoi(o->request_id)];
+            seq_result *q = &r->seqs[o->index];
+            for (int32_t k = 0; k < o->num_events; k++) {
+                if (o->events[k].type == VLLM_EVENT_PREEMPTED) r->preempted++;
+                if (o->events[k].type == VLLM_EVENT_SCHEDULED && r->first_scheduled == 0)
+                    r->first_scheduled = o->events[k].timestamp;
+            }
+            for (int32_t t = 0; t < o->num_new_tokens; t++) {
+                CHECK_OR(false, q->n < MAX_OUT, "too many tokens");
+                q->ids[q->n] = o->new_token_ids[t];
+                if (o->new_logprobs) {
+                    q->lps[q->n] = o->new_logprobs[t].logprob;
+                    CHECK_OR(false, o->new_logprobs[t].token_id == o->new_token_ids[t]);
+                    for (int32_t m = 0; m < 3 && m < o->new_logprobs[t].num_top; m++)
+                        q->top[q->n][m] = o->new_logprobs[t].top_logprobs[m];
+                }
+                q->n++;
+            }
+            r->cached = o->num_cached_tokens;
+            if (o->finish_reason != VLLM_FINISH_NONE) {
+                q->finish = o->finish_reason;
+                r->finished_at = so->timestamp;
+            }
+        }
+    }
+    vllm_engine_free(e);
+    return ok;
+}
+
+static void make_specs(req_spec *specs) {
+    static const int32_t shared[96] = {0}; /* filled below: a common "system prompt" */
+    int32_t common[96];
+    for (int32_t i = 0; i < 96; i++) common[i] = 3 + (int32_t)((i * 37 + 11) % 500);
+    (void)shared;
+    for (int32_t i = 0; i < NREQ; i++) {
+        req_spec *s = &specs[i];
+        memset(s, 0, sizeof *s);
+        int32_t pre = i % 3 == 0 ? (int32_t)(rnd() % 96) : 0;
+        int32_t tail = 1 + (int32_t)(rnd() % (i % 5 == 0 ? 60 : 20));
+        memcpy(s->prompt, common, (size_t)pre * sizeof(int32_t));
+        s->len = pre;
+        if (i == 0) s->prompt[s->len++] = 1; /* BOS alone */
+        else
+            for (int32_t t = 0; t < tail; t++) s->prompt[s->len++] = 3 + (int32_t)(rnd() % 509);
+        vllm_sampling_params_init(&s->sp);
+        s->sp.max_tokens = 4 + (int32_t)(rnd() % (MAX_OUT - 4));
+        s->sp.ignore_eos = i % 4 != 1;
+        if (i % 8 == 3) { /* seeded random, n = 3 */
+            s->sp.temperature = 0.9f;
+            s->sp.top_p = 0.9f;
+            s->sp.has_seed = true;
+            s->sp.seed = 1000 + (uint64_t)i;
+            s->sp.n = 3;
+        } else if (i % 8 == 5) { /* seeded random with penalties */
+            s->sp.temperature = 1.3f;
+            s->sp.top_k = 40;
+            s->sp.repetition_penalty = 1.2f;
+            s->sp.has_seed = true;
+            s->sp.seed = 77 + (uint64_t)i;
+        } else {
+            s->sp.temperature = 0.0f;
+            s->sp.logprobs = 3;
+        }
+        s->priority = (int32_t)(rnd() % 4);
+    }
+}
+
+static bool same_result(const req_result *a, const req_result *b, int32_t n, const char *what, int32_t i) {
+    for (int32_t k = 0; k < n; k++) {
+        const seq_result *x = &a->seqs[k], *y = &b->seqs[k];
+        CHECK_OR(false, x->n == y->n && x->finish == y->finish, "%s: request %d seq %d: %d tokens (%d) vs %d (%d)",
+                 what, i, k, x->n, x->finish, y->n, y->finish);
+        CHECK_OR(false, memcmp(x->ids, y->ids, (size_t)x->n * sizeof(int32_t)) == 0,
+                 "%s: request %d seq %d: token ids differ", what, i, k);
+        CHECK_OR(false, memcmp(x->lps, y->lps, (size_t)x->n * sizeof(float)) == 0,
+                 "%s: request %d seq %d: logprobs differ bitwise", what, i, k);
+        CHECK_OR(false, memcmp(x->top, y->top, (size_t)x->n * sizeof x->top[0]) == 0,
+                 "%s: request %d seq %d: top logprobs differ bitwise", what, i, k);
+    }
+    return true;
+}
+
+TEST(test_greedy_bos_matches_llama2c) {
+    json_error_t jerr;
+    json_t *ref = json_load_file(MODEL "/reference_bos_greedy200.json", 0, &jerr);
+    CHECK(ref, "%s", jerr.text);
+    json_t *ids = json_object_get(ref, "greedy_ids");
+    CHECK(json_array_size(ids) == 200);
+    vllm_engine_args a = base_args();
+    a.max_model_len = 0; /* 512 from the config */
+    vllm_engine *e;
+    CHECK(vllm_engine_create(&a, &e) == VLLM_OK, "%s", vllm_errmsg());
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    sp.temperature = 0;
+    sp.max_tokens = 200;
+    int32_t bos = 1, len = 1;
+    const int32_t *prompts[1] = {&bos};
+    vllm_request_result *res;
+    CHECK(vllm_engine_generate(e, 1, prompts, &len, &sp, NULL, &res) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(res[0].seqs[0].num_tokens == 200 && res[0].seqs[0].finish_reason == VLLM_FINISH_LENGTH);
+    for (int32_t i = 0; i < 200; i++)
+        CHECK(res[0].seqs[0].token_ids[i] == (int32_t)json_integer_value(json_array_get(ids, (size_t)i)),
+              "token %d: got %d, llama2.c %lld", i, res[0].seqs[0].token_ids[i],
+              json_integer_value(json_array_get(ids, (size_t)i)));
+    vllm_request_results_free(res, 1);
+    vllm_engine_free(e);
+    json_decref(ref);
+}
+
+TEST(test_batch_invariance) {
+    static req_spec specs[NREQ];
+    static req_result alone[NREQ], batch[NREQ];
+    make_specs(specs);
+    int32_t all[NREQ];
+    for (int32_t i = 0; i < NREQ; i++) all[i] = i;
+    run_stats st;
+    vllm_engine_args a = base_args();
+    a.enable_prefix_caching = false;
+    for (int32_t i = 0; i < NREQ; i++)
+        if (!run_all(&a, specs, &all[i], 1, alone, &st)) return;
+
+    struct {
+        const char *name;
+        bool caching;
+        int32_t threshold, budget, blocks;
+        bool expect_preempt;
+    } cfgs[] = {
+        {"batch, prefix cache on", true, 0, 0, 0, false},
+        {"batch, prefix cache off", false, 0, 0, 0, false},
+        {"threshold 1", true, 1, 0, 0, false},
+        {"threshold 7", true, 7, 0, 0, false},
+        {"threshold 64, budget 96", true, 64, 96, 0, false},
+        {"tiny KV pool (preemption)", true, 0, 0, 20, true},
+        {"tiny KV pool, no cache, budget 64", false, 0, 64, 18, true},
+    };
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        a = base_args();
+        a.enable_prefix_caching = cfgs[c].caching;
+        a.long_prefill_token_threshold = cfgs[c].threshold;
+        a.max_num_batched_tokens = cfgs[c].budget;
+        a.num_gpu_blocks_override = cfgs[c].blocks;
+        if (!run_all(&a, specs, all, NREQ, batch, &st)) return;
+        for (int32_t i = 0; i < NREQ; i++)
+            if (!same_result(&alone[i], &batch[i], specs[i].sp.n, cfgs[c].name, i)) return;
+        CHECK(st.blocks_free == st.blocks_total, "%s: %d of %d blocks free at the end", cfgs[c].name,
+              st.blocks_free, st.blocks_total);
+        if (cfgs[c].expect_preempt)
+            CHECK(st.preemptions >= 20, "%s: only %lld preemptions", cfgs[c].name,
+                  (long long)st.preemptions);
+        if (cfgs[c].caching) CHECK(st.hits > 0, "%s: shared prefixes should hit", cfgs[c].name);
+        printf("# %s: %lld steps, %lld preemptions, %lld/%lld prefix tokens hit, max %d tokens/step\n",
+               cfgs[c].name, (long long)st.steps, (long long)st.preemptions, (long long)st.hits,
+               (long long)st.queries, st.max_tokens_step);
+    }
+}
+
+TEST(test_n_equals_separate_seeds) {
+    req_spec specs[4];
+    memset(specs, 0, sizeof specs);
+    for (int32_t i = 0; i < 4; i++) {
+        specs[i].len = 21; /* not a multiple of 16: the forked last block is copied on write */
+        for (int32_t t = 0; t < 21; t++) specs[i].prompt[t] = 20 + t * 7;
+        vllm_sampling_params_init(&specs[i].sp);
+        specs[i].sp.temperature = 1.0f;
+        specs[i].sp.max_tokens = 30;
+        specs[i].sp.ignore_eos = true;
+        specs[i].sp.has_seed = true;
+        specs[i].sp.logprobs = 0;
+    }
+    specs[0].sp.n = 3;
+    specs[0].sp.seed = 500;
+    for (int32_t k = 1; k < 4; k++) specs[k].sp.seed = 500 + (uint64_t)(k - 1);
+    static req_result res[4];
+    run_stats st;
+    vllm_engine_args a = base_args();
+    int32_t all[4] = {0, 1, 2, 3};
+    if (!run_all(&a, specs, all, 4, res, &st)) return;
+    for (int32_t k = 0; k < 3; k++) {
+        const seq_result *x = &res[0].seqs[k], *y = &res[k + 1].seqs[0];
+        CHECK(x->n == 30 && y->n == 30);
+        CHECK(memcmp(x->ids, y->ids, sizeof x->ids) == 0 && memcmp(x->lps, y->lps, sizeof x->lps) == 0,
+              "n=3 sequence %d differs from a request seeded %d", k, 500 + k);
+    }
+    CHECK(memcmp(res[0].seqs[0].ids, res[0].seqs[1].ids, sizeof res[0].seqs[0].ids) != 0,
+          "different seeds should give different samples");
+}
+
+TEST(test_prefix_cache_ten_blocks) {
+    int32_t prefix[160], pa[170], pb[170];
+    for (int32_t i = 0; i < 160; i++) prefix[i] = 3 + (i * 53) % 500;
+    memcpy(pa, prefix, sizeof prefix);
+    memcpy(pb, prefix, sizeof prefix);
+    for (int32_t i = 160; i < 170; i++) {
+        pa[i] = 100 + i;
+        pb[i] = 200 + i;
+    }
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    sp.temperature = 0;
+    sp.max_tokens = 20;
+    sp.logprobs = 1;
+    vllm_engine_args a = base_args();
+    vllm_engine *cold, *warm;
+    CHECK(vllm_engine_create(&a, &cold) == VLLM_OK && vllm_engine_create(&a, &warm) == VLLM_OK);
+    const int32_t *pbp[1] = {pb}, *pap[1] = {pa};
+    int32_t len = 170;
+    vllm_request_result *rc_b, *rw_a, *rw_b;
+    CHECK(vllm_engine_generate(cold, 1, pbp, &len, &sp, NULL, &rc_b) == VLLM_OK);
+    CHECK(rc_b[0].num_cached_tokens == 0);
+    CHECK(vllm_engine_generate(warm, 1, pap, &len, &sp, NULL, &rw_a) == VLLM_OK);
+    /* B on the warm engine, stepped by hand to see the stats */
+    CHECK(vllm_engine_add_request(warm, "b", pb, 170, &sp, NULL) == VLLM_OK);
+    const vllm_step_output *so;
+    CHECK(vllm_engine_step(warm, &so) == VLLM_OK);
+    CHECK(so->stats.prefix_cache_queries == 170 && so->stats.prefix_cache_hits == 160,
+          "queries %lld hits %lld", (long long)so->stats.prefix_cache_queries,
+          (long long)so->stats.prefix_cache_hits);
+    CHECK(so->stats.num_scheduled_tokens == 10, "computed %d tokens, expected the 10-token tail",
+          so->stats.num_scheduled_tokens);
+    CHECK(so->num_outputs == 1 && so->outputs[0].num_cached_tokens == 160);
+    int32_t ids[32], n = 0;
+    float lps[32];
+    for (;;) {
+        for (int32_t j = 0; j < so->num_outputs; j++)
+            for (int32_t t = 0; t < so->outputs[j].num_new_tokens; t++) {
+                lps[n] = so->outputs[j].new_logprobs[t].logprob;
+                ids[n++] = so->outputs[j].new_token_ids[t];
+            }
+        if (!vllm_engine_has_unfinished(warm)) break;
+        CHECK(vllm_engine_step(warm, &so) == VLLM_OK);
+    }
+    CHECK(n == 20 && memcmp(ids, rc_b[0].seqs[0].token_ids, sizeof(int32_t) * 20) == 0,
+          "warm output differs from the cold run");
+    CHECK(memcmp(lps, rc_b[0].seqs[0].logprobs, sizeof(float) * 20) == 0, "logprobs differ");
+    /* another salt: no hits; the same salt twice: hits */
+    vllm_request_opts salted = {.cache_salt = "tenant-1"};
+    CHECK(vllm_engine_generate(warm, 1, pbp, &len, &sp, &salted, &rw_b) == VLLM_OK);
+    CHECK(rw_b[0].num_cached_tokens == 0, "a salted request hit unsalted blocks");
+    vllm_request_results_free(rw_b, 1);
+    CHECK(vllm_engine_generate(warm, 1, pbp, &len, &sp, &salted, &rw_b) == VLLM_OK);
+    CHECK(rw_b[0].num_cached_tokens == 160, "same salt: %d cached", rw_b[0].num_cached_tokens);
+    CHECK(memcmp(rw_b[0].seqs[0].token_ids, rc_b[0].seqs[0].token_ids, sizeof(int32_t) * 20) == 0);
+    vllm_request_results_free(rw_b, 1);
+    vllm_request_opts other = {.cache_salt = "tenant-2"};
+    CHECK(vllm_engine_generate(warm, 1, pbp, &len, &sp, &other, &rw_b) == VLLM_OK);
+    CHECK(rw_b[0].num_cached_tokens == 0, "another salt must not hit");
+    vllm_request_results_free(rw_b, 1);
+    vllm_request_results_free(rc_b, 1);
+    vllm_request_results_free(rw_a, 1);
+    vllm_engine_free(cold);
+    vllm_engine_free(warm);
+}
+
+TEST(test_priority_with_preemption) {
+    static req_spec specs[12];
+    static req_result res[12];
+    for (int32_t i = 0; i < 12; i++) {
+        req_spec *s = &specs[i];
+        memset(s, 0, sizeof *s);
+        s->len = 40;
+        for (int32_t t = 0; t < 40; t++) s->prompt[t] = 3 + (i * 31 + t * 7) % 500;
+        vllm_sampling_params_init(&s->sp);
+        s->sp.temperature = 0;
+        s->sp.max_tokens = 40;
+        s->sp.ignore_eos = true;
+        s->priority = i == 5 ? -1 : (i * 7) % 4; /* request 5 matters most */
+    }
+    vllm_engine_args a = base_args();
+    a.scheduling_policy = VLLM_SCHEDULING_PRIORITY;
+    a.num_gpu_blocks_override = 20; /* 320 tokens for 12 x 80 */
+    a.max_num_seqs = 8;
+    int32_t all[12];
+    for (int32_t i = 0; i < 12; i++) all[i] = i;
+    run_stats st;
+    if (!run_all(&a, specs, all, 12, res, &st)) return;
+    CHECK(st.preemptions > 0, "the pool is meant to force preemption");
+    CHECK(res[5].preempted == 0, "the top-priority request was preempted");
+    for (int32_t i = 0; i < 12; i++) {
+        CHECK(res[i].seqs[0].n == 40);
+        if (specs[i].priority == 3) CHECK(res[i].finished_at >= res[5].finished_at);
+        /* preemptions hit only requests of lower priority than some running one */
+        if (res[i].preempted) CHECK(specs[i].priority > -1);
+    }
+    /* under priority, a priority-0 request is admitted before any priority-3 one */
+    for (int32_t i = 0; i < 12; i++)
+        for (int32_t j = 0; j < 12; j++)
+            if (specs[i].priority < specs[j].priority)
+                CHECK(res[i].first_scheduled <= res[j].first_scheduled,
+                      "request %d (priority %d) scheduled after %d (priority %d)", i,
+                      specs[i].priority, j, specs[j].priority);
+    printf("# priority: %lld steps, %lld preemptions\n", (long long)st.steps, (long long)st.preemptions);
+}
+
+TEST(test_abort_stop_events) {
+    vllm_engine_args a = base_args();
+    vllm_engine *e;
+    CHECK(vllm_engine_create(&a, &e) == VLLM_OK);
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    sp.temperature = 0.8f;
+    sp.max_tokens = 50;
+    sp.n = 2;
+    sp.ignore_eos = true;
+    int32_t p[5] = {1, 20, 30, 40, 50};
+    CHECK(vllm_engine_add_request(e, "x", p, 5, &sp, NULL) == VLLM_OK);
+    CHECK(vllm_engine_add_request(e, "x", p, 5, &sp, NULL) == VLLM_ERR_INVALID, "duplicate id");
+    CHECK(vllm_engine_add_request(e, "y", p, 5, &sp, NULL) == VLLM_OK);
+    const vllm_step_output *so;
+    CHECK(vllm_engine_step(e, &so) == VLLM_OK);
+    /* both prefilled and forked: x/0, x/1, y/0, y/1 with one token each */
+    CHECK(so->num_outputs == 4, "got %d outputs", so->num_outputs);
+    CHECK(so->outputs[0].num_events == 2 && so->outputs[0].events[0].type == VLLM_EVENT_QUEUED &&
+          so->outputs[0].events[1].type == VLLM_EVENT_SCHEDULED &&
+          so->outputs[0].events[0].timestamp <= so->outputs[0].events[1].timestamp &&
+          so->outputs[0].events[1].timestamp <= so->timestamp);
+    CHECK(so->stats.num_running == 4 && so->stats.num_scheduled_seqs == 2 &&
+          so->stats.num_scheduled_tokens == 10);
+    CHECK(vllm_engine_abort_request(e, "x") == VLLM_OK);
+    CHECK(vllm_engine_abort_request(e, "x") == VLLM_ERR_NOT_FOUND);
+    CHECK(vllm_engine_stop_sequence(e, "y", 1) == VLLM_OK);
+    CHECK(vllm_engine_step(e, &so) == VLLM_OK);
+    int32_t aborted = 0, stopped = 0, running = 0;
+    for (int32_t j = 0; j < so->num_outputs; j++) {
+        const vllm_seq_output *o = &so->outputs[j];
+        if (!strcmp(o->request_id, "x")) aborted += o->finish_reason == VLLM_FINISH_ABORT;
+        if (!strcmp(o->request_id, "y") && o->index == 1) stopped += o->finish_reason == VLLM_FINISH_STOP;
+        if (!strcmp(o->request_id, "y") && o->index == 0) running += o->num_new_tokens == 1;
+    }
+    CHECK(aborted == 2 && stopped == 1 && running == 1);
+    CHECK(vllm_engine_add_request(e, "x", p, 5, &sp, NULL) == VLLM_OK, "a finished id can be reused");
+    CHECK(vllm_engine_abort_request(e, "x") == VLLM_OK && vllm_engine_abort_request(e, "y") == VLLM_OK);
+    while (vllm_engine_has_unfinished(e)) CHECK(vllm_engine_step(e, &so) == VLLM_OK);
+    CHECK(so->stats.num_blocks_free == so->stats.num_blocks_total);
+    CHECK(vllm_engine_step(e, &so) == VLLM_OK && so->num_outputs == 0, "idle step is empty");
+    vllm_engine_free(e);
+}
+
+TEST(test_bad_input) {
+    vllm_engine_args a = base_args();
+    vllm_engine *e;
+    a.num_gpu_blocks_override = 4; /* 64 tokens < max_model_len 256 */
+    CHECK(vllm_engine_create(&a, &e) == VLLM_ERR_INVALID && strstr(vllm_errmsg(), "max seq len"));
+    a = base_args();
+    a.max_model_len = 100000;
+    CHECK(vllm_engine_create(&a, &e) == VLLM_ERR_INVALID && strstr(vllm_errmsg(), "max_position"));
+    a = base_args();
+    a.model = "no/such/dir";
+    CHECK(vllm_engine_create(&a, &e) != VLLM_OK && e == NULL);
+    a = base_args();
+    a.max_num_batched_tokens = 8; /* < max_num_seqs 64 */
+    CHECK(vllm_engine_create(&a, &e) == VLLM_ERR_INVALID, "budget below max_num_seqs");
+    a = base_args();
+    CHECK(vllm_engine_create(&a, &e) == VLLM_OK);
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    int32_t p[300];
+    for (int32_t i = 0; i < 300; i++) p[i] = 5;
+    CHECK(vllm_engine_add_request(e, "a", p, 0, &sp, NULL) == VLLM_ERR_INVALID);
+    CHECK(vllm_engine_add_request(e, "a", p, 257, &sp, NULL) == VLLM_ERR_INVALID &&
+          strstr(vllm_errmsg(), "maximum model length"));
+    p[3] = 512;
+    CHECK(vllm_engine_add_request(e, "a", p, 5, &sp, NULL) == VLLM_ERR_INVALID &&
+          strstr(vllm_errmsg(), "vocabulary"));
+    p[3] = 5;
+    sp.top_p = 0;
+    CHECK(vllm_engine_add_request(e, "a", p, 5, &sp, NULL) == VLLM_ERR_INVALID &&
+          strstr(vllm_errmsg(), "top_p"));
+    sp.top_p = 1;
+    sp.n = 65;
+    CHECK(vllm_engine_add_request(e, "a", p, 5, &sp, NULL) == VLLM_ERR_INVALID &&
+          strstr(vllm_errmsg(), "max_num_seqs"));
+    CHECK(!vllm_engine_has_unfinished(e));
+    /* generation_config: stories260K's has none of the sampling fields */
+    vllm_engine_default_sampling_params(e, &sp);
+    CHECK(sp.temperature == 1.0f && sp.max_tokens == 16);
+    vllm_engine_info info;
+    vllm_engine_get_info(e, &info);
+    CHECK(info.max_model_len == 256 && info.block_size == 16 && info.vocab_size == 512 &&
+          info.bos_token_id == 1 && info.num_eos_token_ids == 2);
+    vllm_engine_free(e);
+}
+
+int main(void) {
+    RUN(test_greedy_bos_matches_llama2c);
+    RUN(test_batch_invariance);
+    RUN(test_n_equals_separate_seeds);
+    RUN(test_prefix_cache_ten_blocks);
+    RUN(test_priority_with_preemption);
+    RUN(test_abort_stop_events);
+    RUN(test_bad_input);
+    return harness_done();
+}

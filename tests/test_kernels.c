@@ -1,0 +1,245 @@
+/*
+ * test_kernels.c - each fast kernel against its naive reference on odd shapes
+ * (k not a multiple of 8, rows and tokens not multiples of the tiles), and the
+ * batch-invariance property: a matmul output is bit-identical whatever range
+ * of rows and tokens it is computed in.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "harness.h"
+#include "kernels/kernels.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+/* Random weights of n elements in dtype t (caller frees). */
+static void *rand_weights(dtype t, int64_t n) {
+    void *w = malloc((size_t)n * dtype_size(t));
+    for (int64_t i = 0; i < n; i++) {
+        float f = frand();
+        if (t == DTYPE_F32) ((float *)w)[i] = f;
+        else if (t == DTYPE_BF16) ((uint16_t *)w)[i] = f32_to_bf16(f);
+        else ((uint16_t *)w)[i] = f32_to_f16(f);
+    }
+    return w;
+}
+
+typedef void (*matmul_fn)(const matmul_args *, int64_t, int64_t, int64_t, int64_t);
+
+static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257};
+static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
+static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9};
+
+/* Fills args for y (T, n + 3) = x (T, k + 2) W (n, k)^T with padded strides. */
+static matmul_args make_args(dtype wt, int64_t n, int64_t k, int64_t T, bool bias, bool acc) {
+    matmul_args a = {.ldy = n + 3, .ldx = k + 2, .wtype = wt, .btype = DTYPE_BF16, .n = n, .k = k,
+                     .accumulate = acc};
+    float *x = malloc(sizeof(float) * (size_t)(T * a.ldx));
+    for (int64_t i = 0; i < T * a.ldx; i++) x[i] = frand();
+    a.x = x;
+    a.w = rand_weights(wt, n * k);
+    a.bias = bias ? rand_weights(DTYPE_BF16, n) : NULL;
+    a.y = malloc(sizeof(float) * (size_t)(T * a.ldy));
+    return a;
+}
+
+static void free_args(matmul_args *a) {
+    free((void *)a->x);
+    free((void *)a->w);
+    free((void *)a->bias);
+    free(a->y);
+}
+
+static void fill_y(const matmul_args *a, int64_t T, float v) {
+    for (int64_t i = 0; i < T * a->ldy; i++) a->y[i] = v;
+}
+
+/* fast vs naive: |fast - naive| <= 1e-6 * k * max|w x| scale, for every shape. */
+static void check_matmul_vs_naive(matmul_fn fast, const char *name) {
+    for (int d = 0; d < DTYPE_COUNT; d++)
+        for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
+            for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+                for (size_t it = 0; it < sizeof ts / sizeof *ts; it++) {
+                    int64_t k = ks[ik], n = ns[in], T = ts[it];
+                    bool bias = (ik + in) % 2, acc = (in + it) % 3 == 0;
+                    matmul_args a = make_args((dtype)d, n, k, T, bias, acc);
+                    float *ref = malloc(sizeof(float) * (size_t)(T * a.ldy));
+                    fill_y(&a, T, 0.5f);
+                    matmul_range_naive(&a, 0, n, 0, T);
+                    memcpy(ref, a.y, sizeof(float) * (size_t)(T * a.ldy));
+                    fill_y(&a, T, 0.5f);
+                    fast(&a, 0, n, 0, T);
+                    double worst = 0;
+                    for (int64_t i = 0; i < T * a.ldy; i++) {
+                        double e = fabs((double)a.y[i] - ref[i]);
+                        if (e > worst) worst = e;
+                    }
+                    free(ref);
+                    free_args(&a);
+                    CHECK(worst <= 1e-6 * (double)(k + 2), "%s %s n=%lld k=%lld T=%lld: max error %g", name,
+                          dtype_name((dtype)d), (long long)n, (long long)k, (long long)T, worst);
+                }
+}
+
+TEST(test_matmul_portable_vs_naive) { check_matmul_vs_naive(matmul_range_portable, "portable"); }
+
+TEST(test_matmul_avx2_vs_naive) {
+    if (!kernels_cpu_has_avx2()) {
+        printf("# no AVX2 on this CPU: avx2 kernel not tested\n");
+        return;
+    }
+    check_matmul_vs_naive(matmul_range_avx2, "avx2");
+}
+
+/* All tokens and rows at once vs one token / one row at a time vs odd
+ * sub-ranges: memcmp-identical. */
+static void check_matmul_invariance(matmul_fn fn, const char *name) {
+    for (int d = 0; d < DTYPE_COUNT; d++) {
+        int64_t n = 53, k = 77, T = 11;
+        matmul_args a = make_args((dtype)d, n, k, T, true, false);
+        size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
+        float *whole = malloc(bytes);
+        fill_y(&a, T, 0);
+        fn(&a, 0, n, 0, T);
+        memcpy(whole, a.y, bytes);
+
+        fill_y(&a, T, 0);
+        for (int64_t t = 0; t < T; t++) fn(&a, 0, n, t, t + 1);
+        bool same_tokens = !memcmp(whole, a.y, bytes);
+
+        fill_y(&a, T, 0);
+        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 9, 11};
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 4; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
+        bool same_ranges = !memcmp(whole, a.y, bytes);
+        free(whole);
+        free_args(&a);
+        CHECK(same_tokens, "%s %s: one token at a time differs from the whole batch", name, dtype_name((dtype)d));
+        CHECK(same_ranges, "%s %s: odd sub-ranges differ from the whole batch", name, dtype_name((dtype)d));
+    }
+}
+
+TEST(test_matmul_batch_invariance) {
+    check_matmul_invariance(matmul_range_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_matmul_invariance(matmul_range_avx2, "avx2");
+}
+
+TEST(test_rmsnorm_vs_naive) {
+    const int64_t sizes[] = {1, 7, 8, 9, 64, 100, 2051};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int d = 0; d < DTYPE_COUNT; d++) {
+            int64_t n = sizes[i];
+            float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)n),
+                  *b = malloc(sizeof(float) * (size_t)n);
+            for (int64_t j = 0; j < n; j++) x[j] = 3 * frand();
+            void *w = rand_weights((dtype)d, n);
+            norm_rms(a, x, w, (dtype)d, n, 1e-5f);
+            norm_rms_naive(b, x, w, (dtype)d, n, 1e-5f);
+            double worst = 0;
+            for (int64_t j = 0; j < n; j++) worst = fmax(worst, fabs((double)a[j] - b[j]));
+            norm_rms(x, x, w, (dtype)d, n, 1e-5f); /* in place */
+            bool in_place = !memcmp(x, a, sizeof(float) * (size_t)n);
+            free(x), free(a), free(b), free(w);
+            CHECK(worst < 1e-5, "n=%lld: max error %g", (long long)n, worst);
+            CHECK(in_place, "n=%lld: in-place result differs", (long long)n);
+        }
+}
+
+/* RoPE against the rotation written directly in double: for each pair
+ * (x_i, x_{i+half}) rotate by angle pos * theta^(-2i/d). */
+TEST(test_rope_rotate_half) {
+    const int32_t hd = 12, heads = 3, half = hd / 2;
+    float inv_freq[6], cs[6], sn[6], x[36], y[36];
+    for (int i = 0; i < half; i++) inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
+    const int32_t positions[] = {0, 1, 17, 1000, 40000};
+    for (int p = 0; p < 5; p++) {
+        for (int i = 0; i < hd * heads; i++) x[i] = y[i] = frand();
+        rope_cos_sin(cs, sn, inv_freq, half, positions[p]);
+        rope_apply(y, heads, hd, cs, sn);
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < half; i++) {
+                double ang = (double)(float)((float)positions[p] * inv_freq[i]);
+                double a = x[h * hd + i], b = x[h * hd + i + half];
+                double ra = a * cos(ang) - b * sin(ang), rb = b * cos(ang) + a * sin(ang);
+                CHECK(fabs(ra - y[h * hd + i]) < 1e-5 && fabs(rb - y[h * hd + i + half]) < 1e-5,
+                      "pos %d head %d pair %d: (%g, %g) vs (%g, %g)", positions[p], h, i, y[h * hd + i],
+                      y[h * hd + i + half], ra, rb);
+            }
+    }
+}
+
+TEST(test_swiglu) {
+    float g[37], u[37], ref[37];
+    for (int i = 0; i < 37; i++) {
+        g[i] = 8 * frand();
+        u[i] = frand();
+        ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+    }
+    act_swiglu(g, u, 37);
+    for (int i = 0; i < 37; i++) CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%d: %g vs %g", i, g[i], ref[i]);
+}
+
+/* Paged attention against the contiguous two-pass reference, with the
+ * sequence's blocks scattered in a shuffled pool. */
+TEST(test_attention_paged_vs_naive) {
+    const int32_t block_sizes[] = {1, 3, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
+    for (int ib = 0; ib < 3; ib++)
+        for (int ih = 0; ih < 3; ih++)
+            for (int ig = 0; ig < 3; ig++) {
+                int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_ctx_max = 41;
+                int32_t nblocks = (n_ctx_max + bs - 1) / bs + 3;
+                size_t pool = (size_t)nblocks * kv_heads * bs * hd;
+                float *kc = malloc(sizeof(float) * pool), *vc = malloc(sizeof(float) * pool);
+                for (size_t i = 0; i < pool; i++) kc[i] = 2 * frand(), vc[i] = frand();
+                int32_t *table = malloc(sizeof(int32_t) * (size_t)nblocks);
+                for (int32_t i = 0; i < nblocks; i++) table[i] = i;
+                for (int32_t i = nblocks - 1; i > 0; i--) { /* shuffle */
+                    int32_t j = (int32_t)((frand() + 1) * 0.5 * (i + 1)) % (i + 1), t = table[i];
+                    table[i] = table[j], table[j] = t;
+                }
+                float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
+                float *ref = malloc(sizeof(float) * (size_t)hd);
+                float *kk = malloc(sizeof(float) * (size_t)(n_ctx_max * hd)), *vv = malloc(sizeof(float) * (size_t)(n_ctx_max * hd));
+                float *scratch = malloc(sizeof(float) * (size_t)(group * (bs + 2)));
+                for (int i = 0; i < group * hd; i++) q[i] = frand();
+                attention_args a = {.k_cache = kc, .v_cache = vc, .kv_heads = kv_heads, .head_dim = hd,
+                                    .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
+                double worst = 0;
+                const int32_t kvh = 1;
+                for (int32_t n_ctx = 1; n_ctx <= n_ctx_max; n_ctx += 4) {
+                    for (int32_t p = 0; p < n_ctx; p++) {
+                        size_t off = (((size_t)table[p / bs] * kv_heads + kvh) * bs + p % bs) * hd;
+                        memcpy(kk + p * hd, kc + off, sizeof(float) * (size_t)hd);
+                        memcpy(vv + p * hd, vc + off, sizeof(float) * (size_t)hd);
+                    }
+                    attention_paged(&a, out, q, group, kvh, table, n_ctx, scratch);
+                    for (int g = 0; g < group; g++) {
+                        attention_naive(ref, q + g * hd, kk, vv, n_ctx, hd, a.scale);
+                        for (int i = 0; i < hd; i++) worst = fmax(worst, fabs((double)out[g * hd + i] - ref[i]));
+                    }
+                }
+                free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(scratch);
+                CHECK(worst < 2e-6, "block_size %d head_dim %d group %d: max error %g", bs, hd, group, worst);
+            }
+}
+
+int main(void) {
+    printf("# kernels: %s\n", kernels_isa_name(kernels_isa_get()));
+    RUN(test_matmul_portable_vs_naive);
+    RUN(test_matmul_avx2_vs_naive);
+    RUN(test_matmul_batch_invariance);
+    RUN(test_rmsnorm_vs_naive);
+    RUN(test_rope_rotate_half);
+    RUN(test_swiglu);
+    RUN(test_attention_paged_vs_naive);
+    return harness_done();
+}

@@ -1,0 +1,96 @@
+/* test_kv_cache_manager.c - block hashes chain (parent, tokens, extra keys),
+ * allocate_slots fails without side effects, cached chains survive
+ * duplicate computation, hits are capped below the prompt length. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv_cache_manager.h"
+#include "harness.h"
+
+#define BS 4
+
+static request *make(const char *id, const int32_t *prompt, int32_t n, const char *salt) {
+    vllm_sampling_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.n = 1;
+    sp.max_tokens = 8;
+    vllm_request_opts o = {.cache_salt = salt};
+    request *r = NULL;
+    request_create(id, prompt, n, &sp, &o, 64, BS, 0, 0, &r);
+    return r;
+}
+
+static bool eq(block_hash a, block_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+
+TEST(test_hash_chain) {
+    int32_t t1[BS] = {1, 2, 3, 4}, t2[BS] = {1, 2, 3, 5};
+    block_hash h0 = kv_cache_manager_hash_block(NULL, t1, BS, 0, NULL);
+    CHECK(eq(h0, kv_cache_manager_hash_block(NULL, t1, BS, 0, NULL)), "deterministic");
+    CHECK(!eq(h0, kv_cache_manager_hash_block(NULL, t2, BS, 0, NULL)), "tokens matter");
+    CHECK(!eq(h0, kv_cache_manager_hash_block(NULL, t1, BS, 1, NULL)), "LoRA id matters");
+    block_pool_salt *s = block_pool_salt_create("x", 1);
+    CHECK(!eq(h0, kv_cache_manager_hash_block(NULL, t1, BS, 0, s)), "salt matters");
+    block_pool_salt_unref(s);
+    block_hash h1 = kv_cache_manager_hash_block(&h0, t1, BS, 0, NULL);
+    block_hash g0 = kv_cache_manager_hash_block(NULL, t2, BS, 0, NULL);
+    CHECK(!eq(h1, kv_cache_manager_hash_block(&g0, t1, BS, 0, NULL)), "parent matters");
+}
+
+/* Runs q's prompt through as if computed in one step. */
+static bool prefill(kv_cache_manager *m, seq *q) {
+    int32_t hits[32], nc = 0;
+    block_copy copies[4];
+    int32_t nh = kv_cache_manager_find_longest_cache_hit(m, q, hits);
+    CHECK_OR(false, kv_cache_manager_allocate_slots(m, q, q->num_tokens - nh * BS, hits, nh, copies, &nc) ==
+                        VLLM_OK);
+    q->num_computed_tokens = q->num_tokens;
+    return true;
+}
+
+TEST(test_duplicate_chains_and_hits) {
+    kv_cache_manager *m;
+    CHECK(kv_cache_manager_create(32, BS, true, &m) == VLLM_OK);
+    int32_t p[13];
+    for (int32_t i = 0; i < 13; i++) p[i] = 100 + i;
+    request *a = make("a", p, 13, NULL), *b = make("b", p, 13, NULL);
+    /* a and b compute the same 3 full blocks in the same step, b one block behind */
+    CHECK(prefill(m, &a->seqs[0]) && prefill(m, &b->seqs[0]));
+    b->seqs[0].num_computed_tokens = 4; /* b's first block done ... */
+    kv_cache_manager_cache_blocks(m, &b->seqs[0]);
+    kv_cache_manager_cache_blocks(m, &a->seqs[0]); /* a caches all 3 (its block 0 a duplicate) */
+    b->seqs[0].num_computed_tokens = 13;
+    kv_cache_manager_cache_blocks(m, &b->seqs[0]);
+    /* a third request finds the whole 12-token prefix, whichever physical blocks hold it */
+    request *c = make("c", p, 13, NULL);
+    int32_t hits[8];
+    int64_t q0 = m->num_queries, h0 = m->num_hits;
+    int32_t nh = kv_cache_manager_find_longest_cache_hit(m, &c->seqs[0], hits);
+    CHECK(nh == 3, "got %d hit blocks", nh);
+    CHECK(m->num_queries - q0 == 13 && m->num_hits - h0 == 12);
+    /* a prompt of exactly 12 tokens may hit only 2 blocks: its last token is computed */
+    request *d = make("d", p, 12, NULL);
+    CHECK(kv_cache_manager_find_longest_cache_hit(m, &d->seqs[0], hits) == 2);
+    request *e = make("e", p, 13, "tenant");
+    CHECK(kv_cache_manager_find_longest_cache_hit(m, &e->seqs[0], hits) == 0, "salted: no hit");
+
+    /* allocate_slots: all-or-nothing */
+    int32_t free0 = block_pool_num_free(m->pool), nc = 0;
+    block_copy copies[2];
+    request *big = make("big", p, 13, NULL);
+    big->seqs[0].num_tokens = 13;
+    CHECK(kv_cache_manager_allocate_slots(m, &big->seqs[0], 4 * 100, NULL, 0, copies, &nc) ==
+              VLLM_ERR_FULL);
+    CHECK(block_pool_num_free(m->pool) == free0 && big->seqs[0].num_blocks == 0);
+    kv_cache_manager_free_blocks(m, &a->seqs[0]);
+    kv_cache_manager_free_blocks(m, &b->seqs[0]);
+    CHECK(block_pool_num_free(m->pool) == 32 && block_pool_check(m->pool) == VLLM_OK);
+    request_free(a); request_free(b); request_free(c); request_free(d); request_free(e);
+    request_free(big);
+    kv_cache_manager_free(m);
+}
+
+int main(void) {
+    RUN(test_hash_chain);
+    RUN(test_duplicate_chains_and_hits);
+    return harness_done();
+}

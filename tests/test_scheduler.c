@@ -1,0 +1,352 @@
+/* test_scheduler.c - the scheduler's rules, one scenario at a time:
+ * chunked prefill within the token budget, long_prefill_token_threshold,
+ * running before waiting, preemption victims (FCFS: last; priority: max
+ * (priority, arrival)), priority admission order, n > 1 forks with shared
+ * blocks and copy-on-write, prefix-cache hits and salts, aborts, stop rules. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/scheduler.h"
+#include "harness.h"
+
+#define BS 4
+
+typedef struct fixture {
+    kv_cache_manager *kv;
+    scheduler *s;
+    request *reqs[32];
+    int32_t num_reqs;
+    double now;
+} fixture;
+
+static bool fx_init(fixture *f, int32_t num_blocks, bool caching, int32_t max_seqs,
+                    int32_t budget, int32_t threshold, vllm_scheduling_policy policy) {
+    memset(f, 0, sizeof *f);
+    CHECK_OR(false, kv_cache_manager_create(num_blocks, BS, caching, &f->kv) == VLLM_OK);
+    scheduler_config c = {.max_num_seqs = max_seqs,
+                          .max_num_batched_tokens = budget,
+                          .long_prefill_token_threshold = threshold,
+                          .policy = policy,
+                          .max_model_len = 64,
+                          .eos_ids = {2},
+                          .num_eos = 1};
+    CHECK_OR(false, scheduler_create(&c, f->kv, &f->s) == VLLM_OK, "%s", vllm_errmsg());
+    return true;
+}
+
+static void fx_done(fixture *f) {
+    for (int32_t i = 0; i < f->num_reqs; i++) request_free(f->reqs[i]);
+    scheduler_free(f->s);
+    kv_cache_manager_free(f->kv);
+}
+
+/* Adds a request whose prompt is tokens base, base+1, ... (mod 100, never EOS 2). */
+static request *fx_add(fixture *f, int32_t prompt_len, int32_t base, int32_t max_tokens, int32_t n,
+                       int32_t priority, const char *salt) {
+    int32_t prompt[64];
+    for (int32_t i = 0; i < prompt_len; i++) prompt[i] = 10 + (base + i) % 90;
+    vllm_sampling_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.n = n;
+    sp.max_tokens = max_tokens;
+    sp.has_seed = true;
+    vllm_request_opts o = {.priority = priority, .arrival_time = f->now, .cache_salt = salt};
+    char id[16];
+    snprintf(id, sizeof id, "r%d", f->num_reqs);
+    request *r;
+    if (request_create(id, prompt, prompt_len, &sp, &o, 64, BS, 0, (uint64_t)f->num_reqs, &r) != VLLM_OK)
+        return NULL;
+    f->reqs[f->num_reqs++] = r;
+    scheduler_add_request(f->s, r, f->now);
+    return r;
+}
+
+/* One step: every sample is token tok. */
+static const scheduler_output *fx_step(fixture *f, int32_t tok) {
+    f->now += 1;
+    const scheduler_output *o = scheduler_schedule(f->s, f->now);
+    int32_t sampled[64];
+    for (int32_t i = 0; i < 64; i++) sampled[i] = tok;
+    scheduler_update(f->s, sampled, f->now);
+    for (seq *q = scheduler_take_news(f->s), *next; q; q = next) {
+        next = q->news_next;
+        seq_clear_news(q);
+    }
+    return o;
+}
+
+static const scheduled_seq *entry_of(const scheduler_output *o, const seq *q) {
+    for (int32_t i = 0; i < o->num_seqs; i++)
+        if (o->seqs[i].seq == q) return &o->seqs[i];
+    return NULL;
+}
+
+TEST(test_chunked_prefill_within_budget) {
+    fixture f;
+    if (!fx_init(&f, 64, false, 4, 16, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 40, 0, 3, 1, 0, NULL);
+    const scheduler_output *o = fx_step(&f, 50);
+    CHECK(o->num_seqs == 1 && o->seqs[0].num_new_tokens == 16 && o->seqs[0].num_logits == 0);
+    CHECK(o->num_samples == 0 && a->seqs[0].num_tokens == 40, "a partial prefill samples nothing");
+    o = fx_step(&f, 50);
+    CHECK(o->seqs[0].num_computed == 16 && o->seqs[0].num_new_tokens == 16);
+    o = fx_step(&f, 50);
+    CHECK(o->seqs[0].num_new_tokens == 8 && o->seqs[0].num_logits == 1 && o->seqs[0].num_samples == 1);
+    CHECK(a->seqs[0].num_tokens == 41 && a->seqs[0].num_computed_tokens == 40);
+    o = fx_step(&f, 51);
+    CHECK(o->num_tokens == 1 && a->seqs[0].num_tokens == 42, "then one token per decode step");
+    fx_step(&f, 52);
+    CHECK(a->seqs[0].status == SEQ_STATUS_FINISHED && a->seqs[0].finish_reason == VLLM_FINISH_LENGTH);
+    CHECK(scheduler_pop_finished(f.s) == a && block_pool_num_free(f.kv->pool) == 64);
+    fx_done(&f);
+}
+
+TEST(test_threshold_and_running_first) {
+    fixture f;
+    if (!fx_init(&f, 64, false, 4, 10, 7, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 20, 0, 10, 1, 0, NULL);
+    request *b = fx_add(&f, 20, 30, 10, 1, 0, NULL);
+    const scheduler_output *o = fx_step(&f, 50);
+    /* a: 7 (threshold), b: the 3 left in the budget */
+    CHECK(o->num_seqs == 2 && entry_of(o, &a->seqs[0])->num_new_tokens == 7 &&
+          entry_of(o, &b->seqs[0])->num_new_tokens == 3, "got %d seqs", o->num_seqs);
+    o = fx_step(&f, 50);
+    CHECK(o->seqs[0].seq == &a->seqs[0] && o->seqs[0].num_new_tokens == 7);
+    CHECK(o->seqs[1].seq == &b->seqs[0] && o->seqs[1].num_new_tokens == 3);
+    /* a finishes its prompt (6 left) before b gets more */
+    o = fx_step(&f, 50);
+    CHECK(entry_of(o, &a->seqs[0])->num_new_tokens == 6 && entry_of(o, &a->seqs[0])->num_samples == 1);
+    CHECK(entry_of(o, &b->seqs[0])->num_new_tokens == 4);
+    /* a decodes 1 first, a newcomer c waits behind running b */
+    request *c = fx_add(&f, 12, 60, 4, 1, 0, NULL);
+    o = fx_step(&f, 50);
+    CHECK(o->seqs[0].seq == &a->seqs[0] && o->seqs[0].num_new_tokens == 1);
+    CHECK(o->seqs[1].seq == &b->seqs[0] && o->seqs[1].num_new_tokens == 7);
+    CHECK(o->seqs[2].seq == &c->seqs[0] && o->seqs[2].num_new_tokens == 2, "c gets the rest");
+    fx_done(&f);
+}
+
+TEST(test_fcfs_preempts_last_running) {
+    fixture f;
+    /* 6 blocks of 4: a and b each take 3 with 12-token prompts */
+    if (!fx_init(&f, 6, true, 4, 64, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 11, 0, 3, 1, 0, NULL);
+    request *b = fx_add(&f, 11, 40, 8, 1, 0, NULL);
+    const scheduler_output *o = fx_step(&f, 50); /* both prefill: 3 blocks each, pool full */
+    CHECK(o->num_seqs == 2 && block_pool_num_free(f.kv->pool) == 0);
+    request *c = fx_add(&f, 3, 80, 2, 1, 0, NULL);
+    /* a decodes token 12 into its 3rd block; the next token needs a 4th: b (last) goes */
+    o = fx_step(&f, 51);
+    CHECK(o->num_preemptions == 0 && o->num_seqs == 2, "12 tokens fit in 3 blocks");
+    o = fx_step(&f, 52);
+    CHECK(o->num_preemptions == 1, "got %d", o->num_preemptions);
+    CHECK(b->seqs[0].status == SEQ_STATUS_PREEMPTED && b->seqs[0].num_blocks == 0);
+    CHECK(entry_of(o, &b->seqs[0]) == NULL && entry_of(o, &c->seqs[0]) == NULL,
+          "no waiting admission in a step that preempted");
+    const list_node *w = scheduler_waiting(f.s);
+    CHECK(list_entry(w->next, seq, node) == &b->seqs[0], "preempted goes to the waiting front");
+    CHECK(list_entry(w->next->next, seq, node) == &c->seqs[0]);
+    CHECK(entry_of(o, &a->seqs[0]) && entry_of(o, &a->seqs[0])->num_computed == 12);
+    /* b's freed blocks stay cached, its last block first in line for eviction
+     * (a took it); readmitted, b hits the other two */
+    CHECK(a->seqs[0].status == SEQ_STATUS_FINISHED, "a wrote its 3rd and last token");
+    o = fx_step(&f, 54);
+    const scheduled_seq *e = entry_of(o, &b->seqs[0]);
+    CHECK(e && e->num_computed == 8 && e->num_new_tokens == 13 - 8,
+          "recompute resumes after the 2 cached blocks (computed %d)", e ? e->num_computed : -1);
+    CHECK(b->seqs[0].num_cached_tokens == 0, "num_cached_tokens is set at the first schedule");
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 55);
+    CHECK(block_pool_num_free(f.kv->pool) == 6 && block_pool_check(f.kv->pool) == VLLM_OK);
+    fx_done(&f);
+}
+
+TEST(test_priority_preempts_max_priority_then_arrival) {
+    fixture f;
+    if (!fx_init(&f, 9, false, 8, 64, 0, VLLM_SCHEDULING_PRIORITY)) return;
+    request *hi = fx_add(&f, 11, 0, 20, 1, 0, NULL);
+    f.now = 1;
+    request *lo_old = fx_add(&f, 7, 20, 20, 1, 5, NULL);
+    f.now = 2;
+    request *lo_new = fx_add(&f, 7, 40, 20, 1, 5, NULL);
+    f.now = 3;
+    request *mid = fx_add(&f, 3, 60, 20, 1, 1, NULL);
+    const scheduler_output *o = fx_step(&f, 50); /* 3 + 2 + 2 + 1 = 8 of 9 blocks */
+    CHECK(o->num_seqs == 4 && block_pool_num_free(f.kv->pool) == 1);
+    /* the victim is the max (priority, arrival): lo_new, though mid is last */
+    int32_t steps = 0;
+    while (lo_new->seqs[0].status == SEQ_STATUS_RUNNING && steps++ < 20) {
+        o = fx_step(&f, 51);
+        CHECK(lo_old->seqs[0].status == SEQ_STATUS_RUNNING && mid->seqs[0].status == SEQ_STATUS_RUNNING,
+              "wrong victim");
+    }
+    CHECK(lo_new->seqs[0].status == SEQ_STATUS_PREEMPTED && o->num_preemptions >= 1);
+    steps = 0;
+    while (lo_old->seqs[0].status == SEQ_STATUS_RUNNING && steps++ < 20) {
+        o = fx_step(&f, 51);
+        CHECK(mid->seqs[0].status == SEQ_STATUS_RUNNING && hi->seqs[0].status == SEQ_STATUS_RUNNING,
+              "lo_old goes before mid and hi");
+    }
+    CHECK(lo_old->seqs[0].status == SEQ_STATUS_PREEMPTED);
+    /* waiting is sorted: lo_old (arrived first) before lo_new */
+    const list_node *w = scheduler_waiting(f.s);
+    CHECK(list_entry(w->next, seq, node) == &lo_old->seqs[0]);
+    CHECK(list_entry(w->next->next, seq, node) == &lo_new->seqs[0]);
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 52);
+    CHECK(block_pool_num_free(f.kv->pool) == 9);
+    fx_done(&f);
+}
+
+TEST(test_priority_admission_order) {
+    fixture f;
+    if (!fx_init(&f, 32, false, 1, 16, 0, VLLM_SCHEDULING_PRIORITY)) return;
+    request *r3 = fx_add(&f, 4, 0, 1, 1, 3, NULL);
+    request *r1 = fx_add(&f, 4, 10, 1, 1, 1, NULL);
+    request *r2 = fx_add(&f, 4, 20, 1, 1, 2, NULL);
+    request *r1b = fx_add(&f, 4, 30, 1, 1, 1, NULL);
+    request *order[4] = {r1, r1b, r2, r3};
+    for (int32_t i = 0; i < 4; i++) {
+        const scheduler_output *o = fx_step(&f, 50);
+        CHECK(o->num_seqs == 1 && o->seqs[0].seq == &order[i]->seqs[0], "step %d scheduled %s", i,
+              o->seqs[0].seq->req->id);
+    }
+    fx_done(&f);
+}
+
+TEST(test_fork_shares_blocks_and_copies_on_write) {
+    fixture f;
+    if (!fx_init(&f, 32, true, 4, 64, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *r = fx_add(&f, 6, 0, 5, 3, 0, NULL); /* blocks: [4 full][2 of 4] */
+    request *other = fx_add(&f, 3, 50, 5, 2, 0, NULL);
+    f.now += 1;
+    const scheduler_output *o = scheduler_schedule(f.s, f.now);
+    CHECK(o->num_seqs == 1 && o->seqs[0].num_samples == 3,
+          "seq 0 holds 3 seats; n=2 does not fit in the 4th");
+    int32_t sampled[3] = {60, 61, 62};
+    scheduler_update(f.s, sampled, f.now);
+    CHECK(r->forked && scheduler_num_running(f.s) == 3);
+    for (int32_t k = 0; k < 3; k++) {
+        const seq *q = &r->seqs[k];
+        CHECK(q->status == SEQ_STATUS_RUNNING && q->num_tokens == 7 && q->tokens[6] == 60 + k);
+        CHECK(q->num_blocks == 2 && q->block_ids[0] == r->seqs[0].block_ids[0] &&
+              q->block_ids[1] == r->seqs[0].block_ids[1]);
+    }
+    int32_t shared_last = r->seqs[0].block_ids[1];
+    CHECK(block_pool_ref_count(f.kv->pool, r->seqs[0].block_ids[0]) == 3);
+    CHECK(block_pool_ref_count(f.kv->pool, shared_last) == 3);
+    /* each writes position 6 into the shared partial block: two copy, the last writes in place */
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 3 && o->num_copies == 2, "got %d copies", o->num_copies);
+    CHECK(o->copies[0].src == shared_last && o->copies[1].src == shared_last);
+    CHECK(r->seqs[0].block_ids[1] != shared_last && r->seqs[1].block_ids[1] != shared_last);
+    CHECK(r->seqs[2].block_ids[1] == shared_last && block_pool_ref_count(f.kv->pool, shared_last) == 1);
+    CHECK(block_pool_ref_count(f.kv->pool, r->seqs[0].block_ids[0]) == 3, "full block stays shared");
+    int32_t s2[3] = {70, 71, 72};
+    scheduler_update(f.s, s2, f.now);
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 80);
+    CHECK(other->seqs[1].status == SEQ_STATUS_FINISHED);
+    CHECK(block_pool_num_free(f.kv->pool) == 32 && block_pool_check(f.kv->pool) == VLLM_OK);
+    fx_done(&f);
+}
+
+TEST(test_prefix_cache_hits_and_salt) {
+    fixture f;
+    if (!fx_init(&f, 64, true, 4, 256, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 45, 0, 2, 1, 0, NULL);
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 5);
+    /* same first 44 tokens (11 blocks), different tail */
+    request *b = fx_add(&f, 44, 0, 2, 1, 0, NULL);
+    b->seqs[0].tokens[43] = 7; /* the 11th block differs: 10 blocks = 40 tokens hit */
+    const scheduler_output *o = fx_step(&f, 5);
+    CHECK(o->prefix_cache_queries == 44 && o->prefix_cache_hits == 40, "queries %lld hits %lld",
+          (long long)o->prefix_cache_queries, (long long)o->prefix_cache_hits);
+    CHECK(o->num_tokens == 4 && b->seqs[0].num_cached_tokens == 40, "only the tail is computed");
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 5);
+    /* a full-prompt match still computes the last token */
+    request *c = fx_add(&f, 44, 0, 1, 1, 0, NULL);
+    o = fx_step(&f, 5);
+    CHECK(o->prefix_cache_hits == 40 && o->num_tokens == 4, "hits capped below num_tokens: %lld",
+          (long long)o->prefix_cache_hits);
+    request *d = fx_add(&f, 45, 0, 1, 1, 0, "salt");
+    o = fx_step(&f, 5);
+    CHECK(o->prefix_cache_hits == 0 && o->num_tokens == 45, "a salted request misses");
+    request *e = fx_add(&f, 45, 0, 1, 1, 0, "salt");
+    o = fx_step(&f, 5);
+    CHECK(o->prefix_cache_hits == 44, "the same salt hits: %lld", (long long)o->prefix_cache_hits);
+    (void)a; (void)c; (void)d; (void)e;
+    fx_done(&f);
+}
+
+TEST(test_abort_and_stop_rules) {
+    fixture f;
+    if (!fx_init(&f, 16, true, 4, 64, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 6, 0, 10, 2, 0, NULL);
+    request *b = fx_add(&f, 6, 10, 10, 1, 0, NULL);
+    fx_step(&f, 50);
+    request *w = fx_add(&f, 6, 20, 10, 1, 0, NULL);
+    scheduler_abort_request(f.s, a);
+    scheduler_abort_request(f.s, w);
+    CHECK(a->seqs[0].finish_reason == VLLM_FINISH_ABORT && a->seqs[1].finish_reason == VLLM_FINISH_ABORT);
+    CHECK(w->seqs[0].status == SEQ_STATUS_FINISHED && scheduler_num_waiting(f.s) == 0);
+    CHECK(scheduler_pop_finished(f.s) == a && scheduler_pop_finished(f.s) == w);
+    /* EOS (2) stops b, kept in the output */
+    fx_step(&f, 2);
+    CHECK(b->seqs[0].finish_reason == VLLM_FINISH_STOP && b->seqs[0].stop_token_id == 2);
+    CHECK(b->seqs[0].tokens[b->seqs[0].num_tokens - 1] == 2);
+    CHECK(block_pool_num_free(f.kv->pool) == 16);
+
+    /* seq_check_stop directly: min_tokens, ignore_eos, stop ids, length */
+    vllm_sampling_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.max_tokens = 5;
+    sp.min_tokens = 2;
+    sp.num_stop_token_ids = 1;
+    sp.stop_token_ids[0] = 9;
+    int32_t prompt[3] = {1, 1, 1}, eos[2] = {2, 3}, stop;
+    request *r;
+    CHECK(request_create("x", prompt, 3, &sp, NULL, 8, BS, 0, 99, &r) == VLLM_OK);
+    seq *q = &r->seqs[0];
+    seq_append_token(q, 2);
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_NONE, "below min_tokens");
+    seq_append_token(q, 3);
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_STOP && stop == 3, "second eos id");
+    r->params.ignore_eos = true;
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_NONE && stop == -1);
+    seq_append_token(q, 9);
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_STOP && stop == 9, "stop token id");
+    seq_append_token(q, 4);
+    seq_append_token(q, 9);
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_LENGTH, "max_tokens wins over stop ids");
+    request_free(r);
+    sp.max_tokens = -1;
+    CHECK(request_create("y", prompt, 3, &sp, NULL, 6, BS, 0, 100, &r) == VLLM_OK);
+    CHECK(r->max_tokens == 3, "-1 = up to max_model_len");
+    seq_append_token(&r->seqs[0], 4);
+    seq_append_token(&r->seqs[0], 4);
+    CHECK(seq_check_stop(&r->seqs[0], 6, eos, 2, &stop) == VLLM_FINISH_NONE);
+    seq_append_token(&r->seqs[0], 4);
+    CHECK(seq_check_stop(&r->seqs[0], 6, eos, 2, &stop) == VLLM_FINISH_LENGTH);
+    request_free(r);
+    fx_done(&f);
+}
+
+TEST(test_config_checks) {
+    kv_cache_manager *kv;
+    CHECK(kv_cache_manager_create(4, BS, true, &kv) == VLLM_OK);
+    scheduler *s;
+    scheduler_config c = {.max_num_seqs = 8, .max_num_batched_tokens = 4, .max_model_len = 16};
+    CHECK(scheduler_create(&c, kv, &s) == VLLM_ERR_INVALID && strstr(vllm_errmsg(), "max_num_seqs"));
+    kv_cache_manager_free(kv);
+}
+
+int main(void) {
+    RUN(test_chunked_prefill_within_budget);
+    RUN(test_threshold_and_running_first);
+    RUN(test_fcfs_preempts_last_running);
+    RUN(test_priority_preempts_max_priority_then_arrival);
+    RUN(test_priority_admission_order);
+    RUN(test_fork_shares_blocks_and_copies_on_write);
+    RUN(test_prefix_cache_hits_and_salt);
+    RUN(test_abort_and_stop_rules);
+    RUN(test_config_checks);
+    return harness_done();
+}

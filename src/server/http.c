@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -52,6 +54,8 @@ struct http_request {
     http_server *srv;
     struct MHD_Connection *conn;
     char *method, *path;
+    char version[16];
+    int status;       /* the status queued (for the access log) */
     /* body, accumulated on the MHD thread before the handler runs */
     char *body;
     size_t body_len, body_cap;
@@ -158,6 +162,7 @@ void http_respond(http_request *r, int status, const char *content_type, const c
         return;
     }
     r->responded = true;
+    r->status = status;
     if (queue_buffer(r->conn, status, content_type, body, len) != MHD_YES)
         log_warn("http: could not queue a %d response for %s %s", status, r->method, r->path);
 }
@@ -288,12 +293,13 @@ static const char *status_phrase(int status) {
 }
 
 /* FastAPI-style error body for failures at the HTTP layer itself. */
-static enum MHD_Result queue_error(struct MHD_Connection *c, int status, const char *msg) {
+static enum MHD_Result queue_error(http_request *r, int status, const char *msg) {
     char body[512];
     int n = snprintf(body, sizeof body,
                      "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%d}}",
                      msg, status_phrase(status), status);
-    return queue_buffer(c, status, "application/json", body, (size_t)n);
+    r->status = status;
+    return queue_buffer(r->conn, status, "application/json", body, (size_t)n);
 }
 
 /* Runs the deferred action if there is one, else suspends until there is. */
@@ -309,6 +315,7 @@ static enum MHD_Result serve_deferred(http_request *r) {
     pthread_mutex_unlock(&r->mu);
     if (r->responded) return MHD_YES; /* already queued; MHD is sending it */
     r->responded = true;
+    r->status = r->pend_status;
     if (kind == PENDING_FINISH)
         return queue_buffer(r->conn, r->pend_status, r->pend_ctype, r->pend_body, r->pend_len);
     struct MHD_Response *resp =
@@ -352,6 +359,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r) {
         r = request_create(s, c, method, url);
         if (!r) return MHD_NO;
+        snprintf(r->version, sizeof r->version, "%s", version);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -389,7 +397,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             snprintf(msg, sizeof msg, "Request body exceeds the limit of %zu bytes",
                      s->cfg.max_body_bytes);
             r->responded = true;
-            return queue_error(c, 413, msg);
+            return queue_error(r, 413, msg);
         }
         r->in_handler = true;
         s->cfg.handler(s->cfg.handler_ud, r);
@@ -398,10 +406,48 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r->deferred) {
             log_error("http: handler gave no response for %s %s", method, url);
             r->responded = true;
-            return queue_error(c, 500, "no response");
+            return queue_error(r, 500, "no response");
         }
     }
     return serve_deferred(r);
+}
+
+static const char *reason_phrase(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Request Entity Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    default: return "";
+    }
+}
+
+/* uvicorn's access line: 127.0.0.1:50000 - "GET /v1/models HTTP/1.1" 200 OK */
+static void access_log(http_request *r, enum MHD_RequestTerminationCode toe) {
+    char host[INET6_ADDRSTRLEN + 8] = "-";
+    int port = 0;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *in = (const void *)sa;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+            port = ntohs(in->sin_port);
+        } else if (sa->sa_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const void *)sa;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+            port = ntohs(in6->sin6_port);
+        }
+    }
+    log_info("%s:%d - \"%s %s %s\" %d %s%s", host, port, r->method, r->path, r->version,
+             r->status, reason_phrase(r->status),
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client disconnected)");
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -417,6 +463,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     r->close_fn = NULL;
     pthread_mutex_unlock(&r->mu);
     if (fn) fn(arg, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (s->cfg.access_log) access_log(r, toe);
     pthread_mutex_lock(&s->mu);
     if (r->prev) r->prev->next = r->next;
     else s->live = r->next;

@@ -41,6 +41,7 @@ typedef struct http_server_config {
     size_t max_body_bytes; /* larger request bodies get 413 */
     int num_threads;       /* MHD polling threads (>= 1) */
     unsigned timeout_s;    /* idle keep-alive timeout; 0 = none */
+    bool access_log;       /* log each exchange as uvicorn does */
     http_handler_fn handler;
     void *handler_ud;
 } http_server_config;

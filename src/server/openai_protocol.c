@@ -819,36 +819,20 @@ void openai_request_free(openai_request *r) {
 
 /* ---- generation config ------------------------------------------------------- */
 
-vllm_status openai_defaults_load(const char *mode, const char *model_dir, openai_defaults *d) {
+void openai_defaults_from_sampling(const vllm_sampling_params *sp, openai_defaults *d) {
+    vllm_sampling_params base;
+    vllm_sampling_params_init(&base);
     memset(d, 0, sizeof *d);
-    if (mode && !strcmp(mode, "vllm")) return VLLM_OK;
-    const char *dir = mode && *mode && strcmp(mode, "auto") ? mode : model_dir;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (access(path, R_OK) != 0) {
-        if (mode && *mode && strcmp(mode, "auto"))
-            return vllm_error(VLLM_ERR_IO, "--generation-config %s: no generation_config.json", mode);
-        return VLLM_OK;
-    }
-    json_error_t jerr;
-    json_t *g = json_load_file(path, 0, &jerr);
-    if (!g || !json_is_object(g)) {
-        json_decref(g);
-        return vllm_error(VLLM_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
-    }
-    json_t *v;
-    if (json_is_number(v = json_object_get(g, "temperature")))
-        d->has_temperature = true, d->temperature = json_number_value(v);
-    if (json_is_number(v = json_object_get(g, "top_p"))) d->has_top_p = true, d->top_p = json_number_value(v);
-    if (json_is_integer(v = json_object_get(g, "top_k")))
-        d->has_top_k = true, d->top_k = (int32_t)json_integer_value(v);
-    if (json_is_number(v = json_object_get(g, "min_p"))) d->has_min_p = true, d->min_p = json_number_value(v);
-    if (json_is_number(v = json_object_get(g, "repetition_penalty")))
-        d->has_repetition_penalty = true, d->repetition_penalty = json_number_value(v);
-    if (json_is_integer(v = json_object_get(g, "max_new_tokens")))
-        d->has_max_tokens = true, d->max_tokens = json_integer_value(v);
-    json_decref(g);
-    return VLLM_OK;
+    d->has_temperature = d->has_top_p = d->has_top_k = d->has_min_p = true;
+    d->has_repetition_penalty = true;
+    d->temperature = sp->temperature;
+    d->top_p = sp->top_p;
+    d->top_k = sp->top_k;
+    d->min_p = sp->min_p;
+    d->repetition_penalty = sp->repetition_penalty;
+    /* max_new_tokens shows as a max_tokens other than SamplingParams' 16 */
+    d->has_max_tokens = sp->max_tokens > 0 && sp->max_tokens != base.max_tokens;
+    d->max_tokens = sp->max_tokens;
 }
 
 /* ---- to SamplingParams ------------------------------------------------------- */

@@ -97,8 +97,8 @@ bool openai_request_parse(const char *body, size_t len, bool chat, openai_reques
                           openai_error *e);
 void openai_request_free(openai_request *req);
 
-/* Sampling defaults from the model's generation_config.json (vLLM's
- * get_diff_sampling_param): only the keys it names are taken. */
+/* Defaults for fields a request leaves unset: the model's generation config
+ * where it has the key (vLLM's get_diff_sampling_param), else vLLM's. */
 typedef struct openai_defaults {
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty, has_max_tokens;
     double temperature, top_p, min_p, repetition_penalty;
@@ -106,8 +106,8 @@ typedef struct openai_defaults {
     int64_t max_tokens;          /* from max_new_tokens */
 } openai_defaults;
 
-/* mode: "auto" (dir = the model dir), "vllm" (no defaults), or a directory. */
-vllm_status openai_defaults_load(const char *mode, const char *model_dir, openai_defaults *d);
+/* From the engine's default sampling parameters (generation config applied). */
+void openai_defaults_from_sampling(const vllm_sampling_params *sp, openai_defaults *d);
 
 /* The engine's sampling parameters for a request whose prompt has prompt_len
  * tokens (vLLM's to_sampling_params + get_max_tokens + _validate_input).

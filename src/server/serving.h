@@ -56,6 +56,17 @@ typedef struct serving_ctx {
 void serving_completions(serving_ctx *ctx, http_request *http, openai_request *req);
 void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req);
 
+/* The token ids of a chat request's prompt (template rendered, then
+ * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */
+bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, int32_t *n,
+                         openai_error *e);
+
+/* Chat templates (src/template's interpreter behind these three). */
+vllm_status serving_template_compile(const char *src, size_t len, jinja_template **out);
+void serving_template_free(jinja_template *t);
+/* Does the template iterate over message content parts ("openai" content format)? */
+bool serving_template_wants_parts(const jinja_template *t);
+
 /* Sends e as vLLM's error JSON from inside the handler. */
 void serving_respond_error(http_request *http, const openai_error *e);
 /* The served name a request's `model` refers to, or NULL (404 with e set). */

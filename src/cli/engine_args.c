@@ -1,0 +1,152 @@
+/* engine_args.c - see engine_args.h. */
+#include "cli/engine_args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *engine_args_flag_name(const char *arg, char *name, size_t cap) {
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (n >= cap) n = cap - 1;
+    for (size_t k = 0; k < n; k++) name[k] = k >= 2 && arg[k] == '_' ? '-' : arg[k];
+    name[n] = 0;
+    return eq ? eq + 1 : NULL;
+}
+
+bool engine_args_parse_size(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0 || !isfinite(v)) return false;
+    double mult = 1;
+    if (*end) {
+        static const char dec[] = "kmgt", bin[] = "KMGT";
+        const char *p;
+        if (end[1]) return false;
+        if ((p = strchr(dec, *end)) && *p) mult = pow(1000.0, (double)(p - dec + 1));
+        else if ((p = strchr(bin, *end)) && *p) {
+            if (v != floor(v)) return false; /* vLLM: no fractions with binary suffixes */
+            mult = pow(1024.0, (double)(p - bin + 1));
+        } else {
+            return false;
+        }
+    } else if (v != floor(v)) {
+        return false;
+    }
+    double r = v * mult;
+    if (r > 9.2e18) return false;
+    *out = (int64_t)r;
+    return true;
+}
+
+static int bad(const char *flag, const char *value, const char *why) {
+    fprintf(stderr, "vllmc: argument %s: invalid value '%s'%s%s\n", flag, value ? value : "",
+            why ? ": " : "", why ? why : "");
+    return -1;
+}
+
+static bool parse_i32(const char *s, int32_t *out, bool sized) {
+    int64_t v;
+    if (sized) {
+        if (!engine_args_parse_size(s, &v)) return false;
+    } else {
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (errno || end == s || *end) return false;
+        v = x;
+    }
+    if (v < INT32_MIN || v > INT32_MAX) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
+    char name[64];
+    const char *inline_val = engine_args_flag_name(argv[*i], name, sizeof name);
+    /* flags without a value */
+    if (!strcmp(name, "--enable-prefix-caching") || !strcmp(name, "--no-enable-prefix-caching")) {
+        if (inline_val) return bad(name, inline_val, "takes no value");
+        a->enable_prefix_caching = name[2] != 'n';
+        (*i)++;
+        return 1;
+    }
+    static const char *const with_value[] = {
+        "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
+        "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
+        "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
+        NULL};
+    bool known = false;
+    for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
+    if (!known) return 0;
+    const char *v = inline_val;
+    int used = 1;
+    if (!v) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "vllmc: argument %s: expected one argument\n", name);
+            return -1;
+        }
+        v = argv[*i + 1];
+        used = 2;
+    }
+    int64_t big;
+    if (!strcmp(name, "--model")) a->model = v;
+    else if (!strcmp(name, "--tokenizer")) a->tokenizer = v;
+    else if (!strcmp(name, "--generation-config")) a->generation_config = v;
+    else if (!strcmp(name, "--max-model-len")) {
+        if (!parse_i32(v, &a->max_model_len, true) || a->max_model_len < 1)
+            return bad(name, v, "expected a positive length such as 4096, 32k or 32K");
+    } else if (!strcmp(name, "--block-size")) {
+        if (!parse_i32(v, &a->block_size, false) || a->block_size < 1)
+            return bad(name, v, "expected a positive integer");
+    } else if (!strcmp(name, "--kv-cache-memory-bytes")) {
+        if (!engine_args_parse_size(v, &big)) return bad(name, v, "expected a size such as 4G");
+        a->kv_cache_memory_bytes = big;
+    } else if (!strcmp(name, "--num-gpu-blocks-override")) {
+        if (!parse_i32(v, &a->num_gpu_blocks_override, false) || a->num_gpu_blocks_override < 0)
+            return bad(name, v, "expected a non-negative integer");
+    } else if (!strcmp(name, "--max-num-seqs")) {
+        if (!parse_i32(v, &a->max_num_seqs, false) || a->max_num_seqs < 1)
+            return bad(name, v, "expected a positive integer");
+    } else if (!strcmp(name, "--max-num-batched-tokens")) {
+        if (!parse_i32(v, &a->max_num_batched_tokens, true) || a->max_num_batched_tokens < 1)
+            return bad(name, v, "expected a positive integer");
+    } else if (!strcmp(name, "--long-prefill-token-threshold")) {
+        if (!parse_i32(v, &a->long_prefill_token_threshold, false) || a->long_prefill_token_threshold < 0)
+            return bad(name, v, "expected a non-negative integer");
+    } else if (!strcmp(name, "--scheduling-policy")) {
+        if (!strcmp(v, "fcfs")) a->scheduling_policy = VLLM_SCHEDULING_FCFS;
+        else if (!strcmp(v, "priority")) a->scheduling_policy = VLLM_SCHEDULING_PRIORITY;
+        else return bad(name, v, "choose from 'fcfs', 'priority'");
+    } else if (!strcmp(name, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') return bad(name, v, "expected an integer >= 0");
+        a->seed = s;
+    }
+    *i += used;
+    return 1;
+}
+
+void engine_args_usage(FILE *f) {
+    fprintf(f,
+            "engine options (vLLM's names):\n"
+            "  --model DIR                     Hugging Face model directory\n"
+            "  --tokenizer DIR                 tokenizer directory (default: the model's)\n"
+            "  --max-model-len N               context length (default: max_position_embeddings;\n"
+            "                                  accepts 32k = 32000, 32K = 32768)\n"
+            "  --block-size N                  KV cache block size in tokens (16)\n"
+            "  --kv-cache-memory-bytes SIZE    KV cache size (e.g. 4G; default: from free memory)\n"
+            "  --num-gpu-blocks-override N     KV cache size in blocks\n"
+            "  --[no-]enable-prefix-caching    prefix caching (on)\n"
+            "  --max-num-seqs N                sequences per step\n"
+            "  --max-num-batched-tokens N      tokens per step\n"
+            "  --long-prefill-token-threshold N  cap a long prompt's tokens per step (0 = off)\n"
+            "  --scheduling-policy fcfs|priority\n"
+            "  --seed N                        seed for requests that give none (0)\n"
+            "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n");
+}

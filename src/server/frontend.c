@@ -114,6 +114,7 @@ struct frontend {
     fe_batch *batch_head, *batch_tail, *batch_free;
     int num_free_batches;
     bool stop_engine, stop_output, shutting_down, abort_all, dead;
+    long step_delay_us; /* VLLMC_DEBUG_STEP_DELAY_US: a slow engine, for tests */
     int64_t num_live;
     vllm_scheduler_stats stats;
 
@@ -427,6 +428,10 @@ static void *engine_main(void *arg) {
                 pthread_mutex_unlock(&f->mu);
             }
             if (!dead) busy = vllm_engine_has_unfinished(f->engine);
+            if (f->step_delay_us > 0) {
+                struct timespec ts = {f->step_delay_us / 1000000, (f->step_delay_us % 1000000) * 1000};
+                nanosleep(&ts, NULL);
+            }
         }
         if (b->n_added || b->has_step || b->fatal) push_batch(f, b);
         else batch_put(f, b);
@@ -664,6 +669,12 @@ vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend 
     if (!f) return vllm_error(VLLM_ERR_NOMEM, "frontend: out of memory");
     f->engine = engine;
     f->tok = tok;
+    const char *delay = getenv("VLLMC_DEBUG_STEP_DELAY_US");
+    if (delay && *delay) {
+        f->step_delay_us = atol(delay);
+        log_warn("VLLMC_DEBUG_STEP_DELAY_US=%ld: every engine step is slowed down (testing only)",
+                 f->step_delay_us);
+    }
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->engine_cv, NULL);
     pthread_cond_init(&f->output_cv, NULL);

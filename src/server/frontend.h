@@ -15,6 +15,10 @@
  * the next step. Neither thread ever waits for a client: the sinks only
  * append to buffers (see http.h), so a slow or vanished client cannot stall
  * the engine or other requests.
+ *
+ * Testing hook: VLLMC_DEBUG_STEP_DELAY_US=N in the environment makes the
+ * engine thread sleep N microseconds after each step, so tests can act
+ * (disconnect, shut down) while a request is certainly still running.
  */
 #ifndef VLLM_SERVER_FRONTEND_H
 #define VLLM_SERVER_FRONTEND_H

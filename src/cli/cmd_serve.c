@@ -20,6 +20,7 @@
 #include "cli/engine_args.h"
 #include "server/api_server.h"
 #include "server/serving.h"
+#include "template/chat_template.h"
 
 #define MAX_NAMES 16
 
@@ -214,7 +215,8 @@ int cmd_serve(int argc, char **argv) {
     frontend *fe = NULL;
     api_server *srv = NULL;
     char *template_src = NULL;
-    jinja_template *tmpl = NULL;
+    chat_template *tmpl = NULL;
+    json_t *tok_config = NULL;
     vllm_status rc;
     if ((rc = tokenizer_load(ea.tokenizer ? ea.tokenizer : ea.model, &tok)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -236,7 +238,8 @@ int cmd_serve(int argc, char **argv) {
                  "generation config recommended from the model creator. If this is not intended, "
                  "please relaunch vLLM instance with `--generation-config vllm`.");
 
-    /* chat template: a file, else a literal template, else the tokenizer's */
+    /* chat template: --chat-template (a file, else a literal template), else
+     * tokenizer_config.json's */
     if (chat_template_arg) {
         template_src = read_file(chat_template_arg);
         if (!template_src) {
@@ -247,16 +250,20 @@ int cmd_serve(int argc, char **argv) {
             }
             template_src = strdup(chat_template_arg);
         }
-    } else if (tokenizer_chat_template(tok)) {
-        template_src = strdup(tokenizer_chat_template(tok));
     }
-    if (template_src) {
-        if ((rc = serving_template_compile(template_src, strlen(template_src), &tmpl)) != VLLM_OK) {
-            fprintf(stderr, "vllmc serve: chat template: %s\n", vllm_errmsg());
-            goto out;
-        }
-    } else {
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", ea.tokenizer ? ea.tokenizer : ea.model);
+    json_error_t jerr;
+    tok_config = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &jerr);
+    rc = chat_template_create(tok_config, template_src, &tmpl);
+    if (rc == VLLM_ERR_NOT_FOUND) {
         log_warn("No chat template found; /v1/chat/completions will refuse requests.");
+    } else if (rc != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: chat template: %s\n", vllm_errmsg());
+        goto out;
+    } else {
+        log_info("Using %s chat template (content format: %s)", template_src ? "the supplied" : "the model's",
+                 chat_template_content_format(tmpl) == CHAT_CONTENT_OPENAI ? "openai" : "string");
     }
 
     vllm_engine *eng = engine;
@@ -269,7 +276,7 @@ int cmd_serve(int argc, char **argv) {
     ctx.fe = fe;
     ctx.tok = tok;
     ctx.chat_template = tmpl;
-    ctx.template_wants_parts = tmpl && serving_template_wants_parts(tmpl);
+    ctx.tokenizer_config = tok_config;
     ctx.served_names = names;
     ctx.num_served_names = num_names;
     ctx.model_root = ea.model;
@@ -312,7 +319,8 @@ out:
     api_server_stop(srv, 1.0);
     frontend_free(fe);
     vllm_engine_free(engine);
-    serving_template_free(tmpl);
+    chat_template_free(tmpl);
+    json_decref(tok_config);
     free(template_src);
     tokenizer_free(tok);
     return status;

@@ -26,7 +26,7 @@
 #include "server/frontend.h"
 #include "server/http.h"
 #include "server/openai_protocol.h"
-typedef struct jinja_template jinja_template; /* template/jinja.h */
+typedef struct chat_template chat_template; /* template/chat_template.h */
 #include "tokenizer/tokenizer.h"
 
 /* What every call reads; set up at start-up, read-only afterwards (except
@@ -34,8 +34,8 @@ typedef struct jinja_template jinja_template; /* template/jinja.h */
 typedef struct serving_ctx {
     frontend *fe;
     const tokenizer *tok;
-    const jinja_template *chat_template; /* NULL: the model has none */
-    bool template_wants_parts;           /* content format "openai" (parts) vs "string" */
+    const chat_template *chat_template;  /* NULL: the model has none */
+    const json_t *tokenizer_config;      /* for templates sent with requests; may be NULL */
     const char *const *served_names;     /* --served-model-name (>= 1) */
     int num_served_names;
     const char *model_root;              /* the model path, /v1/models "root" */
@@ -60,12 +60,6 @@ void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_reque
  * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */
 bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, int32_t *n,
                          openai_error *e);
-
-/* Chat templates (src/template's interpreter behind these three). */
-vllm_status serving_template_compile(const char *src, size_t len, jinja_template **out);
-void serving_template_free(jinja_template *t);
-/* Does the template iterate over message content parts ("openai" content format)? */
-bool serving_template_wants_parts(const jinja_template *t);
 
 /* Sends e as vLLM's error JSON from inside the handler. */
 void serving_respond_error(http_request *http, const openai_error *e);

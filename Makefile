@@ -3,7 +3,8 @@
 #   make            release build
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/)
 #   make test       set up (Debian/npm packages), build, run the whole suite
-#   make run        generate from the bundled model (the main job until the server lands)
+#   make run        generate from the bundled model
+#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
 #
 # Sources are found by wildcard: a new src/<subsystem>/<concept>.c is built without
 # touching this file; tests/test_<name>.c becomes build/tests/test_<name>.
@@ -62,6 +63,11 @@ test: setup
 run: setup
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/vllmc generate --max-tokens 200
+
+PORT ?= 8000
+serve: setup
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/vllmc serve --port $(PORT)
 
 clean:
 	rm -rf build build-san

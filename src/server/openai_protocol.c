@@ -849,7 +849,7 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
                            "request has %d input tokens. Please reduce the length of the input "
                            "messages.",
                            max_model_len, prompt_len);
-    if (r->has_max_tokens && (int64_t)prompt_len + r->max_tokens > max_model_len)
+    if (r->has_max_tokens && r->max_tokens > (int64_t)max_model_len - prompt_len)
         return openai_fail(e, 400, TYPE_VALUE, r->chat ? "max_completion_tokens" : "max_tokens",
                            "'max_tokens' or 'max_completion_tokens' is too large: %lld. This "
                            "model's maximum context length is %d tokens and your request has %d "

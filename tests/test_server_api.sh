@@ -223,6 +223,11 @@ wait_for disconnect_frees_request 5 load0
 kv0() { curl -s $D_URL/metrics | grep -q '^vllm:kv_cache_usage_perc{.*} 0$'; }
 wait_for disconnect_frees_kv_blocks 5 kv0
 grep -q "client disconnected; aborting the request" "$D_LOG" && echo "ok disconnect_logged" || echo "FAIL disconnect_logged"
+# the same without streaming: the suspended connection is probed now and then
+curl -s --max-time 0.5 $D_URL$C -H 'Content-Type: application/json' \
+  -d '{"prompt":[1],"max_tokens":400,"ignore_eos":true,"temperature":0}' >/dev/null
+wait_for disconnect_nonstream_frees_request 4 load0
+wait_for disconnect_nonstream_frees_kv_blocks 2 kv0
 # SIGTERM with a stream in flight: the stream ends with finish_reason abort, exit 0
 (curl -sN --max-time 20 $D_URL$C -H 'Content-Type: application/json' \
   -d '{"prompt":[1],"max_tokens":400,"ignore_eos":true,"temperature":0,"stream":true}' > /tmp/vllmc-term.$$) &

@@ -199,7 +199,7 @@ grep -q '^vllm:kv_cache_usage_perc{.*} 0$' <<<"$BODY" && echo "ok errors_leave_n
 req GET $U/health; check_status alive_after_errors 200
 
 # ---- auth and body limit (a second server) ---------------------------------
-server_start A --api-key sekrit other --max-request-body-bytes 2k || exit 1
+server_start A --api-key sekrit other --max-request-body-bytes 2k --scheduling-policy priority || exit 1
 req GET $A_URL/v1/models; check_status auth_missing_401 401; check auth_body '.error == "Unauthorized"'
 req GET $A_URL/v1/models "" -H 'Authorization: Bearer wrong'; check_status auth_wrong_401 401
 req GET $A_URL/v1/models "" -H 'Authorization: Bearer sekrit'; check_status auth_ok 200
@@ -208,6 +208,23 @@ req GET $A_URL/health; check_status auth_not_on_health 200
 big=$(/usr/bin/python3 -c 'print("{\"prompt\":\"" + "a"*3000 + "\"}")')
 req POST $A_URL$C "$big" -H 'Authorization: Bearer sekrit'
 check_status body_limit_413 413; check body_limit_shape '.error.code == 413'
+req POST $A_URL$C '{"prompt":"a","max_tokens":2,"priority":-5}' -H 'Authorization: Bearer sekrit'
+check_status priority_accepted_with_policy 200
+
+# ---- a client that stops reading stalls nobody, and still gets everything ---
+curl -sN --max-time 60 $U$C -H 'Content-Type: application/json' -o /tmp/vllmc-stopped.$$ \
+  -d '{"prompt":[1],"max_tokens":200,"temperature":0,"logprobs":5,"stream":true}' &
+spid=$!
+kill -STOP $spid
+req POST $U$C '{"prompt":[1],"max_tokens":200,"temperature":0}'
+check stopped_client_does_not_stall_others ".choices[0].text == $(printf '%s' "$GREEDY" | jq '.choices[0].text')"
+idle() { curl -s $U/metrics | grep -q '^vllm:num_requests_running{.*} 0.0$'; }
+wait_for stopped_client_does_not_stall_engine 10 idle
+kill -CONT $spid; wait $spid
+stext=$(grep '^data: {' /tmp/vllmc-stopped.$$ | sed 's/^data: //' | jq -rj '.choices[0].text // empty')
+[ "$stext" = "$(printf '%s' "$GREEDY" | jq -r '.choices[0].text')" ] && grep -q '^data: \[DONE\]' /tmp/vllmc-stopped.$$ &&
+  echo "ok stopped_client_gets_whole_stream" || echo "FAIL stopped_client_gets_whole_stream: $(tail -c 200 /tmp/vllmc-stopped.$$)"
+rm -f /tmp/vllmc-stopped.$$
 
 # ---- a client that goes away mid-stream aborts its request -----------------
 server_start D --served-model-name tiny || exit 1

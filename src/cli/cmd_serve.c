@@ -9,6 +9,7 @@
  * abort the live ones (clients get finish_reason "abort" and their KV blocks
  * are freed), let responses drain, stop HTTP, join the threads.
  */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,7 +193,8 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *env_key = getenv("VLLM_API_KEY");
     if (!num_keys && env_key && *env_key) keys[num_keys++] = env_key;
-    if (!ea.model) ea.model = cli_default_model_dir();
+    static char model_dir[PATH_MAX];
+    if (!ea.model) ea.model = realpath(cli_default_model_dir(), model_dir) ? model_dir : cli_default_model_dir();
     if (!num_names) names[num_names++] = ea.model;
     const char *kv_env = getenv("VLLM_CPU_KVCACHE_SPACE");
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)

@@ -372,6 +372,7 @@ static void push_batch(frontend *f, fe_batch *b) {
 static void *engine_main(void *arg) {
     frontend *f = arg;
     bool busy = false, dead = false;
+    pthread_setname_np(pthread_self(), "vllm-engine");
     for (;;) {
         pthread_mutex_lock(&f->mu);
         while (!f->cmd_head && !busy && !f->stop_engine) pthread_cond_wait(&f->engine_cv, &f->mu);
@@ -628,6 +629,7 @@ static void abort_all(frontend *f) {
 
 static void *output_main(void *arg) {
     frontend *f = arg;
+    pthread_setname_np(pthread_self(), "vllm-output");
     for (;;) {
         pthread_mutex_lock(&f->mu);
         while (!f->batch_head && !f->abort_all && !f->stop_output)

@@ -7,7 +7,8 @@
 #   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
 #
 # Sources are found by wildcard: a new src/<subsystem>/<concept>.c is built without
-# touching this file; tests/test_<name>.c becomes build/tests/test_<name>.
+# touching this file; tests/test_<name>.c becomes build/tests/test_<name>,
+# tools/<name>.c build/tools/<name> and bench/<name>.c build/bench/<name>.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -30,13 +31,16 @@ endif
 LIB_SRCS  := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRCS  := $(wildcard src/cli/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
+TOOL_SRCS := $(wildcard tools/*.c)
+BENCH_SRCS := $(wildcard bench/*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test run serve clean setup bench
+.PHONY: all test run serve clean setup
 .SECONDARY:
-all: $(BUILD)/vllmc $(TEST_BINS)
+all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS)
 
 $(BUILD)/libvllm.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
@@ -46,6 +50,14 @@ $(BUILD)/vllmc: $(CLI_OBJS) $(BUILD)/libvllm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tools/%: $(BUILD)/obj/tools/%.o $(BUILD)/libvllm.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libvllm.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -62,7 +74,7 @@ test: setup
 
 run: setup
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/vllmc generate --max-tokens 200
+	$(BUILD)/vllmc generate --temperature 0 --max-tokens 200
 
 PORT ?= 8000
 serve: setup

@@ -65,7 +65,7 @@ static void fill_y(const matmul_args *a, int64_t T, float v) {
 
 /* fast vs naive: |fast - naive| <= 1e-6 * k * max|w x| scale, for every shape. */
 static void check_matmul_vs_naive(matmul_fn fast, const char *name) {
-    for (int d = 0; d < DTYPE_COUNT; d++)
+    for (int d = 0; d <= DTYPE_BF16; d++)
         for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
             for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
                 for (size_t it = 0; it < sizeof ts / sizeof *ts; it++) {
@@ -103,7 +103,7 @@ TEST(test_matmul_avx2_vs_naive) {
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
-    for (int d = 0; d < DTYPE_COUNT; d++) {
+    for (int d = 0; d <= DTYPE_BF16; d++) {
         int64_t n = 53, k = 77, T = 11;
         matmul_args a = make_args((dtype)d, n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
@@ -136,7 +136,7 @@ TEST(test_matmul_batch_invariance) {
 TEST(test_rmsnorm_vs_naive) {
     const int64_t sizes[] = {1, 7, 8, 9, 64, 100, 2051};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        for (int d = 0; d < DTYPE_COUNT; d++) {
+        for (int d = 0; d <= DTYPE_BF16; d++) {
             int64_t n = sizes[i];
             float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)n),
                   *b = malloc(sizeof(float) * (size_t)n);

@@ -111,6 +111,8 @@ vllm_status vllm_engine_abort_request(vllm_engine *e, const char *request_id);
 /* Finishes one sequence with reason STOP (the front end matched a stop string). */
 vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, int32_t index);
 
+/* True while a request is unfinished or a finish (e.g. an abort between
+ * steps) has not yet been reported in a step output: keep stepping until false. */
 bool vllm_engine_has_unfinished(const vllm_engine *e);
 
 typedef enum vllm_finish_reason {

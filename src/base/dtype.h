@@ -1,7 +1,14 @@
-/* dtype.h - element types of weights and KV, and scalar conversions. */
+/*
+ * dtype.h - element types of weights and KV, and scalar conversions.
+ *
+ * F32/F16/BF16 are scalar types. The block-quantized types are ggml's (GGUF
+ * files): a row of n elements (n a multiple of dtype_block_elems) is n /
+ * dtype_block_elems blocks of dtype_block_bytes bytes; see kernels/quant.h.
+ */
 #ifndef VLLM_BASE_DTYPE_H
 #define VLLM_BASE_DTYPE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -9,12 +16,40 @@ typedef enum dtype {
     DTYPE_F32 = 0,
     DTYPE_F16,
     DTYPE_BF16,
+    DTYPE_Q8_0, /* 32 elements: f16 scale d, int8 q[32]; x = d * q */
+    DTYPE_Q4_0, /* 32 elements: f16 scale d, 16 bytes of nibbles; x = d * (q - 8) */
+    DTYPE_Q4_K, /* 256 elements, 144 bytes: 8 sub-blocks of 32 with 6-bit scales/mins */
+    DTYPE_Q6_K, /* 256 elements, 210 bytes: 16 sub-blocks of 16 with int8 scales */
     DTYPE_COUNT
 } dtype;
 
-static inline size_t dtype_size(dtype t) { return t == DTYPE_F32 ? 4 : 2; }
+/* Bytes per element of a scalar type; 0 for block-quantized types (use
+ * dtype_row_bytes for those). */
+static inline size_t dtype_size(dtype t) {
+    return t == DTYPE_F32 ? 4 : t == DTYPE_F16 || t == DTYPE_BF16 ? 2 : 0;
+}
+static inline bool dtype_is_quantized(dtype t) { return t >= DTYPE_Q8_0 && t < DTYPE_COUNT; }
+/* Elements per block: 1 for scalar types. */
+static inline int64_t dtype_block_elems(dtype t) {
+    return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 ? 32 : t == DTYPE_Q4_K || t == DTYPE_Q6_K ? 256 : 1;
+}
+/* Bytes per block (= dtype_size for scalar types). */
+static inline size_t dtype_block_bytes(dtype t) {
+    switch (t) {
+    case DTYPE_Q8_0: return 34;
+    case DTYPE_Q4_0: return 18;
+    case DTYPE_Q4_K: return 144;
+    case DTYPE_Q6_K: return 210;
+    default: return dtype_size(t);
+    }
+}
+/* Bytes of a row of n elements; n must be a multiple of dtype_block_elems. */
+static inline size_t dtype_row_bytes(dtype t, int64_t n) {
+    return (size_t)(n / dtype_block_elems(t)) * dtype_block_bytes(t);
+}
 static inline const char *dtype_name(dtype t) {
-    return t == DTYPE_F32 ? "F32" : t == DTYPE_F16 ? "F16" : "BF16";
+    static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
+    return (unsigned)t < DTYPE_COUNT ? names[t] : "?";
 }
 
 static inline float bf16_to_f32(uint16_t h) {

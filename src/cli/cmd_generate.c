@@ -1,9 +1,752 @@
-/* cmd_generate.c - placeholder until its subsystem lands. */
+/*
+ * cmd_generate.c - `vllmc generate`: offline generation, vLLM's LLM.generate
+ * from the command line.
+ *
+ *   vllmc generate [--model DIR] [--prompt TEXT]... [--prompts-file FILE]
+ *                  [sampling flags] [engine flags] [--json] [--stats]
+ *
+ * Every prompt (from --prompt, or one JSON object per line of --prompts-file)
+ * enters the engine at once and the engine batches them continuously. With no
+ * prompt at all, generation starts from BOS. Sampling defaults come from the
+ * model's generation_config.json (vLLM's --generation-config auto), then the
+ * flags, then per-line overrides.
+ *
+ * This is the front end: the engine works on token ids; here each sequence
+ * gets an incremental detokenizer and a stop-string matcher (sample/stop.h).
+ * When a stop string completes, the sequence is finished in the engine with
+ * vllm_engine_stop_sequence before the next step, so no token is wasted.
+ *
+ * Output: plain text (one request with n = 1 streams as it generates), or with
+ * --json one object per request on stdout in input order:
+ *   {"prompt_token_ids":[...],"outputs":[{"index":0,"text":"...","token_ids":[...],
+ *    "finish_reason":"stop|length","stop_reason":...,"logprobs":null|[{"<id>":
+ *    {"logprob":..,"rank":..,"decoded_token":".."},...},...]}]}
+ * --stats prints one JSON object on stderr at the end (see print_stats).
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "sample/stop.h"
+#include "tokenizer/tokenizer.h"
+#include "vllm/vllm.h"
+
+#define MAX_STOPS 32
+
+static void generate_usage(FILE *f) {
+    fprintf(f,
+            "usage: vllmc generate [--model DIR] [--prompt TEXT]... [--prompts-file FILE] [options]\n"
+            "Input (all prompts enter the engine at once; none = start from BOS):\n"
+            "  --prompt TEXT                   a text prompt (repeatable)\n"
+            "  --prompts-file FILE             one JSON object per line: {\"prompt\": \"...\"} or\n"
+            "                                  {\"prompt_token_ids\": [...]}, plus optional per-line\n"
+            "                                  sampling fields (max_tokens, temperature, top_p, top_k,\n"
+            "                                  min_p, seed, stop, stop_token_ids, ignore_eos, logprobs,\n"
+            "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
+            "                                  repetition_penalty, include_stop_str_in_output,\n"
+            "                                  priority, cache_salt)\n"
+            "Sampling (defaults: the model's generation_config.json, then vLLM's):\n"
+            "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
+            "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
+            "  --repetition-penalty X --stop STR (repeatable) --include-stop-str-in-output\n"
+            "  --ignore-eos --logprobs N --generation-config auto|vllm\n"
+            "Engine:\n"
+            "  --max-model-len N --max-num-seqs N --max-num-batched-tokens N --block-size N\n"
+            "  --num-gpu-blocks-override N --kv-cache-memory-bytes N\n"
+            "  --enable-prefix-caching | --no-enable-prefix-caching\n"
+            "  --long-prefill-token-threshold N --scheduling-policy fcfs|priority\n"
+            "  --tokenizer DIR --threads N\n"
+            "Output:\n"
+            "  --json       one JSON object per request on stdout, in input order\n"
+            "  --stats      one JSON object of engine statistics on stderr at the end\n"
+            "  --model DIR  default: %s\n",
+            cli_default_model_dir());
+}
+
+/* ---- value parsing ------------------------------------------------------ */
+
+static bool parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "vllmc generate: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s,
+                (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_i32(const char *flag, const char *s, int32_t lo, int32_t hi, int32_t *out) {
+    int64_t v;
+    if (!parse_i64(flag, s, lo, hi, &v)) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+static bool parse_f32(const char *flag, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "vllmc generate: %s: '%s' is not a finite number\n", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        /* vLLM seeds are Python ints; negative ones wrap like numpy's */
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end) goto bad;
+        *out = (uint64_t)v;
+        return true;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) goto bad;
+    *out = v;
+    return true;
+bad:
+    fprintf(stderr, "vllmc generate: %s: '%s' is not a 64-bit integer\n", flag, s);
+    return false;
+}
+
+/* ---- per-request state -------------------------------------------------- */
+
+typedef struct out_seq {
+    char *text;
+    size_t len, cap;
+    int32_t *ids;
+    int32_t num_ids, cap_ids;
+    json_t *logprobs;                /* array, or NULL */
+    detokenizer *detok;
+    stop_matcher stop;
+    bool stop_inited;
+    bool finished;
+    const char *finish_reason;
+    json_t *stop_reason;
+} out_seq;
+
+typedef struct gen_request {
+    int32_t *prompt;
+    int32_t num_prompt;
+    vllm_sampling_params sp;
+    vllm_request_opts opts;
+    char *cache_salt;
+    char *stops[MAX_STOPS];
+    int32_t num_stops;
+    bool include_stop;
+    out_seq *seqs;                   /* (sp.n) */
+} gen_request;
+
+typedef struct gen_ctx {
+    const tokenizer *tok;
+    vllm_engine *engine;
+    gen_request *reqs;
+    int32_t num_reqs, cap_reqs;
+    bool stream;                     /* one request, n = 1, plain text */
+} gen_ctx;
+
+static bool text_append(out_seq *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        while (cap < s->len + n + 1) cap *= 2;
+        char *t = realloc(s->text, cap);
+        if (!t) return false;
+        s->text = t;
+        s->cap = cap;
+    }
+    memcpy(s->text + s->len, p, n);
+    s->len += n;
+    s->text[s->len] = 0;
+    return true;
+}
+
+static bool ids_append(out_seq *s, int32_t id) {
+    if (s->num_ids == s->cap_ids) {
+        int32_t cap = s->cap_ids ? s->cap_ids * 2 : 64;
+        int32_t *t = realloc(s->ids, (size_t)cap * sizeof *t);
+        if (!t) return false;
+        s->ids = t;
+        s->cap_ids = cap;
+    }
+    s->ids[s->num_ids++] = id;
+    return true;
+}
+
+static void request_deinit(gen_request *r) {
+    if (r->seqs)
+        for (int32_t k = 0; k < r->sp.n; k++) {
+            out_seq *s = &r->seqs[k];
+            free(s->text);
+            free(s->ids);
+            json_decref(s->logprobs);
+            json_decref(s->stop_reason);
+            detokenizer_free(s->detok);
+            if (s->stop_inited) stop_matcher_deinit(&s->stop);
+        }
+    free(r->seqs);
+    free(r->prompt);
+    free(r->cache_salt);
+    for (int32_t i = 0; i < r->num_stops; i++) free(r->stops[i]);
+}
+
+static gen_request *ctx_new_request(gen_ctx *c) {
+    if (c->num_reqs == c->cap_reqs) {
+        int32_t cap = c->cap_reqs ? c->cap_reqs * 2 : 16;
+        gen_request *t = realloc(c->reqs, (size_t)cap * sizeof *t);
+        if (!t) return NULL;
+        c->reqs = t;
+        c->cap_reqs = cap;
+    }
+    gen_request *r = &c->reqs[c->num_reqs++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static bool add_stop(gen_request *r, const char *s, const char *where) {
+    if (r->num_stops == MAX_STOPS) {
+        fprintf(stderr, "vllmc generate: %s: at most %d stop strings\n", where, MAX_STOPS);
+        return false;
+    }
+    if (!(r->stops[r->num_stops] = strdup(s))) return false;
+    r->num_stops++;
+    return true;
+}
+
+/* ---- prompts file ------------------------------------------------------- */
+
+static bool json_num(json_t *v, double *out) {
+    if (!json_is_number(v)) return false;
+    *out = json_number_value(v);
+    return true;
+}
+
+#define LINE_ERR(...)                                                                      \
+    do {                                                                                   \
+        fprintf(stderr, "vllmc generate: %s:%ld: ", path, lineno);                         \
+        fprintf(stderr, __VA_ARGS__);                                                      \
+        fputc('\n', stderr);                                                               \
+        return false;                                                                      \
+    } while (0)
+
+/* Applies one prompts-file line (a JSON object) to r, which starts from the
+ * flag defaults. */
+static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, long lineno) {
+    if (!json_is_object(o)) LINE_ERR("expected a JSON object");
+    json_t *p = json_object_get(o, "prompt"), *pids = json_object_get(o, "prompt_token_ids");
+    if ((p != NULL) == (pids != NULL)) LINE_ERR("give exactly one of \"prompt\" and \"prompt_token_ids\"");
+    if (p) {
+        if (!json_is_string(p)) LINE_ERR("\"prompt\" must be a string");
+        if (tokenizer_encode(c->tok, json_string_value(p), json_string_length(p), true, &r->prompt,
+                             &r->num_prompt) != VLLM_OK)
+            LINE_ERR("prompt: %s", vllm_errmsg());
+    } else {
+        if (!json_is_array(pids)) LINE_ERR("\"prompt_token_ids\" must be an array of integers");
+        size_t n = json_array_size(pids);
+        r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+        if (!r->prompt) LINE_ERR("out of memory");
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(pids, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+                LINE_ERR("prompt_token_ids[%zu] must be a non-negative integer", i);
+            r->prompt[i] = (int32_t)json_integer_value(v);
+        }
+        r->num_prompt = (int32_t)n;
+    }
+    vllm_sampling_params *sp = &r->sp;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        double d;
+        bool isint = json_is_integer(v);
+        long long iv = isint ? json_integer_value(v) : 0;
+        if (!strcmp(key, "prompt") || !strcmp(key, "prompt_token_ids")) continue;
+        if (!strcmp(key, "max_tokens")) {
+            if (json_is_null(v)) sp->max_tokens = -1;
+            else if (!isint || iv < -1 || iv > INT32_MAX) LINE_ERR("\"max_tokens\" must be an integer");
+            else sp->max_tokens = (int32_t)iv;
+        } else if (!strcmp(key, "temperature") && json_num(v, &d)) sp->temperature = (float)d;
+        else if (!strcmp(key, "top_p") && json_num(v, &d)) sp->top_p = (float)d;
+        else if (!strcmp(key, "min_p") && json_num(v, &d)) sp->min_p = (float)d;
+        else if (!strcmp(key, "presence_penalty") && json_num(v, &d)) sp->presence_penalty = (float)d;
+        else if (!strcmp(key, "frequency_penalty") && json_num(v, &d)) sp->frequency_penalty = (float)d;
+        else if (!strcmp(key, "repetition_penalty") && json_num(v, &d)) sp->repetition_penalty = (float)d;
+        else if (!strcmp(key, "top_k") && isint && iv >= INT32_MIN && iv <= INT32_MAX) sp->top_k = (int32_t)iv;
+        else if (!strcmp(key, "min_tokens") && isint && iv >= 0 && iv <= INT32_MAX) sp->min_tokens = (int32_t)iv;
+        else if (!strcmp(key, "n") && isint && iv >= 1 && iv <= 1024) sp->n = (int32_t)iv;
+        else if (!strcmp(key, "logprobs") && (json_is_null(v) || (isint && iv >= -1 && iv <= INT32_MAX)))
+            sp->logprobs = json_is_null(v) ? -1 : (int32_t)iv;
+        else if (!strcmp(key, "priority") && isint && iv >= INT32_MIN && iv <= INT32_MAX)
+            r->opts.priority = (int32_t)iv;
+        else if (!strcmp(key, "seed") && (isint || json_is_null(v))) {
+            sp->has_seed = isint;
+            sp->seed = (uint64_t)iv;
+        } else if (!strcmp(key, "ignore_eos") && json_is_boolean(v)) sp->ignore_eos = json_is_true(v);
+        else if (!strcmp(key, "include_stop_str_in_output") && json_is_boolean(v))
+            r->include_stop = json_is_true(v);
+        else if (!strcmp(key, "cache_salt") && json_is_string(v)) {
+            free(r->cache_salt);
+            if (!(r->cache_salt = strdup(json_string_value(v)))) LINE_ERR("out of memory");
+        } else if (!strcmp(key, "stop")) {
+            for (int32_t i = 0; i < r->num_stops; i++) free(r->stops[i]);
+            r->num_stops = 0;
+            if (json_is_string(v)) {
+                if (!add_stop(r, json_string_value(v), "stop")) return false;
+            } else if (json_is_array(v)) {
+                size_t i;
+                json_t *x;
+                json_array_foreach(v, i, x) {
+                    if (!json_is_string(x)) LINE_ERR("\"stop\"[%zu] must be a string", i);
+                    if (!add_stop(r, json_string_value(x), "stop")) return false;
+                }
+            } else if (!json_is_null(v)) LINE_ERR("\"stop\" must be a string or a list of strings");
+        } else if (!strcmp(key, "stop_token_ids") && json_is_array(v)) {
+            if (json_array_size(v) > VLLM_MAX_STOP_TOKEN_IDS)
+                LINE_ERR("at most %d stop_token_ids", VLLM_MAX_STOP_TOKEN_IDS);
+            sp->num_stop_token_ids = 0;
+            size_t i;
+            json_t *x;
+            json_array_foreach(v, i, x) {
+                if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+                    LINE_ERR("stop_token_ids[%zu] must be a non-negative integer", i);
+                sp->stop_token_ids[sp->num_stop_token_ids++] = (int32_t)json_integer_value(x);
+            }
+        } else
+            LINE_ERR("field \"%s\": unknown, or a value of the wrong type", key);
+    }
+    return true;
+}
+
+static bool read_prompts_file(gen_ctx *c, const char *path, const gen_request *defaults) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "vllmc generate: %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    bool ok = true;
+    while (ok && (n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t i = 0;
+        while (i < (size_t)n && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
+        if (i == (size_t)n) continue; /* blank line */
+        json_error_t err;
+        json_t *o = json_loadb(line, (size_t)n, 0, &err);
+        if (!o) {
+            fprintf(stderr, "vllmc generate: %s:%ld: %s\n", path, lineno, err.text);
+            ok = false;
+            break;
+        }
+        gen_request *r = ctx_new_request(c);
+        if (!r) {
+            json_decref(o);
+            ok = false;
+            break;
+        }
+        r->sp = defaults->sp;
+        r->include_stop = defaults->include_stop;
+        for (int32_t k = 0; k < defaults->num_stops && ok; k++) ok = add_stop(r, defaults->stops[k], path);
+        ok = ok && parse_line(c, r, o, path, lineno);
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return ok;
+}
+
+/* ---- output handling ---------------------------------------------------- */
+
+static bool start_sequences(gen_ctx *c, gen_request *r) {
+    int32_t n = r->sp.n;
+    if (!(r->seqs = calloc((size_t)n, sizeof *r->seqs))) return false;
+    for (int32_t k = 0; k < n; k++) {
+        out_seq *s = &r->seqs[k];
+        s->finish_reason = NULL;
+        if (detokenizer_create(c->tok, r->prompt, r->num_prompt, true, &s->detok) != VLLM_OK) return false;
+        if (stop_matcher_init(&s->stop, (const char *const *)r->stops, r->num_stops, r->include_stop) !=
+            VLLM_OK)
+            return false;
+        s->stop_inited = true;
+        if (r->sp.logprobs >= 0 && !(s->logprobs = json_array())) return false;
+        if (!text_append(s, "", 0)) return false;
+    }
+    return true;
+}
+
+static void emit(gen_ctx *c, out_seq *s, const stop_update *u) {
+    text_append(s, u->text, u->len);
+    if (c->stream && u->len) {
+        fwrite(u->text, 1, u->len, stdout);
+        fflush(stdout);
+    }
+}
+
+static json_t *logprob_entry(const tokenizer *tok, int32_t id, float lp, int32_t rank) {
+    char *text = NULL;
+    size_t len = 0;
+    json_t *e = json_object();
+    json_object_set_new(e, "logprob", json_real(lp));
+    json_object_set_new(e, "rank", json_integer(rank));
+    if (tokenizer_decode(tok, &id, 1, false, &text, &len) == VLLM_OK) {
+        json_t *t = json_stringn(text, len);
+        json_object_set_new(e, "decoded_token", t ? t : json_null());
+    }
+    free(text);
+    return e;
+}
+
+static const char *reason_name(vllm_finish_reason r) {
+    return r == VLLM_FINISH_STOP ? "stop" : r == VLLM_FINISH_LENGTH ? "length" : "abort";
+}
+
+/* One sequence's news from a step. Returns false on a fatal error. */
+static bool handle_output(gen_ctx *c, gen_request *r, const vllm_seq_output *o, const char *id) {
+    out_seq *s = &r->seqs[o->index];
+    if (s->finished) return true; /* the STOP we asked for, after a stop string */
+    for (int32_t t = 0; t < o->num_new_tokens; t++) {
+        int32_t tokid = o->new_token_ids[t];
+        if (!ids_append(s, tokid)) return false;
+        if (s->logprobs && o->new_logprobs) {
+            const vllm_token_logprobs *lp = &o->new_logprobs[t];
+            json_t *d = json_object();
+            char key[16];
+            snprintf(key, sizeof key, "%d", lp->token_id);
+            json_object_set_new(d, key, logprob_entry(c->tok, lp->token_id, lp->logprob, lp->rank));
+            for (int32_t m = 0; m < lp->num_top; m++) {
+                snprintf(key, sizeof key, "%d", lp->top_ids[m]);
+                if (!json_object_get(d, key))
+                    json_object_set_new(d, key, logprob_entry(c->tok, lp->top_ids[m], lp->top_logprobs[m], m + 1));
+            }
+            json_array_append_new(s->logprobs, d);
+        }
+        const char *piece;
+        size_t len;
+        if (detokenizer_push(s->detok, tokid, &piece, &len) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: request %s: %s\n", id, vllm_errmsg());
+            return false;
+        }
+        stop_update u;
+        if (stop_matcher_feed(&s->stop, piece, len, s->num_ids > r->sp.min_tokens, &u) != VLLM_OK) return false;
+        emit(c, s, &u);
+        if (u.stop_index >= 0) {
+            s->finished = true;
+            s->finish_reason = "stop";
+            s->stop_reason = json_string(r->stops[u.stop_index]);
+            vllm_engine_stop_sequence(c->engine, id, o->index);
+            return true;
+        }
+    }
+    if (o->finish_reason != VLLM_FINISH_NONE) {
+        const char *piece;
+        size_t len;
+        stop_update u;
+        if (detokenizer_flush(s->detok, &piece, &len) == VLLM_OK && len) {
+            if (stop_matcher_feed(&s->stop, piece, len, s->num_ids > r->sp.min_tokens, &u) == VLLM_OK) {
+                emit(c, s, &u);
+                if (u.stop_index >= 0) {
+                    s->finished = true;
+                    s->finish_reason = "stop";
+                    s->stop_reason = json_string(r->stops[u.stop_index]);
+                    return true;
+                }
+            }
+        }
+        stop_matcher_finish(&s->stop, &u);
+        emit(c, s, &u);
+        s->finished = true;
+        s->finish_reason = reason_name(o->finish_reason);
+        s->stop_reason = o->stop_token_id >= 0 ? json_integer(o->stop_token_id) : json_null();
+    }
+    return true;
+}
+
+static bool print_json(const gen_request *r) {
+    json_t *o = json_object(), *p = json_array(), *outs = json_array();
+    for (int32_t i = 0; i < r->num_prompt; i++) json_array_append_new(p, json_integer(r->prompt[i]));
+    json_object_set_new(o, "prompt_token_ids", p);
+    for (int32_t k = 0; k < r->sp.n; k++) {
+        const out_seq *s = &r->seqs[k];
+        json_t *x = json_object(), *ids = json_array();
+        json_object_set_new(x, "index", json_integer(k));
+        json_t *t = json_stringn(s->text, s->len);
+        json_object_set_new(x, "text", t ? t : json_stringn_nocheck(s->text, s->len));
+        for (int32_t i = 0; i < s->num_ids; i++) json_array_append_new(ids, json_integer(s->ids[i]));
+        json_object_set_new(x, "token_ids", ids);
+        json_object_set_new(x, "finish_reason", json_string(s->finish_reason ? s->finish_reason : "abort"));
+        json_object_set(x, "stop_reason", s->stop_reason ? s->stop_reason : json_null());
+        json_object_set(x, "logprobs", s->logprobs ? s->logprobs : json_null());
+        json_array_append_new(outs, x);
+    }
+    json_object_set_new(o, "outputs", outs);
+    char *str = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!str) return false;
+    puts(str);
+    free(str);
+    return true;
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+typedef struct gen_stats {
+    int64_t steps, preemptions, queries, hits;
+    int32_t max_tokens, max_seqs, blocks_total, blocks_free;
+} gen_stats;
+
+static void print_stats(const gen_stats *st) {
+    fprintf(stderr,
+            "{\"num_steps\":%lld,\"num_preemptions\":%lld,\"prefix_cache_queries\":%lld,"
+            "\"prefix_cache_hits\":%lld,\"max_tokens_in_step\":%d,\"max_seqs_in_step\":%d,"
+            "\"num_blocks_total\":%d,\"num_blocks_free_at_end\":%d}\n",
+            (long long)st->steps, (long long)st->preemptions, (long long)st->queries,
+            (long long)st->hits, st->max_tokens, st->max_seqs, st->blocks_total, st->blocks_free);
+}
+
+#define FLAG(name) (!strcmp(arg, name))
 
 int cmd_generate(int argc, char **argv) {
-    fprintf(stderr, "vllmc generate: not built yet\n");
-    return 1;
+    vllm_engine_args args;
+    vllm_engine_args_init(&args);
+    args.model = cli_default_model_dir();
+    const char *prompts_file = NULL;
+    const char **prompts = calloc((size_t)argc, sizeof *prompts);
+    int32_t num_prompts = 0;
+    bool json = false, stats = false;
+    gen_ctx c = {0};
+    gen_request flags = {0}; /* flag-level sampling settings and stops */
+    tokenizer *tok = NULL;
+    int status = 2;
+    /* sampling flags are applied over the engine's defaults once it exists */
+    struct {
+        bool max_tokens, temperature, top_p, top_k, min_p, seed, n, min_tokens, presence, frequency,
+            repetition, logprobs, ignore_eos;
+    } set = {0};
+    vllm_sampling_params sf;
+    vllm_sampling_params_init(&sf);
+    if (!prompts) goto done;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL;
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        if (!strncmp(arg, "--", 2) && eq && (size_t)(eq - arg) < sizeof name) {
+            memcpy(name, arg, (size_t)(eq - arg));
+            name[eq - arg] = 0;
+            val = eq + 1;
+            arg = name;
+        }
+        bool takes_value =
+            !(FLAG("--json") || FLAG("--stats") || FLAG("--ignore-eos") || FLAG("--enable-prefix-caching") ||
+              FLAG("--no-enable-prefix-caching") || FLAG("--include-stop-str-in-output") ||
+              FLAG("-h") || FLAG("--help"));
+        if (takes_value && !val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vllmc generate: %s needs a value\n", arg);
+                goto done;
+            }
+            val = argv[++i];
+        }
+        bool ok = true;
+        if (FLAG("-h") || FLAG("--help")) {
+            generate_usage(stdout);
+            status = 0;
+            goto done;
+        } else if (FLAG("--model")) args.model = val;
+        else if (FLAG("--tokenizer")) args.tokenizer = val;
+        else if (FLAG("--prompt")) prompts[num_prompts++] = val;
+        else if (FLAG("--prompts-file")) prompts_file = val;
+        else if (FLAG("--json")) json = true;
+        else if (FLAG("--stats")) stats = true;
+        else if (FLAG("--max-tokens")) ok = set.max_tokens = parse_i32(arg, val, -1, INT32_MAX, &sf.max_tokens);
+        else if (FLAG("--temperature")) ok = set.temperature = parse_f32(arg, val, &sf.temperature);
+        else if (FLAG("--top-p")) ok = set.top_p = parse_f32(arg, val, &sf.top_p);
+        else if (FLAG("--top-k")) ok = set.top_k = parse_i32(arg, val, -1, INT32_MAX, &sf.top_k);
+        else if (FLAG("--min-p")) ok = set.min_p = parse_f32(arg, val, &sf.min_p);
+        else if (FLAG("--presence-penalty")) ok = set.presence = parse_f32(arg, val, &sf.presence_penalty);
+        else if (FLAG("--frequency-penalty")) ok = set.frequency = parse_f32(arg, val, &sf.frequency_penalty);
+        else if (FLAG("--repetition-penalty")) ok = set.repetition = parse_f32(arg, val, &sf.repetition_penalty);
+        else if (FLAG("--min-tokens")) ok = set.min_tokens = parse_i32(arg, val, 0, INT32_MAX, &sf.min_tokens);
+        else if (FLAG("--n")) ok = set.n = parse_i32(arg, val, 1, 1024, &sf.n);
+        else if (FLAG("--logprobs")) ok = set.logprobs = parse_i32(arg, val, -1, INT32_MAX, &sf.logprobs);
+        else if (FLAG("--seed")) {
+            ok = set.seed = parse_u64(arg, val, &sf.seed);
+            sf.has_seed = true;
+            args.seed = sf.seed;
+        } else if (FLAG("--ignore-eos")) set.ignore_eos = sf.ignore_eos = true;
+        else if (FLAG("--stop")) ok = add_stop(&flags, val, "--stop");
+        else if (FLAG("--include-stop-str-in-output")) flags.include_stop = true;
+        else if (FLAG("--generation-config")) args.generation_config = val;
+        else if (FLAG("--max-model-len")) ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_model_len);
+        else if (FLAG("--max-num-seqs")) ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_num_seqs);
+        else if (FLAG("--max-num-batched-tokens"))
+            ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_num_batched_tokens);
+        else if (FLAG("--block-size")) ok = parse_i32(arg, val, 1, 1024, &args.block_size);
+        else if (FLAG("--num-gpu-blocks-override"))
+            ok = parse_i32(arg, val, 1, INT32_MAX, &args.num_gpu_blocks_override);
+        else if (FLAG("--kv-cache-memory-bytes"))
+            ok = parse_i64(arg, val, 1, INT64_MAX, &args.kv_cache_memory_bytes);
+        else if (FLAG("--enable-prefix-caching")) args.enable_prefix_caching = true;
+        else if (FLAG("--no-enable-prefix-caching")) args.enable_prefix_caching = false;
+        else if (FLAG("--long-prefill-token-threshold"))
+            ok = parse_i32(arg, val, 0, INT32_MAX, &args.long_prefill_token_threshold);
+        else if (FLAG("--threads")) ok = parse_i32(arg, val, 0, 4096, &args.num_threads);
+        else if (FLAG("--scheduling-policy")) {
+            if (!strcmp(val, "fcfs")) args.scheduling_policy = VLLM_SCHEDULING_FCFS;
+            else if (!strcmp(val, "priority")) args.scheduling_policy = VLLM_SCHEDULING_PRIORITY;
+            else {
+                fprintf(stderr, "vllmc generate: --scheduling-policy: '%s' is not fcfs or priority\n", val);
+                ok = false;
+            }
+        } else {
+            fprintf(stderr, "vllmc generate: unknown option '%s'\n", argv[i]);
+            generate_usage(stderr);
+            goto done;
+        }
+        if (!ok) goto done;
+    }
+    if (prompts_file && num_prompts) {
+        fprintf(stderr, "vllmc generate: give --prompt or --prompts-file, not both\n");
+        goto done;
+    }
+
+    status = 1;
+    if (tokenizer_load(args.tokenizer ? args.tokenizer : args.model, &tok) != VLLM_OK) {
+        fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+        goto done;
+    }
+    if (vllm_engine_create(&args, &c.engine) != VLLM_OK) {
+        fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+        goto done;
+    }
+    c.tok = tok;
+    vllm_engine_default_sampling_params(c.engine, &flags.sp);
+    vllm_sampling_params *d = &flags.sp;
+    if (set.max_tokens) d->max_tokens = sf.max_tokens;
+    if (set.temperature) d->temperature = sf.temperature;
+    if (set.top_p) d->top_p = sf.top_p;
+    if (set.top_k) d->top_k = sf.top_k;
+    if (set.min_p) d->min_p = sf.min_p;
+    if (set.presence) d->presence_penalty = sf.presence_penalty;
+    if (set.frequency) d->frequency_penalty = sf.frequency_penalty;
+    if (set.repetition) d->repetition_penalty = sf.repetition_penalty;
+    if (set.min_tokens) d->min_tokens = sf.min_tokens;
+    if (set.n) d->n = sf.n;
+    if (set.logprobs) d->logprobs = sf.logprobs;
+    if (set.seed) {
+        d->has_seed = true;
+        d->seed = sf.seed;
+    }
+    if (set.ignore_eos) d->ignore_eos = true;
+
+    if (prompts_file) {
+        if (!read_prompts_file(&c, prompts_file, &flags)) goto done;
+    } else {
+        int32_t count = num_prompts ? num_prompts : 1;
+        for (int32_t i = 0; i < count; i++) {
+            gen_request *r = ctx_new_request(&c);
+            if (!r) goto done;
+            r->sp = flags.sp;
+            r->include_stop = flags.include_stop;
+            for (int32_t k = 0; k < flags.num_stops; k++)
+                if (!add_stop(r, flags.stops[k], "--stop")) goto done;
+            if (num_prompts) {
+                if (tokenizer_encode(tok, prompts[i], strlen(prompts[i]), true, &r->prompt, &r->num_prompt) !=
+                    VLLM_OK) {
+                    fprintf(stderr, "vllmc generate: --prompt: %s\n", vllm_errmsg());
+                    goto done;
+                }
+            } else { /* start from BOS */
+                vllm_engine_info info;
+                vllm_engine_get_info(c.engine, &info);
+                if (info.bos_token_id < 0 || !(r->prompt = malloc(sizeof *r->prompt))) {
+                    fprintf(stderr, "vllmc generate: no prompt given and the model has no BOS token\n");
+                    goto done;
+                }
+                r->prompt[0] = info.bos_token_id;
+                r->num_prompt = 1;
+            }
+        }
+    }
+    c.stream = !json && c.num_reqs == 1 && c.reqs[0].sp.n == 1;
+
+    /* everything enters the engine at once */
+    char id[24];
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        gen_request *r = &c.reqs[i];
+        r->opts.cache_salt = r->cache_salt;
+        snprintf(id, sizeof id, "%d", i);
+        if (r->sp.n < 1) r->sp.n = 1;
+        if (vllm_engine_add_request(c.engine, id, r->prompt, r->num_prompt, &r->sp, &r->opts) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+            goto done;
+        }
+        if (!start_sequences(&c, r)) {
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+            goto done;
+        }
+    }
+    gen_stats st = {0};
+    while (vllm_engine_has_unfinished(c.engine)) {
+        const vllm_step_output *so;
+        if (vllm_engine_step(c.engine, &so) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+        const vllm_scheduler_stats *s = &so->stats;
+        if (s->num_scheduled_tokens > 0) st.steps++;
+        st.preemptions += s->num_preemptions;
+        st.queries += s->prefix_cache_queries;
+        st.hits += s->prefix_cache_hits;
+        if (s->num_scheduled_tokens > st.max_tokens) st.max_tokens = s->num_scheduled_tokens;
+        if (s->num_scheduled_seqs > st.max_seqs) st.max_seqs = s->num_scheduled_seqs;
+        st.blocks_total = s->num_blocks_total;
+        st.blocks_free = s->num_blocks_free;
+        for (int32_t j = 0; j < so->num_outputs; j++) {
+            const vllm_seq_output *o = &so->outputs[j];
+            if (!handle_output(&c, &c.reqs[atoi(o->request_id)], o, o->request_id)) {
+                fprintf(stderr, "vllmc generate: out of memory\n");
+                goto done;
+            }
+        }
+    }
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        const gen_request *r = &c.reqs[i];
+        if (json) {
+            if (!print_json(r)) goto done;
+        } else if (c.stream) {
+            putchar('\n');
+        } else {
+            for (int32_t k = 0; k < r->sp.n; k++)
+                printf("--- request %d, output %d (%s)\n%s\n", i, k, r->seqs[k].finish_reason,
+                       r->seqs[k].text);
+        }
+    }
+    if (stats) print_stats(&st);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "vllmc generate: write error on stdout\n");
+        goto done;
+    }
+    status = 0;
+done:
+    for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c.reqs[i]);
+    free(c.reqs);
+    for (int32_t i = 0; i < flags.num_stops; i++) free(flags.stops[i]);
+    vllm_engine_free(c.engine);
+    tokenizer_free(tok);
+    free(prompts);
+    return status;
 }

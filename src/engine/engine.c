@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "base/error.h"
@@ -296,7 +297,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .max_num_seqs = info->max_num_seqs,
                           .num_threads = args->num_threads};
     if ((rc = runner_create(e->model, &rcfg, &e->runner)) != VLLM_OK) goto fail;
-    info->num_threads = rcfg.num_threads;
+    info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if ((rc = kv_cache_manager_create(num_blocks, args->block_size, args->enable_prefix_caching,
                                       &e->kv)) != VLLM_OK)
         goto fail;

@@ -10,7 +10,7 @@
  *   per token: [Qwen3 q_norm/k_norm per head], RoPE(q, k), K/V -> pool slots
  *   att = paged causal attention, each token over positions 0..p of its own
  *         sequence through its block table (GQA: q head h reads KV head h/group)
- *   x += att Wo^T
+ *   x += att Wo^T (+bo)
  *   xb = rmsnorm(x) * post_attention_layernorm
  *   hb = silu(xb Wg^T) * (xb Wu^T)                            one dispatch
  *   x += hb Wd^T
@@ -535,7 +535,7 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
         run_stage(r, stage_attention, T * r->n_kv > 1);
 
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, NULL, true);
+        r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, lw->o_bias.data ? &lw->o_bias : NULL, true);
         run_matmul(r, T);
 
         run_stage(r, stage_post_norm, par);

@@ -71,15 +71,19 @@ typedef struct sample_history {
     const int32_t *output_ids; int32_t num_output;
 } sample_history;
 
-/* Bytes of scratch sampler_sample / sampler_probs need: 12 * vocab_size
- * (raw logits copy + (value, id) candidate pairs). Any malloc'd block works. */
+/* Bytes of scratch sampler_sample / sampler_probs need: 12 * vocab_size + 8
+ * (raw logits copy + (value, id) candidate pairs). Any malloc'd block works
+ * (8-byte aligned). One per thread that samples; reused across calls. */
 size_t sampler_scratch_bytes(int32_t vocab_size);
 
 /* Samples one token from logits (vocab_size floats, modified in place: they are
- * scratch too). eos_ids are the model's EOS ids (masked by min_tokens, with
- * stop_token_ids). h may be NULL (no history). out->top must have room for
- * params->logprobs entries when that is > 0. Fails (VLLM_ERR_INVALID) only when
- * no token is left with a finite logit. */
+ * scratch too). eos_ids: every EOS id of the model (tokenizer's and
+ * generation_config's), passed even with ignore_eos: min_tokens masks them,
+ * with stop_token_ids, as vLLM's all_stop_token_ids. h may be NULL (no
+ * history). out->top must have room for params->logprobs entries when that is
+ * > 0 (NULL: no top list). Reentrant: each thread passes its own scratch and
+ * each sequence its own rng. Fails (VLLM_ERR_INVALID) only when no token is
+ * left with a finite logit. */
 vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *h,
                            const int32_t *eos_ids, int32_t num_eos, float *logits,
                            int32_t vocab_size, sampler_rng *rng, void *scratch,

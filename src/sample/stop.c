@@ -5,8 +5,9 @@
  * plus up to len(longest stop) - 1 bytes already sent, which is all the
  * context a stop string ending in new text can reach back into. Each feed
  * appends the piece and searches every stop string only from where a match
- * could end in new (unprotected) text: memmem's first hit is that string's
- * earliest completion, and the earliest over all strings wins. Without a
+ * could end in the new piece (nothing, when it may not stop): memmem's first
+ * hit is that string's earliest completion; the earliest over all strings
+ * wins. Without a
  * match, everything is sent except the longest suffix that is a proper prefix
  * of a stop string (the only text a later piece could turn into a match) and
  * an unfinished UTF-8 sequence. Since a held suffix always starts at or after
@@ -89,7 +90,6 @@ static void compact(stop_matcher *m) {
     memmove(m->buf, m->buf + drop, m->len - drop);
     m->len -= drop;
     m->emitted -= drop;
-    m->base += drop;
 }
 
 vllm_status stop_matcher_feed(stop_matcher *m, const char *piece, size_t len, bool can_stop,
@@ -111,12 +111,10 @@ vllm_status stop_matcher_feed(stop_matcher *m, const char *piece, size_t len, bo
     size_t old_len = m->len;
     m->len += len;
 
-    if (!can_stop) {
-        m->protect_end = m->base + m->len;
-    } else if (len) {
-        /* a match must end past both the old text and the protected text */
-        size_t protect = m->protect_end > m->base ? (size_t)(m->protect_end - m->base) : 0;
-        size_t min_end = (protect > old_len ? protect : old_len) + 1;
+    if (can_stop && len) {
+        /* a match must end in the new piece: earlier text was searched when it
+         * arrived, or arrived while stopping was not allowed */
+        size_t min_end = old_len + 1;
         size_t best_end = SIZE_MAX, best_start = 0;
         int32_t best = -1;
         for (int32_t i = 0; i < m->num_stops; i++) {
@@ -141,9 +139,9 @@ vllm_status stop_matcher_feed(stop_matcher *m, const char *piece, size_t len, bo
         }
     }
     size_t e = m->len - (m->include_in_output ? 0 : held_suffix(m));
-    e = utf8_cut(m->buf, e);
+    e = m->buf ? utf8_cut(m->buf, e) : 0;
     if (e < m->emitted) e = m->emitted;
-    out->text = m->buf + m->emitted;
+    out->text = m->buf ? m->buf + m->emitted : ""; /* no buffer yet after empty pieces */
     out->len = e - m->emitted;
     m->emitted = e;
     return VLLM_OK;

@@ -53,8 +53,6 @@ typedef struct stop_matcher {
     bool stopped;
     char *buf;                /* recent text: [0, emitted) already sent, [emitted, len) held */
     size_t len, cap, emitted;
-    uint64_t base;            /* absolute byte offset of buf[0] in the output */
-    uint64_t protect_end;     /* a match must end after this absolute offset */
 } stop_matcher;
 
 typedef struct stop_update {

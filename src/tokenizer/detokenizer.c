@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "tokenizer/strbuf.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/utf8.h"
 
@@ -49,29 +50,9 @@ static const struct {
     {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
 };
 
-typedef struct buf {
-    char *s;
-    size_t len, cap;
-} buf;
-
-static vllm_status buf_add(buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) return vllm_error(VLLM_ERR_NOMEM, "detokenizer: out of memory (%zu bytes)", cap);
-        b->s = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-    return VLLM_OK;
-}
-
-static vllm_status buf_cp(buf *b, uint32_t cp) {
+static vllm_status sb_add_cp(strbuf *b, uint32_t cp) {
     char u[4];
-    return buf_add(b, u, (size_t)utf8_encode(cp, u));
+    return sb_add(b, u, (size_t)utf8_encode(cp, u));
 }
 
 struct detokenizer {
@@ -85,7 +66,7 @@ struct detokenizer {
     int strip_held;     /* Strip: trailing strip chars held back */
     char hold[N_CLEANUP][4];
     uint8_t n_hold[N_CLEANUP];
-    buf stage, a, b, out; /* decoder output of this step; cleanup ping-pong; emitted text */
+    strbuf stage, a, b, out; /* decoder output of this step; cleanup ping-pong; emitted text */
 };
 
 static void stream_init(detokenizer *d, const tokenizer *t, bool skip_special) {
@@ -107,7 +88,7 @@ static void stream_deinit(detokenizer *d) {
 static vllm_status emit_cp(detokenizer *d, uint32_t cp) {
     const decoder_cfg *c = &d->t->dec;
     vllm_status rc;
-    if (c->kind != DEC_CHAIN || !c->strip) return buf_cp(&d->a, cp);
+    if (c->kind != DEC_CHAIN || !c->strip) return sb_add_cp(&d->a, cp);
     if (d->strip_left > 0 && cp == c->strip_char) {
         d->strip_left--;
         return VLLM_OK;
@@ -116,11 +97,11 @@ static vllm_status emit_cp(detokenizer *d, uint32_t cp) {
     if (c->strip_stop > 0 && cp == c->strip_char) {
         if (++d->strip_held <= c->strip_stop) return VLLM_OK;
         d->strip_held--;
-        return buf_cp(&d->a, cp);
+        return sb_add_cp(&d->a, cp);
     }
     for (; d->strip_held > 0; d->strip_held--)
-        if ((rc = buf_cp(&d->a, c->strip_char))) return rc;
-    return buf_cp(&d->a, cp);
+        if ((rc = sb_add_cp(&d->a, c->strip_char))) return rc;
+    return sb_add_cp(&d->a, cp);
 }
 
 static vllm_status emit_str(detokenizer *d, const char *s, size_t n) {
@@ -187,21 +168,21 @@ static bool byte_token(const char *s, size_t n, uint8_t *byte) {
 static vllm_status replace_pre(detokenizer *d, const char *s, size_t n) {
     const decoder_cfg *c = &d->t->dec;
     d->stage.len = 0;
-    vllm_status rc = buf_add(&d->stage, s, n);
+    vllm_status rc = sb_add(&d->stage, s, n);
     for (int k = 0; k < c->n_pre && !rc; k++) {
         const dec_replace *r = &c->pre[k];
         d->b.len = 0;
         for (size_t i = 0; i < d->stage.len && !rc;) {
             if (r->pat_len && i + r->pat_len <= d->stage.len && memcmp(d->stage.s + i, r->pat, r->pat_len) == 0) {
-                rc = buf_add(&d->b, r->content, r->content_len);
+                rc = sb_add(&d->b, r->content, r->content_len);
                 i += r->pat_len;
             } else {
-                rc = buf_add(&d->b, d->stage.s + i++, 1);
+                rc = sb_add(&d->b, d->stage.s + i++, 1);
             }
         }
         if (rc) break;
         d->stage.len = 0;
-        rc = buf_add(&d->stage, d->b.s ? d->b.s : "", d->b.len);
+        rc = sb_add(&d->stage, d->b.s ? d->b.s : "", d->b.len);
     }
     return rc;
 }
@@ -280,38 +261,44 @@ static vllm_status decode_token(detokenizer *d, int32_t id) {
  * final: the stream ends, release everything held. */
 static vllm_status cleanup(detokenizer *d, bool final) {
     if (!d->t->cleanup_spaces) {
-        vllm_status rc = buf_add(&d->out, d->a.s ? d->a.s : "", d->a.len);
+        vllm_status rc = sb_add(&d->out, d->a.s ? d->a.s : "", d->a.len);
         d->a.len = 0;
         return rc;
     }
-    buf *in = &d->a, *out = &d->b;
+    strbuf *in = &d->a, *out = &d->b;
     for (int k = 0; k < N_CLEANUP; k++) {
         const char *pat = cleanup_rules[k].pat, *rep = cleanup_rules[k].rep;
         size_t pl = strlen(pat);
         /* input = held bytes + new bytes */
         size_t h = d->n_hold[k];
         out->len = 0;
-        vllm_status rc = buf_add(out, d->hold[k], h);
-        if (!rc) rc = buf_add(out, in->s ? in->s : "", in->len);
+        vllm_status rc = sb_add(out, d->hold[k], h);
+        if (!rc) rc = sb_add(out, in->s ? in->s : "", in->len);
         if (rc) return rc;
         /* swap so that `in` holds the stage input, `out` collects its output */
-        buf *x = in;
+        strbuf *x = in;
         in = out;
         out = x;
         out->len = 0;
         size_t i = 0, n = in->len;
         d->n_hold[k] = 0;
         while (i < n) {
+            /* every pattern starts with ' ': copy up to the next space in one go */
+            const char *sp = memchr(in->s + i, ' ', n - i);
+            size_t j = sp ? (size_t)(sp - in->s) : n;
+            if (j > i && (rc = sb_add(out, in->s + i, j - i))) return rc;
+            i = j;
+            if (i == n) break;
             size_t rem = n - i;
             if (rem >= pl && memcmp(in->s + i, pat, pl) == 0) {
-                if ((rc = buf_add(out, rep, strlen(rep)))) return rc;
+                if ((rc = sb_add(out, rep, strlen(rep)))) return rc;
                 i += pl;
             } else if (rem < pl && !final && memcmp(in->s + i, pat, rem) == 0) {
                 memcpy(d->hold[k], in->s + i, rem);
                 d->n_hold[k] = (uint8_t)rem;
                 break;
             } else {
-                if ((rc = buf_add(out, in->s + i, 1))) return rc;
+                if ((rc = sb_add(out, in->s + i, 1))) return rc;
                 i++;
             }
         }
@@ -319,7 +306,7 @@ static vllm_status cleanup(detokenizer *d, bool final) {
         in = out;
         out = x;
     }
-    vllm_status rc = buf_add(&d->out, in->s ? in->s : "", in->len);
+    vllm_status rc = sb_add(&d->out, in->s ? in->s : "", in->len);
     d->a.len = d->b.len = 0;
     return rc;
 }
@@ -348,7 +335,7 @@ vllm_status tokenizer_decode(const tokenizer *t, const int32_t *ids, int32_t n_i
     *len = 0;
     detokenizer d;
     stream_init(&d, t, skip_special_tokens);
-    vllm_status rc = buf_add(&d.out, "", 0);
+    vllm_status rc = sb_add(&d.out, "", 0);
     for (int32_t i = 0; i < n_ids && !rc; i++) rc = stream_push(&d, ids[i]);
     if (!rc) rc = stream_finish(&d);
     if (rc) {
@@ -368,7 +355,7 @@ vllm_status detokenizer_create(const tokenizer *t, const int32_t *prompt_ids, in
     detokenizer *d = malloc(sizeof *d);
     if (!d) return vllm_error(VLLM_ERR_NOMEM, "detokenizer: out of memory");
     stream_init(d, t, skip_special_tokens);
-    vllm_status rc = buf_add(&d->out, "", 0);
+    vllm_status rc = sb_add(&d->out, "", 0);
     for (int32_t i = 0; i < n_prompt && !rc; i++) {
         rc = stream_push(d, prompt_ids[i]);
         d->out.len = 0; /* the prompt's own text is not part of the stream */

@@ -18,13 +18,8 @@
  *   5. post-processor (TemplateProcessing / Bert / Roberta / ByteLevel /
  *      Sequence) adds special tokens when asked.
  *
- * Regexes: tokenizer.json patterns are run the way transformers.js runs them,
- * as JavaScript regexes with the u flag. JS \s, \d, \w and '.' differ from
- * PCRE2's Unicode (UCP) versions (JS \s includes U+FEFF but not U+0085, JS \d
- * and \w are ASCII), so the pattern is translated: those classes are spelled
- * out, \uXXXX becomes \x{XXXX}, and PCRE2 compiles it in UTF mode without UCP
- * (\p{L} and \p{N} still use Unicode properties). transformers.js's own
- * rewrites ((?i:...) groups, possessive quantifiers) are applied first.
+ * Regexes: tokenizer.json patterns are JavaScript regexes to transformers.js;
+ * jsregex.c compiles them with PCRE2 so that they match the same text.
  *
  * Not supported (load fails naming it): models other than BPE, BPE
  * end_of_word_suffix / continuing_subword_suffix, normalizers Lowercase,
@@ -35,8 +30,11 @@
  * Replace(String)/ByteFallback/Fuse/Strip in that order (see detokenizer.c);
  * tokenizer_config remove_space / do_lowercase_and_remove_accent.
  * Like transformers.js, added tokens' normalized and single_word flags are
- * ignored, and add_bos_token / add_eos_token do not change encode: the
- * post-processor in tokenizer.json decides.
+ * ignored, Metaspace's "split" is ignored (the section stays one word), and
+ * add_bos_token / add_eos_token do not change encode: the post-processor in
+ * tokenizer.json decides. Split behaviours MergedWithPrevious/Next and
+ * Contiguous are refused although transformers.js quietly treats them as
+ * Isolated (that would differ from the Rust tokenizers the files come from).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -47,40 +45,10 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "tokenizer/jsregex.h"
+#include "tokenizer/strbuf.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/utf8.h"
-
-/* ---------------------------------------------------------------- buffers */
-
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf;
-
-static vllm_status sb_reserve(strbuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return VLLM_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", cap);
-    b->s = s;
-    b->cap = cap;
-    return VLLM_OK;
-}
-
-static vllm_status sb_add(strbuf *b, const char *s, size_t n) {
-    vllm_status rc = sb_reserve(b, n);
-    if (rc) return rc;
-    if (n) memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-    return VLLM_OK;
-}
-
-static vllm_status sb_set(strbuf *b, const char *s, size_t n) {
-    b->len = 0;
-    return sb_add(b, s, n);
-}
 
 /* A list of pieces (byte ranges of one strbuf). */
 typedef struct piece_list {
@@ -116,24 +84,12 @@ static void pl_free(piece_list *pl) {
     free(pl->len);
 }
 
-/* --------------------------------------------------------- JS whitespace */
-
-bool tok_is_js_space(uint32_t cp) {
-    switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000: case 0xFEFF:
-        return true;
-    default:
-        return cp >= 0x2000 && cp <= 0x200A;
-    }
-}
-
 /* Byte length of the leading JS whitespace of s[0..n) (valid UTF-8). */
 static size_t js_space_prefix(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         int l = utf8_len((uint8_t)s[i]);
-        if (!tok_is_js_space(utf8_get(s + i))) break;
+        if (!jsregex_is_space(utf8_get(s + i))) break;
         i += (size_t)l;
     }
     return i;
@@ -144,164 +100,10 @@ static size_t js_space_trim_end(const char *s, size_t n) {
     size_t keep = 0;
     for (size_t i = 0; i < n;) {
         int l = utf8_len((uint8_t)s[i]);
-        if (!tok_is_js_space(utf8_get(s + i))) keep = i + (size_t)l;
+        if (!jsregex_is_space(utf8_get(s + i))) keep = i + (size_t)l;
         i += (size_t)l;
     }
     return keep;
-}
-
-/* ---------------------------------------------------------- regexes */
-
-/* JS \s as the body of a PCRE2 character class. */
-#define JS_SPACE_CLASS "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
-
-/* transformers.js PROBLEMATIC_REGEX_MAP: rewrites applied before compiling. */
-static const char *const js_rewrites[][2] = {
-    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)", "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))"},
-    {"(?i:[sdmt]|ll|ve|re)", "(?:[sS]|[dD]|[mM]|[tT]|[lL][lL]|[vV][eE]|[rR][eE])"},
-    {"[^\\r\\n\\p{L}\\p{N}]?+", "[^\\r\\n\\p{L}\\p{N}]?"},
-    {"[^\\s\\p{L}\\p{N}]++", "[^\\s\\p{L}\\p{N}]+"},
-};
-
-static vllm_status sb_replace_all(strbuf *out, const char *s, size_t n, const char *pat, size_t pl,
-                                  const char *rep, size_t rl) {
-    out->len = 0;
-    vllm_status rc = sb_reserve(out, n);
-    if (rc) return rc;
-    size_t i = 0;
-    while (i < n) {
-        if (pl && i + pl <= n && memcmp(s + i, pat, pl) == 0) {
-            if ((rc = sb_add(out, rep, rl))) return rc;
-            i += pl;
-        } else {
-            if ((rc = sb_add(out, s + i, 1))) return rc;
-            i++;
-        }
-    }
-    return sb_add(out, "", 0);
-}
-
-/* Translates a tokenizer.json (JavaScript-flavoured) regex for PCRE2; see the
- * file comment. *out is malloc'ed. */
-static vllm_status js_regex_to_pcre2(const char *src, size_t n, const char *field, strbuf *out) {
-    strbuf a = {0}, b = {0};
-    vllm_status rc = VLLM_OK;
-    /* transformers.js: pattern.replace(/\\([#&~])/g, '$1') */
-    for (size_t i = 0; i < n; i++) {
-        if (src[i] == '\\' && i + 1 < n && strchr("#&~", src[i + 1]) && src[i + 1]) continue;
-        if ((rc = sb_add(&a, src + i, 1))) goto done;
-    }
-    if ((rc = sb_add(&a, "", 0))) goto done;
-    for (size_t k = 0; k < sizeof js_rewrites / sizeof js_rewrites[0]; k++) {
-        if ((rc = sb_replace_all(&b, a.s, a.len, js_rewrites[k][0], strlen(js_rewrites[k][0]),
-                                 js_rewrites[k][1], strlen(js_rewrites[k][1]))))
-            goto done;
-        strbuf t = a;
-        a = b;
-        b = t;
-    }
-    out->len = 0;
-    bool in_class = false;
-    for (size_t i = 0; i < a.len; i++) {
-        char c = a.s[i];
-        if (c == '\\' && i + 1 < a.len) {
-            char e = a.s[++i];
-            const char *rep = NULL;
-            switch (e) {
-            case 's': rep = in_class ? JS_SPACE_CLASS : "[" JS_SPACE_CLASS "]"; break;
-            case 'd': rep = in_class ? "0-9" : "[0-9]"; break;
-            case 'w': rep = in_class ? "A-Za-z0-9_" : "[A-Za-z0-9_]"; break;
-            case 'S': rep = in_class ? NULL : "[^" JS_SPACE_CLASS "]"; break;
-            case 'D': rep = in_class ? NULL : "[^0-9]"; break;
-            case 'W': rep = in_class ? NULL : "[^A-Za-z0-9_]"; break;
-            default: break;
-            }
-            if ((e == 'S' || e == 'D' || e == 'W') && in_class) {
-                rc = vllm_error(VLLM_ERR_UNSUPPORTED, "%s: \\%c inside a character class", field, e);
-                goto done;
-            }
-            if (rep) {
-                if ((rc = sb_add(out, rep, strlen(rep)))) goto done;
-            } else if (e == 'u') {
-                /* \uXXXX or \u{X...} -> \x{...} */
-                size_t j = i + 1, k;
-                if (j < a.len && a.s[j] == '{') {
-                    for (k = j + 1; k < a.len && a.s[k] != '}'; k++) {}
-                    if ((rc = sb_add(out, "\\x", 2)) || (rc = sb_add(out, a.s + j, k + 1 - j))) goto done;
-                    i = k;
-                } else {
-                    if (j + 4 > a.len) {
-                        rc = vllm_error(VLLM_ERR_FORMAT, "%s: bad \\u escape", field);
-                        goto done;
-                    }
-                    if ((rc = sb_add(out, "\\x{", 3)) || (rc = sb_add(out, a.s + j, 4)) ||
-                        (rc = sb_add(out, "}", 1)))
-                        goto done;
-                    i = j + 3;
-                }
-            } else if (e == 'p' || e == 'P') {
-                size_t k = i + 1;
-                if (k < a.len && a.s[k] == '{')
-                    while (k < a.len && a.s[k] != '}') k++;
-                else
-                    k = i;
-                if ((rc = sb_add(out, a.s + i - 1, k + 2 - i))) goto done;
-                i = k;
-            } else {
-                if ((rc = sb_add(out, a.s + i - 1, 2))) goto done;
-            }
-            continue;
-        }
-        if (!in_class && c == '[') {
-            in_class = true;
-            if ((rc = sb_add(out, "[", 1))) goto done;
-            if (i + 1 < a.len && a.s[i + 1] == '^') {
-                if ((rc = sb_add(out, "^", 1))) goto done;
-                i++;
-            }
-            continue;
-        }
-        if (in_class && c == ']') in_class = false;
-        if (!in_class && c == '.') {
-            if ((rc = sb_add(out, "[^\\n\\r\\x{2028}\\x{2029}]", 22))) goto done;
-            continue;
-        }
-        if ((rc = sb_add(out, &c, 1))) goto done;
-    }
-    rc = sb_add(out, "", 0);
-done:
-    free(a.s);
-    free(b.s);
-    return rc;
-}
-
-static vllm_status regex_compile(const char *js, size_t n, bool literal, const char *field,
-                                 pcre2_code **out) {
-    strbuf pat = {0};
-    vllm_status rc = VLLM_OK;
-    uint32_t opts = PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C;
-    if (literal) {
-        opts |= PCRE2_LITERAL;
-        rc = sb_set(&pat, js, n);
-    } else {
-        rc = js_regex_to_pcre2(js, n, field, &pat);
-    }
-    if (rc) goto done;
-    int err;
-    PCRE2_SIZE erroff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat.s, pat.len, opts, &err, &erroff, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        rc = vllm_error(VLLM_ERR_FORMAT, "%s: regex does not compile at offset %zu: %s", field,
-                        (size_t)erroff, (char *)msg);
-        goto done;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
-    *out = re;
-done:
-    free(pat.s);
-    return rc;
 }
 
 /* --------------------------------------------------------- JSON helpers */
@@ -607,10 +409,10 @@ static vllm_status load_pretokenizer(tokenizer *t, json_t *p) {
                 return vllm_error(VLLM_ERR_UNSUPPORTED, "tokenizer.json: Split behavior \"%s\"", beh ? beh : "(none)");
         }
         if (json_is_string(rx))
-            rc = regex_compile(json_string_value(rx), json_string_length(rx), false,
+            rc = jsregex_compile(json_string_value(rx), json_string_length(rx), false,
                                "tokenizer.json: pre_tokenizer Split.pattern.Regex", &st.re);
         else if (json_is_string(lit))
-            rc = regex_compile(json_string_value(lit), json_string_length(lit), true,
+            rc = jsregex_compile(json_string_value(lit), json_string_length(lit), true,
                                "tokenizer.json: pre_tokenizer Split.pattern.String", &st.re);
         else
             return vllm_error(VLLM_ERR_FORMAT, "tokenizer.json: Split.pattern needs Regex or String");
@@ -629,7 +431,7 @@ static vllm_status load_pretokenizer(tokenizer *t, json_t *p) {
         pretok_step st = {.kind = PRETOK_BYTELEVEL};
         st.add_prefix_space = jbool(p, "add_prefix_space", false);
         if (jbool(p, "use_regex", true) &&
-            (rc = regex_compile(gpt2_pattern, sizeof gpt2_pattern - 1, false, "ByteLevel regex", &st.re)))
+            (rc = jsregex_compile(gpt2_pattern, sizeof gpt2_pattern - 1, false, "ByteLevel regex", &st.re)))
             return rc;
         return add_pretok(t, st);
     }

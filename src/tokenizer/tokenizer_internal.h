@@ -9,10 +9,8 @@
 #ifndef VLLM_TOKENIZER_INTERNAL_H
 #define VLLM_TOKENIZER_INTERNAL_H
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "tokenizer/bpe.h"
+#include "tokenizer/jsregex.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum norm_kind {
@@ -116,8 +114,5 @@ struct tokenizer {
 
 #define ID_SPECIAL 1u   /* skipped by skip_special_tokens */
 #define ID_ADDED_STR 2u /* string is an added token's content (ByteLevel decoder passes it verbatim) */
-
-/* JS \s (WhiteSpace + LineTerminator), the set String.prototype.trim uses. */
-bool tok_is_js_space(uint32_t cp);
 
 #endif

@@ -149,7 +149,7 @@ def random_case(rng, ties=False):
     if ties:   # few distinct values: exercises argmax and top-k ties
         logits = rng.integers(-4, 5, V).astype(np.float32) / np.float32(2)
     else:
-        logits = (rng.standard_normal(V) * rng.choice([0.5, 2.0, 5.0])).astype(np.float32)
+        logits = (rng.standard_normal(V) * rng.choice([0.01, 0.5, 2.0, 5.0])).astype(np.float32)
     pick = lambda opts: opts[int(rng.integers(len(opts)))]
     prm = {
         "temperature": f32(pick([0.0, 0.0, 0.005, 0.3, 0.7, 1.0, 1.0, 1.6])),
@@ -191,7 +191,7 @@ def chisq_case(rng, idx):
 
 def large_case(rng, idx):
     """A vocabulary big enough for the selection code to recurse."""
-    V = 20000
+    V = [20000, 4099, 20000, 20000][idx]   # an odd one too: scratch alignment
     logits = (rng.standard_normal(V) * 2.5).astype(np.float32)
     prm = {"temperature": f32(0.9), "top_k": [1000, 0, 0, 7000][idx], "top_p": f32([0.9, 0.5, 0.95, 1.0][idx]),
            "min_p": f32([0.0, 0.0, 1e-4, 0.0][idx]), "presence": 0.0, "frequency": 0.0, "repetition": 1.0,
@@ -212,6 +212,11 @@ def main():
             continue
         emit(out, f"random{n}", case[0], *case[1:], probs)
         n += 1
+    for i, temp in enumerate([0.005, 0.0001, 0.02]):   # tiny temperatures on logits that differ little
+        logits = (rng.standard_normal(50) * 0.01).astype(np.float32)
+        prm = {"temperature": f32(temp), "top_k": 0, "top_p": 1.0, "min_p": 0.0, "presence": 0.0,
+               "frequency": 0.0, "repetition": 1.0, "min_tokens": 0, "logprobs": 1}
+        emit(out, f"cold{i}", logits, prm, [0], [], [], [], [], vllm_probs(logits, prm, [0], [], [], [], []))
     for i in range(4):
         while True:
             case = large_case(rng, i)

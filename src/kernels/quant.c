@@ -1,0 +1,334 @@
+/*
+ * quant.c - ggml block formats: reference (de)quantizers and the fixed-order
+ * dot kernels (see quant.h for the layouts and the reduction order).
+ *
+ * Two implementations of the one reduction order:
+ *   - portable: decode up to 256 elements into a stack buffer, then fmaf into
+ *     acc[4][8] exactly as the vector lanes would;
+ *   - AVX2 (compiled with target attributes, chosen at run time): Q8_0 and
+ *     Q4_0 blocks are decoded in registers (int8 -> int32 -> float, times d)
+ *     and used for two tokens at a time; other dtypes go through the same
+ *     stack buffer as the portable path.
+ * Decoding gives the same floats as quant_dequantize_row (one multiply by d),
+ * and every accumulation is a fused multiply-add in the same order, so the two
+ * paths, and any split of tokens or rows, agree bit for bit.
+ */
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define QUANT_HAVE_X86 1
+#endif
+
+static inline uint16_t load_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline void store_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* ggml's roundf: half away from zero. */
+static inline int round_away(float x) { return (int)roundf(x); }
+
+/* ---- dequantize ---------------------------------------------------------- */
+
+static void dequant_q8_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 34, y += 32) {
+        float d = f16_to_f32(load_u16(b));
+        for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
+static void dequant_q4_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+        float d = f16_to_f32(load_u16(b));
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)((b[2 + j] & 15) - 8) * d;
+            y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* Q4_K's 12 scale bytes hold eight 6-bit scales and eight 6-bit mins: for
+ * j < 4 the low 6 bits of bytes j (scale) and j+4 (min); for j >= 4 the
+ * nibbles of byte j+4 as the low 4 bits and the top 2 bits of bytes j-4
+ * (scale) and j (min) as the high 2 bits. */
+static void q4_k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static void dequant_q4_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 144) {
+        float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
+        const uint8_t *scales = b + 4, *q = b + 16;
+        for (int p = 0; p < 4; p++, q += 32) {
+            int sc0, m0, sc1, m1;
+            q4_k_scale_min(2 * p, scales, &sc0, &m0);
+            q4_k_scale_min(2 * p + 1, scales, &sc1, &m1);
+            float d0 = d * (float)sc0, mm0 = dmin * (float)m0;
+            float d1 = d * (float)sc1, mm1 = dmin * (float)m1;
+            for (int l = 0; l < 32; l++) y[l] = d0 * (float)(q[l] & 15) - mm0;
+            for (int l = 0; l < 32; l++) y[32 + l] = d1 * (float)(q[l] >> 4) - mm1;
+            y += 64;
+        }
+    }
+}
+
+/* Q6_K: each half of 128 elements uses 64 bytes of ql and 32 of qh; element
+ * l + 32r (r = 0..3, l < 32) takes its low nibble from ql[l + 32(r&1)] (low
+ * nibble for r < 2, high for r >= 2) and bits 2r..2r+1 of qh[l] as bits 4-5;
+ * its scale is scales[l/16 + 2r] of that half's 8. */
+static void dequant_q6_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 210) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = f16_to_f32(load_u16(b + 208));
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+void quant_dequantize_row(dtype t, const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    switch (t) {
+    case DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case DTYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(load_u16(b + 2 * i));
+        break;
+    case DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
+        break;
+    case DTYPE_Q8_0: dequant_q8_0(b, dst, n / 32); break;
+    case DTYPE_Q4_0: dequant_q4_0(b, dst, n / 32); break;
+    case DTYPE_Q4_K: dequant_q4_k(b, dst, n / 256); break;
+    case DTYPE_Q6_K: dequant_q6_k(b, dst, n / 256); break;
+    default: abort(); /* not a dtype: a caller bug that would read out of bounds */
+    }
+}
+
+/* ---- quantize ------------------------------------------------------------ */
+
+void quant_quantize_row_q8_0(const float *x, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b += 34) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127, id = d != 0 ? 1 / d : 0;
+        store_u16(b, f32_to_f16(d));
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)round_away(x[j] * id);
+    }
+}
+
+void quant_quantize_row_q4_0(const float *x, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b += 18) {
+        float amax = 0, max = 0; /* max: the element of largest magnitude, signed */
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+        float d = max / -8, id = d != 0 ? 1 / d : 0;
+        store_u16(b, f32_to_f16(d));
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(int8_t)(x[j] * id + 8.5f), q1 = (int)(int8_t)(x[j + 16] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* ---- portable fixed-order dot -------------------------------------------- */
+
+#define CHUNK 256 /* elements decoded at a time: one K block, eight 32-blocks */
+
+static inline float reduce_acc(float acc[4][8]) {
+    float v[8], s[4];
+    for (int l = 0; l < 8; l++) v[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+    for (int l = 0; l < 4; l++) s[l] = v[l] + v[l + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* Decodes elements [i, i + len) of row (i, len multiples of the block size). */
+static void decode_chunk(dtype t, const uint8_t *row, int64_t i, int64_t len, float *w) {
+    quant_dequantize_row(t, row + dtype_row_bytes(t, i), w, len);
+}
+
+float quant_dot_portable(dtype t, const void *row, const float *x, int64_t n) {
+    float w[CHUNK], acc[4][8] = {{0}};
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t len = n - i < CHUNK ? n - i : CHUNK;
+        decode_chunk(t, row, i, len, w);
+        for (int64_t g = 0; g < len; g += 32)
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 8; l++)
+                    acc[c][l] = fmaf(w[g + 8 * c + l], x[i + g + 8 * c + l], acc[c][l]);
+    }
+    return reduce_acc(acc);
+}
+
+float quant_dot_naive(dtype t, const void *row, const float *x, int64_t n) {
+    float w[CHUNK];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t len = n - i < CHUNK ? n - i : CHUNK;
+        decode_chunk(t, row, i, len, w);
+        for (int64_t j = 0; j < len; j++) sum += (double)w[j] * x[i + j];
+    }
+    return (float)sum;
+}
+
+static void matmul_portable(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                            int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    size_t stride = dtype_row_bytes(type, k);
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = t0; t < t1; t++)
+            y[t * ldy + r] = quant_dot_portable(type, (const uint8_t *)w + r * stride, x + t * ldx, k);
+}
+
+/* ---- AVX2 ---------------------------------------------------------------- */
+
+#ifdef QUANT_HAVE_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* u0 = s0+s2, u1 = s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                      /* u0 + u1 */
+}
+
+/* The 32 weights of a Q8_0 / Q4_0 block as four 8-float chunks, times d. */
+AVX2 static inline void decode_q8_0_avx2(const uint8_t *b, __m256 w[4]) {
+    __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(b)));
+    for (int c = 0; c < 4; c++) {
+        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * c));
+        w[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+}
+
+AVX2 static inline void decode_q4_0_avx2(const uint8_t *b, __m256 w[4]) {
+    __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(b)));
+    __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+    __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, m), e);                      /* elements 0..15 */
+    __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), m), e);   /* elements 16..31 */
+    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d);
+    w[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))), d);
+    w[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d);
+    w[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))), d);
+}
+
+/* One Q8_0/Q4_0 row against one or two tokens (x1 may be NULL). */
+AVX2 static void dot_block32_avx2(dtype t, const uint8_t *row, const float *x0, const float *x1, int64_t n,
+                                  float *y0, float *y1) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, w[4];
+    size_t bb = dtype_block_bytes(t);
+    for (int64_t i = 0; i < n; i += 32, row += bb) {
+        if (t == DTYPE_Q8_0) decode_q8_0_avx2(row, w);
+        else decode_q4_0_avx2(row, w);
+        a0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x0 + i), a0);
+        a1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x0 + i + 8), a1);
+        a2 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x0 + i + 16), a2);
+        a3 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x0 + i + 24), a3);
+        if (x1) {
+            b0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x1 + i), b0);
+            b1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x1 + i + 8), b1);
+            b2 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x1 + i + 16), b2);
+            b3 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x1 + i + 24), b3);
+        }
+    }
+    *y0 = hsum_avx2(a0, a1, a2, a3);
+    if (x1) *y1 = hsum_avx2(b0, b1, b2, b3);
+}
+
+/* Any other dtype: decode a chunk once into w, use it for every token. acc
+ * holds 4 vectors per token, for at most QUANT_TOKENS tokens at a time. */
+#define QUANT_TOKENS 8
+AVX2 static void dot_generic_avx2(dtype t, const uint8_t *row, const float *x, int64_t ldx, int64_t ntok,
+                                  int64_t n, float *y, int64_t ldy) {
+    _Alignas(32) float w[CHUNK];
+    __m256 acc[QUANT_TOKENS][4];
+    for (int64_t j = 0; j < ntok; j++)
+        for (int c = 0; c < 4; c++) acc[j][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t len = n - i < CHUNK ? n - i : CHUNK;
+        decode_chunk(t, row, i, len, w);
+        for (int64_t g = 0; g < len; g += 32)
+            for (int64_t j = 0; j < ntok; j++) {
+                const float *xj = x + j * ldx + i + g;
+                for (int c = 0; c < 4; c++)
+                    acc[j][c] = _mm256_fmadd_ps(_mm256_load_ps(w + g + 8 * c), _mm256_loadu_ps(xj + 8 * c), acc[j][c]);
+            }
+    }
+    for (int64_t j = 0; j < ntok; j++) y[j * ldy] = hsum_avx2(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+}
+
+AVX2 static void matmul_avx2(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    size_t stride = dtype_row_bytes(type, k);
+    bool b32 = type == DTYPE_Q8_0 || type == DTYPE_Q4_0;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w + r * stride;
+        if (b32) {
+            int64_t t = t0;
+            for (; t + 1 < t1; t += 2)
+                dot_block32_avx2(type, row, x + t * ldx, x + (t + 1) * ldx, k, &y[t * ldy + r], &y[(t + 1) * ldy + r]);
+            if (t < t1) dot_block32_avx2(type, row, x + t * ldx, NULL, k, &y[t * ldy + r], NULL);
+        } else {
+            for (int64_t t = t0; t < t1; t += QUANT_TOKENS) {
+                int64_t nt = t1 - t < QUANT_TOKENS ? t1 - t : QUANT_TOKENS;
+                dot_generic_avx2(type, row, x + t * ldx, ldx, nt, k, &y[t * ldy + r], ldy);
+            }
+        }
+    }
+}
+#endif
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+bool quant_use_avx2(void) {
+#ifdef QUANT_HAVE_X86
+    static int use = -1; /* decided once; racing first calls compute the same value */
+    if (use < 0) {
+        const char *e = getenv("VLLM_KERNELS");
+        use = !(e && !strcmp(e, "portable")) && __builtin_cpu_supports("avx2") &&
+              __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    }
+    return use;
+#else
+    return false;
+#endif
+}
+
+void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                        int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+#ifdef QUANT_HAVE_X86
+    if (quant_use_avx2()) {
+        matmul_avx2(type, w, k, x, ldx, y, ldy, r0, r1, t0, t1);
+        return;
+    }
+#endif
+    matmul_portable(type, w, k, x, ldx, y, ldy, r0, r1, t0, t1);
+}
+
+float quant_dot(dtype t, const void *row, const float *x, int64_t n) {
+    float y;
+    quant_matmul_range(t, row, n, x, n, &y, 1, 0, 1, 0, 1);
+    return y;
+}

@@ -1,0 +1,76 @@
+/*
+ * quant.h - ggml's block-quantized weight formats (as stored in GGUF files):
+ * dequantize, quantize, and dot products against F32 activations.
+ *
+ * Layouts (little-endian, blocks back to back along a row; a row's length is a
+ * multiple of the block size, which GGUF guarantees for these types):
+ *
+ *   Q8_0  32 elements, 34 bytes:  f16 d; int8 q[32];          x[i] = d * q[i]
+ *   Q4_0  32 elements, 18 bytes:  f16 d; uint8 qs[16];        x[i] = d * (nib[i] - 8)
+ *         nib[i] = qs[i] & 15 for i < 16, qs[i - 16] >> 4 for i >= 16
+ *   Q4_K 256 elements, 144 bytes: f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]
+ *         8 sub-blocks of 32 with 6-bit scale sc[j] and min m[j] packed in
+ *         scales[]; x = d*sc[j]*nib - dmin*m[j]; each 32 bytes of qs hold
+ *         sub-block 2p in low nibbles and 2p+1 in high nibbles.
+ *   Q6_K 256 elements, 210 bytes: uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d
+ *         16 sub-blocks of 16; x = d * scales[j] * (q6 - 32), q6 = 4 low bits
+ *         from ql | 2 high bits from qh (two halves of 128, see quant.c).
+ *
+ * Quantizers (F32 -> Q8_0, Q4_0) round exactly as ggml's reference quantizers
+ * do (round half away from zero; Q4_0 keeps the sign of the largest-magnitude
+ * element in d), so files we write match what llama.cpp's tools would write.
+ *
+ * Dot products and batch invariance. Every dot product of a weight row with an
+ * activation row is reduced in one fixed order, whatever the number of tokens
+ * or the row range asked for:
+ *     w[i] = d * q[i] (F32, one rounding) per element, as dequantize gives it;
+ *     four 8-lane accumulators, acc[c][l] += w[32b + 8c + l] * x[...] (fused
+ *     multiply-add) over blocks b in order;
+ *     v = (acc0 + acc1) + (acc2 + acc3); s[l] = v[l] + v[l+4] (l < 4);
+ *     result = (s0 + s2) + (s1 + s3).
+ * The AVX2 kernels and the portable C kernel (fmaf) implement exactly this and
+ * agree bit for bit; quant_dot_naive is the plain sequential reference the
+ * tests compare against with a tolerance.
+ */
+#ifndef VLLM_KERNELS_QUANT_H
+#define VLLM_KERNELS_QUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+#define QUANT_QK 32   /* Q8_0 / Q4_0 block */
+#define QUANT_QK_K 256 /* Q4_K / Q6_K super-block */
+
+/* dst[0..n) = the values of the n-element row src of type t (any dtype,
+ * scalar types included). n must be a multiple of dtype_block_elems(t). */
+void quant_dequantize_row(dtype t, const void *src, float *dst, int64_t n);
+
+/* Quantize x[0..n) (n a multiple of 32) into dtype_row_bytes(t, n) bytes at
+ * dst, as ggml's quantize_row_*_ref. */
+void quant_quantize_row_q8_0(const float *x, void *dst, int64_t n);
+void quant_quantize_row_q4_0(const float *x, void *dst, int64_t n);
+
+/* Dot product of one quantized row (type t, n elements) with x[0..n), in the
+ * fixed order above. t is any dtype of dtype.h. */
+float quant_dot(dtype t, const void *row, const float *x, int64_t n);
+/* The same order in portable C (fmaf); the fallback without AVX2. */
+float quant_dot_portable(dtype t, const void *row, const float *x, int64_t n);
+/* Reference: dequantize, then a sequential sum in double. */
+float quant_dot_naive(dtype t, const void *row, const float *x, int64_t n);
+
+/* y = x W^T for a quantized W: for tokens t in [t0, t1) and rows r in [r0, r1)
+ *     y[t*ldy + r] = quant_dot(type, W row r, x + t*ldx, k)
+ * w: (rows, k) in type, row stride dtype_row_bytes(type, k); x: (tokens, ldx);
+ * y: (tokens, ldy). Each weight block is decoded once for a pair of tokens;
+ * every output is bit-identical to quant_dot on its own (batch invariant).
+ * Single-threaded; callers split [r0, r1) across threads. */
+void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                        int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* True when the AVX2+FMA+F16C kernels are in use (CPU has them and
+ * VLLM_KERNELS=portable is not set). */
+bool quant_use_avx2(void);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * test_quant.c - ggml block formats: layouts checked on hand-built blocks
+ * (values worked out from the format's definition), quantizer error bounds,
+ * fast dot vs the naive double-precision reference, the AVX2 path vs the
+ * portable path (bit-exact), and batch invariance of quant_matmul_range.
+ * The byte-for-byte comparison with an independent (numpy) quantizer and
+ * dequantizer is tests/test_gguf_ref.sh.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/quant.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_uniform(void) { return (float)(rng_u32() & 0xffffff) / (float)0x1000000 * 2 - 1; }
+
+static const dtype ALL[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+
+/* Random row of type t with n elements: quantized from uniform floats for
+ * scalar/Q8_0/Q4_0; random bytes with small finite f16 scales for K types. */
+static void make_row(dtype t, uint8_t *row, int64_t n, float *tmp) {
+    for (int64_t i = 0; i < n; i++) tmp[i] = rng_uniform();
+    size_t bytes = dtype_row_bytes(t, n);
+    switch (t) {
+    case DTYPE_F32: memcpy(row, tmp, bytes); break;
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = t == DTYPE_F16 ? f32_to_f16(tmp[i]) : f32_to_bf16(tmp[i]);
+            memcpy(row + 2 * i, &h, 2);
+        }
+        break;
+    case DTYPE_Q8_0: quant_quantize_row_q8_0(tmp, row, n); break;
+    case DTYPE_Q4_0: quant_quantize_row_q4_0(tmp, row, n); break;
+    default:
+        for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_u32();
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint16_t d = f32_to_f16(0.001f + 0.01f * (rng_uniform() + 1)), dmin = f32_to_f16(0.002f);
+            uint8_t *blk = row + b * dtype_block_bytes(t);
+            if (t == DTYPE_Q4_K) memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
+            else memcpy(blk + 208, &d, 2);
+        }
+    }
+}
+
+TEST(test_quant_sizes) {
+    CHECK(dtype_block_elems(DTYPE_Q8_0) == 32 && dtype_block_bytes(DTYPE_Q8_0) == 34);
+    CHECK(dtype_block_elems(DTYPE_Q4_0) == 32 && dtype_block_bytes(DTYPE_Q4_0) == 18);
+    CHECK(dtype_block_elems(DTYPE_Q4_K) == 256 && dtype_block_bytes(DTYPE_Q4_K) == 2 + 2 + 12 + 128);
+    CHECK(dtype_block_elems(DTYPE_Q6_K) == 256 && dtype_block_bytes(DTYPE_Q6_K) == 128 + 64 + 16 + 2);
+    CHECK(dtype_row_bytes(DTYPE_Q8_0, 2048) == 64 * 34);
+    CHECK(dtype_row_bytes(DTYPE_F16, 10) == 20 && dtype_size(DTYPE_Q4_0) == 0);
+    CHECK(!strcmp(dtype_name(DTYPE_Q6_K), "Q6_K") && dtype_is_quantized(DTYPE_Q4_0) && !dtype_is_quantized(DTYPE_BF16));
+}
+
+/* Hand-built blocks: d = 0.5 (f16 0x3800). */
+TEST(test_quant_layout_q8_0_q4_0) {
+    uint8_t b8[34] = {0x00, 0x38};
+    for (int j = 0; j < 32; j++) b8[2 + j] = (uint8_t)(int8_t)(j - 16);
+    float y[32];
+    quant_dequantize_row(DTYPE_Q8_0, b8, y, 32);
+    for (int j = 0; j < 32; j++) CHECK(y[j] == 0.5f * (float)(j - 16), "q8_0[%d] = %g", j, y[j]);
+
+    uint8_t b4[18] = {0x00, 0x38};
+    for (int j = 0; j < 16; j++) b4[2 + j] = (uint8_t)((j & 15) | (((15 - j) & 15) << 4));
+    quant_dequantize_row(DTYPE_Q4_0, b4, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == 0.5f * (float)(j - 8), "q4_0[%d] = %g", j, y[j]);           /* low nibble */
+        CHECK(y[j + 16] == 0.5f * (float)(7 - j), "q4_0[%d] = %g", j + 16, y[j + 16]); /* high nibble */
+    }
+}
+
+/* Q4_K: sub-blocks 5 (the j >= 4 scale packing) and 1; Q6_K element 212 --
+ * expected values worked out by hand from the layouts in quant.h. */
+TEST(test_quant_layout_k) {
+    uint8_t b[144] = {0};
+    uint16_t one = 0x3c00, half = 0x3800; /* 1.0, 0.5 */
+    memcpy(b, &one, 2), memcpy(b + 2, &half, 2);
+    uint8_t *s = b + 4, *qs = b + 16;
+    s[1] = 3 | (1 << 6); /* sc[1] = 3; top bits of sc[5] = 1 */
+    s[5] = 7 | (2 << 6); /* m[1] = 7; top bits of m[5] = 2 */
+    s[9] = 0x4a;         /* sc[5] low = 0xa, m[5] low = 0x4 */
+    qs[32 * 2 + 3] = 0x9 << 4; /* sub-block 5 = pair 2, high nibble, element 3 */
+    qs[0 + 7] = 0x6 << 4;      /* sub-block 1 = pair 0, high nibble, element 7 */
+    float y[256];
+    quant_dequantize_row(DTYPE_Q4_K, b, y, 256);
+    float sc5 = 0xa | (1 << 4), m5 = 0x4 | (2 << 4);
+    CHECK(y[5 * 32 + 3] == 1.0f * sc5 * 9 - 0.5f * m5, "q4_k[163] = %g", y[163]);
+    CHECK(y[5 * 32 + 4] == -0.5f * m5, "q4_k[164] = %g", y[164]);
+    CHECK(y[1 * 32 + 7] == 3.0f * 6 - 0.5f * 7, "q4_k[39] = %g", y[39]);
+    CHECK(y[0] == 0.0f, "q4_k[0] = %g (sc[0] = m[0] = 0)", y[0]);
+
+    uint8_t c[210] = {0};
+    memcpy(c + 208, &half, 2);
+    int8_t *sc = (int8_t *)(c + 192);
+    for (int j = 0; j < 16; j++) sc[j] = (int8_t)(j - 8);
+    /* element 128 + 64 + 20: second half, r = 2 (high nibble of ql[20]), qh bits 4-5 */
+    c[64 + 20] = 0x5 << 4;        /* ql of the second half starts at 64 */
+    c[128 + 32 + 20] = 0x3 << 4;  /* qh of the second half starts at 128 + 32 */
+    quant_dequantize_row(DTYPE_Q6_K, c, y, 256);
+    int q6 = (0x5 | (0x3 << 4)) - 32, scale = sc[8 + 20 / 16 + 4];
+    CHECK(y[212] == 0.5f * (float)scale * (float)q6, "q6_k[212] = %g want %g", y[212], 0.5 * scale * q6);
+    CHECK(y[0] == 0.5f * (float)sc[0] * -32, "q6_k[0] = %g", y[0]);
+}
+
+TEST(test_quant_quantize_error) {
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t q[N * 2];
+    for (int i = 0; i < N; i++) x[i] = rng_uniform() * (i % 7 + 1);
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    const double max_nmse[] = {1e-4, 2e-2};
+    for (int k = 0; k < 2; k++) {
+        if (ts[k] == DTYPE_Q8_0) quant_quantize_row_q8_0(x, q, N);
+        else quant_quantize_row_q4_0(x, q, N);
+        quant_dequantize_row(ts[k], q, y, N);
+        double err = 0, ref = 0;
+        for (int i = 0; i < N; i++) err += (double)(x[i] - y[i]) * (x[i] - y[i]), ref += (double)x[i] * x[i];
+        CHECK(err / ref < max_nmse[k], "%s NMSE %g", dtype_name(ts[k]), err / ref);
+    }
+    /* Q4_0 maps the largest-magnitude element to nibble 0 (d = max / -8). */
+    float blk[32] = {0.1f, -3.0f, 2.0f};
+    quant_quantize_row_q4_0(blk, q, 32);
+    quant_dequantize_row(DTYPE_Q4_0, q, y, 32);
+    CHECK((q[3] & 15) == 0 && fabsf(y[1] + 3.0f) < 1e-3f, "nibble %d value %g", q[3] & 15, y[1]);
+    /* An all-zero block has d = 0 and dequantizes to zeros (no NaN). */
+    memset(blk, 0, sizeof blk);
+    quant_quantize_row_q8_0(blk, q, 32);
+    quant_dequantize_row(DTYPE_Q8_0, q, y, 32);
+    for (int i = 0; i < 32; i++) CHECK(y[i] == 0.0f);
+}
+
+TEST(test_quant_dot_vs_naive) {
+    enum { N = 1536 }; /* N + 32 is not a multiple of 256: a partial decode chunk */
+    static float x[N + 32], tmp[N + 32];
+    static uint8_t row[(N + 32) * 4];
+    const int64_t ns[] = {32, 96, 256, 1536, N + 32};
+    for (size_t k = 0; k < sizeof ALL / sizeof ALL[0]; k++) {
+        dtype t = ALL[k];
+        for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
+            int64_t n = ns[m];
+            if (n % dtype_block_elems(t)) continue;
+            make_row(t, row, n, tmp);
+            for (int64_t i = 0; i < n; i++) x[i] = rng_uniform();
+            float fast = quant_dot(t, row, x, n), port = quant_dot_portable(t, row, x, n);
+            double naive = quant_dot_naive(t, row, x, n), mag = 0;
+            quant_dequantize_row(t, row, tmp, n);
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)tmp[i] * x[i]);
+            CHECK(fabs(fast - naive) <= 1e-5 * mag + 1e-30, "%s n=%lld fast %.9g naive %.9g (sum|.| %g)",
+                  dtype_name(t), (long long)n, fast, naive, mag);
+            CHECK(memcmp(&fast, &port, 4) == 0, "%s n=%lld: %s %.9g != portable %.9g", dtype_name(t),
+                  (long long)n, quant_use_avx2() ? "avx2" : "portable", fast, port);
+        }
+    }
+}
+
+/* Every (token, row) output is bit-identical to quant_dot alone, whatever
+ * the token count and row range. */
+TEST(test_quant_batch_invariance) {
+    enum { K = 512, R = 7, T = 11 };
+    static uint8_t w[R * K * 4];
+    static float x[T * K], y[T * R], tmp[K];
+    for (size_t k = 0; k < sizeof ALL / sizeof ALL[0]; k++) {
+        dtype t = ALL[k];
+        size_t stride = dtype_row_bytes(t, K);
+        for (int r = 0; r < R; r++) make_row(t, w + r * stride, K, tmp);
+        for (int i = 0; i < T * K; i++) x[i] = rng_uniform();
+        for (int ntok = 1; ntok <= T; ntok++) {
+            for (int i = 0; i < T * R; i++) y[i] = NAN;
+            quant_matmul_range(t, w, K, x, K, y, R, 1, R, T - ntok, T);
+            for (int tt = T - ntok; tt < T; tt++)
+                for (int r = 1; r < R; r++) {
+                    float one = quant_dot(t, w + r * stride, x + tt * K, K);
+                    CHECK(memcmp(&one, &y[tt * R + r], 4) == 0, "%s ntok=%d t=%d r=%d: %.9g vs alone %.9g",
+                          dtype_name(t), ntok, tt, r, y[tt * R + r], one);
+                }
+            for (int tt = 0; tt < T; tt++) CHECK(isnan(y[tt * R]), "row 0 outside the range was written");
+        }
+    }
+}
+
+int main(void) {
+    RUN(test_quant_sizes);
+    RUN(test_quant_layout_q8_0_q4_0);
+    RUN(test_quant_layout_k);
+    RUN(test_quant_quantize_error);
+    RUN(test_quant_dot_vs_naive);
+    RUN(test_quant_batch_invariance);
+    return harness_done();
+}

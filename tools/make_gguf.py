@@ -1,0 +1,351 @@
+#!/usr/bin/python3
+"""make_gguf.py - convert a Hugging Face Llama model directory into a GGUF v3 file.
+
+    /usr/bin/python3 tools/make_gguf.py MODEL_DIR OUT.gguf --type q8_0
+    /usr/bin/python3 tools/make_random_model.py /tmp/tl --preset tinyllama-1.1b
+    /usr/bin/python3 tools/make_gguf.py /tmp/tl /tmp/tl-q4_0.gguf --type q4_0
+
+Written from the GGUF specification (ggml docs/gguf.md) and ggml's block
+layouts, with numpy only, so that it is an implementation independent of our
+C reader (src/model/gguf.c) and quantizers (src/kernels/quant.c); the tests
+compare the two, and llama.cpp loading the same file (bench/llamacpp) checks
+this writer.
+
+What it writes, as llama.cpp's convert_hf_to_gguf.py does for llama:
+  - metadata: general.architecture = llama, llama.* hyperparameters,
+    general.alignment = 32, and a tokenizer (tokenizer.ggml.model = llama):
+    the model dir's tokenizer.json vocabulary (SentencePiece-style BPE, with
+    scores = -rank) when there is one, else a synthetic SentencePiece vocabulary
+    (<unk>, <s>, </s>, the 256 <0xXX> byte tokens, then "▁tN"), so llama.cpp
+    can load the file;
+  - tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
+    attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output
+    (absent when tied); attn_q/attn_k rows permuted within each head from HF's
+    rotate-half order to llama.cpp's interleaved order (GGUF row 2i = HF row i,
+    2i+1 = HF row i + head_dim/2);
+  - types: 1-D tensors F32; 2-D tensors in --type (f32, f16, q8_0, q4_0),
+    quantized with ggml's reference rounding.
+--dump-ref DIR also writes, for every tensor in file order, the F32 values
+before quantization (src.bin) and the numpy dequantization of what was
+written (deq.bin), plus names.txt ("name type n_elements" per line).
+--k-samples adds two tensors of random Q4_K and Q6_K blocks (test.q4_k,
+test.q6_k; not model weights) so the K-quant dequantizers can be checked.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14}
+BLOCK = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144), "q6_k": (256, 210)}
+T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64 = 4, 5, 6, 7, 8, 9, 10
+ALIGN = 32
+
+
+# ---- numpy from ggml's definitions ------------------------------------------
+
+def round_away(v):
+    """roundf: half away from zero (np.round rounds half to even)."""
+    a = np.abs(v)
+    b = np.floor(a)
+    return np.sign(v) * (b + (a - b >= 0.5))
+
+
+def quantize_q8_0(x):
+    b = x.reshape(-1, 32).astype(np.float32)
+    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = round_away(b * idv[:, None]).astype(np.int8)
+    out = np.empty((b.shape[0], 34), np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+def quantize_q4_0(x):
+    b = x.reshape(-1, 32).astype(np.float32)
+    mx = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]  # signed, first of the largest magnitude
+    d = (mx / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.minimum(np.trunc(b * idv[:, None] + np.float32(8.5)), 15).astype(np.uint8)
+    out = np.empty((b.shape[0], 18), np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out.reshape(-1)
+
+
+def f16_at(blocks, off):
+    return blocks[:, off:off + 2].copy().view(np.float16).astype(np.float32)  # (nb, 1)
+
+
+def dequantize(raw, kind):
+    if kind == "f32":
+        return raw.view(np.float32)
+    if kind == "f16":
+        return raw.view(np.float16).astype(np.float32)
+    bs, bb = BLOCK[kind]
+    blk = raw.reshape(-1, bb)
+    if kind == "q8_0":
+        return (blk[:, 2:].view(np.int8).astype(np.float32) * f16_at(blk, 0)).reshape(-1)
+    if kind == "q4_0":
+        qs = blk[:, 2:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.float32) - 8
+        return (q * f16_at(blk, 0)).reshape(-1)
+    if kind == "q4_k":
+        d, dmin, s, qs = f16_at(blk, 0), f16_at(blk, 2), blk[:, 4:16].astype(np.int32), blk[:, 16:]
+        sc = np.empty((blk.shape[0], 8), np.int32)
+        mn = np.empty((blk.shape[0], 8), np.int32)
+        sc[:, :4], mn[:, :4] = s[:, 0:4] & 63, s[:, 4:8] & 63
+        sc[:, 4:] = (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)
+        mn[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+        q = qs.reshape(-1, 4, 32)
+        nib = np.stack([q & 15, q >> 4], axis=2).reshape(-1, 8, 32).astype(np.float32)  # sub-block 2p, 2p+1
+        dl = (d * sc.astype(np.float32))[:, :, None]
+        ml = (dmin * mn.astype(np.float32))[:, :, None]
+        return (dl * nib - ml).astype(np.float32).reshape(-1)
+    if kind == "q6_k":
+        ql, qh, sc, d = blk[:, :128], blk[:, 128:192], blk[:, 192:208].view(np.int8), f16_at(blk, 208)
+        out = np.empty((blk.shape[0], 256), np.float32)
+        for h in range(2):
+            l = ql[:, 64 * h:64 * h + 64].astype(np.int32)
+            hb = qh[:, 32 * h:32 * h + 32].astype(np.int32)
+            s = sc[:, 8 * h:8 * h + 8].astype(np.float32)
+            for r in range(4):
+                low = (l[:, 32 * (r & 1):32 * (r & 1) + 32] >> (4 * (r >> 1))) & 15
+                q6 = (low | (((hb >> (2 * r)) & 3) << 4)) - 32
+                scale = np.repeat(s[:, 2 * r:2 * r + 2], 16, axis=1)  # elements l < 16 use sc[2r], else sc[2r+1]
+                out[:, 128 * h + 32 * r:128 * h + 32 * r + 32] = (d * scale) * q6.astype(np.float32)
+        return out.reshape(-1)
+    raise ValueError(kind)
+
+
+def random_k_blocks(kind, nblocks, rng):
+    bb = BLOCK[kind][1]
+    raw = rng.integers(0, 256, size=(nblocks, bb), dtype=np.uint8)
+    d = (0.001 + 0.02 * rng.random(nblocks)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if kind == "q4_k":
+        raw[:, 0:2] = d
+        raw[:, 2:4] = (0.003 + 0.01 * rng.random(nblocks)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    else:
+        raw[:, 208:210] = d
+    return raw.reshape(-1)
+
+
+# ---- reading the HF directory -------------------------------------------------
+
+def read_safetensors(model_dir):
+    """{name: (dtype, shape, memmap of bytes)} over model.safetensors or its shards."""
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
+    out = {}
+    for fn in files:
+        path = os.path.join(model_dir, fn)
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+        mm = np.memmap(path, dtype=np.uint8, mode="r")
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            b, en = e["data_offsets"]
+            out[name] = (e["dtype"], e["shape"], mm[8 + n + b:8 + n + en])
+    return out
+
+
+def to_f32(entry):
+    dt, shape, raw = entry
+    if dt == "F32":
+        a = raw.view(np.float32)
+    elif dt == "F16":
+        a = raw.view(np.float16).astype(np.float32)
+    elif dt == "BF16":
+        a = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise SystemExit(f"make_gguf: dtype {dt} not supported")
+    return a.reshape(shape)
+
+
+def permute_rope(w, n_head):
+    """HF rotate-half rows -> llama.cpp interleaved rows, per head."""
+    rows, cols = w.shape
+    hd = rows // n_head
+    return w.reshape(n_head, 2, hd // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def vocabulary(model_dir, vocab_size, bos, eos):
+    """(tokens, scores, token_types) for tokenizer.ggml.model = llama."""
+    tj = os.path.join(model_dir, "tokenizer.json")
+    toks = None
+    if os.path.exists(tj):
+        t = json.load(open(tj, encoding="utf-8"))
+        vocab = t.get("model", {}).get("vocab")
+        if isinstance(vocab, dict):
+            toks = [None] * vocab_size
+            for s, i in vocab.items():
+                if i < vocab_size:
+                    toks[i] = s
+            for a in t.get("added_tokens", []):
+                if a["id"] < vocab_size:
+                    toks[a["id"]] = a["content"]
+            toks = [s if s is not None else f"<pad{i}>" for i, s in enumerate(toks)]
+    if toks is None:
+        toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        toks = (toks + [f"\u2581t{i}" for i in range(len(toks), vocab_size)])[:vocab_size]
+    types = []
+    for i, s in enumerate(toks):
+        if s == "<unk>":
+            types.append(2)
+        elif i in (bos, eos) or s in ("<s>", "</s>"):
+            types.append(3)
+        elif len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+            types.append(6)
+        else:
+            types.append(1)
+    scores = [-float(i) for i in range(len(toks))]
+    return toks, scores, types
+
+
+# ---- writing GGUF ---------------------------------------------------------------
+
+def gstr(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, t, value):
+    out = gstr(key) + struct.pack("<I", t)
+    if t == T_STR:
+        return out + gstr(value)
+    if t == T_ARR:
+        et, items = value
+        out += struct.pack("<IQ", et, len(items))
+        if et == T_STR:
+            return out + b"".join(gstr(s) for s in items)
+        fmt = {T_F32: "f", T_I32: "i", T_U32: "I"}[et]
+        return out + struct.pack(f"<{len(items)}{fmt}", *items)
+    fmt = {T_U32: "<I", T_I32: "<i", T_F32: "<f", T_BOOL: "<?", T_U64: "<Q"}[t]
+    return out + struct.pack(fmt, value)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("out")
+    p.add_argument("--type", default="f16", choices=["f32", "f16", "q8_0", "q4_0"])
+    p.add_argument("--dump-ref", help="directory for src.bin / deq.bin / names.txt")
+    p.add_argument("--k-samples", action="store_true", help="add test.q4_k / test.q6_k random-block tensors")
+    a = p.parse_args(argv)
+
+    cfg = json.load(open(os.path.join(a.model_dir, "config.json")))
+    if cfg.get("architectures", [""])[0] not in ("LlamaForCausalLM", "MistralForCausalLM"):
+        raise SystemExit("make_gguf: only Llama-architecture models are supported")
+    st = read_safetensors(a.model_dir)
+    d, L, H = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads", H)
+    V = cfg["vocab_size"]
+    tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in st
+
+    plan = [("token_embd.weight", "model.embed_tokens.weight", None)]
+    for i in range(L):
+        hf = f"model.layers.{i}."
+        plan += [(f"blk.{i}.attn_norm.weight", hf + "input_layernorm.weight", None),
+                 (f"blk.{i}.attn_q.weight", hf + "self_attn.q_proj.weight", H),
+                 (f"blk.{i}.attn_k.weight", hf + "self_attn.k_proj.weight", KV),
+                 (f"blk.{i}.attn_v.weight", hf + "self_attn.v_proj.weight", None),
+                 (f"blk.{i}.attn_output.weight", hf + "self_attn.o_proj.weight", None),
+                 (f"blk.{i}.ffn_norm.weight", hf + "post_attention_layernorm.weight", None),
+                 (f"blk.{i}.ffn_gate.weight", hf + "mlp.gate_proj.weight", None),
+                 (f"blk.{i}.ffn_up.weight", hf + "mlp.up_proj.weight", None),
+                 (f"blk.{i}.ffn_down.weight", hf + "mlp.down_proj.weight", None)]
+    plan.append(("output_norm.weight", "model.norm.weight", None))
+    if not tied:
+        plan.append(("output.weight", "lm_head.weight", None))
+
+    # tensor infos: shapes and types are known without reading the data
+    infos, offset = [], 0
+    for name, hfname, _ in plan:
+        shape = st[hfname][1]
+        kind = a.type if len(shape) == 2 else "f32"
+        n = int(np.prod(shape))
+        size = n * 4 if kind == "f32" else n * 2 if kind == "f16" else n // BLOCK[kind][0] * BLOCK[kind][1]
+        infos.append((name, list(reversed(shape)), kind, offset, size))
+        offset += (size + ALIGN - 1) // ALIGN * ALIGN
+    rng = np.random.default_rng(1234)
+    ksamples = {}
+    if a.k_samples:
+        for kind in ("q4_k", "q6_k"):
+            raw = random_k_blocks(kind, 6, rng)  # 2 rows of 768
+            ksamples[f"test.{kind}"] = raw
+            infos.append((f"test.{kind}", [768, 2], kind, offset, raw.size))
+            offset += (raw.size + ALIGN - 1) // ALIGN * ALIGN
+
+    bos, eos = cfg.get("bos_token_id", 1), cfg.get("eos_token_id", 2)
+    eos = eos[0] if isinstance(eos, list) else eos
+    bos = 1 if bos is None else bos
+    eos = 2 if eos is None else eos
+    toks, scores, types = vocabulary(a.model_dir, V, bos, eos)
+    ftype = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}[a.type]
+    kvs = [kv("general.architecture", T_STR, "llama"),
+           kv("general.name", T_STR, os.path.basename(os.path.normpath(a.model_dir))),
+           kv("general.alignment", T_U32, ALIGN),
+           kv("general.file_type", T_U32, ftype),
+           kv("llama.context_length", T_U32, cfg.get("max_position_embeddings", 2048)),
+           kv("llama.embedding_length", T_U32, d),
+           kv("llama.block_count", T_U32, L),
+           kv("llama.feed_forward_length", T_U32, cfg["intermediate_size"]),
+           kv("llama.attention.head_count", T_U32, H),
+           kv("llama.attention.head_count_kv", T_U32, KV),
+           kv("llama.rope.freq_base", T_F32, cfg.get("rope_theta", 10000.0)),
+           kv("llama.attention.layer_norm_rms_epsilon", T_F32, cfg.get("rms_norm_eps", 1e-6)),
+           kv("llama.rope.dimension_count", T_U32, cfg.get("head_dim") or d // H),
+           kv("llama.vocab_size", T_U32, V),
+           kv("tokenizer.ggml.model", T_STR, "llama"),
+           kv("tokenizer.ggml.tokens", T_ARR, (T_STR, toks)),
+           kv("tokenizer.ggml.scores", T_ARR, (T_F32, scores)),
+           kv("tokenizer.ggml.token_type", T_ARR, (T_I32, types)),
+           kv("tokenizer.ggml.bos_token_id", T_U32, bos),
+           kv("tokenizer.ggml.eos_token_id", T_U32, eos),
+           kv("tokenizer.ggml.add_bos_token", T_BOOL, True)]
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kvs)) + b"".join(kvs)
+    for name, ne, kind, off, _ in infos:
+        head += gstr(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
+        head += struct.pack("<IQ", GGML[kind], off)
+    head += b"\0" * (-len(head) % ALIGN)
+
+    ref = None
+    if a.dump_ref:
+        os.makedirs(a.dump_ref, exist_ok=True)
+        ref = (open(os.path.join(a.dump_ref, "src.bin"), "wb"), open(os.path.join(a.dump_ref, "deq.bin"), "wb"),
+               open(os.path.join(a.dump_ref, "names.txt"), "w"))
+    with open(a.out, "wb") as f:
+        f.write(head)
+        for (name, hfname, nhead), (_, ne, kind, off, size) in zip(plan + [(k, None, None) for k in ksamples], infos):
+            if hfname is None:
+                raw, x = ksamples[name], None
+            else:
+                x = to_f32(st[hfname])
+                if nhead:
+                    x = permute_rope(x, nhead)
+                x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+                raw = {"f32": lambda v: v.view(np.uint8), "f16": lambda v: v.astype(np.float16).view(np.uint8),
+                       "q8_0": quantize_q8_0, "q4_0": quantize_q4_0}[kind](x)
+            assert raw.size == size, (name, raw.size, size)
+            f.write(raw.tobytes())
+            f.write(b"\0" * (-size % ALIGN))
+            if ref:
+                deq = dequantize(raw, kind)
+                ref[0].write((x if x is not None else np.zeros(deq.size, np.float32)).tobytes())
+                ref[1].write(deq.astype(np.float32).tobytes())
+                ref[2].write(f"{name} {kind} {deq.size}\n")
+    if ref:
+        for r in ref:
+            r.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

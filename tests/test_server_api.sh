@@ -61,6 +61,17 @@ check greedy_usage '.usage.prompt_tokens == 1 and .usage.completion_tokens == 20
 check greedy_shape '.object == "text_completion" and (.id | startswith("cmpl-")) and .model == "tiny" and (.created | type) == "number" and .choices[0].finish_reason == "length" and .choices[0].stop_reason == null and .choices[0].index == 0'
 GREEDY=$BODY
 
+# ---- the same requests through `vllmc generate` (the offline front end) ----
+gen_vs_server() { # NAME "generate flags" 'server JSON fields'
+  local g; g=$("$VLLMC" generate --json $2 2>/dev/null | jq -c '.outputs[0] | {text, token_ids, finish_reason}')
+  req POST $U$C "{\"return_token_ids\":true,$3}"
+  local s; s=$(printf '%s' "$BODY" | jq -c '.choices[0] | {text, token_ids, finish_reason}')
+  [ -n "$g" ] && [ "$g" = "$s" ] && echo "ok $1" || echo "FAIL $1: generate $g vs server $s"
+}
+gen_vs_server generate_equals_server_greedy "--prompt Once --max-tokens 60 --temperature 0" '"prompt":"Once","max_tokens":60,"temperature":0'
+gen_vs_server generate_equals_server_stop "--prompt Lily --max-tokens 60 --temperature 0 --stop park" '"prompt":"Lily","max_tokens":60,"temperature":0,"stop":"park"'
+gen_vs_server generate_equals_server_seeded "--prompt Tom --max-tokens 40 --temperature 0.9 --top-p 0.8 --top-k 20 --seed 7" '"prompt":"Tom","max_tokens":40,"temperature":0.9,"top_p":0.8,"top_k":20,"seed":7'
+
 # ---- streaming: exact SSE framing, same text as non-streamed --------------
 curl -sN --max-time 60 $U$C -H 'Content-Type: application/json' -o /tmp/vllmc-sse.$$ \
   -d '{"prompt":[1],"max_tokens":200,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'

@@ -74,13 +74,6 @@ typedef struct cmd {
 
 typedef struct fe_added { fe_req *req; vllm_status rc; size_t err_off; } fe_added;
 
-typedef struct fe_out {
-    size_t id_off, tok_off, lp_off;
-    bool has_lp;
-    int32_t index, num_new;
-    vllm_finish_reason finish;
-    int32_t stop_token_id, num_prompt, num_cached;
-} fe_out;
 
 typedef struct fe_batch {
     struct fe_batch *next;
@@ -89,8 +82,10 @@ typedef struct fe_batch {
     vllm_scheduler_stats stats;
     fe_added *added;
     size_t n_added, cap_added;
-    fe_out *outs;
+    vllm_seq_output *outs; /* pointers into the pools below */
     size_t n_outs, cap_outs;
+    vllm_event *evs;
+    size_t n_evs, cap_evs;
     int32_t *toks;
     size_t n_toks, cap_toks;
     vllm_token_logprobs *lps;
@@ -115,6 +110,8 @@ struct frontend {
     int num_free_batches;
     bool stop_engine, stop_output, shutting_down, abort_all, dead;
     long step_delay_us; /* VLLMC_DEBUG_STEP_DELAY_US: a slow engine, for tests */
+    frontend_step_fn observer; /* set before any request; output thread */
+    void *observer_ud;
     int64_t num_live;
     vllm_scheduler_stats stats;
 
@@ -231,13 +228,14 @@ static fe_batch *batch_get(frontend *f) {
     if (!b) return NULL;
     b->next = NULL;
     b->has_step = b->fatal = false;
-    b->n_added = b->n_outs = b->n_toks = b->n_lps = b->n_top = b->n_strs = 0;
+    b->n_added = b->n_outs = b->n_evs = b->n_toks = b->n_lps = b->n_top = b->n_strs = 0;
     return b;
 }
 
 static void batch_destroy(fe_batch *b) {
     free(b->added);
     free(b->outs);
+    free(b->evs);
     free(b->toks);
     free(b->lps);
     free(b->top_ids);
@@ -279,48 +277,50 @@ static void note_added(fe_batch *b, fe_req *r, vllm_status rc, const char *err) 
     a->err_off = rc == VLLM_OK ? SIZE_MAX : batch_str(b, err);
 }
 
-/* Copies a step's outputs into b (engine memory is borrowed until the next step). */
+/* Copies a step's outputs into b (engine memory is borrowed until the next
+ * step): the same vllm_seq_output records, their pointers redirected into
+ * the batch's pools. Every pool is grown first, so the pointers stay valid. */
 static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
-    size_t ntok = 0, nlp = 0, ntop = 0, nstr = 0;
+    size_t ntok = 0, nlp = 0, ntop = 0, nstr = 0, nev = 0;
     for (int32_t i = 0; i < out->num_outputs; i++) {
         const vllm_seq_output *o = &out->outputs[i];
         ntok += (size_t)o->num_new_tokens;
         nstr += strlen(o->request_id) + 1;
+        nev += (size_t)o->num_events;
         if (o->new_logprobs) {
             nlp += (size_t)o->num_new_tokens;
             for (int32_t t = 0; t < o->num_new_tokens; t++) ntop += (size_t)o->new_logprobs[t].num_top;
         }
     }
     if (!grow((void **)&b->outs, &b->cap_outs, b->n_outs + (size_t)out->num_outputs, sizeof *b->outs) ||
+        !grow((void **)&b->evs, &b->cap_evs, b->n_evs + nev, sizeof *b->evs) ||
         !grow((void **)&b->toks, &b->cap_toks, b->n_toks + ntok, sizeof *b->toks) ||
         !grow((void **)&b->lps, &b->cap_lps, b->n_lps + nlp, sizeof *b->lps) ||
         !grow((void **)&b->top_ids, &b->cap_top, b->n_top + ntop, sizeof *b->top_ids) ||
+        !grow((void **)&b->top_lps, &b->cap_top_lps, b->n_top + ntop, sizeof *b->top_lps) ||
         !grow((void **)&b->strs, &b->cap_strs, b->n_strs + nstr, 1))
         return false;
-    if (!grow((void **)&b->top_lps, &b->cap_top_lps, b->n_top + ntop, sizeof *b->top_lps)) return false;
     b->has_step = true;
     b->timestamp = out->timestamp;
     b->stats = out->stats;
     for (int32_t i = 0; i < out->num_outputs; i++) {
         const vllm_seq_output *o = &out->outputs[i];
-        fe_out *d = &b->outs[b->n_outs++];
-        d->id_off = b->n_strs;
+        vllm_seq_output *d = &b->outs[b->n_outs++];
+        *d = *o;
         size_t idn = strlen(o->request_id) + 1;
         memcpy(b->strs + b->n_strs, o->request_id, idn);
+        d->request_id = b->strs + b->n_strs;
         b->n_strs += idn;
-        d->index = o->index;
-        d->num_new = o->num_new_tokens;
-        d->finish = o->finish_reason;
-        d->stop_token_id = o->stop_token_id;
-        d->num_prompt = o->num_prompt_tokens;
-        d->num_cached = o->num_cached_tokens;
-        d->tok_off = b->n_toks;
         if (o->num_new_tokens > 0)
             memcpy(b->toks + b->n_toks, o->new_token_ids, (size_t)o->num_new_tokens * sizeof(int32_t));
+        d->new_token_ids = b->toks + b->n_toks;
         b->n_toks += (size_t)o->num_new_tokens;
-        d->has_lp = o->new_logprobs != NULL;
-        d->lp_off = b->n_lps;
+        if (o->num_events > 0)
+            memcpy(b->evs + b->n_evs, o->events, (size_t)o->num_events * sizeof *o->events);
+        d->events = o->num_events > 0 ? b->evs + b->n_evs : NULL;
+        b->n_evs += (size_t)o->num_events;
         if (o->new_logprobs) {
+            d->new_logprobs = b->lps + b->n_lps;
             for (int32_t t = 0; t < o->num_new_tokens; t++) {
                 vllm_token_logprobs lp = o->new_logprobs[t];
                 if (lp.num_top > 0) {
@@ -523,15 +523,15 @@ static bool in_stop_ids(const fe_req *r, int32_t id) {
 }
 
 /* Detokenizes one sequence's new tokens, applies stop strings, delivers the delta. */
-static void deliver(frontend *f, fe_req *r, fe_seq *s, const fe_out *o, const int32_t *toks,
-                    const vllm_token_logprobs *lps) {
+static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o) {
+    const int32_t *toks = o->new_token_ids;
     f->text_len = 0;
-    bool stop_terminated = o->finish == VLLM_FINISH_STOP && o->stop_token_id >= 0;
-    int32_t ndetok = o->num_new - (stop_terminated && !r->include_stop && o->num_new > 0 ? 1 : 0);
+    bool stop_terminated = o->finish_reason == VLLM_FINISH_STOP && o->stop_token_id >= 0;
+    int32_t ndetok = o->num_new_tokens - (stop_terminated && !r->include_stop && o->num_new_tokens > 0 ? 1 : 0);
     int32_t stop_index = -1;
     bool oom = false;
     stop_update u;
-    for (int32_t i = 0; i < o->num_new; i++) {
+    for (int32_t i = 0; i < o->num_new_tokens; i++) {
         s->num_tokens++;
         if (i >= ndetok || stop_index >= 0) continue;
         const char *piece = "";
@@ -547,7 +547,7 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const fe_out *o, const in
         oom |= !text_append(f, u.text, u.len);
         if (u.stop_index >= 0) stop_index = u.stop_index;
     }
-    if (stop_index < 0 && o->finish != VLLM_FINISH_NONE) {
+    if (stop_index < 0 && o->finish_reason != VLLM_FINISH_NONE) {
         const char *tail = "";
         size_t tlen = 0;
         if (detokenizer_flush(s->detok, &tail, &tlen) == VLLM_OK && tlen) {
@@ -568,9 +568,9 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const fe_out *o, const in
         .text = f->text ? f->text : "",
         .text_len = f->text_len,
         .token_ids = toks,
-        .num_tokens = o->num_new,
-        .logprobs = lps,
-        .finish_reason = o->finish,
+        .num_tokens = o->num_new_tokens,
+        .logprobs = o->new_logprobs,
+        .finish_reason = o->finish_reason,
         .stop_str = NULL,
         .stop_token_id = -1,
         .num_prompt_tokens = r->num_prompt_tokens,
@@ -579,7 +579,7 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const fe_out *o, const in
     if (stop_index >= 0) {
         d.finish_reason = VLLM_FINISH_STOP;
         d.stop_str = r->stop[stop_index];
-        if (o->finish == VLLM_FINISH_NONE) enqueue(f, CMD_STOP_SEQ, r->id, o->index);
+        if (o->finish_reason == VLLM_FINISH_NONE) enqueue(f, CMD_STOP_SEQ, r->id, o->index);
     } else if (stop_terminated && in_stop_ids(r, o->stop_token_id)) {
         d.stop_token_id = o->stop_token_id;
     }
@@ -587,16 +587,16 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const fe_out *o, const in
     r->sink.on_delta(r->sink.ud, &d);
 }
 
-static void process_out(frontend *f, fe_batch *b, const fe_out *o) {
-    fe_req *r = registry_find(f, b->strs + o->id_off);
+static void process_out(frontend *f, const vllm_seq_output *o) {
+    fe_req *r = registry_find(f, o->request_id);
     if (!r || o->index < 0 || o->index >= r->sp.n) return;
     fe_seq *s = &r->seqs[o->index];
     if (s->done_engine) return;
-    if (o->num_prompt > 0) r->num_prompt_tokens = o->num_prompt;
-    if (o->num_cached > r->num_cached) r->num_cached = o->num_cached;
-    if (!s->done_fe && (o->num_new > 0 || o->finish != VLLM_FINISH_NONE))
-        deliver(f, r, s, o, b->toks + o->tok_off, o->has_lp ? b->lps + o->lp_off : NULL);
-    if (o->finish != VLLM_FINISH_NONE) {
+    if (o->num_prompt_tokens > 0) r->num_prompt_tokens = o->num_prompt_tokens;
+    if (o->num_cached_tokens > r->num_cached) r->num_cached = o->num_cached_tokens;
+    if (!s->done_fe && (o->num_new_tokens > 0 || o->finish_reason != VLLM_FINISH_NONE))
+        deliver(f, r, s, o);
+    if (o->finish_reason != VLLM_FINISH_NONE) {
         s->done_engine = true;
         if (++r->num_engine_done == r->sp.n) request_done(f, r);
     }
@@ -643,7 +643,12 @@ static void *output_main(void *arg) {
             fe_batch *b = list;
             list = b->next;
             for (size_t i = 0; i < b->n_added; i++) register_added(f, b, &b->added[i]);
-            for (size_t i = 0; i < b->n_outs; i++) process_out(f, b, &b->outs[i]);
+            if (b->has_step && f->observer) {
+                vllm_step_output view = {.timestamp = b->timestamp, .num_outputs = (int32_t)b->n_outs,
+                                         .outputs = b->outs, .stats = b->stats};
+                f->observer(f->observer_ud, &view);
+            }
+            for (size_t i = 0; i < b->n_outs; i++) process_out(f, &b->outs[i]);
             if (b->has_step) {
                 pthread_mutex_lock(&f->mu);
                 f->stats = b->stats;
@@ -802,6 +807,13 @@ bool frontend_wait_idle(frontend *f, double seconds) {
     bool idle = f->num_live == 0;
     pthread_mutex_unlock(&f->mu);
     return idle;
+}
+
+void frontend_set_step_observer(frontend *f, frontend_step_fn fn, void *ud) {
+    pthread_mutex_lock(&f->mu);
+    f->observer = fn;
+    f->observer_ud = ud;
+    pthread_mutex_unlock(&f->mu);
 }
 
 void frontend_get_stats(frontend *f, frontend_stats *out) {

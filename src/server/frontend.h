@@ -89,6 +89,13 @@ void frontend_abort_request(frontend *f, const char *request_id);
 void frontend_begin_shutdown(frontend *f);
 bool frontend_wait_idle(frontend *f, double seconds);
 
+/* Sees every engine step's output (a copy with the engine's events and
+ * scheduler stats), on the output thread, in order, before the step's deltas
+ * go to the sinks: where metrics (vLLM's stat loggers) hook in. Borrowed for
+ * the call. Set it before the first request. */
+typedef void (*frontend_step_fn)(void *ud, const vllm_step_output *out);
+void frontend_set_step_observer(frontend *f, frontend_step_fn fn, void *ud);
+
 typedef struct frontend_stats {
     vllm_scheduler_stats sched;          /* of the latest step */
     int64_t num_live_requests;           /* added and not yet done */

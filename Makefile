@@ -16,7 +16,7 @@ ARCHFLAGS ?= -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
-LDLIBS  += -lmicrohttpd -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
+LDLIBS  += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# test_bench_cli.sh - `vllmc bench latency` and `vllmc bench throughput` end to
+# end on the bundled stories260K: vLLM's printed labels, figures that parse and
+# are positive, token totals equal to what was asked (input_len x num_prompts,
+# output_len x num_prompts x n), printed percentiles equal to numpy's over the
+# latencies written by --output-json, and printed floats as Python's repr.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VLLMC=${VLLMC:-build/vllmc}
+PY=/usr/bin/python3
+export VLLM_LOGGING_LEVEL=WARNING
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; }
+
+# 1. latency: labels, numpy percentiles of the JSON latencies, Python float repr
+if "$VLLMC" bench latency --input-len 8 --output-len 8 --batch-size 2 --num-iters-warmup 1 --num-iters 4 \
+     --output-json "$tmp/lat.json" >"$tmp/lat.out" 2>"$tmp/err" &&
+   $PY - "$tmp/lat.out" "$tmp/lat.json" <<'EOF'
+import json, re, sys
+import numpy as np
+out = open(sys.argv[1]).read().splitlines()
+j = json.load(open(sys.argv[2]))
+lat = np.array(j["latencies"])
+assert len(lat) == 4 and (lat > 0).all(), lat
+avg = [l for l in out if l.startswith("Avg latency: ")]
+assert avg == [f"Avg latency: {np.mean(lat)} seconds"], (avg, np.mean(lat))
+for p in (10, 25, 50, 75, 90, 99):
+    want = f"{p}% percentile latency: {np.percentile(lat, p)} seconds"
+    assert want in out, (want, out)
+    assert abs(j["percentiles"][str(p)] - np.percentile(lat, p)) < 1e-12
+assert abs(j["avg_latency"] - np.mean(lat)) < 1e-12
+EOF
+then ok bench_latency_labels_and_numpy_percentiles; else fail bench_latency_labels_and_numpy_percentiles "$(tail -3 "$tmp/err")"; fi
+
+# 2. throughput: token totals, n > 1, rates consistent with the JSON's elapsed time
+check_tp() { # NAME PROMPT_TOKENS OUTPUT_TOKENS NUM_PROMPTS args...
+  local name=$1 pt=$2 ot=$3 np=$4; shift 4
+  if "$VLLMC" bench throughput --output-json "$tmp/tp.json" --num-prompts "$np" "$@" >"$tmp/tp.out" 2>"$tmp/err" &&
+     $PY - "$tmp/tp.out" "$tmp/tp.json" "$pt" "$ot" "$np" <<'EOF'
+import json, re, sys
+out = open(sys.argv[1]).read()
+j = json.load(open(sys.argv[2]))
+pt, ot, n = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+m = re.search(r"^Throughput: ([0-9.]+) requests/s, ([0-9.]+) total tokens/s, ([0-9.]+) output tokens/s$", out, re.M)
+assert m, out
+rps, tps, ops = map(float, m.groups())
+assert re.search(rf"^Total num prompt tokens:  {pt}$", out, re.M), out
+assert re.search(rf"^Total num output tokens:  {ot}$", out, re.M), out
+t = j["elapsed_time"]
+assert t > 0 and j["num_requests"] == n and j["total_num_tokens"] == pt + ot, j
+for got, want in ((rps, n / t), (tps, (pt + ot) / t), (ops, ot / t)):
+    assert got > 0 and abs(got - want) <= 0.006 + 1e-9 * want, (got, want)
+EOF
+  then ok "$name"; else fail "$name" "$(tail -3 "$tmp/err")"; fi
+}
+check_tp bench_throughput_token_totals 80 40 5 --input-len 16 --output-len 8
+check_tp bench_throughput_n2_prefix 100 80 5 --input-len 16 --output-len 8 --n 2 --prefix-len 4
+
+# 3. range ratio: totals within the drawn bounds, and not all equal to the mean
+if "$VLLMC" bench throughput --num-prompts 20 --input-len 20 --output-len 10 --random-range-ratio 0.5 \
+     --seed 3 >"$tmp/rr.out" 2>"$tmp/err" &&
+   $PY - "$tmp/rr.out" <<'EOF'
+import re, sys
+out = open(sys.argv[1]).read()
+pt = int(re.search(r"Total num prompt tokens:  (\d+)", out).group(1))
+ot = int(re.search(r"Total num output tokens:  (\d+)", out).group(1))
+assert 20 * 10 <= pt <= 20 * 30 and 20 * 5 <= ot <= 20 * 15, (pt, ot)
+assert (pt, ot) != (400, 200), "range ratio had no effect"
+EOF
+then ok bench_throughput_range_ratio; else fail bench_throughput_range_ratio "$(tail -3 "$tmp/err")"; fi
+
+# 4. bad input is a clear error with exit status 2, not a crash
+bad=
+for args in "latency --input-len 0" "throughput --dataset-name sharegpt" "throughput --random-range-ratio x" \
+            "latency --bogus" "serve --request-rate 0" "serve --goodput ttft" "serve --backend hf" \
+            "serve --backend openai-chat" "serve --metric-percentiles 100"; do
+  # shellcheck disable=SC2086
+  "$VLLMC" bench $args >"$tmp/o" 2>"$tmp/e"; rc=$?
+  if [ $rc -ne 2 ] || [ ! -s "$tmp/e" ]; then fail bench_bad_args "'$args' gave status $rc: $(cat "$tmp/e")"; bad=1; fi
+done
+[ -z "$bad" ] && ok bench_bad_args
+# too long for the model is the engine's error, status 1
+if "$VLLMC" bench latency --input-len 500 --output-len 100 --num-iters-warmup 0 --num-iters 1 >"$tmp/o" 2>"$tmp/e"; then
+  fail bench_latency_too_long "accepted 600 tokens on a 512-token model"
+elif grep -q . "$tmp/e"; then ok bench_latency_too_long; else fail bench_latency_too_long "no message"; fi

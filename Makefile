@@ -8,7 +8,8 @@
 #                   each run FUZZ_SECONDS (60) from its seed corpus; needs
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
 #   make test       set up (Debian/npm packages), build, run the whole suite
-#   make run        generate from the bundled model (the main job until the server lands)
+#   make run        generate from the bundled model
+#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
 #
 # Sources are found by wildcard: a new src/<subsystem>/<concept>.c is built without
 # touching this file; tests/test_<name>.c becomes build/tests/test_<name>,
@@ -20,7 +21,7 @@ ARCHFLAGS ?= -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
-LDLIBS  += -lcurl -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
+LDLIBS  += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -108,6 +109,11 @@ fuzz-bins: $(FUZZ_BINS)
 
 fuzz: fuzz-build
 	@fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+PORT ?= 8000
+serve: setup
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/vllmc serve --port $(PORT)
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz

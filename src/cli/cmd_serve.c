@@ -1,0 +1,329 @@
+/*
+ * cmd_serve.c - `vllmc serve [MODEL] [options]`: the OpenAI-compatible server
+ * (vLLM's `vllm serve`), same flag names.
+ *
+ * Start-up: tokenizer, engine (its flags are shared with generate, see
+ * engine_args.h), chat template, the frontend's engine and output threads,
+ * then the HTTP server. SIGINT/SIGTERM are blocked in every thread and taken
+ * by sigwait() here, so shutdown runs in plain code: refuse new requests,
+ * abort the live ones (clients get finish_reason "abort" and their KV blocks
+ * are freed), let responses drain, stop HTTP, join the threads.
+ */
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "cli/cli.h"
+#include "cli/engine_args.h"
+#include "server/api_server.h"
+#include "server/serving.h"
+#include "template/chat_template.h"
+
+#define MAX_NAMES 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vllmc serve [MODEL] [options]\n"
+            "Start the OpenAI-compatible API server (default model: the bundled stories260K).\n"
+            "server options:\n"
+            "  --host HOST                     address to bind (default: all interfaces)\n"
+            "  --port PORT                     port (8000)\n"
+            "  --served-model-name NAME [NAME ...]  names the API accepts (default: MODEL)\n"
+            "  --api-key KEY [KEY ...]         require 'Authorization: Bearer KEY' on /v1/*\n"
+            "                                  (also VLLM_API_KEY)\n"
+            "  --chat-template FILE|TEMPLATE   chat template (default: tokenizer_config.json's)\n"
+            "  --trust-request-chat-template   allow chat_template in requests\n"
+            "  --response-role ROLE            role of generated chat messages (assistant)\n"
+            "  --max-logprobs N                most logprobs a request may ask for (20)\n"
+            "  --enable-force-include-usage    usage chunk on every stream\n"
+            "  --enable-log-requests           log each request's parameters\n"
+            "  --disable-uvicorn-access-log    no access log line per request\n"
+            "  --max-request-body-bytes SIZE   larger request bodies get 413 (32M)\n"
+            "  --api-server-threads N          HTTP polling threads (2)\n");
+    engine_args_usage(f);
+}
+
+/* Flags vLLM has that change nothing here; accepted so scripts keep working. */
+static bool ignored_flag(const char *name, bool *takes_value) {
+    static const char *const no_value[] = {
+        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--disable-log-stats",
+        "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
+        "--trust-remote-code", "--enforce-eager", NULL};
+    static const char *const with_value[] = {"--uvicorn-log-level", "--dtype", "--swap-space",
+                                             "--gpu-memory-utilization", "--tensor-parallel-size",
+                                             "-tp", NULL};
+    for (const char *const *f = no_value; *f; f++)
+        if (!strcmp(name, *f)) return (*takes_value = false), true;
+    for (const char *const *f = with_value; *f; f++)
+        if (!strcmp(name, *f)) return (*takes_value = true), true;
+    return false;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    char chunk[8192];
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        memcpy(buf + len, chunk, n);
+        len += n;
+    }
+    fclose(f);
+    if (!buf) buf = calloc(1, 1);
+    else buf[len] = 0;
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+    vllm_engine_args ea;
+    vllm_engine_args_init(&ea);
+    ea.max_num_seqs = 128;            /* vLLM's CPU server defaults */
+    ea.max_num_batched_tokens = 2048;
+    const char *host = NULL, *chat_template_arg = NULL, *role = "assistant";
+    int port = 8000, http_threads = 2;
+    const char *names[MAX_NAMES], *keys[MAX_NAMES];
+    int num_names = 0, num_keys = 0;
+    int32_t max_logprobs = VLLM_MAX_LOGPROBS;
+    int64_t max_body = 32 << 20;
+    bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
+
+    for (int i = 1; i < argc;) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        int rc = engine_args_parse(&ea, argc, argv, &i);
+        if (rc < 0) return 2;
+        if (rc > 0) continue;
+        char name[64];
+        const char *val = engine_args_flag_name(a, name, sizeof name);
+        bool takes;
+        if (a[0] != '-') {
+            if (ea.model && ea.model != a) {
+                fprintf(stderr, "vllmc serve: unrecognized arguments: %s\n", a);
+                return 2;
+            }
+            ea.model = a;
+            i++;
+            continue;
+        }
+        /* list-valued flags: NAME [NAME ...] */
+        if (!strcmp(name, "--served-model-name") || !strcmp(name, "--api-key")) {
+            const char **list = name[2] == 's' ? names : keys;
+            int *num = name[2] == 's' ? &num_names : &num_keys;
+            int before = *num;
+            if (val && *num < MAX_NAMES) list[(*num)++] = val;
+            for (i++; !val && i < argc && argv[i][0] != '-' && *num < MAX_NAMES; i++) list[(*num)++] = argv[i];
+            if (*num == before) {
+                fprintf(stderr, "vllmc serve: argument %s: expected at least one argument\n", name);
+                return 2;
+            }
+            continue;
+        }
+        bool flag_only = !strcmp(name, "--trust-request-chat-template") ||
+                         !strcmp(name, "--enable-force-include-usage") ||
+                         !strcmp(name, "--enable-log-requests") ||
+                         !strcmp(name, "--disable-uvicorn-access-log");
+        if (flag_only) {
+            if (name[2] == 't') trust_template = true;
+            else if (!strcmp(name, "--enable-force-include-usage")) force_usage = true;
+            else if (!strcmp(name, "--enable-log-requests")) log_requests = true;
+            else access_log = false;
+            i++;
+            continue;
+        }
+        if (ignored_flag(name, &takes)) {
+            i += takes && !val ? 2 : 1;
+            continue;
+        }
+        static const char *const valued[] = {"--host", "--port", "--chat-template", "--response-role",
+                                             "--max-logprobs", "--max-request-body-bytes",
+                                             "--api-server-threads", NULL};
+        bool known = false;
+        for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
+        if (!known) {
+            fprintf(stderr, "vllmc serve: unrecognized arguments: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vllmc serve: argument %s: expected one argument\n", name);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        i++;
+        int64_t num = 0;
+        if (!strcmp(name, "--host")) host = val;
+        else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
+        else if (!strcmp(name, "--response-role")) role = val;
+        else if (!engine_args_parse_size(val, &num)) {
+            fprintf(stderr, "vllmc serve: argument %s: invalid value '%s'\n", name, val);
+            return 2;
+        } else if (!strcmp(name, "--port")) {
+            if (num > 65535) {
+                fprintf(stderr, "vllmc serve: argument --port: invalid value '%s'\n", val);
+                return 2;
+            }
+            port = (int)num;
+        } else if (!strcmp(name, "--max-logprobs")) {
+            max_logprobs = num > VLLM_MAX_LOGPROBS ? VLLM_MAX_LOGPROBS : (int32_t)num;
+        } else if (!strcmp(name, "--max-request-body-bytes")) {
+            max_body = num;
+        } else if (!strcmp(name, "--api-server-threads")) {
+            http_threads = num < 1 ? 1 : num > 64 ? 64 : (int)num;
+        }
+    }
+    const char *env_key = getenv("VLLM_API_KEY");
+    if (!num_keys && env_key && *env_key) keys[num_keys++] = env_key;
+    static char model_dir[PATH_MAX];
+    if (!ea.model) ea.model = realpath(cli_default_model_dir(), model_dir) ? model_dir : cli_default_model_dir();
+    if (!num_names) names[num_names++] = ea.model;
+    const char *kv_env = getenv("VLLM_CPU_KVCACHE_SPACE");
+    if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
+        ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
+
+    /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    log_info("vLLM API server version %s (vllm.c)", VLLMC_VERSION);
+    log_info("non-default args: model='%s', host=%s, port=%d, served_model_name=%s", ea.model,
+             host ? host : "None", port, names[0]);
+    int status = 1;
+    tokenizer *tok = NULL;
+    vllm_engine *engine = NULL;
+    frontend *fe = NULL;
+    api_server *srv = NULL;
+    char *template_src = NULL;
+    chat_template *tmpl = NULL;
+    json_t *tok_config = NULL;
+    vllm_status rc;
+    if ((rc = tokenizer_load(ea.tokenizer ? ea.tokenizer : ea.model, &tok)) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
+    if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
+    vllm_engine_info info;
+    vllm_engine_get_info(engine, &info);
+    vllm_sampling_params dsp;
+    vllm_engine_default_sampling_params(engine, &dsp);
+
+    serving_ctx ctx = {0};
+    openai_defaults_from_sampling(&dsp, &ctx.defaults);
+    if (strcmp(ea.generation_config, "vllm"))
+        log_info("Default sampling parameters have been overridden by the model's Hugging Face "
+                 "generation config recommended from the model creator. If this is not intended, "
+                 "please relaunch vLLM instance with `--generation-config vllm`.");
+
+    /* chat template: --chat-template (a file, else a literal template), else
+     * tokenizer_config.json's */
+    if (chat_template_arg) {
+        template_src = read_file(chat_template_arg);
+        if (!template_src) {
+            if (!strpbrk(chat_template_arg, "{}\n")) {
+                fprintf(stderr, "vllmc serve: The supplied chat template string (%s) appears "
+                                "path-like, but doesn't exist!\n", chat_template_arg);
+                goto out;
+            }
+            template_src = strdup(chat_template_arg);
+        }
+    }
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", ea.tokenizer ? ea.tokenizer : ea.model);
+    json_error_t jerr;
+    tok_config = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &jerr);
+    rc = chat_template_create(tok_config, template_src, &tmpl);
+    if (rc == VLLM_ERR_NOT_FOUND) {
+        log_warn("No chat template found; /v1/chat/completions will refuse requests.");
+    } else if (rc != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: chat template: %s\n", vllm_errmsg());
+        goto out;
+    } else {
+        log_info("Using %s chat template (content format: %s)", template_src ? "the supplied" : "the model's",
+                 chat_template_content_format(tmpl) == CHAT_CONTENT_OPENAI ? "openai" : "string");
+    }
+
+    vllm_engine *eng = engine;
+    engine = NULL; /* the frontend's engine thread owns it now */
+    if ((rc = frontend_create(eng, tok, &fe)) != VLLM_OK) {
+        engine = eng;
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
+    ctx.fe = fe;
+    ctx.tok = tok;
+    ctx.chat_template = tmpl;
+    ctx.tokenizer_config = tok_config;
+    ctx.served_names = names;
+    ctx.num_served_names = num_names;
+    ctx.model_root = ea.model;
+    ctx.max_model_len = info.max_model_len;
+    ctx.max_logprobs = max_logprobs;
+    ctx.policy = info.scheduling_policy;
+    ctx.trust_request_chat_template = trust_template;
+    ctx.enable_force_include_usage = force_usage;
+    ctx.response_role = role;
+    ctx.log_requests = log_requests;
+    atomic_init(&ctx.server_load, 0);
+
+    api_server_config sc = {
+        .host = host,
+        .port = port,
+        .api_keys = keys,
+        .num_api_keys = num_keys,
+        .max_body_bytes = (size_t)max_body,
+        .num_http_threads = http_threads,
+        .access_log = access_log,
+    };
+    if ((rc = api_server_start(&ctx, &sc, &srv)) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
+    log_info("Starting vLLM API server 0 on http://%s:%d", host && *host ? host : "0.0.0.0",
+             api_server_port(srv));
+    log_info("Application startup complete.");
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_info("Shutting down (%s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    frontend_begin_shutdown(fe);
+    if (!frontend_wait_idle(fe, 5.0)) log_warn("Some requests did not finish within 5 s.");
+    api_server_stop(srv, 5.0);
+    srv = NULL;
+    log_info("Application shutdown complete.");
+    status = 0;
+out:
+    api_server_stop(srv, 1.0);
+    frontend_free(fe);
+    vllm_engine_free(engine);
+    chat_template_free(tmpl);
+    json_decref(tok_config);
+    free(template_src);
+    tokenizer_free(tok);
+    return status;
+}

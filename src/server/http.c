@@ -1,0 +1,603 @@
+/*
+ * http.c - see http.h. libmicrohttpd (Debian 12: 0.9.75) with its own
+ * polling threads (epoll) and MHD_ALLOW_SUSPEND_RESUME.
+ *
+ * Why suspend/resume and not a thread per connection: a server holds as many
+ * open streams as the engine runs sequences (hundreds), almost all of them
+ * idle between two tokens. With a thread per connection each stream would pin
+ * a thread blocked on a condition variable; here a small fixed pool of MHD
+ * threads serves them all. A streaming response is a content-reader callback:
+ * MHD asks for bytes only when the socket is writable (pull, so backpressure
+ * is free); when our queue is empty the reader suspends the connection and
+ * returns 0, and the producer resumes it when it appends bytes. Nothing polls
+ * and nothing spins. The cost: MHD does not notice a client that went away
+ * while its connection is suspended; it notices on the next write attempt,
+ * which comes with the next token.
+ *
+ * Locking. Each request has a mutex guarding its deferred action, its stream
+ * buffer and the `suspended` flag. The invariant that makes resume safe
+ * (MHD forbids resuming a connection that is not suspended): `suspended` is
+ * set and MHD_suspend_connection() called under the request's mutex on the
+ * MHD thread; a producer clears the flag under the mutex and only then calls
+ * MHD_resume_connection() (after unlocking; nobody else can resume or touch
+ * the suspended connection in between). MHD's own mutexes are never held
+ * while we wait for ours.
+ *
+ * Shutdown: MHD must not be stopped with suspended connections. The server
+ * keeps a list of live exchanges; http_server_stop() waits for them, then
+ * finishes whatever is still deferred with 503 (which resumes it), and stops.
+ */
+#include "server/http.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/log.h"
+
+enum pending { PENDING_NONE, PENDING_FINISH, PENDING_STREAM };
+
+struct http_request {
+    pthread_mutex_t mu;
+    atomic_int refs;
+    http_server *srv;
+    struct MHD_Connection *conn;
+    char *method, *path;
+    char version[16];
+    int status;       /* the status queued (for the access log) */
+    /* body, accumulated on the MHD thread before the handler runs */
+    char *body;
+    size_t body_len, body_cap;
+    bool too_large, dispatched, in_handler, responded, deferred;
+    /* guarded by mu */
+    bool suspended;   /* MHD_suspend_connection() called, not yet resumed */
+    bool ended;       /* the exchange is over (notify-completed ran) */
+    enum pending pending;
+    int pend_status;
+    char *pend_ctype, *pend_body;
+    size_t pend_len;
+    char *sbuf;       /* stream bytes not yet handed to MHD: sbuf[soff, slen) */
+    size_t soff, slen, scap;
+    bool stream_end;
+    http_close_fn close_fn;
+    void *close_arg;
+    /* server's list of live exchanges (srv->mu) */
+    http_request *prev, *next;
+};
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    http_server_config cfg;
+    int port;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled when an exchange ends */
+    http_request *live;
+    int num_live;
+};
+
+static void request_free(http_request *r) {
+    pthread_mutex_destroy(&r->mu);
+    free(r->method);
+    free(r->path);
+    free(r->body);
+    free(r->pend_ctype);
+    free(r->pend_body);
+    free(r->sbuf);
+    free(r);
+}
+
+void http_request_retain(http_request *r) { atomic_fetch_add(&r->refs, 1); }
+
+void http_request_release(http_request *r) {
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) request_free(r);
+}
+
+const char *http_request_method(const http_request *r) { return r->method; }
+const char *http_request_path(const http_request *r) { return r->path; }
+
+const char *http_request_body(const http_request *r, size_t *len) {
+    if (len) *len = r->body_len;
+    return r->body ? r->body : "";
+}
+
+const char *http_request_header(http_request *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *http_request_query(http_request *r, const char *key) {
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+bool http_request_peer_closed(http_request *r) {
+    bool closed = false;
+    pthread_mutex_lock(&r->mu);
+    if (r->ended) {
+        closed = true;
+    } else if (r->suspended) { /* only then is the socket certainly still open and idle */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) {
+            char c;
+            ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return closed;
+}
+
+void http_request_on_close(http_request *r, http_close_fn fn, void *arg) {
+    pthread_mutex_lock(&r->mu);
+    r->close_fn = fn;
+    r->close_arg = arg;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static enum MHD_Result queue_buffer(struct MHD_Connection *c, int status, const char *ctype,
+                                    const char *body, size_t len) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+void http_respond(http_request *r, int status, const char *content_type, const char *body,
+                  size_t len) {
+    if (!r->in_handler || r->responded || r->deferred) {
+        log_error("http: respond outside the handler or twice (%s %s)", r->method, r->path);
+        return;
+    }
+    r->responded = true;
+    r->status = status;
+    if (queue_buffer(r->conn, status, content_type, body, len) != MHD_YES)
+        log_warn("http: could not queue a %d response for %s %s", status, r->method, r->path);
+}
+
+void http_request_defer(http_request *r) {
+    if (!r->in_handler || r->responded) return;
+    pthread_mutex_lock(&r->mu);
+    r->deferred = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Sets the deferred action; resumes the connection if it waits for it. */
+static void set_pending(http_request *r, enum pending kind, int status, const char *ctype,
+                        const char *body, size_t len) {
+    char *ct = ctype ? strdup(ctype) : NULL;
+    char *b = NULL;
+    if (body && len) {
+        b = malloc(len);
+        if (b) memcpy(b, body, len);
+    }
+    bool resume = false;
+    pthread_mutex_lock(&r->mu);
+    if (!r->ended && r->pending == PENDING_NONE) {
+        r->pending = kind;
+        r->pend_status = status;
+        r->pend_ctype = ct;
+        r->pend_body = b;
+        r->pend_len = b ? len : 0;
+        ct = b = NULL;
+        if (r->suspended) {
+            r->suspended = false;
+            resume = true;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (resume) MHD_resume_connection(r->conn);
+    free(ct);
+    free(b);
+}
+
+void http_request_finish(http_request *r, int status, const char *content_type, const char *body,
+                         size_t len) {
+    set_pending(r, PENDING_FINISH, status, content_type, body, len);
+}
+
+void http_request_start_stream(http_request *r, int status, const char *content_type) {
+    set_pending(r, PENDING_STREAM, status, content_type, NULL, 0);
+}
+
+bool http_request_write(http_request *r, const char *data, size_t len) {
+    bool ok = false, resume = false;
+    pthread_mutex_lock(&r->mu);
+    if (!r->ended && !r->stream_end) {
+        if (r->soff > 0 && r->soff == r->slen) r->soff = r->slen = 0;
+        if (r->slen + len > r->scap) {
+            if (r->soff > 0) { /* compact before growing */
+                memmove(r->sbuf, r->sbuf + r->soff, r->slen - r->soff);
+                r->slen -= r->soff;
+                r->soff = 0;
+            }
+            size_t cap = r->scap ? r->scap : 4096;
+            while (cap < r->slen + len) cap *= 2;
+            char *nb = cap > r->scap ? realloc(r->sbuf, cap) : r->sbuf;
+            if (nb) {
+                r->sbuf = nb;
+                r->scap = cap;
+            }
+        }
+        if (r->slen + len <= r->scap) {
+            memcpy(r->sbuf + r->slen, data, len);
+            r->slen += len;
+            ok = true;
+            if (r->suspended && r->pending == PENDING_STREAM) {
+                r->suspended = false;
+                resume = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (resume) MHD_resume_connection(r->conn);
+    return ok;
+}
+
+void http_request_end_stream(http_request *r) {
+    bool resume = false;
+    pthread_mutex_lock(&r->mu);
+    if (!r->ended && !r->stream_end) {
+        r->stream_end = true;
+        if (r->suspended && r->pending == PENDING_STREAM) {
+            r->suspended = false;
+            resume = true;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (resume) MHD_resume_connection(r->conn);
+}
+
+/* MHD content reader of a streamed body (MHD thread). */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    http_request *r = cls;
+    ssize_t n;
+    pthread_mutex_lock(&r->mu);
+    if (r->slen > r->soff) {
+        size_t avail = r->slen - r->soff;
+        n = (ssize_t)(avail < max ? avail : max);
+        memcpy(buf, r->sbuf + r->soff, (size_t)n);
+        r->soff += (size_t)n;
+    } else if (r->stream_end) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+        n = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static const char *status_phrase(int status) {
+    switch (status) {
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 413: return "Request Entity Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+/* FastAPI-style error body for failures at the HTTP layer itself. */
+static enum MHD_Result queue_error(http_request *r, int status, const char *msg) {
+    char body[512];
+    int n = snprintf(body, sizeof body,
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%d}}",
+                     msg, status_phrase(status), status);
+    r->status = status;
+    return queue_buffer(r->conn, status, "application/json", body, (size_t)n);
+}
+
+/* Runs the deferred action if there is one, else suspends until there is. */
+static enum MHD_Result serve_deferred(http_request *r) {
+    pthread_mutex_lock(&r->mu);
+    enum pending kind = r->pending;
+    if (kind == PENDING_NONE) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (r->responded) return MHD_YES; /* already queued; MHD is sending it */
+    r->responded = true;
+    r->status = r->pend_status;
+    if (kind == PENDING_FINISH)
+        return queue_buffer(r->conn, r->pend_status, r->pend_ctype, r->pend_body, r->pend_len);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, r, NULL);
+    if (!resp) return MHD_NO;
+    if (r->pend_ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->pend_ctype);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)r->pend_status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+static http_request *request_create(http_server *s, struct MHD_Connection *c, const char *method,
+                                    const char *url) {
+    http_request *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->refs, 1);
+    r->srv = s;
+    r->conn = c;
+    r->method = strdup(method);
+    r->path = strdup(url);
+    if (!r->method || !r->path) {
+        request_free(r);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    r->next = s->live;
+    if (s->live) s->live->prev = r;
+    s->live = r;
+    s->num_live++;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    http_server *s = cls;
+    http_request *r = *con_cls;
+    if (!r) {
+        r = request_create(s, c, method, url);
+        if (!r) return MHD_NO;
+        snprintf(r->version, sizeof r->version, "%s", version);
+        *con_cls = r;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) r->too_large = true;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->too_large) return MHD_YES;
+        if (r->body_len + n > s->cfg.max_body_bytes) {
+            r->too_large = true;
+            free(r->body);
+            r->body = NULL;
+            r->body_len = r->body_cap = 0;
+            return MHD_YES;
+        }
+        if (r->body_len + n + 1 > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            while (cap < r->body_len + n + 1) cap *= 2;
+            char *nb = realloc(r->body, cap);
+            if (!nb) return MHD_NO;
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, upload, n);
+        r->body_len += n;
+        r->body[r->body_len] = 0;
+        return MHD_YES;
+    }
+    if (!r->dispatched) {
+        r->dispatched = true;
+        if (r->too_large) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "Request body exceeds the limit of %zu bytes",
+                     s->cfg.max_body_bytes);
+            r->responded = true;
+            return queue_error(r, 413, msg);
+        }
+        r->in_handler = true;
+        s->cfg.handler(s->cfg.handler_ud, r);
+        r->in_handler = false;
+        if (r->responded) return MHD_YES;
+        if (!r->deferred) {
+            log_error("http: handler gave no response for %s %s", method, url);
+            r->responded = true;
+            return queue_error(r, 500, "no response");
+        }
+    }
+    return serve_deferred(r);
+}
+
+static const char *reason_phrase(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Request Entity Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    default: return "";
+    }
+}
+
+/* uvicorn's access line: 127.0.0.1:50000 - "GET /v1/models HTTP/1.1" 200 OK */
+static void access_log(http_request *r, enum MHD_RequestTerminationCode toe) {
+    char host[INET6_ADDRSTRLEN + 8] = "-";
+    int port = 0;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *in = (const void *)sa;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+            port = ntohs(in->sin_port);
+        } else if (sa->sa_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const void *)sa;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+            port = ntohs(in6->sin6_port);
+        }
+    }
+    log_info("%s:%d - \"%s %s %s\" %d %s%s", host, port, r->method, r->path, r->version,
+             r->status, reason_phrase(r->status),
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client disconnected)");
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    http_server *s = cls;
+    http_request *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    pthread_mutex_lock(&r->mu);
+    r->ended = true;
+    http_close_fn fn = r->close_fn;
+    void *arg = r->close_arg;
+    r->close_fn = NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (fn) fn(arg, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (s->cfg.access_log) access_log(r, toe);
+    pthread_mutex_lock(&s->mu);
+    if (r->prev) r->prev->next = r->next;
+    else s->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    s->num_live--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    http_request_release(r);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    log_debug("libmicrohttpd: %s", msg);
+}
+
+vllm_status http_server_start(const http_server_config *cfg, http_server **out) {
+    *out = NULL;
+    http_server *s = calloc(1, sizeof *s);
+    if (!s) return vllm_error(VLLM_ERR_NOMEM, "http server: out of memory");
+    s->cfg = *cfg;
+    if (s->cfg.num_threads < 1) s->cfg.num_threads = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
+    bool have_addr = false;
+    if (cfg->host && *cfg->host) {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+        char port[16];
+        snprintf(port, sizeof port, "%d", cfg->port);
+        int rc = getaddrinfo(cfg->host, port, &hints, &ai);
+        if (rc != 0) {
+            free(s);
+            return vllm_error(VLLM_ERR_INVALID, "--host %s: %s", cfg->host, gai_strerror(rc));
+        }
+        memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+        if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+        freeaddrinfo(ai);
+        have_addr = true;
+    } else {
+        flags |= MHD_USE_DUAL_STACK;
+    }
+    struct MHD_OptionItem opts[8];
+    int k = 0;
+    opts[k++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
+    opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->timeout_s, NULL};
+    opts[k++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL};
+    opts[k++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
+    if (s->cfg.num_threads > 1)
+        opts[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, s->cfg.num_threads, NULL};
+    if (have_addr) opts[k++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
+    opts[k] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    if (!s->daemon) {
+        int e = errno;
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return vllm_error(VLLM_ERR_IO, "cannot listen on %s:%d: %s",
+                          cfg->host && *cfg->host ? cfg->host : "0.0.0.0", cfg->port,
+                          e ? strerror(e) : "libmicrohttpd failed to start");
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : cfg->port;
+    *out = s;
+    return VLLM_OK;
+}
+
+int http_server_port(const http_server *s) { return s->port; }
+
+int http_server_num_active(http_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->num_live;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static bool any_deferred(http_server *s) {
+    for (http_request *r = s->live; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        bool d = r->deferred && !r->ended;
+        pthread_mutex_unlock(&r->mu);
+        if (d) return true;
+    }
+    return false;
+}
+
+static void wait_deferred(http_server *s, double seconds) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    double t = (double)dl.tv_sec + dl.tv_nsec * 1e-9 + seconds;
+    dl.tv_sec = (time_t)t;
+    dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+    pthread_mutex_lock(&s->mu);
+    while (any_deferred(s))
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void http_server_stop(http_server *s, double grace_s) {
+    if (!s) return;
+    MHD_quiesce_daemon(s->daemon); /* stop accepting; keep serving what is open */
+    /* Only deferred exchanges can hold a connection suspended (idle keep-alive
+     * connections are simply closed by MHD_stop_daemon). Give their owners
+     * the grace period, then end what is left ourselves. */
+    wait_deferred(s, grace_s);
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (http_request *r = s->live; r; r = r->next) n++;
+    http_request **left = n ? calloc((size_t)n, sizeof *left) : NULL;
+    int k = 0;
+    for (http_request *r = s->live; r && left; r = r->next) {
+        http_request_retain(r);
+        left[k++] = r;
+    }
+    pthread_mutex_unlock(&s->mu);
+    static const char msg[] = "{\"error\":{\"message\":\"The server is shutting down.\","
+                              "\"type\":\"Service Unavailable\",\"param\":null,\"code\":503}}";
+    for (int i = 0; i < k; i++) {
+        http_request_finish(left[i], 503, "application/json", msg, sizeof msg - 1);
+        http_request_end_stream(left[i]);
+        http_request_release(left[i]);
+    }
+    free(left);
+    if (k) wait_deferred(s, 1.0);
+    MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

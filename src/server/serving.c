@@ -1,0 +1,489 @@
+/*
+ * serving.c - the lifecycle shared by completions and chat (see serving.h):
+ * submitting a call's engine requests, the frontend sink that turns deltas
+ * into stream chunks or an accumulated response, disconnects, and the small
+ * helpers both formats use (usage, stop_reason, logprob tokens, SSE).
+ *
+ * A call's mutex serialises the sink callbacks (output thread) with its
+ * submission (MHD thread) and the HTTP close callback (MHD thread); lock
+ * order is call -> http request, never the reverse.
+ */
+#include "server/serving.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "sample/sampler.h"
+
+/* the call's lock lives beside it; kept out of serving.h's struct on purpose
+ * (nothing outside this file may take it) */
+typedef struct call_box {
+    serving_call call;
+    pthread_mutex_t mu;
+    int32_t num_submitted;
+    bool *added_ok; /* (num_prompts) */
+    bool aborted;   /* abort_all ran */
+} call_box;
+
+static call_box *box_of(serving_call *c) { return (call_box *)c; }
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void serving_respond_error(http_request *http, const openai_error *e) {
+    char *body = openai_error_body(e);
+    if (body) http_respond(http, e->status, "application/json", body, strlen(body));
+    else http_respond(http, 500, "application/json", "{}", 2);
+    free(body);
+}
+
+static void finish_error(serving_call *c, const openai_error *e) {
+    char *body = openai_error_body(e);
+    http_request_finish(c->http, e->status, "application/json", body ? body : "{}",
+                        body ? strlen(body) : 2);
+    free(body);
+}
+
+const char *serving_check_model(serving_ctx *ctx, const char *model, openai_error *e) {
+    if (!model) return ctx->served_names[0];
+    for (int i = 0; i < ctx->num_served_names; i++)
+        if (!strcmp(model, ctx->served_names[i])) return ctx->served_names[i];
+    openai_fail(e, 404, "NotFoundError", "model", "The model `%s` does not exist.", model);
+    return NULL;
+}
+
+serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_request *req,
+                               const serving_format *fmt, const char *id_prefix) {
+    call_box *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    serving_call *c = &b->call;
+    pthread_mutex_init(&b->mu, NULL);
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->http_gone, false);
+    c->ctx = ctx;
+    c->http = http;
+    http_request_retain(http);
+    c->fmt = fmt;
+    c->req = *req;
+    memset(req, 0, sizeof *req); /* moved */
+    c->created = (int64_t)time(NULL);
+    const char *hdr = http_request_header(http, "X-Request-Id");
+    const char *base = hdr && *hdr ? hdr : c->req.request_id;
+    if (base && *base) snprintf(c->id, sizeof c->id, "%s%s", id_prefix, base);
+    else openai_random_id(id_prefix, c->id, sizeof c->id);
+    atomic_fetch_add(&ctx->server_load, 1);
+    return c;
+}
+
+void serving_call_release(serving_call *c) {
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+    call_box *b = box_of(c);
+    atomic_fetch_sub(&c->ctx->server_load, 1);
+    for (int32_t i = 0; i < c->num_prompts; i++) {
+        free(c->prompts[i].ids);
+        free(c->prompts[i].text);
+    }
+    free(c->prompts);
+    for (int32_t i = 0; i < c->num_choices; i++) {
+        free(c->choices[i].text);
+        free(c->choices[i].token_ids);
+        free(c->choices[i].stop_str);
+        json_decref(c->choices[i].logprobs);
+    }
+    free(c->choices);
+    free(c->echo_text);
+    free(b->added_ok);
+    openai_request_free(&c->req);
+    http_request_release(c->http);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+/* ---- helpers for the formats ---------------------------------------------------- */
+
+const char *serving_finish_str(vllm_finish_reason r) {
+    switch (r) {
+    case VLLM_FINISH_STOP: return "stop";
+    case VLLM_FINISH_LENGTH: return "length";
+    case VLLM_FINISH_ABORT: return "abort";
+    default: return NULL;
+    }
+}
+
+json_t *serving_stop_reason(const serving_choice *ch) {
+    if (ch->stop_str) return json_string(ch->stop_str);
+    if (ch->stop_token_id >= 0) return json_integer(ch->stop_token_id);
+    return json_null();
+}
+
+/* Removes null members, recursively (pydantic's exclude_none). */
+static void drop_nulls(json_t *j) {
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(j, tmp, k, v) {
+            if (json_is_null(v)) json_object_del(j, k);
+            else drop_nulls(v);
+        }
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) drop_nulls(v);
+    }
+}
+
+void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls) {
+    if (!j) return;
+    if (exclude_nulls) drop_nulls(j);
+    char *s = openai_dumps(j);
+    json_decref(j);
+    if (!s) return;
+    size_t n = strlen(s);
+    char *ev = malloc(n + 9);
+    if (ev) {
+        memcpy(ev, "data: ", 6);
+        memcpy(ev + 6, s, n);
+        memcpy(ev + 6 + n, "\n\n", 2);
+        if (!http_request_write(c->http, ev, n + 8)) atomic_store(&c->http_gone, true);
+        free(ev);
+    }
+    free(s);
+}
+
+json_t *serving_token_json(serving_call *c, int32_t id) {
+    if (c->req.return_tokens_as_token_ids) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "token_id:%d", id);
+        return json_string(buf);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (tokenizer_decode(c->ctx->tok, &id, 1, false, &text, &len) != VLLM_OK) {
+        free(text);
+        return json_string("");
+    }
+    json_t *j = openai_json_text(text, len);
+    free(text);
+    return j ? j : json_string("");
+}
+
+int32_t serving_logprob_entries(const vllm_token_logprobs *lp, int32_t *ids, float *vals, int32_t cap) {
+    int32_t n = 0;
+    if (cap <= 0) return 0;
+    ids[n] = lp->token_id;
+    vals[n++] = lp->logprob;
+    for (int32_t i = 0; i < lp->num_top && n < cap; i++) {
+        if (lp->top_ids[i] == lp->token_id) continue;
+        ids[n] = lp->top_ids[i];
+        vals[n++] = lp->top_logprobs[i];
+    }
+    return n;
+}
+
+int64_t serving_utf8_chars(const char *s, size_t len) {
+    int64_t n = 0;
+    for (size_t i = 0; i < len; i++) n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+json_t *serving_usage(serving_call *c, bool omit_null) {
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (int32_t i = 0; i < c->num_prompts; i++) {
+        prompt += c->prompts[i].num_ids;
+        cached += c->prompts[i].num_cached;
+    }
+    for (int32_t i = 0; i < c->num_choices; i++) completion += c->choices[i].num_tokens;
+    return openai_usage_json(prompt, completion, cached, omit_null);
+}
+
+bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e) {
+    if (n == 0)
+        return openai_fail(e, 400, "BadRequestError", "prompt", "The decoder prompt cannot be empty");
+    int32_t max = ids[0];
+    for (int32_t i = 1; i < n; i++)
+        if (ids[i] > max) max = ids[i];
+    int32_t vocab = tokenizer_vocab_size(ctx->tok);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0)
+            return openai_fail(e, 400, "BadRequestError", "prompt", "Token id %d is out of vocabulary",
+                               ids[i]);
+    if (max >= vocab)
+        return openai_fail(e, 400, "BadRequestError", "prompt", "Token id %d is out of vocabulary", max);
+    return true;
+}
+
+bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
+                             int32_t **ids, int32_t *n, openai_error *e) {
+    *ids = NULL;
+    *n = 0;
+    if (tokenizer_encode(ctx->tok, text, len, add_special, ids, n) != VLLM_OK) {
+        free(*ids);
+        *ids = NULL;
+        return openai_fail(e, 400, "BadRequestError", "prompt", "%s", vllm_errmsg());
+    }
+    return true;
+}
+
+/* ---- the sink (output thread) ------------------------------------------------------ */
+
+static void complete(serving_call *c) {
+    if (c->responded) return;
+    c->responded = true;
+    if (c->streaming) {
+        if (c->req.include_usage || c->ctx->enable_force_include_usage) {
+            json_t *j = json_object();
+            json_object_set_new(j, "id", json_string(c->id));
+            json_object_set_new(j, "object", json_string(c->req.chat ? "chat.completion.chunk"
+                                                                      : "text_completion"));
+            json_object_set_new(j, "created", json_integer(c->created));
+            json_object_set_new(j, "model", json_string(c->model_name));
+            json_object_set_new(j, "choices", json_array());
+            json_object_set_new(j, "usage", serving_usage(c, true));
+            serving_send_event(c, j, true);
+        }
+        static const char done[] = "data: [DONE]\n\n";
+        http_request_write(c->http, done, sizeof done - 1);
+        http_request_end_stream(c->http);
+        return;
+    }
+    json_t *j = c->fmt->final_response(c);
+    char *s = j ? openai_dumps(j) : NULL;
+    json_decref(j);
+    if (s) {
+        http_request_finish(c->http, 200, "application/json", s, strlen(s));
+    } else {
+        openai_error e;
+        openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory building the response");
+        finish_error(c, &e);
+    }
+    free(s);
+}
+
+static void engine_id(const serving_call *c, int32_t prompt, char *id, size_t cap) {
+    if (c->req.chat) snprintf(id, cap, "%s", c->id);
+    else snprintf(id, cap, "%s-%d", c->id, prompt);
+}
+
+/* Aborts every accepted, unfinished engine request of the call (once; a
+ * request accepted later is aborted by on_added). Caller holds the lock. */
+static void abort_all(serving_call *c) {
+    call_box *b = box_of(c);
+    if (b->aborted) return;
+    b->aborted = true;
+    char id[160];
+    for (int32_t i = 0; i < b->num_submitted; i++) {
+        if (!b->added_ok[i] || c->prompts[i].done) continue;
+        engine_id(c, i, id, sizeof id);
+        frontend_abort_request(c->ctx->fe, id);
+    }
+}
+
+/* The sink's ud is a small record naming the call and the prompt. */
+typedef struct sink_ud { serving_call *call; int32_t prompt; } sink_ud;
+
+static void on_added(void *ud, vllm_status rc, const char *error) {
+    sink_ud *u = ud;
+    serving_call *c = u->call;
+    call_box *b = box_of(c);
+    pthread_mutex_lock(&b->mu);
+    c->num_added++;
+    if (rc == VLLM_OK) {
+        b->added_ok[u->prompt] = true;
+        if (b->aborted) { /* the client left (or a sibling failed) before this was accepted */
+            char id[160];
+            engine_id(c, u->prompt, id, sizeof id);
+            frontend_abort_request(c->ctx->fe, id);
+        }
+    } else {
+        c->num_add_failed++;
+        if (!c->add_error.status) {
+            if (rc == VLLM_ERR_FULL) openai_fail(&c->add_error, 503, "Service Unavailable", NULL, "%s", error);
+            else if (rc == VLLM_ERR_NOMEM) openai_fail(&c->add_error, 500, "Internal Server Error", NULL, "%s", error);
+            else openai_fail(&c->add_error, 400, "BadRequestError", NULL, "%s", error);
+        }
+    }
+    if (c->num_added == b->num_submitted) {
+        if (c->num_add_failed || c->add_error.status) {
+            abort_all(c);
+            c->responded = true;
+            finish_error(c, &c->add_error);
+        } else if (c->streaming) {
+            http_request_start_stream(c->http, 200, "text/event-stream; charset=utf-8");
+            c->fmt->stream_begin(c);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap : 64;
+        while (nc < *len + n + 1) nc *= 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return false;
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
+static void on_delta(void *ud, const frontend_delta *d) {
+    sink_ud *u = ud;
+    serving_call *c = u->call;
+    call_box *b = box_of(c);
+    pthread_mutex_lock(&b->mu);
+    int32_t ci = u->prompt * c->n + d->index;
+    if (c->responded || ci < 0 || ci >= c->num_choices || c->choices[ci].finished) goto out;
+    serving_choice *ch = &c->choices[ci];
+    serving_prompt *p = &c->prompts[u->prompt];
+    if (d->num_cached_tokens > p->num_cached) p->num_cached = d->num_cached_tokens;
+    if (d->num_tokens > 0) {
+        if (ch->num_tokens + d->num_tokens > ch->cap_tokens) {
+            int32_t cap = ch->cap_tokens ? ch->cap_tokens : 32;
+            while (cap < ch->num_tokens + d->num_tokens) cap *= 2;
+            int32_t *t = realloc(ch->token_ids, (size_t)cap * sizeof *t);
+            if (t) {
+                ch->token_ids = t;
+                ch->cap_tokens = cap;
+            }
+        }
+        if (ch->num_tokens + d->num_tokens <= ch->cap_tokens)
+            memcpy(ch->token_ids + ch->num_tokens, d->token_ids, (size_t)d->num_tokens * sizeof(int32_t));
+        ch->num_tokens += d->num_tokens;
+    }
+    if (d->finish_reason != VLLM_FINISH_NONE) {
+        ch->finished = true;
+        ch->finish_reason = d->finish_reason;
+        ch->stop_token_id = d->stop_token_id;
+        if (d->stop_str) ch->stop_str = strdup(d->stop_str);
+    }
+    if (c->streaming) {
+        if (!atomic_load(&c->http_gone)) c->fmt->stream_delta(c, ci, d, d->text, d->text_len);
+        ch->text_chars += serving_utf8_chars(d->text, d->text_len);
+    } else {
+        c->fmt->stream_delta(c, ci, d, d->text, d->text_len); /* accumulates */
+        if (!append(&ch->text, &ch->text_len, &ch->text_cap, d->text, d->text_len))
+            log_error("%s: out of memory accumulating output text", c->id);
+        /* A suspended connection cannot tell us its client left; look now and then. */
+        double t = now_mono();
+        if (t - c->last_probe > 1.0) {
+            c->last_probe = t;
+            if (http_request_peer_closed(c->http)) atomic_store(&c->http_gone, true);
+        }
+    }
+    if (ch->finished && ++c->num_finished == c->num_choices) complete(c);
+    if (atomic_load(&c->http_gone) && !c->responded) {
+        abort_all(c);
+    }
+out:
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void on_done(void *ud) {
+    sink_ud *u = ud;
+    serving_call *c = u->call;
+    call_box *b = box_of(c);
+    pthread_mutex_lock(&b->mu);
+    c->prompts[u->prompt].done = true;
+    pthread_mutex_unlock(&b->mu);
+    free(u);
+    serving_call_release(c);
+}
+
+/* The HTTP exchange ended (MHD thread). */
+static void on_http_close(void *arg, bool completed) {
+    serving_call *c = arg;
+    call_box *b = box_of(c);
+    atomic_store(&c->http_gone, true);
+    pthread_mutex_lock(&b->mu);
+    if (!completed || c->num_finished < c->num_choices) {
+        if (c->num_finished < c->num_choices)
+            log_info("%s: client disconnected; aborting the request", c->id);
+        abort_all(c);
+    }
+    pthread_mutex_unlock(&b->mu);
+    serving_call_release(c);
+}
+
+void serving_submit(serving_call *c) {
+    call_box *b = box_of(c);
+    serving_ctx *ctx = c->ctx;
+    c->num_choices = c->num_prompts * c->n;
+    c->choices = calloc((size_t)c->num_choices, sizeof *c->choices);
+    b->added_ok = calloc((size_t)c->num_prompts, sizeof *b->added_ok);
+    c->streaming = c->req.stream;
+    c->last_probe = now_mono();
+    http_request_defer(c->http);
+    if (!c->choices || !b->added_ok) {
+        openai_error e;
+        openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory");
+        finish_error(c, &e);
+        serving_call_release(c);
+        return;
+    }
+    for (int32_t i = 0; i < c->num_choices; i++) c->choices[i].stop_token_id = -1;
+    /* one reference for the HTTP side (released by on_http_close) */
+    http_request_on_close(c->http, on_http_close, c);
+
+    pthread_mutex_lock(&b->mu);
+    for (int32_t i = 0; i < c->num_prompts; i++) {
+        char id[160];
+        engine_id(c, i, id, sizeof id);
+        frontend_request q = {
+            .request_id = id,
+            .prompt_ids = c->prompts[i].ids,
+            .num_prompt_ids = c->prompts[i].num_ids,
+            .sp = c->prompts[i].sp,
+            .priority = c->req.priority,
+            .cache_salt = c->req.cache_salt,
+            .stop = (const char *const *)c->req.stop,
+            .num_stop = c->req.num_stop,
+            .include_stop_str_in_output = c->req.include_stop_str_in_output,
+            .skip_special_tokens = c->req.skip_special_tokens,
+        };
+        sink_ud *u = malloc(sizeof *u);
+        vllm_status rc = VLLM_ERR_NOMEM;
+        if (u) {
+            *u = (sink_ud){c, i};
+            frontend_sink sink = {on_added, on_delta, on_done, u};
+            atomic_fetch_add(&c->refs, 1); /* released by on_done */
+            rc = frontend_add_request(ctx->fe, &q, &sink);
+            if (rc != VLLM_OK) {
+                atomic_fetch_sub(&c->refs, 1);
+                free(u);
+            }
+        }
+        if (rc != VLLM_OK) {
+            if (rc == VLLM_ERR_FULL)
+                openai_fail(&c->add_error, 503, "Service Unavailable", NULL, "%s", vllm_errmsg());
+            else
+                openai_fail(&c->add_error, 500, "Internal Server Error", NULL, "%s", vllm_errmsg());
+            break;
+        }
+        b->num_submitted++;
+        if (ctx->log_requests)
+            log_info("Received request %s: prompt tokens: %d, params: n=%d temperature=%g top_p=%g "
+                     "top_k=%d max_tokens=%d seed=%s",
+                     id, q.num_prompt_ids, q.sp.n, (double)q.sp.temperature, (double)q.sp.top_p,
+                     q.sp.top_k, q.sp.max_tokens, q.sp.has_seed ? "set" : "None");
+    }
+    if (c->add_error.status && c->num_added == b->num_submitted) {
+        /* nothing pending could report back (or every report is in): answer now */
+        abort_all(c);
+        c->responded = true;
+        finish_error(c, &c->add_error);
+    }
+    pthread_mutex_unlock(&b->mu);
+}

@@ -1,0 +1,159 @@
+/*
+ * serving.h - vLLM's OpenAIServingCompletion / OpenAIServingChat: from a
+ * parsed request to engine requests and back to OpenAI responses.
+ *
+ * One serving_call per API call. A completion with several prompts becomes
+ * one engine request per prompt ("<id>-<i>"), each with n sequences; choice
+ * index = prompt * n + sequence, as vLLM numbers them. The call lives until
+ * both the HTTP exchange has ended and the engine has finished every
+ * sequence (a reference each), so a client that leaves early aborts its
+ * requests but never frees memory the output thread still uses.
+ *
+ * Threads: serving_*_completions run on an MHD thread (parse, tokenize or
+ * render, validate, submit); the sink callbacks run on the frontend's output
+ * thread (detokenized deltas -> chunks appended to the HTTP stream, or
+ * accumulated for the final JSON); the HTTP close callback runs on an MHD
+ * thread and only sets a flag and queues aborts.
+ */
+#ifndef VLLM_SERVER_SERVING_H
+#define VLLM_SERVER_SERVING_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/frontend.h"
+#include "server/http.h"
+#include "server/openai_protocol.h"
+typedef struct chat_template chat_template; /* template/chat_template.h */
+#include "tokenizer/tokenizer.h"
+
+/* What every call reads; set up at start-up, read-only afterwards (except
+ * the counters). */
+typedef struct serving_ctx {
+    frontend *fe;
+    const tokenizer *tok;
+    const chat_template *chat_template;  /* NULL: the model has none */
+    const json_t *tokenizer_config;      /* for templates sent with requests; may be NULL */
+    const char *const *served_names;     /* --served-model-name (>= 1) */
+    int num_served_names;
+    const char *model_root;              /* the model path, /v1/models "root" */
+    int32_t max_model_len;
+    int32_t max_logprobs;
+    openai_defaults defaults;
+    vllm_scheduling_policy policy;
+    bool trust_request_chat_template;
+    bool enable_force_include_usage;
+    const char *response_role;           /* "assistant" */
+    bool log_requests;
+    atomic_llong server_load;            /* calls in flight (GET /load) */
+    atomic_ullong next_id;
+} serving_ctx;
+
+/* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
+ * handler). Takes ownership of req. */
+void serving_completions(serving_ctx *ctx, http_request *http, openai_request *req);
+void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req);
+
+/* The token ids of a chat request's prompt (template rendered, then
+ * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */
+bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, int32_t *n,
+                         openai_error *e);
+
+/* Sends e as vLLM's error JSON from inside the handler. */
+void serving_respond_error(http_request *http, const openai_error *e);
+/* The served name a request's `model` refers to, or NULL (404 with e set). */
+const char *serving_check_model(serving_ctx *ctx, const char *model, openai_error *e);
+
+/* ---- shared by serving.c, serving_completion.c, serving_chat.c ------------ */
+
+typedef struct serving_call serving_call;
+
+/* The response format: completions or chat. */
+typedef struct serving_format {
+    /* stream: after every engine request was accepted (chat sends roles here) */
+    void (*stream_begin)(serving_call *c);
+    /* stream: one delta of one choice -> SSE chunk(s) */
+    void (*stream_delta)(serving_call *c, int32_t choice, const frontend_delta *d,
+                         const char *text, size_t text_len);
+    /* non-stream: the whole response once every choice has finished */
+    json_t *(*final_response)(serving_call *c);
+} serving_format;
+
+typedef struct serving_choice {
+    char *text;                  /* non-stream: all text; stream: unused */
+    size_t text_len, text_cap;
+    int32_t *token_ids;          /* all generated ids (usage, return_token_ids) */
+    int32_t num_tokens, cap_tokens;
+    json_t *logprobs;            /* non-stream: accumulated logprobs (format's shape) */
+    int64_t text_chars;          /* characters sent so far (completion text_offset) */
+    int64_t lp_offset;           /* non-stream: text_offset of the next logprob token */
+    bool first_sent;             /* stream: echo / first chunk done */
+    bool finished;
+    vllm_finish_reason finish_reason;
+    char *stop_str;              /* stop_reason when a string */
+    int32_t stop_token_id;       /* stop_reason when a token id, else -1 */
+} serving_choice;
+
+typedef struct serving_prompt {
+    vllm_sampling_params sp;     /* max_tokens may differ per prompt */
+    int32_t *ids;
+    int32_t num_ids;
+    char *text;                  /* for echo; NULL until needed */
+    size_t text_len;
+    int32_t num_cached;
+    bool done;                   /* the engine finished all its sequences */
+} serving_prompt;
+
+struct serving_call {
+    atomic_int refs;
+    serving_ctx *ctx;
+    http_request *http;
+    const serving_format *fmt;
+    openai_request req;
+    const char *model_name;
+    char id[80];                 /* cmpl-... / chatcmpl-... */
+    int64_t created;
+    int32_t n;
+    int32_t logprobs;            /* -1 = none, else top-N */
+    serving_prompt *prompts;
+    int32_t num_prompts;
+    serving_choice *choices;     /* (num_prompts * n) */
+    int32_t num_choices;
+    char *echo_text;             /* chat echo: the last message's content */
+    /* output thread */
+    int32_t num_added, num_add_failed, num_finished;
+    openai_error add_error;
+    bool streaming, responded;
+    double last_probe;
+    atomic_bool http_gone;
+};
+
+/* Submits the call's prompts (ctx, http, req, fmt, prompts, sp, n filled in).
+ * Responds with an error itself when nothing could be submitted. */
+void serving_submit(serving_call *c);
+serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_request *req,
+                               const serving_format *fmt, const char *id_prefix);
+void serving_call_release(serving_call *c);
+
+/* SSE framing: "data: <json>\n\n". Consumes j. */
+void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls);
+const char *serving_finish_str(vllm_finish_reason r);
+json_t *serving_stop_reason(const serving_choice *ch);
+
+/* A token's text for logprobs (vLLM: per-id decode, or "token_id:N"). */
+json_t *serving_token_json(serving_call *c, int32_t id);
+/* The top-logprob entries of one position in vLLM V1's order: the sampled
+ * token first, then the top-N by rank without it. Writes up to cap. */
+int32_t serving_logprob_entries(const vllm_token_logprobs *lp, int32_t *ids, float *vals,
+                                int32_t cap);
+/* Characters (code points) in a UTF-8 string, as Python's len(). */
+int64_t serving_utf8_chars(const char *s, size_t len);
+
+json_t *serving_usage(serving_call *c, bool omit_null);
+bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
+                             int32_t **ids, int32_t *n, openai_error *e);
+bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e);
+
+#endif

@@ -1,0 +1,419 @@
+/*
+ * serving_chat.c - POST /v1/chat/completions (vLLM's OpenAIServingChat).
+ *
+ * The prompt is the model's chat template (src/template) rendered over the
+ * request's messages (normalized as vLLM's parse_chat_messages does), with
+ * continue_final_message applied as transformers does (cut the rendering
+ * right after the final message's content), then tokenized without special
+ * tokens unless add_special_tokens. Response shapes are vLLM's:
+ *   - stream: a first chunk per choice with delta {role, content: ""}, then
+ *     content deltas; chunks serialised with exclude_unset (logprobs and
+ *     finish_reason present, stop_reason only on the last chunk of a
+ *     choice); usage chunk (choices []) and [DONE] at the end;
+ *   - logprobs {"content": [{token, logprob, bytes, top_logprobs}]}, with
+ *     top_logprobs the first N entries of V1's dict (sampled token first);
+ *   - echo prepends the last message's content when its role is the
+ *     response's.
+ * Tool calling needs a tool parser vLLM enables with flags we do not have:
+ * tool_choice "auto" gets vLLM's own refusal; "required"/named need
+ * structured outputs and are refused as unsupported. Tools are still shown
+ * to the template (tool_choice "none"), as vLLM's model_dump() of them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "sample/sampler.h"
+#include "server/serving.h"
+#include "template/chat_template.h"
+
+static json_t *ids_json(const int32_t *ids, int32_t n) {
+    json_t *a = json_array();
+    for (int32_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+/* Text of a message's content: the string, or its text parts joined by "\n". */
+static char *content_text(const json_t *content) {
+    if (json_is_string(content)) return strdup(json_string_value(content));
+    if (!json_is_array(content)) return strdup("");
+    size_t len = 0, i;
+    json_t *p;
+    json_array_foreach(content, i, p) len += json_string_length(json_object_get(p, "text")) + 1;
+    char *s = malloc(len + 1), *w = s;
+    if (!s) return NULL;
+    json_array_foreach(content, i, p) {
+        json_t *t = json_object_get(p, "text");
+        if (!json_is_string(t)) continue;
+        if (w != s) *w++ = '\n';
+        memcpy(w, json_string_value(t), json_string_length(t));
+        w += json_string_length(t);
+    }
+    *w = 0;
+    return s;
+}
+
+static const char *response_role(serving_ctx *ctx, const openai_request *req) {
+    if (req->add_generation_prompt) return ctx->response_role;
+    size_t n = json_array_size(req->messages);
+    json_t *role = n ? json_object_get(json_array_get(req->messages, n - 1), "role") : NULL;
+    return json_is_string(role) ? json_string_value(role) : ctx->response_role;
+}
+
+/* transformers' continue_final_message: end the prompt right after the final
+ * message's content, so the model continues it. */
+static bool cut_after_final_message(const json_t *messages, char *text, size_t *len, openai_error *e) {
+    size_t n = json_array_size(messages);
+    json_t *content = n ? json_object_get(json_array_get(messages, n - 1), "content") : NULL;
+    const char *final = NULL;
+    if (json_is_string(content)) final = json_string_value(content);
+    else if (json_is_array(content) && json_array_size(content))
+        final = json_string_value(json_object_get(json_array_get(content, json_array_size(content) - 1), "text"));
+    if (!final) final = "";
+    size_t flen = strlen(final);
+    for (int pass = 0; pass < 2; pass++) { /* as is, then stripped */
+        const char *f = final;
+        size_t fl = flen;
+        if (pass == 1) {
+            while (fl && strchr(" \t\n\r", *f)) f++, fl--;
+            while (fl && strchr(" \t\n\r", f[fl - 1])) fl--;
+        }
+        for (size_t at = *len >= fl ? *len - fl + 1 : 0; at-- > 0;) {
+            if (!memcmp(text + at, f, fl)) {
+                *len = at + fl;
+                text[*len] = 0;
+                return true;
+            }
+        }
+    }
+    return openai_fail(e, 400, "BadRequestError", "continue_final_message",
+                       "continue_final_message is set but the final message does not appear in the "
+                       "chat after applying the chat template! This can happen if the chat template "
+                       "deletes portions of the final message. Please verify the chat template and "
+                       "final message in your chat to ensure the final message is not modified.");
+}
+
+/* The tools as vLLM hands them to the template: ChatCompletionToolsParam's
+ * model_dump(), i.e. {type, function: {name, description, parameters}} with
+ * unset fields as null, declared fields first, extra ones after. */
+static json_t *normalize_tools(const json_t *tools) {
+    if (!tools) return NULL;
+    json_t *out = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        json_t *nf = json_object();
+        static const char *const declared[] = {"name", "description", "parameters"};
+        for (int k = 0; k < 3; k++) {
+            json_t *v = json_object_get(fn, declared[k]);
+            json_object_set(nf, declared[k], v ? v : json_null());
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(fn, key, v) if (!json_object_get(nf, key)) json_object_set(nf, key, v);
+        json_t *nt = json_object();
+        json_object_set_new(nt, "type", json_string("function"));
+        json_object_set_new(nt, "function", nf);
+        json_object_foreach(t, key, v) if (!json_object_get(nt, key)) json_object_set(nt, key, v);
+        json_array_append_new(out, nt);
+    }
+    return out;
+}
+
+bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, int32_t *n,
+                         openai_error *e) {
+    *ids = NULL;
+    *n = 0;
+    chat_template *own = NULL;
+    const chat_template *ct = ctx->chat_template;
+    if (req->chat_template) {
+        if (!ctx->trust_request_chat_template)
+            return openai_fail(e, 400, "BadRequestError", "chat_template",
+                               "Chat template is passed with request, but "
+                               "--trust-request-chat-template is not set. Refused request with "
+                               "untrusted chat template.");
+        if (chat_template_create(ctx->tokenizer_config, req->chat_template, &own) != VLLM_OK)
+            return openai_fail(e, 400, "BadRequestError", "chat_template", "%s", vllm_errmsg());
+        ct = own;
+    }
+    if (!ct)
+        return openai_fail(e, 400, "BadRequestError", NULL,
+                           "As of transformers v4.44, default chat template is no longer allowed, so "
+                           "you must provide a chat template if the tokenizer does not define one.");
+    json_t *msgs = NULL, *tools = normalize_tools(req->tools);
+    char *text = NULL;
+    size_t len = 0;
+    bool ok = false;
+    if (chat_template_prepare_messages(req->messages, chat_template_content_format(ct), &msgs) != VLLM_OK) {
+        openai_fail(e, 400, "BadRequestError", "messages", "%s", vllm_errmsg());
+        goto out;
+    }
+    chat_template_request tr = {
+        .messages = msgs,
+        .tools = tools,
+        .documents = req->documents,
+        .add_generation_prompt = req->add_generation_prompt,
+        .kwargs = req->chat_template_kwargs,
+    };
+    if (chat_template_render(ct, &tr, &text, &len) != VLLM_OK) {
+        openai_fail(e, 400, "BadRequestError", NULL, "%s", vllm_errmsg());
+        goto out;
+    }
+    if (req->continue_final_message && !cut_after_final_message(msgs, text, &len, e)) goto out;
+    ok = serving_tokenize_prompt(ctx, text, len, req->add_special_tokens, ids, n, e);
+out:
+    json_decref(msgs);
+    json_decref(tools);
+    free(text);
+    chat_template_free(own);
+    return ok;
+}
+
+/* ---- response format ------------------------------------------------------------ */
+
+static json_t *chunk_new(serving_call *c) {
+    json_t *j = json_object();
+    json_object_set_new(j, "id", json_string(c->id));
+    json_object_set_new(j, "object", json_string("chat.completion.chunk"));
+    json_object_set_new(j, "created", json_integer(c->created));
+    json_object_set_new(j, "model", json_string(c->model_name));
+    return j;
+}
+
+static void send_choice(serving_call *c, json_t *choice, json_t *usage) {
+    json_t *j = chunk_new(c);
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(j, "choices", choices);
+    if (usage) json_object_set_new(j, "usage", usage);
+    serving_send_event(c, j, false);
+}
+
+static json_t *token_entry(serving_call *c, int32_t id, float logprob) {
+    json_t *o = json_object();
+    json_t *tok = serving_token_json(c, id);
+    const unsigned char *b = (const unsigned char *)json_string_value(tok);
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < json_string_length(tok); i++) json_array_append_new(bytes, json_integer(b[i]));
+    json_object_set_new(o, "token", tok);
+    json_object_set_new(o, "logprob", json_real(logprob < -9999.0f ? -9999.0 : (double)logprob));
+    json_object_set_new(o, "bytes", bytes);
+    return o;
+}
+
+static json_t *chat_logprobs(serving_call *c, const frontend_delta *d) {
+    json_t *content = json_array();
+    int32_t ids[VLLM_MAX_LOGPROBS + 1];
+    float vals[VLLM_MAX_LOGPROBS + 1];
+    for (int32_t i = 0; i < d->num_tokens; i++) {
+        const vllm_token_logprobs *l = &d->logprobs[i];
+        json_t *entry = token_entry(c, l->token_id, l->logprob);
+        json_t *top = json_array();
+        int32_t n = serving_logprob_entries(l, ids, vals, c->logprobs);
+        for (int32_t k = 0; k < n; k++) json_array_append_new(top, token_entry(c, ids[k], vals[k]));
+        json_object_set_new(entry, "top_logprobs", top);
+        json_array_append_new(content, entry);
+    }
+    json_t *lp = json_object();
+    json_object_set_new(lp, "content", content);
+    return lp;
+}
+
+static json_t *running_usage(serving_call *c, int32_t completion) {
+    return openai_usage_json(c->prompts[0].num_ids, completion, 0, true);
+}
+
+static bool continuous_usage(const serving_call *c) {
+    return c->req.include_usage && c->req.continuous_usage_stats;
+}
+
+static void chat_begin(serving_call *c) {
+    const char *role = response_role(c->ctx, &c->req);
+    for (int32_t i = 0; i < c->num_choices; i++) {
+        json_t *delta = json_object();
+        json_object_set_new(delta, "role", json_string(role));
+        json_object_set_new(delta, "content", json_string(""));
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(i));
+        json_object_set_new(choice, "delta", delta);
+        json_object_set_new(choice, "logprobs", json_null());
+        json_object_set_new(choice, "finish_reason", json_null());
+        json_t *j = chunk_new(c);
+        json_t *choices = json_array();
+        json_array_append_new(choices, choice);
+        json_object_set_new(j, "choices", choices);
+        if (continuous_usage(c)) json_object_set_new(j, "usage", running_usage(c, 0));
+        if (c->req.return_token_ids)
+            json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));
+        serving_send_event(c, j, false);
+    }
+    if (c->echo_text) {
+        for (int32_t i = 0; i < c->num_choices; i++) {
+            json_t *delta = json_object();
+            json_object_set_new(delta, "content", json_string(c->echo_text));
+            json_t *choice = json_object();
+            json_object_set_new(choice, "index", json_integer(i));
+            json_object_set_new(choice, "delta", delta);
+            json_object_set_new(choice, "logprobs", json_null());
+            json_object_set_new(choice, "finish_reason", json_null());
+            send_choice(c, choice, continuous_usage(c) ? running_usage(c, 0) : NULL);
+        }
+    }
+}
+
+/* Appends the delta's logprob entries to the choice's. */
+static void merge_logprobs(json_t **into, json_t *from) {
+    if (!*into) {
+        *into = from;
+        return;
+    }
+    json_array_extend(json_object_get(*into, "content"), json_object_get(from, "content"));
+    json_decref(from);
+}
+
+static void chat_delta(serving_call *c, int32_t ci, const frontend_delta *d, const char *text,
+                       size_t text_len) {
+    serving_choice *ch = &c->choices[ci];
+    json_t *lp = c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 ? chat_logprobs(c, d) : NULL;
+    if (!c->streaming) {
+        if (lp) merge_logprobs(&ch->logprobs, lp);
+        return;
+    }
+    json_t *delta = json_object();
+    json_object_set_new(delta, "content", openai_json_text(text, text_len));
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(ci));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    const char *fr = serving_finish_str(ch->finish_reason);
+    json_object_set_new(choice, "finish_reason", ch->finished && fr ? json_string(fr) : json_null());
+    if (ch->finished) json_object_set_new(choice, "stop_reason", serving_stop_reason(ch));
+    if (c->req.return_token_ids) json_object_set_new(choice, "token_ids", ids_json(d->token_ids, d->num_tokens));
+    send_choice(c, choice, continuous_usage(c) ? running_usage(c, ch->num_tokens) : NULL);
+}
+
+static json_t *chat_final(serving_call *c) {
+    const char *role = response_role(c->ctx, &c->req);
+    json_t *choices = json_array();
+    for (int32_t i = 0; i < c->num_choices; i++) {
+        serving_choice *ch = &c->choices[i];
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string(role));
+        size_t elen = c->echo_text ? strlen(c->echo_text) : 0;
+        char *full = malloc(elen + ch->text_len + 1);
+        if (full) {
+            if (elen) memcpy(full, c->echo_text, elen);
+            if (ch->text_len) memcpy(full + elen, ch->text, ch->text_len);
+            json_object_set_new(msg, "content", openai_json_text(full, elen + ch->text_len));
+            free(full);
+        }
+        json_object_set_new(msg, "refusal", json_null());
+        json_object_set_new(msg, "annotations", json_null());
+        json_object_set_new(msg, "audio", json_null());
+        json_object_set_new(msg, "function_call", json_null());
+        json_object_set_new(msg, "tool_calls", json_array());
+        json_object_set_new(msg, "reasoning_content", json_null());
+        json_t *o = json_object();
+        json_object_set_new(o, "index", json_integer(i));
+        json_object_set_new(o, "message", msg);
+        json_object_set_new(o, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
+        const char *fr = serving_finish_str(ch->finish_reason);
+        json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
+        json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
+        if (c->req.return_token_ids) json_object_set_new(o, "token_ids", ids_json(ch->token_ids, ch->num_tokens));
+        json_array_append_new(choices, o);
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "id", json_string(c->id));
+    json_object_set_new(j, "object", json_string("chat.completion"));
+    json_object_set_new(j, "created", json_integer(c->created));
+    json_object_set_new(j, "model", json_string(c->model_name));
+    json_object_set_new(j, "choices", choices);
+    json_object_set_new(j, "service_tier", json_null());
+    json_object_set_new(j, "system_fingerprint", json_null());
+    json_object_set_new(j, "usage", serving_usage(c, false));
+    json_object_set_new(j, "prompt_logprobs", json_null());
+    if (c->req.return_token_ids)
+        json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));
+    json_object_set_new(j, "kv_transfer_params", json_null());
+    return j;
+}
+
+static const serving_format chat_format = {chat_begin, chat_delta, chat_final};
+
+void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req) {
+    openai_error e = {0};
+    serving_prompt *prompt = NULL;
+    char *echo = NULL;
+    const char *model = serving_check_model(ctx, req->model, &e);
+    if (!model) goto fail;
+    if (req->tool_choice && !strcmp(req->tool_choice, "auto")) {
+        openai_fail(&e, 400, "BadRequestError", "tool_choice",
+                    "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser "
+                    "to be set");
+        goto fail;
+    }
+    if (req->tool_choice && strcmp(req->tool_choice, "none")) {
+        openai_fail(&e, 400, "BadRequestError", "tool_choice",
+                    "tool_choice \"%s\" needs structured outputs, which this server does not "
+                    "support yet.",
+                    req->tool_choice);
+        goto fail;
+    }
+    if (req->priority != 0 && ctx->policy != VLLM_SCHEDULING_PRIORITY) {
+        openai_fail(&e, 400, "BadRequestError", "priority",
+                    "Got priority %d but Priority scheduling is not enabled.", req->priority);
+        goto fail;
+    }
+    prompt = calloc(1, sizeof *prompt);
+    if (!prompt) {
+        openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory");
+        goto fail;
+    }
+    if (!serving_chat_prompt(ctx, req, &prompt->ids, &prompt->num_ids, &e)) goto fail;
+    if (req->truncate_prompt_tokens > 0 && prompt->num_ids > req->truncate_prompt_tokens) {
+        int32_t drop = prompt->num_ids - req->truncate_prompt_tokens;
+        memmove(prompt->ids, prompt->ids + drop, (size_t)req->truncate_prompt_tokens * sizeof(int32_t));
+        prompt->num_ids = req->truncate_prompt_tokens;
+    }
+    if (!serving_check_prompt_ids(ctx, prompt->ids, prompt->num_ids, &e)) goto fail;
+    if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, prompt->num_ids,
+                                        ctx->max_logprobs, &prompt->sp, &e))
+        goto fail;
+    if (sampler_check_vocab(&prompt->sp, tokenizer_vocab_size(ctx->tok)) != VLLM_OK) {
+        openai_fail(&e, 400, "BadRequestError", "logit_bias", "%s", vllm_errmsg());
+        goto fail;
+    }
+    if (req->echo) {
+        size_t nm = json_array_size(req->messages);
+        json_t *last = nm ? json_array_get(req->messages, nm - 1) : NULL;
+        json_t *role = json_object_get(last, "role");
+        if (last && json_object_get(last, "content") && json_is_string(role) &&
+            !strcmp(json_string_value(role), response_role(ctx, req)))
+            echo = content_text(json_object_get(last, "content"));
+    }
+    if (req->unknown_fields[0])
+        log_warn("The following fields were present in the request but ignored: {%s}", req->unknown_fields);
+    int32_t n = req->n, logprobs = req->logprobs;
+    serving_call *c = serving_call_new(ctx, http, req, &chat_format, "chatcmpl-");
+    if (!c) {
+        openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory");
+        goto fail;
+    }
+    c->model_name = model;
+    c->prompts = prompt;
+    c->num_prompts = 1;
+    c->n = n;
+    c->logprobs = logprobs;
+    c->echo_text = echo;
+    serving_submit(c);
+    return;
+fail:
+    if (prompt) free(prompt->ids);
+    free(prompt);
+    free(echo);
+    openai_request_free(req);
+    serving_respond_error(http, &e);
+}

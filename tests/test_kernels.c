@@ -188,48 +188,67 @@ TEST(test_swiglu) {
     for (int i = 0; i < 37; i++) CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%d: %g vs %g", i, g[i], ref[i]);
 }
 
-/* Paged attention against the contiguous two-pass reference, with the
- * sequence's blocks scattered in a shuffled pool. */
-TEST(test_attention_paged_vs_naive) {
-    const int32_t block_sizes[] = {1, 3, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
-    for (int ib = 0; ib < 3; ib++)
+/* Paged attention against the contiguous two-pass reference: K/V rows of a
+ * sequence stored through attention_store_kv into blocks scattered in a
+ * shuffled pool, the same rows kept contiguous for the reference. */
+typedef void (*attention_fn)(const attention_args *, float *, const float *, int32_t, int32_t, const int32_t *,
+                             int32_t, float *);
+
+static void check_attention_vs_naive(attention_fn fn, const char *name) {
+    const int32_t block_sizes[] = {1, 3, 8, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
+    for (int ib = 0; ib < 4; ib++)
         for (int ih = 0; ih < 3; ih++)
             for (int ig = 0; ig < 3; ig++) {
-                int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_ctx_max = 41;
-                int32_t nblocks = (n_ctx_max + bs - 1) / bs + 3;
+                int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_max = 41;
+                int32_t nblocks = (n_max + bs - 1) / bs + 3;
                 size_t pool = (size_t)nblocks * kv_heads * bs * hd;
                 float *kc = malloc(sizeof(float) * pool), *vc = malloc(sizeof(float) * pool);
-                for (size_t i = 0; i < pool; i++) kc[i] = 2 * frand(), vc[i] = frand();
+                for (size_t i = 0; i < pool; i++) kc[i] = NAN, vc[i] = NAN; /* unused slots must not leak in */
                 int32_t *table = malloc(sizeof(int32_t) * (size_t)nblocks);
                 for (int32_t i = 0; i < nblocks; i++) table[i] = i;
                 for (int32_t i = nblocks - 1; i > 0; i--) { /* shuffle */
                     int32_t j = (int32_t)((frand() + 1) * 0.5 * (i + 1)) % (i + 1), t = table[i];
                     table[i] = table[j], table[j] = t;
                 }
-                float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
-                float *ref = malloc(sizeof(float) * (size_t)hd);
-                float *kk = malloc(sizeof(float) * (size_t)(n_ctx_max * hd)), *vv = malloc(sizeof(float) * (size_t)(n_ctx_max * hd));
-                float *scratch = malloc(sizeof(float) * (size_t)(group * (bs + 2)));
-                for (int i = 0; i < group * hd; i++) q[i] = frand();
                 attention_args a = {.k_cache = kc, .v_cache = vc, .kv_heads = kv_heads, .head_dim = hd,
                                     .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
-                double worst = 0;
+                /* rows (n_max, kv_heads, hd) */
+                float *kk = malloc(sizeof(float) * (size_t)(n_max * kv_heads * hd)),
+                      *vv = malloc(sizeof(float) * (size_t)(n_max * kv_heads * hd));
+                for (int i = 0; i < n_max * kv_heads * hd; i++) kk[i] = 2 * frand(), vv[i] = frand();
+                for (int32_t p = 0; p < n_max; p++)
+                    attention_store_kv(&a, kc, vc, (int64_t)table[p / bs] * bs + p % bs, kk + p * kv_heads * hd,
+                                       vv + p * kv_heads * hd);
                 const int32_t kvh = 1;
-                for (int32_t n_ctx = 1; n_ctx <= n_ctx_max; n_ctx += 4) {
-                    for (int32_t p = 0; p < n_ctx; p++) {
-                        size_t off = (((size_t)table[p / bs] * kv_heads + kvh) * bs + p % bs) * hd;
-                        memcpy(kk + p * hd, kc + off, sizeof(float) * (size_t)hd);
-                        memcpy(vv + p * hd, vc + off, sizeof(float) * (size_t)hd);
-                    }
-                    attention_paged(&a, out, q, group, kvh, table, n_ctx, scratch);
+                float *kh = malloc(sizeof(float) * (size_t)(n_max * hd)), *vh = malloc(sizeof(float) * (size_t)(n_max * hd));
+                for (int32_t p = 0; p < n_max; p++) {
+                    memcpy(kh + p * hd, kk + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
+                    memcpy(vh + p * hd, vv + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
+                }
+                float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
+                float *ref = malloc(sizeof(float) * (size_t)hd);
+                float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
+                for (int i = 0; i < group * hd; i++) q[i] = frand();
+                double worst = 0;
+                for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
+                    fn(&a, out, q, group, kvh, table, n_ctx, scratch);
                     for (int g = 0; g < group; g++) {
-                        attention_naive(ref, q + g * hd, kk, vv, n_ctx, hd, a.scale);
-                        for (int i = 0; i < hd; i++) worst = fmax(worst, fabs((double)out[g * hd + i] - ref[i]));
+                        attention_naive(ref, q + g * hd, kh, vh, n_ctx, hd, a.scale);
+                        for (int i = 0; i < hd; i++) {
+                            double e = fabs((double)out[g * hd + i] - ref[i]);
+                            worst = isnan(e) ? INFINITY : fmax(worst, e);
+                        }
                     }
                 }
-                free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(scratch);
-                CHECK(worst < 2e-6, "block_size %d head_dim %d group %d: max error %g", bs, hd, group, worst);
+                free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(kh), free(vh),
+                    free(scratch);
+                CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d: max error %g", name, bs, hd, group, worst);
             }
+}
+
+TEST(test_attention_paged_vs_naive) {
+    check_attention_vs_naive(attention_paged_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2");
 }
 
 int main(void) {

@@ -17,9 +17,9 @@
  *
  * then the final norm and lm_head only for the logits_indices rows.
  *
- * KV pool: one calloc'd block of floats, per layer K then V, each
- *     (num_blocks, kv_heads, block_size, head_dim)
- * (see kernels/attention.c); slot s = block * block_size + offset.
+ * KV pool: one calloc'd array of floats, per layer K then V, each
+ * num_blocks blocks of kv_heads * block_size * head_dim floats (K transposed
+ * within a block, see kernels/attention.c); slot = block * block_size + offset.
  *
  * Threads: each stage is one threadpool_run; matmuls hand out (row chunk,
  * token chunk) work items from an atomic counter, attention hands out
@@ -89,7 +89,7 @@ struct runner {
     float *att;                 /* (T, q_dim) attention output */
     float *hb, *hb2;            /* (T, inter) gate, up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
-    float *att_scratch;         /* (nth, group * (block_size + 2)) */
+    float *att_scratch;         /* (nth, attention_scratch_floats) */
 
     /* the stage being run */
     const runner_batch *b;
@@ -212,7 +212,7 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->hb2 = alloc_floats(T * (size_t)r->inter, &rc);
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
-    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)r->group * ((size_t)cfg->block_size + 2), &rc);
+    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c);
     *out = r;
@@ -387,9 +387,10 @@ static void stage_rope_store(void *arg, int ith, int nth) {
     runner *r = arg;
     const runner_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
-    int32_t hd = r->head_dim, half = hd / 2, bs = r->cfg.block_size;
+    int32_t hd = r->head_dim, half = hd / 2;
     float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
     float *v_cache = k_cache + r->kv_half_floats;
+    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
     int64_t lo, hi;
     split_range(b->num_tokens, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
@@ -403,12 +404,7 @@ static void stage_rope_store(void *arg, int ith, int nth) {
         const float *cs = r->rope + t * hd;
         rope_apply(q, r->n_heads, hd, cs, cs + half);
         rope_apply(k, r->n_kv, hd, cs, cs + half);
-        int64_t slot = b->slot_mapping[t], block = slot / bs, off = slot % bs;
-        for (int32_t h = 0; h < r->n_kv; h++) {
-            size_t dst = ((size_t)block * r->n_kv + h) * bs * hd + (size_t)off * hd;
-            memcpy(k_cache + dst, k + h * hd, (size_t)hd * sizeof(float));
-            memcpy(v_cache + dst, v + h * hd, (size_t)hd * sizeof(float));
-        }
+        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
     }
 }
 
@@ -424,7 +420,7 @@ static void stage_attention(void *arg, int ith, int nth) {
         .scale = r->attn_scale,
     };
     a.v_cache = a.k_cache + r->kv_half_floats;
-    float *scratch = r->att_scratch + (size_t)ith * r->group * (r->cfg.block_size + 2);
+    float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
     int64_t items = (int64_t)b->num_tokens * r->n_kv;
     for (;;) {
         int64_t i = atomic_fetch_add(&r->next_item, 1);

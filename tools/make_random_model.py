@@ -254,6 +254,8 @@ def main(argv):
     if a.arch in ("qwen2", "qwen3"):
         cfg.update({"use_sliding_window": False, "sliding_window": None, "max_window_layers": a.layers})
 
+    specs = tensor_specs(a)
+    runs = split_shards(specs, a.shards, size)
     os.makedirs(a.out, exist_ok=True)
     for stale in os.listdir(a.out):
         if stale.endswith(".safetensors") or stale == "model.safetensors.index.json":
@@ -269,12 +271,10 @@ def main(argv):
             if os.path.exists(os.path.join(src, name)):
                 shutil.copyfile(os.path.join(src, name), os.path.join(a.out, name))
 
-    specs = tensor_specs(a)
     if a.shards == 1:
         write_safetensors(os.path.join(a.out, "model.safetensors"),
                           [(i, n, s, k) for i, (n, s, k) in enumerate(specs)], a)
         return
-    runs = split_shards(specs, a.shards, size)
     weight_map, total = {}, 0
     for j, run in enumerate(runs):
         fname = f"model-{j + 1:05d}-of-{len(runs):05d}.safetensors"

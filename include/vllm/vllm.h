@@ -31,6 +31,7 @@
 
 #define VLLM_MAX_STOP_TOKEN_IDS 32
 #define VLLM_MAX_LOGIT_BIAS 64
+#define VLLM_MAX_LOGPROBS 20         /* vLLM's --max-logprobs default */
 
 /* SamplingParams with vLLM's defaults (vllm_sampling_params_init). */
 typedef struct vllm_sampling_params {

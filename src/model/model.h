@@ -65,8 +65,9 @@ typedef struct model_config {
     /* Sliding-window attention span in tokens, 0 = none (full attention).
      * Mistral's sliding_window, or Qwen2/Qwen3's when use_sliding_window is true.
      * The forward pass attends to the full context, so the engine must cap
-     * max_model_len at sliding_window (as vLLM does for models whose window it
-     * cannot honour); within that cap full and sliding attention are identical. */
+     * max_model_len at sliding_window when it is set (what vLLM's
+     * --disable-sliding-window does); within that cap full and sliding
+     * attention are the same computation. */
     int32_t sliding_window;
 } model_config;
 

@@ -10,6 +10,24 @@
  * add_bos_token/add_eos_token (tokenizer_config.json) and the TemplateProcessing
  * post-processor decide what encode adds when add_special_tokens is true.
  *
+ * The reference is transformers.js (tests compare ids and text exactly), so:
+ *   - the post-processor in tokenizer.json alone decides what encode adds
+ *     (TemplateProcessing, Bert/Roberta, Sequence; ByteLevel adds nothing):
+ *     add_bos_token/add_eos_token are not consulted, as in transformers.js. For
+ *     the supported files they agree (stories260K/Llama 2: template with <s>
+ *     and add_bos_token true; the Llama 3 file bundled for tests has a
+ *     ByteLevel-only post-processor, so no <|begin_of_text|> is added).
+ *   - LlamaTokenizer with "legacy": false (TinyLlama, Llama 2) is encoded the
+ *     way transformers.js rewrites it: Metaspace(prepend_scheme "first").
+ *   - decode applies clean_up_tokenization_spaces from tokenizer_config.json
+ *     (default true when absent, as transformers.js): " ." -> "." etc.
+ *   - added tokens' lstrip/rstrip are honoured; normalized and single_word
+ *     are ignored (transformers.js ignores them too).
+ * Anything in tokenizer.json outside what is implemented (Unigram/WordPiece,
+ * Lowercase, Precompiled, regex Replace, Split behaviours other than
+ * Isolated/Removed, ...) fails tokenizer_load with VLLM_ERR_UNSUPPORTED and a
+ * message naming the field; see tokenizer.c.
+ *
  * Lifetime: tokenizer_load creates, tokenizer_free releases. A tokenizer is
  * immutable after load and safe to use from several threads at once.
  */
@@ -42,13 +60,19 @@ const char *tokenizer_id_to_piece(const tokenizer *t, int32_t id);
 /* The id of an exact piece/added token, or -1. */
 int32_t tokenizer_piece_to_id(const tokenizer *t, const char *piece);
 
-/* Encodes len bytes of text (any bytes: invalid UTF-8 is handled as the
- * reference does). *ids is malloc'ed, caller frees. */
+/* Encodes len bytes of text. Any bytes are accepted: each maximal invalid
+ * UTF-8 subpart is replaced by U+FFFD first (WHATWG TextDecoder and Rust's
+ * String::from_utf8_lossy agree on this), then the text is tokenized like any
+ * other. NUL bytes are ordinary characters. add_special_tokens applies the
+ * post-processor's template (e.g. BOS). *ids is malloc'ed (never NULL on
+ * success, even for 0 ids), caller frees. */
 vllm_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
                              bool add_special_tokens, int32_t **ids, int32_t *n_ids);
 
-/* Decodes ids to a malloc'ed NUL-terminated string (*len bytes, excl. NUL).
- * Ids outside the vocabulary are an error. */
+/* Decodes ids to a malloc'ed NUL-terminated string (*len bytes, excl. NUL);
+ * 0 ids give "". Byte sequences that do not form valid UTF-8 (a byte-level
+ * token cut from its neighbours) become U+FFFD as in TextDecoder. Ids outside
+ * the vocabulary are VLLM_ERR_INVALID naming the id. */
 vllm_status tokenizer_decode(const tokenizer *t, const int32_t *ids, int32_t n_ids,
                              bool skip_special_tokens, char **text, size_t *len);
 
@@ -58,6 +82,22 @@ vllm_status tokenizer_decode(const tokenizer *t, const int32_t *ids, int32_t n_i
  * Never emits a partial UTF-8 sequence; the concatenation of all pieces equals
  * tokenizer_decode() of all ids pushed so far once the sequence is complete
  * (detokenizer_flush returns whatever is held back).
+ *
+ * It is the same streaming decoder tokenizer_decode runs, so this holds by
+ * construction; a push costs O(bytes of that token), independent of the
+ * sequence length. Held back at any time: at most an unfinished UTF-8
+ * sequence, a few trailing bytes that clean-up could still rewrite (" n'"),
+ * and trailing Strip characters.
+ *
+ * With prompt ids, the decoder state is primed with the prompt and the
+ * prompt's own text is not emitted: if E is what pushing the prompt ids one
+ * by one would have emitted, E followed by the pieces equals
+ * tokenizer_decode(prompt ++ pushed). (E.g. a generated token's leading space
+ * is kept after a prompt, and a character split across the prompt/output
+ * boundary is emitted whole in the first piece that completes it.)
+ * Not thread-safe: one detokenizer per sequence. Pushing after flush is
+ * VLLM_ERR_INVALID; ids outside the vocabulary are VLLM_ERR_INVALID and leave
+ * the detokenizer unchanged.
  */
 typedef struct detokenizer detokenizer;
 vllm_status detokenizer_create(const tokenizer *t, const int32_t *prompt_ids, int32_t n_prompt,

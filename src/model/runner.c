@@ -48,12 +48,14 @@
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
     MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
+    MM_MAX_ROWS = 240,          /* rows per work item at most */
     MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 */
     INLINE_MAX_TOKENS = 4,      /* element-wise stages this small run on the caller */
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
- * or a gate/up pair combined by SwiGLU into part[0].y. */
+ * or a gate/up pair combined by SwiGLU into part[0].y (part[1].y unused: each
+ * work item computes its block of up into per-thread scratch). */
 typedef struct mm_op {
     matmul_args part[3];
     int nparts;
@@ -77,7 +79,7 @@ struct runner {
     float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
 
     /* KV pool */
-    float *kv;                  /* (n_layers, 2, num_blocks, n_kv, block_size, head_dim) */
+    float *kv;                  /* (n_layers, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
     size_t kv_block_floats;     /* n_kv * block_size * head_dim */
     size_t kv_half_floats;      /* num_blocks * kv_block_floats: one layer's K (or V) */
 
@@ -87,7 +89,8 @@ struct runner {
     float *q;                   /* (T, q_dim) */
     float *k, *v;               /* (T, kv_dim) */
     float *att;                 /* (T, q_dim) attention output */
-    float *hb, *hb2;            /* (T, inter) gate, up */
+    float *hb;                  /* (T, inter) silu(gate) * up */
+    float *up;                  /* (nth, MM_TOKEN_CHUNK * MM_MAX_ROWS) one work item's up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
     float *att_scratch;         /* (nth, attention_scratch_floats) */
 
@@ -128,7 +131,7 @@ static void rope_init_inv_freq(float *inv_freq, const model_config *c) {
     }
 }
 
-/* count * size in bytes, false on overflow. */
+/* *out = a * b, false on overflow. */
 static bool size_mul(size_t *out, size_t a, size_t b) {
     return !__builtin_mul_overflow(a, b, out);
 }
@@ -209,7 +212,7 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->v = alloc_floats(T * (size_t)r->kv_dim, &rc);
     r->att = alloc_floats(T * (size_t)r->q_dim, &rc);
     r->hb = alloc_floats(T * (size_t)r->inter, &rc);
-    r->hb2 = alloc_floats(T * (size_t)r->inter, &rc);
+    r->up = alloc_floats((size_t)r->nth * MM_TOKEN_CHUNK * MM_MAX_ROWS, &rc);
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
     r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
@@ -234,7 +237,7 @@ void runner_free(runner *r) {
     free(r->v);
     free(r->att);
     free(r->hb);
-    free(r->hb2);
+    free(r->up);
     free(r->rope);
     free(r->att_scratch);
     free(r->token_seq);
@@ -454,6 +457,7 @@ static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     int64_t rc = MM_CHUNK_BYTES / (row_bytes ? row_bytes : 1);
     rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
+    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS;
     op->tokens = tokens;
     op->num_tchunks = (tokens + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK;
     for (;;) {
@@ -488,9 +492,15 @@ static void stage_matmul(void *arg, int ith, int nth) {
         int64_t t1 = t0 + MM_TOKEN_CHUNK < op->tokens ? t0 + MM_TOKEN_CHUNK : op->tokens;
         matmul_range(a, n0, n1, t0, t1);
         if (op->swiglu) {
+            /* up rows n0..n1 for tokens t0..t1 into this thread's (t1-t0, n1-n0) scratch */
             const matmul_args *up = &op->part[1];
-            matmul_range(up, n0, n1, t0, t1);
-            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, up->y + t * up->ldy + n0, n1 - n0);
+            matmul_args blk = *up;
+            blk.w = (const char *)up->w + (size_t)n0 * (size_t)up->k * dtype_size(up->wtype);
+            blk.x = up->x + t0 * up->ldx;
+            blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
+            blk.ldy = blk.n = n1 - n0;
+            matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
+            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
         }
     }
 }
@@ -538,7 +548,7 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
 
         r->mm = (mm_op){.nparts = 2, .swiglu = true};
         r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
-        r->mm.part[1] = mm_args(r->hb2, r->inter, r->xb, r->dim, &lw->up_proj, NULL, false);
+        r->mm.part[1] = mm_args(NULL, 0, r->xb, r->dim, &lw->up_proj, NULL, false);
         run_matmul(r, T);
 
         r->mm = (mm_op){.nparts = 1};

@@ -35,7 +35,7 @@ static void *rand_weights(dtype t, int64_t n) {
 
 typedef void (*matmul_fn)(const matmul_args *, int64_t, int64_t, int64_t, int64_t);
 
-static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257};
+static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257, 1029};
 static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
 static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9};
 
@@ -103,9 +103,9 @@ TEST(test_matmul_avx2_vs_naive) {
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
-    for (int d = 0; d < DTYPE_COUNT; d++) {
-        int64_t n = 53, k = 77, T = 11;
-        matmul_args a = make_args((dtype)d, n, k, T, true, false);
+    for (int d = 0; d < 2 * DTYPE_COUNT; d++) {
+        int64_t n = 53, k = d < DTYPE_COUNT ? 77 : 1100, T = 11;
+        matmul_args a = make_args((dtype)(d % DTYPE_COUNT), n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
         float *whole = malloc(bytes);
         fill_y(&a, T, 0);
@@ -123,8 +123,10 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
         bool same_ranges = !memcmp(whole, a.y, bytes);
         free(whole);
         free_args(&a);
-        CHECK(same_tokens, "%s %s: one token at a time differs from the whole batch", name, dtype_name((dtype)d));
-        CHECK(same_ranges, "%s %s: odd sub-ranges differ from the whole batch", name, dtype_name((dtype)d));
+        CHECK(same_tokens, "%s %s k=%lld: one token at a time differs from the whole batch", name,
+              dtype_name((dtype)(d % DTYPE_COUNT)), (long long)k);
+        CHECK(same_ranges, "%s %s k=%lld: odd sub-ranges differ from the whole batch", name,
+              dtype_name((dtype)(d % DTYPE_COUNT)), (long long)k);
     }
 }
 

@@ -196,20 +196,24 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
         for (int j = 0; j < T; j++) store_out(a, t + j, n + r, hsum8_avx2(acc[r][j]));
 }
 
-/* Cache blocking: for a tile of T tokens, rows are taken BLOCK_ROWS at a
- * time and k BLOCK_K at a time, so the tokens' BLOCK_K slice of x (8 KB for
- * T = 4) stays in L1 while every row tile of the block streams past it; the
- * partial accumulators wait in acc (on the stack, (BLOCK_ROWS, T, 8)). */
-enum { BLOCK_K = 512, BLOCK_ROWS = 48 };
+/* Cache blocking: when the T tokens' rows of x exceed BLOCK_X_BYTES, rows
+ * are taken BLOCK_ROWS at a time and k BLOCK_K at a time, so the tokens'
+ * BLOCK_K slice of x (8 KB for T = 4) stays in L1 while every row tile of the
+ * block streams past it; the partial accumulators wait in acc (on the stack,
+ * (BLOCK_ROWS, T, 8)). Small x (decode) streams each weight row whole, which
+ * suits the hardware prefetcher better. */
+enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 16 << 10 };
 
 /* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. */
 AVX2_FN void rows_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
                        int64_t n1, int64_t t) {
     _Alignas(32) float acc[BLOCK_ROWS * 4 * 8];
-    for (int64_t nb = n0; nb < n1; nb += BLOCK_ROWS) {
-        int64_t ne = nb + BLOCK_ROWS < n1 ? nb + BLOCK_ROWS : n1;
-        for (int64_t k0 = 0; k0 < a->k; k0 += BLOCK_K) {
-            int64_t k1 = k0 + BLOCK_K < a->k ? k0 + BLOCK_K : a->k;
+    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
+    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
+    for (int64_t nb = n0; nb < n1; nb += block_rows) {
+        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
+        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
+            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
             int64_t n = nb;
             for (; n + R <= ne; n += R) tile_avx2(R, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 8);
             for (; n < ne; n++) tile_avx2(1, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 8);

@@ -49,7 +49,8 @@ enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
     MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
     MM_MAX_ROWS = 240,          /* rows per work item at most */
-    MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 */
+    MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 for reuse */
+    MM_STREAM_BYTES = 256 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
     TOKEN_CHUNK = 8,            /* rows per work item of the per-token stages */
     PARALLEL_MIN_MACS = 1 << 17, /* matmul/attention stages smaller than this run on the caller */
 };
@@ -427,12 +428,15 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
 }
 
 /* Chooses the work items: row chunks of ~MM_CHUNK_BYTES of weights (a
- * multiple of every tile height), token chunks of MM_TOKEN_CHUNK, halving the
- * row chunk while there are too few items to keep every thread busy. */
+ * multiple of every tile height) that stay in L2 while every 4-token tile
+ * reuses them, or of ~MM_STREAM_BYTES at decode where each weight is read
+ * once (longer sequential streams read faster), token chunks of
+ * MM_TOKEN_CHUNK, halving the row chunk while there are too few items to
+ * keep every thread busy. */
 static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     const matmul_args *a = &op->part[0];
     int64_t row_bytes = a->k * (int64_t)dtype_size(a->wtype) * (op->swiglu ? 2 : 1);
-    int64_t rc = MM_CHUNK_BYTES / (row_bytes ? row_bytes : 1);
+    int64_t rc = (tokens < 4 ? MM_STREAM_BYTES : MM_CHUNK_BYTES) / (row_bytes ? row_bytes : 1);
     rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
     if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS;

@@ -43,7 +43,9 @@ static void usage(FILE *f) {
             "  --enable-log-requests           log each request's parameters\n"
             "  --disable-uvicorn-access-log    no access log line per request\n"
             "  --max-request-body-bytes SIZE   larger request bodies get 413 (32M)\n"
-            "  --api-server-threads N          HTTP polling threads (2)\n");
+            "  --api-server-threads N          HTTP polling threads (2)\n"
+            "  --max-num-queued-reqs N         sequences queued or running (n counts n) beyond which\n"
+            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n");
     engine_args_usage(f);
 }
 
@@ -100,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
     int num_names = 0, num_keys = 0;
     int32_t max_logprobs = VLLM_MAX_LOGPROBS;
     int64_t max_body = 32 << 20;
+    int64_t max_queued = 1024;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
 
     for (int i = 1; i < argc;) {
@@ -154,7 +157,7 @@ int cmd_serve(int argc, char **argv) {
         }
         static const char *const valued[] = {"--host", "--port", "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
-                                             "--api-server-threads", NULL};
+                                             "--api-server-threads", "--max-num-queued-reqs", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -189,6 +192,8 @@ int cmd_serve(int argc, char **argv) {
             max_body = num;
         } else if (!strcmp(name, "--api-server-threads")) {
             http_threads = num < 1 ? 1 : num > 64 ? 64 : (int)num;
+        } else if (!strcmp(name, "--max-num-queued-reqs")) {
+            max_queued = num;
         }
     }
     const char *env_key = getenv("VLLM_API_KEY");
@@ -284,6 +289,8 @@ int cmd_serve(int argc, char **argv) {
     ctx.model_root = ea.model;
     ctx.max_model_len = info.max_model_len;
     ctx.max_logprobs = max_logprobs;
+    ctx.max_num_queued_reqs = max_queued;
+    atomic_init(&ctx.num_queued_seqs, 0);
     ctx.policy = info.scheduling_policy;
     ctx.trust_request_chat_template = trust_template;
     ctx.enable_force_include_usage = force_usage;

@@ -895,6 +895,8 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         char field[64];
         snprintf(field, sizeof field, "%.*s", (int)flen, msg);
         if (!strcmp(field, "max_tokens") && r->chat) strcpy(field, "max_completion_tokens");
+        if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
+            strcpy(field, r->chat ? "top_logprobs" : "logprobs");
         return openai_fail(e, 400, TYPE_VALUE, field, "%s", msg);
     }
     for (int32_t i = 0; i < r->num_stop; i++)

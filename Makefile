@@ -113,7 +113,7 @@ fuzz: fuzz-build
 PORT ?= 8000
 serve: setup
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/vllmc serve --port $(PORT)
+	$(BUILD)/vllmc serve --port $(PORT) --served-model-name stories260K
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_args.h"
 #include "sample/stop.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
@@ -54,18 +55,13 @@ static void generate_usage(FILE *f) {
             "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
             "  --repetition-penalty X --stop STR (repeatable) --include-stop-str-in-output\n"
-            "  --ignore-eos --logprobs N --generation-config auto|vllm\n"
-            "Engine:\n"
-            "  --max-model-len N --max-num-seqs N --max-num-batched-tokens N --block-size N\n"
-            "  --num-gpu-blocks-override N --kv-cache-memory-bytes N\n"
-            "  --enable-prefix-caching | --no-enable-prefix-caching\n"
-            "  --long-prefill-token-threshold N --scheduling-policy fcfs|priority\n"
-            "  --tokenizer DIR --threads N\n"
+            "  --ignore-eos --logprobs N\n"
             "Output:\n"
             "  --json       one JSON object per request on stdout, in input order\n"
             "  --stats      one JSON object of engine statistics on stderr at the end\n"
             "  --model DIR  default: %s\n",
             cli_default_model_dir());
+    engine_args_usage(f);
 }
 
 /* ---- value parsing ------------------------------------------------------ */
@@ -539,35 +535,46 @@ int cmd_generate(int argc, char **argv) {
     vllm_sampling_params_init(&sf);
     if (!prompts) goto done;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = NULL;
+    for (int i = 1; i < argc;) {
+        /* --seed is generate's sampling seed and also seeds the engine, so it is
+         * taken here before the shared engine flags; the rest go to engine_args. */
         char name[64];
-        const char *eq = strchr(arg, '=');
-        if (!strncmp(arg, "--", 2) && eq && (size_t)(eq - arg) < sizeof name) {
-            memcpy(name, arg, (size_t)(eq - arg));
-            name[eq - arg] = 0;
-            val = eq + 1;
-            arg = name;
+        const char *val = engine_args_flag_name(argv[i], name, sizeof name);
+        const char *arg = name;
+        if (FLAG("-h") || FLAG("--help")) {
+            generate_usage(stdout);
+            status = 0;
+            goto done;
         }
-        bool takes_value =
-            !(FLAG("--json") || FLAG("--stats") || FLAG("--ignore-eos") || FLAG("--enable-prefix-caching") ||
-              FLAG("--no-enable-prefix-caching") || FLAG("--include-stop-str-in-output") ||
-              FLAG("-h") || FLAG("--help"));
-        if (takes_value && !val) {
+        bool no_value = FLAG("--json") || FLAG("--stats") || FLAG("--ignore-eos") ||
+                        FLAG("--include-stop-str-in-output");
+        bool own = no_value || FLAG("--prompt") || FLAG("--prompts-file") || FLAG("--max-tokens") ||
+                   FLAG("--temperature") || FLAG("--top-p") || FLAG("--top-k") || FLAG("--min-p") ||
+                   FLAG("--presence-penalty") || FLAG("--frequency-penalty") ||
+                   FLAG("--repetition-penalty") || FLAG("--min-tokens") || FLAG("--n") ||
+                   FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop");
+        if (!own) {
+            int r = engine_args_parse(&args, argc, argv, &i);
+            if (r < 0) goto done;
+            if (r > 0) continue;
+            fprintf(stderr, "vllmc generate: unknown option '%s'\n", argv[i]);
+            generate_usage(stderr);
+            goto done;
+        }
+        if (no_value && val) {
+            fprintf(stderr, "vllmc generate: %s takes no value\n", arg);
+            goto done;
+        }
+        if (!no_value && !val) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "vllmc generate: %s needs a value\n", arg);
                 goto done;
             }
             val = argv[++i];
         }
+        i++;
         bool ok = true;
-        if (FLAG("-h") || FLAG("--help")) {
-            generate_usage(stdout);
-            status = 0;
-            goto done;
-        } else if (FLAG("--model")) args.model = val;
-        else if (FLAG("--tokenizer")) args.tokenizer = val;
-        else if (FLAG("--prompt")) prompts[num_prompts++] = val;
+        if (FLAG("--prompt")) prompts[num_prompts++] = val;
         else if (FLAG("--prompts-file")) prompts_file = val;
         else if (FLAG("--json")) json = true;
         else if (FLAG("--stats")) stats = true;
@@ -589,33 +596,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (FLAG("--ignore-eos")) set.ignore_eos = sf.ignore_eos = true;
         else if (FLAG("--stop")) ok = add_stop(&flags, val, "--stop");
         else if (FLAG("--include-stop-str-in-output")) flags.include_stop = true;
-        else if (FLAG("--generation-config")) args.generation_config = val;
-        else if (FLAG("--max-model-len")) ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_model_len);
-        else if (FLAG("--max-num-seqs")) ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_num_seqs);
-        else if (FLAG("--max-num-batched-tokens"))
-            ok = parse_i32(arg, val, 1, INT32_MAX, &args.max_num_batched_tokens);
-        else if (FLAG("--block-size")) ok = parse_i32(arg, val, 1, 1024, &args.block_size);
-        else if (FLAG("--num-gpu-blocks-override"))
-            ok = parse_i32(arg, val, 1, INT32_MAX, &args.num_gpu_blocks_override);
-        else if (FLAG("--kv-cache-memory-bytes"))
-            ok = parse_i64(arg, val, 1, INT64_MAX, &args.kv_cache_memory_bytes);
-        else if (FLAG("--enable-prefix-caching")) args.enable_prefix_caching = true;
-        else if (FLAG("--no-enable-prefix-caching")) args.enable_prefix_caching = false;
-        else if (FLAG("--long-prefill-token-threshold"))
-            ok = parse_i32(arg, val, 0, INT32_MAX, &args.long_prefill_token_threshold);
-        else if (FLAG("--threads")) ok = parse_i32(arg, val, 0, 4096, &args.num_threads);
-        else if (FLAG("--scheduling-policy")) {
-            if (!strcmp(val, "fcfs")) args.scheduling_policy = VLLM_SCHEDULING_FCFS;
-            else if (!strcmp(val, "priority")) args.scheduling_policy = VLLM_SCHEDULING_PRIORITY;
-            else {
-                fprintf(stderr, "vllmc generate: --scheduling-policy: '%s' is not fcfs or priority\n", val);
-                ok = false;
-            }
-        } else {
-            fprintf(stderr, "vllmc generate: unknown option '%s'\n", argv[i]);
-            generate_usage(stderr);
-            goto done;
-        }
         if (!ok) goto done;
     }
     if (prompts_file && num_prompts) {

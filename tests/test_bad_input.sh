@@ -37,6 +37,7 @@ req POST "$C" '{"prompt": 5}' "${AUTH[@]}"; err wrong_type_prompt 400
 req POST "$C" '{"prompt": "x", "max_tokens": "ten"}' "${AUTH[@]}"; err wrong_type_max_tokens 400
 req POST "$C" '{"prompt": "x", "temperature": [1]}' "${AUTH[@]}"; err wrong_type_temperature 400
 req POST "$C" '{"prompt": "x", "max_tokens": -5}' "${AUTH[@]}"; err negative_max_tokens 400
+req POST "$C" '{"prompt": "x", "max_tokens": -1}' "${AUTH[@]}"; err max_tokens_minus_one 400
 req POST "$C" '{"prompt": "x", "max_tokens": 100000000000000000000}' "${AUTH[@]}"; err huge_max_tokens 400
 req POST "$C" '{"prompt": "x", "max_tokens": 1000000}' "${AUTH[@]}"; err max_tokens_beyond_context 400
 req POST "$C" '{"prompt": "x", "n": 1000000, "temperature": 1}' "${AUTH[@]}"; err n_million 400

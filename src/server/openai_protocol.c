@@ -863,6 +863,11 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
     if (r->has_max_tokens && r->max_tokens < max_tokens) max_tokens = r->max_tokens;
     if (d && d->has_max_tokens && d->max_tokens < max_tokens) max_tokens = d->max_tokens;
     if (!r->chat && r->echo && r->has_max_tokens && r->max_tokens == 0) max_tokens = 1;
+    /* SamplingParams' -1 ("up to max_model_len") is internal; from a request it
+     * is an error, as in vLLM */
+    if (max_tokens < 1)
+        return openai_fail(e, 400, TYPE_VALUE, r->chat ? "max_completion_tokens" : "max_tokens",
+                           "max_tokens must be at least 1, got %lld.", (long long)max_tokens);
 
     sp->n = r->n;
     sp->temperature = (float)(r->has_temperature ? r->temperature

@@ -425,23 +425,23 @@ static void on_http_close(void *arg, bool completed) {
  * prompts, output buffers -- is bounded by the limit. */
 static bool admit(serving_call *c) {
     serving_ctx *ctx = c->ctx;
-    int64_t want = (int64_t)c->num_prompts * c->n;
-    int64_t now = atomic_fetch_add(&ctx->num_queued_seqs, want) + want;
-    c->admitted_seqs = want;
-    if (ctx->max_num_queued_reqs <= 0 || now <= ctx->max_num_queued_reqs) return true;
+    int64_t want = (int64_t)c->num_prompts * c->n, max = ctx->max_num_queued_reqs;
     openai_error e;
-    if (want > ctx->max_num_queued_reqs) { /* could never be admitted: the request's fault */
+    if (max > 0 && want > max) { /* could never be admitted: the request's fault (nothing taken) */
         openai_fail(&e, 400, "BadRequestError", "n",
                     "This request needs %lld sequences (%d prompts x n=%d), more than the server "
                     "ever queues (--max-num-queued-reqs %lld).",
-                    (long long)want, c->num_prompts, c->n, (long long)ctx->max_num_queued_reqs);
+                    (long long)want, c->num_prompts, c->n, (long long)max);
         serving_respond_error(c->http, &e);
         return false;
     }
+    int64_t now = atomic_fetch_add(&ctx->num_queued_seqs, want) + want;
+    c->admitted_seqs = want; /* given back by serving_call_release */
+    if (max <= 0 || now <= max) return true;
     openai_fail(&e, 503, "Service Unavailable", NULL,
                 "The server is overloaded: %lld sequences are queued or running and this request "
                 "needs %lld more (--max-num-queued-reqs %lld). Retry later.",
-                (long long)(now - want), (long long)want, (long long)ctx->max_num_queued_reqs);
+                (long long)(now - want), (long long)want, (long long)max);
     http_request_add_header(c->http, "Retry-After", "1");
     serving_respond_error(c->http, &e);
     return false;

@@ -82,9 +82,11 @@ json_t *openai_json_text(const char *s, size_t len) {
 
 char *openai_error_body(const openai_error *e) {
     json_t *err = json_object();
-    json_object_set_new(err, "message", json_string(e->message));
+    /* a message quoting the request (or cut at its buffer size) may hold invalid
+     * UTF-8, which json_string() would refuse, dropping the message */
+    json_object_set_new(err, "message", openai_json_text(e->message, strlen(e->message)));
     json_object_set_new(err, "type", json_string(e->type ? e->type : TYPE_VALUE));
-    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "param", e->param[0] ? openai_json_text(e->param, strlen(e->param)) : json_null());
     json_object_set_new(err, "code", json_integer(e->status));
     json_t *root = json_object();
     json_object_set_new(root, "error", err);

@@ -10,6 +10,9 @@
 
 #include "base/dtype.h"
 #include "harness.h"
+
+/* The float weight types; quantized types have their own tests (test_quant.c). */
+enum { NUM_FLOAT_DTYPES = DTYPE_BF16 + 1 };
 #include "kernels/kernels.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
@@ -35,7 +38,7 @@ static void *rand_weights(dtype t, int64_t n) {
 
 typedef void (*matmul_fn)(const matmul_args *, int64_t, int64_t, int64_t, int64_t);
 
-static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257};
+static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257, 1029};
 static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
 static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9};
 
@@ -65,7 +68,7 @@ static void fill_y(const matmul_args *a, int64_t T, float v) {
 
 /* fast vs naive: |fast - naive| <= 1e-6 * k * max|w x| scale, for every shape. */
 static void check_matmul_vs_naive(matmul_fn fast, const char *name) {
-    for (int d = 0; d <= DTYPE_BF16; d++)
+    for (int d = 0; d < NUM_FLOAT_DTYPES; d++)
         for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
             for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
                 for (size_t it = 0; it < sizeof ts / sizeof *ts; it++) {
@@ -103,9 +106,9 @@ TEST(test_matmul_avx2_vs_naive) {
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
-    for (int d = 0; d <= DTYPE_BF16; d++) {
-        int64_t n = 53, k = 77, T = 11;
-        matmul_args a = make_args((dtype)d, n, k, T, true, false);
+    for (int d = 0; d < 2 * NUM_FLOAT_DTYPES; d++) {
+        int64_t n = 53, k = d < NUM_FLOAT_DTYPES ? 77 : 1100, T = 11;
+        matmul_args a = make_args((dtype)(d % NUM_FLOAT_DTYPES), n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
         float *whole = malloc(bytes);
         fill_y(&a, T, 0);
@@ -123,8 +126,10 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
         bool same_ranges = !memcmp(whole, a.y, bytes);
         free(whole);
         free_args(&a);
-        CHECK(same_tokens, "%s %s: one token at a time differs from the whole batch", name, dtype_name((dtype)d));
-        CHECK(same_ranges, "%s %s: odd sub-ranges differ from the whole batch", name, dtype_name((dtype)d));
+        CHECK(same_tokens, "%s %s k=%lld: one token at a time differs from the whole batch", name,
+              dtype_name((dtype)(d % NUM_FLOAT_DTYPES)), (long long)k);
+        CHECK(same_ranges, "%s %s k=%lld: odd sub-ranges differ from the whole batch", name,
+              dtype_name((dtype)(d % NUM_FLOAT_DTYPES)), (long long)k);
     }
 }
 
@@ -136,7 +141,7 @@ TEST(test_matmul_batch_invariance) {
 TEST(test_rmsnorm_vs_naive) {
     const int64_t sizes[] = {1, 7, 8, 9, 64, 100, 2051};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        for (int d = 0; d <= DTYPE_BF16; d++) {
+        for (int d = 0; d < NUM_FLOAT_DTYPES; d++) {
             int64_t n = sizes[i];
             float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)n),
                   *b = malloc(sizeof(float) * (size_t)n);
@@ -188,48 +193,67 @@ TEST(test_swiglu) {
     for (int i = 0; i < 37; i++) CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%d: %g vs %g", i, g[i], ref[i]);
 }
 
-/* Paged attention against the contiguous two-pass reference, with the
- * sequence's blocks scattered in a shuffled pool. */
-TEST(test_attention_paged_vs_naive) {
-    const int32_t block_sizes[] = {1, 3, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
-    for (int ib = 0; ib < 3; ib++)
+/* Paged attention against the contiguous two-pass reference: K/V rows of a
+ * sequence stored through attention_store_kv into blocks scattered in a
+ * shuffled pool, the same rows kept contiguous for the reference. */
+typedef void (*attention_fn)(const attention_args *, float *, const float *, int32_t, int32_t, const int32_t *,
+                             int32_t, float *);
+
+static void check_attention_vs_naive(attention_fn fn, const char *name) {
+    const int32_t block_sizes[] = {1, 3, 8, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
+    for (int ib = 0; ib < 4; ib++)
         for (int ih = 0; ih < 3; ih++)
             for (int ig = 0; ig < 3; ig++) {
-                int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_ctx_max = 41;
-                int32_t nblocks = (n_ctx_max + bs - 1) / bs + 3;
+                int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_max = 41;
+                int32_t nblocks = (n_max + bs - 1) / bs + 3;
                 size_t pool = (size_t)nblocks * kv_heads * bs * hd;
                 float *kc = malloc(sizeof(float) * pool), *vc = malloc(sizeof(float) * pool);
-                for (size_t i = 0; i < pool; i++) kc[i] = 2 * frand(), vc[i] = frand();
+                for (size_t i = 0; i < pool; i++) kc[i] = NAN, vc[i] = NAN; /* unused slots must not leak in */
                 int32_t *table = malloc(sizeof(int32_t) * (size_t)nblocks);
                 for (int32_t i = 0; i < nblocks; i++) table[i] = i;
                 for (int32_t i = nblocks - 1; i > 0; i--) { /* shuffle */
                     int32_t j = (int32_t)((frand() + 1) * 0.5 * (i + 1)) % (i + 1), t = table[i];
                     table[i] = table[j], table[j] = t;
                 }
-                float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
-                float *ref = malloc(sizeof(float) * (size_t)hd);
-                float *kk = malloc(sizeof(float) * (size_t)(n_ctx_max * hd)), *vv = malloc(sizeof(float) * (size_t)(n_ctx_max * hd));
-                float *scratch = malloc(sizeof(float) * (size_t)(group * (bs + 2)));
-                for (int i = 0; i < group * hd; i++) q[i] = frand();
                 attention_args a = {.k_cache = kc, .v_cache = vc, .kv_heads = kv_heads, .head_dim = hd,
                                     .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
-                double worst = 0;
+                /* rows (n_max, kv_heads, hd) */
+                float *kk = malloc(sizeof(float) * (size_t)(n_max * kv_heads * hd)),
+                      *vv = malloc(sizeof(float) * (size_t)(n_max * kv_heads * hd));
+                for (int i = 0; i < n_max * kv_heads * hd; i++) kk[i] = 2 * frand(), vv[i] = frand();
+                for (int32_t p = 0; p < n_max; p++)
+                    attention_store_kv(&a, kc, vc, (int64_t)table[p / bs] * bs + p % bs, kk + p * kv_heads * hd,
+                                       vv + p * kv_heads * hd);
                 const int32_t kvh = 1;
-                for (int32_t n_ctx = 1; n_ctx <= n_ctx_max; n_ctx += 4) {
-                    for (int32_t p = 0; p < n_ctx; p++) {
-                        size_t off = (((size_t)table[p / bs] * kv_heads + kvh) * bs + p % bs) * hd;
-                        memcpy(kk + p * hd, kc + off, sizeof(float) * (size_t)hd);
-                        memcpy(vv + p * hd, vc + off, sizeof(float) * (size_t)hd);
-                    }
-                    attention_paged(&a, out, q, group, kvh, table, n_ctx, scratch);
+                float *kh = malloc(sizeof(float) * (size_t)(n_max * hd)), *vh = malloc(sizeof(float) * (size_t)(n_max * hd));
+                for (int32_t p = 0; p < n_max; p++) {
+                    memcpy(kh + p * hd, kk + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
+                    memcpy(vh + p * hd, vv + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
+                }
+                float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
+                float *ref = malloc(sizeof(float) * (size_t)hd);
+                float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
+                for (int i = 0; i < group * hd; i++) q[i] = frand();
+                double worst = 0;
+                for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
+                    fn(&a, out, q, group, kvh, table, n_ctx, scratch);
                     for (int g = 0; g < group; g++) {
-                        attention_naive(ref, q + g * hd, kk, vv, n_ctx, hd, a.scale);
-                        for (int i = 0; i < hd; i++) worst = fmax(worst, fabs((double)out[g * hd + i] - ref[i]));
+                        attention_naive(ref, q + g * hd, kh, vh, n_ctx, hd, a.scale);
+                        for (int i = 0; i < hd; i++) {
+                            double e = fabs((double)out[g * hd + i] - ref[i]);
+                            worst = isnan(e) ? INFINITY : fmax(worst, e);
+                        }
                     }
                 }
-                free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(scratch);
-                CHECK(worst < 2e-6, "block_size %d head_dim %d group %d: max error %g", bs, hd, group, worst);
+                free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(kh), free(vh),
+                    free(scratch);
+                CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d: max error %g", name, bs, hd, group, worst);
             }
+}
+
+TEST(test_attention_paged_vs_naive) {
+    check_attention_vs_naive(attention_paged_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2");
 }
 
 int main(void) {

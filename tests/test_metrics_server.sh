@@ -18,6 +18,10 @@
 #   - a real Prometheus scrapes the server: rate() of the generation counter
 #     is positive, histogram_quantile over TTFT answers, the prefix-cache hit
 #     ratio equals the ratio of the two counters.
+#   - a second server with --disable-log-stats --show-hidden-metrics-for-version
+#     0.10: no stats log line, the hidden names appear (and not on the first);
+#     a stop string that completes on the max_tokens-th token counts as the
+#     "stop" the client saw, not "length"; a malformed version is refused.
 # Needs the server (src/server); without it there is nothing to test and the
 # script says so on stderr.
 set -uo pipefail
@@ -184,3 +188,34 @@ h=$(q 'vllm:prefix_cache_hits_total'); qq=$(q 'vllm:prefix_cache_queries_total')
 if [ "$r" != none ] && $py -c "import sys; sys.exit(0 if abs(float('$r') - float('$h') / float('$qq')) < 1e-12 and float('$h') > 0 else 1)"; then
   echo "ok metrics_server_prometheus_hit_ratio"
 else echo "FAIL metrics_server_prometheus_hit_ratio: $r ($h / $qq)"; fi
+
+# ---- the flags, and a stop string on the last allowed token -------------------------------
+if grep -q '^vllm:gpu_cache_usage_perc' "$tmp/m0"; then echo "FAIL metrics_server_hidden_off: shown without the flag"
+else echo "ok metrics_server_hidden_off"; fi
+server_start H models/stories260K --max-model-len 256 --disable-log-stats --show-hidden-metrics-for-version 0.10 || exit 0
+body='{"prompt":"Once upon a time","max_tokens":8,"temperature":0}'
+text=$(curl -s --max-time 30 -H 'Content-Type: application/json' -d "$body" "$H_URL/v1/completions" | jq -r '.choices[0].text')
+stop=${text: -4} # ends on the 8th token; must not occur before it
+if [ "${#text}" -lt 8 ] || [ "${text%"$stop"}" != "${text%%"$stop"*}" ]; then
+  echo "FAIL metrics_server_stop_on_last_token: cannot pick a stop string from '$text'"
+else
+  got=$(curl -s --max-time 30 -H 'Content-Type: application/json' \
+        -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"stop\":[$(jq -Rn --arg s "$stop" '$s')]}" \
+        "$H_URL/v1/completions" | jq -r '.choices[0].finish_reason')
+  metrics_h() { curl -s --max-time 10 "$H_URL/metrics"; }
+  metrics_h > "$tmp/h1"
+  st=$(val "$tmp/h1" 'vllm:request_success_total{finished_reason="stop"')
+  ln=$(val "$tmp/h1" 'vllm:request_success_total{finished_reason="length"')
+  if [ "$got" = stop ] && [ "$st" = 1.0 ] && [ "$ln" = 1.0 ]; then echo "ok metrics_server_stop_on_last_token"
+  else echo "FAIL metrics_server_stop_on_last_token: client saw $got; stop $st (want 1), length $ln (want 1: the first call)"; fi
+  if grep -q '^vllm:gpu_cache_usage_perc{' "$tmp/h1" && grep -q '^vllm:gpu_prefix_cache_queries_total{' "$tmp/h1"; then
+    echo "ok metrics_server_hidden_on"
+  else echo "FAIL metrics_server_hidden_on: no vllm:gpu_* with --show-hidden-metrics-for-version 0.10"; fi
+fi
+sleep 2.5 # VLLM_LOG_STATS_INTERVAL=1: two intervals, one with tokens
+if grep -q 'Engine 000: Avg prompt throughput' "$H_LOG"; then echo "FAIL metrics_server_disable_log_stats: $(grep -m1 'Engine 000: Avg' "$H_LOG")"
+else echo "ok metrics_server_disable_log_stats"; fi
+if "$VLLMC" serve models/stories260K --show-hidden-metrics-for-version 0.x > "$tmp/bad.log" 2>&1; then
+  echo "FAIL metrics_server_hidden_malformed: accepted 0.x"
+elif grep -q 'show-hidden-metrics-for-version' "$tmp/bad.log"; then echo "ok metrics_server_hidden_malformed"
+else echo "FAIL metrics_server_hidden_malformed: $(head -2 "$tmp/bad.log")"; fi

@@ -42,7 +42,6 @@ echo "   rss ${rss0} KiB -> ${rss1} KiB (margin ${margin} KiB); fds ${fd0} -> ${
 if [[ "$VLLMC" == *build-san/* || "$VLLMC" == *build-tsan/* ]]; then
   echo "ok soak_rss_back (not measured under sanitizers: their quarantine holds freed memory)"
 elif [ $(( rss1 - rss0 )) -le $margin ]; then echo "ok soak_rss_back"; else echo "FAIL soak_rss_back: ${rss0} KiB -> ${rss1} KiB"; fi
-:  || echo "FAIL soak_rss_back: ${rss0} KiB -> ${rss1} KiB"
 [ "$fd1" -le "$fd0" ] && echo "ok soak_no_fd_leak" || echo "FAIL soak_no_fd_leak: $fd0 -> $fd1 fds: $(ls -l /proc/$S_PID/fd | tail -5)"
 kill -TERM "$S_PID"
 for _ in $(seq 100); do kill -0 "$S_PID" 2>/dev/null || break; sleep 0.1; done

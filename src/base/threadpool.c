@@ -1,29 +1,40 @@
 /*
- * threadpool.c - workers that sleep on a condvar between ops.
+ * threadpool.c - workers that claim chunks of an op and sleep on a condvar
+ * between ops.
  *
- * Hand-off: the caller publishes (fn, arg), sets `pending` to the number of
- * workers and bumps the generation counter `gen`. A worker that sees a new
- * generation runs its share and decrements `pending`; the last one to finish
- * wakes the caller if it went to sleep.
+ * One 64-bit atomic `state` holds (generation << 32) | next unclaimed item.
+ * The caller writes the op (fn, arg, n_items, chunk), resets `done`, then
+ * publishes a new generation with next = 0. Any thread claims a chunk by a
+ * compare-and-swap that advances `next` only if the generation is still the
+ * one it read the op under, so a worker that wakes late can never run a
+ * chunk of an op that has finished (it finds a newer generation, or no items
+ * left). Each finished chunk adds its size to `done`; the caller returns when
+ * done == n_items. It therefore waits for chunks in progress only, not for
+ * workers that never showed up.
  *
- * Sleeping without lost wake-ups (both directions use the same pattern):
- * the sleeper increments a "sleeping" counter, then re-checks the condition
- * under the mutex before cond_wait; the waker changes the condition, then
- * reads the counter and only if someone may be asleep takes the mutex and
- * broadcasts. All these atomics are sequentially consistent, so either the
- * sleeper sees the new condition or the waker sees the sleeper (Dekker).
- * When everyone is still polling, a hand-off costs no system call.
+ * Why the op fields are atomics (relaxed): a late worker may read them while
+ * the caller is already writing the next op. Its claim then fails (the
+ * generation moved on), so the values are never used, but the reads must not
+ * be data races. A successful claim proves they were this op's: the caller
+ * rewrites them only after every chunk, including this one, is done.
+ *
+ * Sleeping without lost wake-ups (both directions): the sleeper increments a
+ * "sleeping" counter, then re-checks its condition under the mutex before
+ * cond_wait; the waker changes the condition, then reads the counter and,
+ * only if someone may be asleep, takes the mutex and signals. All these
+ * atomics are sequentially consistent, so either the sleeper sees the new
+ * condition or the waker sees the sleeper. While everyone is polling, a
+ * hand-off costs no system call.
  *
  * Polling is bounded by SPIN_NS of wall time; with more threads than free
- * cores (the machine is shared), a longer spin would only steal the core
- * from the thread we are waiting for.
+ * cores (a shared machine) a longer spin would only steal the core from the
+ * thread we are waiting for.
  */
 #include "base/threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,18 +50,22 @@ typedef struct worker {
 } worker;
 
 struct threadpool {
-    int nth;                  /* threads per op, caller included */
-    worker *workers;          /* (nth - 1) */
+    int nth;                      /* threads per op, caller included */
+    worker *workers;              /* (nth - 1) */
     int num_started;
+    uint32_t gen;                 /* caller's copy of the current generation */
 
     pthread_mutex_t mu;
-    pthread_cond_t wake;      /* workers wait here for a new generation */
-    pthread_cond_t done;      /* the caller waits here for pending == 0 */
+    pthread_cond_t wake;          /* workers wait here for a new generation */
+    pthread_cond_t done_cond;     /* the caller waits here for done == n_items */
 
-    threadpool_fn fn;         /* the current op; written before gen is bumped */
-    void *arg;
-    atomic_uint_fast64_t gen; /* incremented once per op */
-    atomic_int pending;       /* workers that have not finished the current op */
+    /* the current op, written by the caller before it publishes the generation */
+    _Atomic(threadpool_fn) fn;
+    _Atomic(void *) arg;
+    atomic_int_fast64_t n_items, chunk;
+
+    atomic_uint_fast64_t state;   /* (generation << 32) | next unclaimed item */
+    atomic_int_fast64_t done;     /* items finished in the current op */
     atomic_int workers_asleep;
     atomic_int caller_asleep;
     atomic_bool stop;
@@ -68,11 +83,35 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Polls until gen differs from seen or SPIN_NS passes; true if it changed. */
-static bool spin_for_generation(threadpool *p, uint64_t seen) {
+static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
+
+/* Claims and runs chunks of generation gen until none are left (or the
+ * generation has moved on). */
+static void run_chunks(threadpool *p, uint32_t gen, int ith) {
+    threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+    void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+    int64_t n = atomic_load_explicit(&p->n_items, memory_order_relaxed);
+    int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+    uint64_t s = atomic_load(&p->state);
+    for (;;) {
+        if (state_gen(s) != gen || (int64_t)(uint32_t)s >= n) return;
+        if (!atomic_compare_exchange_weak(&p->state, &s, s + (uint64_t)chunk)) continue;
+        int64_t begin = (int64_t)(uint32_t)s, end = begin + chunk < n ? begin + chunk : n;
+        fn(arg, begin, end, ith);
+        if (atomic_fetch_add(&p->done, end - begin) + (end - begin) == n && atomic_load(&p->caller_asleep)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cond);
+            pthread_mutex_unlock(&p->mu);
+        }
+        s = atomic_load(&p->state);
+    }
+}
+
+/* Polls until the generation differs from seen (or stop) or SPIN_NS passes. */
+static bool spin_for_generation(threadpool *p, uint32_t seen) {
     uint64_t start = now_ns();
     for (int i = 1;; i++) {
-        if (atomic_load(&p->gen) != seen || atomic_load(&p->stop)) return true;
+        if (state_gen(atomic_load(&p->state)) != seen || atomic_load(&p->stop)) return true;
         cpu_relax();
         if ((i & 63) == 0 && now_ns() - start > SPIN_NS) return false;
     }
@@ -81,24 +120,19 @@ static bool spin_for_generation(threadpool *p, uint64_t seen) {
 static void *worker_main(void *opaque) {
     worker *w = opaque;
     threadpool *p = w->pool;
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
         if (!spin_for_generation(p, seen)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->workers_asleep, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+            while (state_gen(atomic_load(&p->state)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->wake, &p->mu);
             atomic_fetch_sub(&p->workers_asleep, 1);
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop)) break;
-        seen = atomic_load(&p->gen);
-        p->fn(p->arg, w->ith, p->nth);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_asleep)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        seen = state_gen(atomic_load(&p->state));
+        run_chunks(p, seen, w->ith);
     }
     return NULL;
 }
@@ -116,7 +150,7 @@ vllm_status threadpool_create(int num_threads, threadpool **out) {
     p->nth = num_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done_cond, NULL);
     if (num_threads > 1) {
         p->workers = calloc((size_t)num_threads - 1, sizeof *p->workers);
         if (!p->workers) {
@@ -145,7 +179,7 @@ void threadpool_free(threadpool *p) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->num_started; i++) pthread_join(p->workers[i].thread, NULL);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->done_cond);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     free(p->workers);
@@ -154,30 +188,35 @@ void threadpool_free(threadpool *p) {
 
 int threadpool_num_threads(const threadpool *p) { return p->nth; }
 
-void threadpool_run(threadpool *p, threadpool_fn fn, void *arg) {
-    if (p->nth == 1) {
-        fn(arg, 0, 1);
+void threadpool_run(threadpool *p, threadpool_fn fn, void *arg, int64_t n_items, int64_t chunk) {
+    if (chunk < 1) chunk = 1;
+    if (n_items <= 0) return;
+    if (p->nth == 1 || n_items <= chunk || n_items > INT32_MAX || chunk > INT32_MAX) {
+        for (int64_t b = 0; b < n_items; b += chunk) fn(arg, b, b + chunk < n_items ? b + chunk : n_items, 0);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store(&p->pending, p->nth - 1);
-    atomic_fetch_add(&p->gen, 1);
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_items, n_items, memory_order_relaxed);
+    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
+    atomic_store(&p->done, 0);
+    p->gen++;
+    atomic_store(&p->state, (uint64_t)p->gen << 32);
     if (atomic_load(&p->workers_asleep) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
 
-    fn(arg, 0, p->nth);
+    run_chunks(p, p->gen, 0);
 
     uint64_t start = now_ns();
-    for (int i = 1; atomic_load(&p->pending) > 0; i++) {
+    for (int i = 1; atomic_load(&p->done) < n_items; i++) {
         cpu_relax();
         if ((i & 63) == 0 && now_ns() - start > SPIN_NS) {
             pthread_mutex_lock(&p->mu);
             atomic_store(&p->caller_asleep, 1);
-            while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+            while (atomic_load(&p->done) < n_items) pthread_cond_wait(&p->done_cond, &p->mu);
             atomic_store(&p->caller_asleep, 0);
             pthread_mutex_unlock(&p->mu);
             break;

@@ -3,8 +3,10 @@
  * (vLLM's `vllm serve`), same flag names.
  *
  * Start-up: tokenizer, engine (its flags are shared with generate, see
- * engine_args.h), chat template, the frontend's engine and output threads,
- * then the HTTP server. SIGINT/SIGTERM are blocked in every thread and taken
+ * engine_args.h), metrics (src/metrics: fed by the frontend's step observer
+ * on the output thread and by the HTTP layer; the engine loop pays nothing),
+ * chat template, the frontend's engine and output threads, then the HTTP
+ * server. SIGINT/SIGTERM are blocked in every thread and taken
  * by sigwait() here, so shutdown runs in plain code: refuse new requests,
  * abort the live ones (clients get finish_reason "abort" and their KV blocks
  * are freed), let responses drain, stop HTTP, join the threads.
@@ -19,6 +21,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "metrics/metrics.h"
 #include "server/api_server.h"
 #include "server/serving.h"
 #include "template/chat_template.h"
@@ -44,6 +47,10 @@ static void usage(FILE *f) {
             "  --disable-uvicorn-access-log    no access log line per request\n"
             "  --max-request-body-bytes SIZE   larger request bodies get 413 (32M)\n"
             "  --api-server-threads N          HTTP polling threads (2)\n"
+            "  --disable-log-stats             no periodic stats log line (every\n"
+            "                                  VLLM_LOG_STATS_INTERVAL s, default 10)\n"
+            "  --show-hidden-metrics-for-version X.Y  also export the metrics deprecated\n"
+            "                                  after X.Y (0.10: the hidden ones, see docs/metrics.md)\n"
             "  --max-num-queued-reqs N         sequences queued or running (n counts n) beyond which\n"
             "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n");
     engine_args_usage(f);
@@ -52,8 +59,7 @@ static void usage(FILE *f) {
 /* Flags vLLM has that change nothing here; accepted so scripts keep working. */
 static bool ignored_flag(const char *name, bool *takes_value) {
     static const char *const no_value[] = {
-        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--disable-log-stats",
-        "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
+        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
         "--trust-remote-code", "--enforce-eager", NULL};
     static const char *const with_value[] = {"--uvicorn-log-level", "--dtype", "--swap-space",
                                              "--gpu-memory-utilization", "--tensor-parallel-size",
@@ -63,6 +69,11 @@ static bool ignored_flag(const char *name, bool *takes_value) {
     for (const char *const *f = with_value; *f; f++)
         if (!strcmp(name, *f)) return (*takes_value = true), true;
     return false;
+}
+
+/* The frontend's step observer (output thread): one engine step into the metrics. */
+static void observe_step(void *ud, const vllm_step_output *out) {
+    metrics_on_step(ud, out, vllm_monotonic_time());
 }
 
 static char *read_file(const char *path) {
@@ -104,6 +115,8 @@ int cmd_serve(int argc, char **argv) {
     int64_t max_body = 32 << 20;
     int64_t max_queued = 1024;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
+    bool log_stats = true;
+    const char *hidden_version = NULL;
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -142,11 +155,13 @@ int cmd_serve(int argc, char **argv) {
         bool flag_only = !strcmp(name, "--trust-request-chat-template") ||
                          !strcmp(name, "--enable-force-include-usage") ||
                          !strcmp(name, "--enable-log-requests") ||
-                         !strcmp(name, "--disable-uvicorn-access-log");
+                         !strcmp(name, "--disable-uvicorn-access-log") ||
+                         !strcmp(name, "--disable-log-stats");
         if (flag_only) {
             if (name[2] == 't') trust_template = true;
             else if (!strcmp(name, "--enable-force-include-usage")) force_usage = true;
             else if (!strcmp(name, "--enable-log-requests")) log_requests = true;
+            else if (!strcmp(name, "--disable-log-stats")) log_stats = false;
             else access_log = false;
             i++;
             continue;
@@ -157,7 +172,8 @@ int cmd_serve(int argc, char **argv) {
         }
         static const char *const valued[] = {"--host", "--port", "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
-                                             "--api-server-threads", "--max-num-queued-reqs", NULL};
+                                             "--api-server-threads",
+                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -177,6 +193,14 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(name, "--host")) host = val;
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
+        else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
+            bool show;
+            if (metrics_parse_hidden_version(val, &show) != VLLM_OK) {
+                fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+                return 2;
+            }
+            hidden_version = val;
+        }
         else if (!engine_args_parse_size(val, &num)) {
             fprintf(stderr, "vllmc serve: argument %s: invalid value '%s'\n", name, val);
             return 2;
@@ -220,6 +244,7 @@ int cmd_serve(int argc, char **argv) {
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
     frontend *fe = NULL;
+    metrics *mets = NULL;
     api_server *srv = NULL;
     char *template_src = NULL;
     chat_template *tmpl = NULL;
@@ -237,6 +262,24 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine_get_info(engine, &info);
     vllm_sampling_params dsp;
     vllm_engine_default_sampling_params(engine, &dsp);
+
+    metrics_config mc;
+    metrics_config_init(&mc);
+    mc.model_name = names[0];
+    mc.max_model_len = info.max_model_len;
+    mc.show_hidden_metrics_for_version = hidden_version;
+    mc.log_stats = log_stats;
+    mc.block_size = info.block_size;
+    mc.num_gpu_blocks_override = ea.num_gpu_blocks_override;
+    mc.enable_prefix_caching = info.enable_prefix_caching;
+    mc.kv_cache_memory_bytes = ea.kv_cache_memory_bytes; /* as configured; 0: None */
+    mc.num_gpu_blocks = info.num_gpu_blocks;
+    if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
+        (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
+    metrics_log_engine_initialized(mets);
 
     serving_ctx ctx = {0};
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
@@ -280,7 +323,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
+    frontend_set_step_observer(fe, observe_step, mets);
     ctx.fe = fe;
+    ctx.metrics = mets;
     ctx.tok = tok;
     ctx.chat_template = tmpl;
     ctx.tokenizer_config = tok_config;
@@ -314,6 +359,7 @@ int cmd_serve(int argc, char **argv) {
     log_info("Starting vLLM API server 0 on http://%s:%d", host && *host ? host : "0.0.0.0",
              api_server_port(srv));
     log_info("Application startup complete.");
+    if (metrics_logger_start(mets) != VLLM_OK) log_warn("%s; no stats log line", vllm_errmsg());
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -327,6 +373,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     api_server_stop(srv, 1.0);
     frontend_free(fe);
+    metrics_free(mets); /* after everything that feeds it */
     vllm_engine_free(engine);
     chat_template_free(tmpl);
     json_decref(tok_config);

@@ -1,39 +1,55 @@
 /*
  * attention.c - causal attention of one token over its paged K/V.
  *
- * KV pool layout (one layer, K and V separately):
- *     (num_blocks, kv_heads, block_size, head_dim) floats
- * so the block_size positions of one KV head in one block are contiguous.
+ * KV pool layout (one layer; K and V are separate arrays of num_blocks blocks):
+ *     K: (num_blocks, kv_heads, head_dim, block_size)   -- transposed in a block
+ *     V: (num_blocks, kv_heads, block_size, head_dim)
  * Position p of a sequence lives in physical block block_table[p / block_size]
- * at offset p % block_size.
+ * at offset p % block_size (slot = block * block_size + offset). K is stored
+ * transposed so that the scores of a block are a sum over i of
+ * q[i] * K[i][0..block_size): a vector of 8 positions per FMA with no
+ * horizontal sums. V rows are contiguous so p * V[j] is an FMA over head_dim.
  *
- * Online softmax, block by block in position order: for each block the scores
- * q.k_j * scale of its positions, the running max m rises to the block's max
- * (rescaling the running sum l and output by exp(m_old - m_new)), then each
- * position adds exp(s_j - m) to l and exp(s_j - m) * v_j to the output; at the
- * end the output is divided by l. Blocks are aligned to positions, so the
- * sequence of floating-point operations for a token depends only on its
- * position and its sequence's K/V -- never on what else is in the batch or
- * how the prompt was chunked (batch invariance). The query heads that share a
- * KV head (GQA) are processed together so each K/V row is loaded once.
+ * Online softmax, block by block in position order: a block's scores
+ * s_j = (q . k_j) * scale, the running max m rises to the block's max (the
+ * running sum l and output rescaled by exp(m_old - m_new)), then each position
+ * adds e_j = exp(s_j - m) to l and e_j * v_j to the output, in position order;
+ * at the end the output is divided by l. Each score is a sequential sum over i,
+ * and blocks are aligned to positions, so the sequence of floating-point
+ * operations for a token depends only on its position and its sequence's K/V
+ * -- never on what else is in the batch or how the prompt was chunked. The
+ * query heads that share a KV head (GQA) are processed together so each K/V
+ * block is loaded once.
+ *
+ * Two implementations of the same algorithm: AVX2 (8 positions per vector, a
+ * polynomial exp) and portable C (libm expf); one process uses one of them.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
-/* 8-lane dot product, the same order as matmul's (see matmul.c). */
-static inline float dot8(const float *a, const float *b, int32_t n) {
-    float acc[8] = {0};
-    int32_t n8 = n & ~7;
-    for (int32_t i = 0; i < n8; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int32_t i = n8; i < n; i++) acc[i - n8] += a[i] * b[i];
-    float a0 = acc[0] + acc[4], a1 = acc[1] + acc[5], a2 = acc[2] + acc[6], a3 = acc[3] + acc[7];
-    return (a0 + a2) + (a1 + a3);
+/* Offsets of (block, kv head) in the K and V arrays (same for both). */
+static inline int64_t block_base(const attention_args *a, int64_t block, int32_t kv_head) {
+    return (block * a->kv_heads + kv_head) * (int64_t)a->block_size * a->head_dim;
 }
 
-void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
-                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
+                        const float *v) {
+    int32_t bs = a->block_size, hd = a->head_dim;
+    int64_t block = slot / bs, off = slot % bs;
+    for (int32_t h = 0; h < a->kv_heads; h++) {
+        int64_t base = block_base(a, block, h);
+        const float *kh = k + (int64_t)h * hd;
+        for (int32_t i = 0; i < hd; i++) k_cache[base + (int64_t)i * bs + off] = kh[i];
+        memcpy(v_cache + base + off * hd, v + (int64_t)h * hd, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* ---- portable -------------------------------------------------------------- */
+
+void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
+                                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size;
     float *m = scratch + (int64_t)group * bs; /* (group) running max */
     float *l = m + group;                     /* (group) running sum */
@@ -44,14 +60,17 @@ void attention_paged(const attention_args *a, float *out, const float *q, int32_
     }
     for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
         int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-        int64_t base = ((int64_t)block_table[b] * a->kv_heads + kv_head) * bs * hd;
-        const float *kb = a->k_cache + base, *vb = a->v_cache + base;
+        int64_t base = block_base(a, block_table[b], kv_head);
+        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
         for (int32_t g = 0; g < group; g++) {
             const float *qg = q + (int64_t)g * hd;
             float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
+            for (int32_t j = 0; j < cnt; j++) s[j] = 0.0f;
+            for (int32_t i = 0; i < hd; i++)
+                for (int32_t j = 0; j < cnt; j++) s[j] += qg[i] * kt[(int64_t)i * bs + j];
             float bmax = -INFINITY;
             for (int32_t j = 0; j < cnt; j++) {
-                s[j] = dot8(qg, kb + (int64_t)j * hd, hd) * a->scale;
+                s[j] *= a->scale;
                 if (s[j] > bmax) bmax = s[j];
             }
             if (bmax > m[g]) {
@@ -73,6 +92,175 @@ void attention_paged(const attention_args *a, float *out, const float *q, int32_
         for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
     }
 }
+
+/* ---- AVX2 -------------------------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* exp(x) for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6
+ * polynomial, times 2^n); relative error ~2e-7; below -87.3 it returns ~0. */
+AVX2_FN __m256 exp_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* Lanes 0..cnt-1 set (cnt may exceed 8). */
+AVX2_FN __m256i lane_mask(int32_t cnt) {
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), idx);
+}
+
+AVX2_FN float hmax8(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* Scores of G query heads (G <= 4) for block positions j0 .. j0+15:
+ * s[g][j] = scale * sum_i q[g][i] * K^T[i][j], i in order; lanes at or past
+ * cnt are -inf (masked loads never touch them). 2G independent FMA chains
+ * hide the FMA latency; each score is still one chain over i in order. */
+AVX2_FN void scores_avx2(const int G, const float *q, int32_t hd, const float *kt, int32_t bs, int32_t j0,
+                         int32_t cnt, __m256 scale, float *s, int32_t s_stride) {
+    const __m256i m0 = lane_mask(cnt - j0), m1 = lane_mask(cnt - j0 - 8);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < hd; i++) {
+        const float *row = kt + (int64_t)i * bs + j0;
+        __m256 k0 = _mm256_maskload_ps(row, m0), k1 = _mm256_maskload_ps(row + 8, m1);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m256 qi = _mm256_broadcast_ss(q + (int64_t)g * hd + i);
+            acc[g][0] = _mm256_fmadd_ps(qi, k0, acc[g][0]);
+            acc[g][1] = _mm256_fmadd_ps(qi, k1, acc[g][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(s + (int64_t)g * s_stride + j0,
+                         _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[g][0], scale), _mm256_castsi256_ps(m0)));
+        _mm256_storeu_ps(s + (int64_t)g * s_stride + j0 + 8,
+                         _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[g][1], scale), _mm256_castsi256_ps(m1)));
+    }
+}
+
+/* o[i] = fma(e_j, v_j[i], o[i]) for j = 0 .. cnt-1 in order, i < 8 NV: the
+ * NV output vectors stay in registers across the block's positions. */
+AVX2_FN void accum_v_avx2(const int NV, float *o, const float *e, const float *v, int32_t hd, int32_t cnt) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; k++) acc[k] = _mm256_loadu_ps(o + 8 * k);
+    for (int32_t j = 0; j < cnt; j++) {
+        const __m256 ej = _mm256_broadcast_ss(e + j);
+        const float *vj = v + (int64_t)j * hd;
+#pragma GCC unroll 8
+        for (int k = 0; k < NV; k++) acc[k] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vj + 8 * k), acc[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
+}
+
+__attribute__((target("avx2,fma"))) void
+attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                     const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    const int32_t hd = a->head_dim, bs = a->block_size, hd8 = hd & ~7;
+    const int32_t bsv = (bs + 15) & ~15;          /* scores padded to whole pairs of vectors */
+    float *m = scratch + (int64_t)group * bsv;    /* (group) running max */
+    float *l = m + group;                         /* (group) running sum */
+    const __m256 scale = _mm256_set1_ps(a->scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int32_t g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
+    }
+    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
+        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+        int64_t base = block_base(a, block_table[b], kv_head);
+        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        for (int32_t g0 = 0; g0 < group; g0 += 4)
+            for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
+                const float *qg = q + (int64_t)g0 * hd;
+                float *sg = scratch + (int64_t)g0 * bsv;
+                switch (group - g0 < 4 ? group - g0 : 4) {
+                case 1: scores_avx2(1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 2: scores_avx2(2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 3: scores_avx2(3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                default: scores_avx2(4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                }
+            }
+        for (int32_t g = 0; g < group; g++) {
+            float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
+            __m256 bmaxv = ninf;
+            for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
+            float bmax = hmax8(bmaxv);
+            if (bmax > m[g]) {
+                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - bmax);
+                l[g] *= alpha;
+                for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
+                m[g] = bmax;
+            }
+            /* weights e_j = exp(s_j - m), then l and the output in position order */
+            const __m256 mv = _mm256_set1_ps(m[g]);
+            for (int32_t j = 0; j < cnt; j += 8)
+                _mm256_storeu_ps(s + j, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+            for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
+            for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
+                switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {
+                case 1: accum_v_avx2(1, og + i0, s, vb + i0, hd, cnt); break;
+                case 2: accum_v_avx2(2, og + i0, s, vb + i0, hd, cnt); break;
+                case 3: accum_v_avx2(3, og + i0, s, vb + i0, hd, cnt); break;
+                case 4: accum_v_avx2(4, og + i0, s, vb + i0, hd, cnt); break;
+                case 5: accum_v_avx2(5, og + i0, s, vb + i0, hd, cnt); break;
+                case 6: accum_v_avx2(6, og + i0, s, vb + i0, hd, cnt); break;
+                case 7: accum_v_avx2(7, og + i0, s, vb + i0, hd, cnt); break;
+                default: accum_v_avx2(8, og + i0, s, vb + i0, hd, cnt); break;
+                }
+            }
+            for (int32_t i = hd8; i < hd; i++)
+                for (int32_t j = 0; j < cnt; j++)
+                    og[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s[j]), _mm_set_ss(vb[(int64_t)j * hd + i]),
+                                                       _mm_set_ss(og[i])));
+        }
+    }
+    for (int32_t g = 0; g < group; g++) {
+        float inv = 1.0f / l[g];
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
+    }
+}
+#endif
+
+void attention_paged(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                     const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    if (kernels_isa_get() == KERNELS_ISA_AVX2)
+        attention_paged_avx2(a, out, q, group, kv_head, block_table, n_ctx, scratch);
+    else
+        attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);
+}
+
+#if !defined(__x86_64__) && !defined(__i386__)
+void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                          const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);
+}
+#endif
 
 void attention_naive(float *out, const float *q, const float *k, const float *v, int32_t n_ctx,
                      int32_t head_dim, float scale) {

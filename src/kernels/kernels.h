@@ -95,24 +95,40 @@ void act_swiglu(float *g, const float *u, int64_t n);
 
 /* ---- attention (attention.c) -------------------------------------------- */
 
-/* Paged attention of one token's query heads that share one KV head.
- *   q:       (group, head_dim)   query heads kv_head*group .. +group-1
- *   out:     (group, head_dim)
- *   k_cache, v_cache: one layer's pool, (num_blocks, kv_heads, block_size, head_dim)
- *   block_table: physical block of logical block j = position / block_size
- *   n_ctx:   attend to positions 0 .. n_ctx-1 (the token's own position + 1)
- *   scratch: (group * (block_size + 2)) floats
- * Scans the context block by block in position order with an online softmax
- * (running max and sum), the same sequence of operations for a token whether
- * it is decoded alone or prefilled in a batch. */
+/* Paged attention over one layer's K/V pool (see attention.c for the layout:
+ * K (num_blocks, kv_heads, head_dim, block_size), V (num_blocks, kv_heads,
+ * block_size, head_dim)). */
 typedef struct attention_args {
     const float *k_cache, *v_cache;
     int32_t kv_heads, head_dim, block_size;
     float scale;             /* 1 / sqrt(head_dim) */
 } attention_args;
 
+/* Floats of scratch attention_paged needs for a group of query heads. */
+static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size) {
+    return (int64_t)group * (((block_size + 15) & ~15) + 2);
+}
+
+/* Writes one token's K and V, (kv_heads, head_dim) each, into slot
+ * (block * block_size + offset) of k_cache / v_cache (the pool a describes). */
+void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
+                        const float *v);
+
+/* Causal attention of one token's query heads that share one KV head:
+ *   q, out:  (group, head_dim)  query heads kv_head*group .. +group-1
+ *   block_table: physical block of logical block j = position / block_size
+ *   n_ctx:   attend to positions 0 .. n_ctx-1 (the token's own position + 1)
+ *   scratch: attention_scratch_floats(group, block_size) floats
+ * Scans the context block by block in position order with an online softmax
+ * (running max and sum), the same sequence of operations for a token whether
+ * it is decoded alone or prefilled in a batch. */
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
+/* The two implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2()). */
+void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
+                              int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
+void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group,
+                          int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 
 /* Reference: softmax(q k^T * scale) v over contiguous k, v (n_ctx, head_dim)
  * for one query head, two passes in double. head_dim <= 512. */

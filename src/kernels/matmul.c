@@ -138,12 +138,16 @@ AVX2_FN float hsum8_avx2(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(lo, hi));
 }
 
-/* One R x T tile: weight rows n..n+R-1, tokens t..t+T-1. R, T and wt are
- * compile-time constants at every call site, so the loops unroll into
- * registers. */
-AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n,
-                       int64_t t) {
-    const int64_t k = a->k, k8 = k & ~(int64_t)7;
+/* One R x T tile: weight rows n..n+R-1, tokens t..t+T-1, k in [k0, k1)
+ * (k0 a multiple of 8). R, T and wt are compile-time constants at every call
+ * site, so the loops unroll into registers. The accumulators start at zero
+ * when k0 == 0, else from acc_io; they end in y (horizontal sum, bias,
+ * accumulate) when k1 == k, else back in acc_io ((R, T, 8) floats). Either
+ * way each accumulator sees the same FMAs in the same order as one pass
+ * over the whole of k. */
+AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t t,
+                       int64_t k0, int64_t k1, float *acc_io) {
+    const int64_t k = a->k, k8 = k1 & ~(int64_t)7;
     const size_t esz = dtype_size(wt);
     const char *wr[8];
     const float *xr[4];
@@ -155,9 +159,10 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int j = 0; j < T; j++) acc[r][j] = _mm256_setzero_ps();
+        for (int j = 0; j < T; j++)
+            acc[r][j] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc_io + (r * T + j) * 8);
 
-    for (int64_t i = 0; i < k8; i += 8) {
+    for (int64_t i = k0; i < k8; i += 8) {
         __m256 wv[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = load8_avx2(wt, wr[r], i);
@@ -168,8 +173,8 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
             for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
         }
     }
-    if (k8 < k) {
-        int cnt = (int)(k - k8);
+    if (k8 < k1) {
+        int cnt = (int)(k1 - k8);
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             __m256 xv = load8_tail_avx2(DTYPE_F32, xr[j], k8, cnt);
@@ -178,18 +183,42 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
                 acc[r][j] = _mm256_fmadd_ps(load8_tail_avx2(wt, wr[r], k8, cnt), xv, acc[r][j]);
         }
     }
+    if (k1 < k) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) _mm256_store_ps(acc_io + (r * T + j) * 8, acc[r][j]);
+        return;
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) store_out(a, t + j, n + r, hsum8_avx2(acc[r][j]));
 }
 
+/* Cache blocking: when the T tokens' rows of x exceed BLOCK_X_BYTES, rows
+ * are taken BLOCK_ROWS at a time and k BLOCK_K at a time, so the tokens'
+ * BLOCK_K slice of x (8 KB for T = 4) stays in L1 while every row tile of the
+ * block streams past it; the partial accumulators wait in acc (on the stack,
+ * (BLOCK_ROWS, T, 8)). Small x (decode) streams each weight row whole, which
+ * suits the hardware prefetcher better. */
+enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 16 << 10 };
+
 /* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. */
 AVX2_FN void rows_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
                        int64_t n1, int64_t t) {
-    int64_t n = n0;
-    for (; n + R <= n1; n += R) tile_avx2(R, T, wt, a, n, t);
-    for (; n < n1; n++) tile_avx2(1, T, wt, a, n, t);
+    _Alignas(32) float acc[BLOCK_ROWS * 4 * 8];
+    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
+    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
+    for (int64_t nb = n0; nb < n1; nb += block_rows) {
+        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
+        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
+            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
+            int64_t n = nb;
+            for (; n + R <= ne; n += R) tile_avx2(R, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 8);
+            for (; n < ne; n++) tile_avx2(1, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 8);
+        }
+    }
 }
 
 AVX2_FN void range_avx2(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,

@@ -17,14 +17,15 @@
  *
  * then the final norm and lm_head only for the logits_indices rows.
  *
- * KV pool: one calloc'd block of floats, per layer K then V, each
- *     (num_blocks, kv_heads, block_size, head_dim)
- * (see kernels/attention.c); slot s = block * block_size + offset.
+ * KV pool: one calloc'd array of floats, per layer K then V, each
+ * num_blocks blocks of kv_heads * block_size * head_dim floats (K transposed
+ * within a block, see kernels/attention.c); slot = block * block_size + offset.
  *
- * Threads: each stage is one threadpool_run; matmuls hand out (row chunk,
- * token chunk) work items from an atomic counter, attention hands out
- * (token, kv head) items. Stages whose work is one or a few rows (norms and
- * RoPE at decode) run on the calling thread without waking the pool.
+ * Threads: each stage is one threadpool_run over work items claimed by
+ * whichever thread is free: (row chunk, token chunk) for matmuls, (token,
+ * kv head) for attention, chunks of TOKEN_CHUNK tokens for the per-token
+ * stages. Stages with little work (norms and RoPE at decode, everything of a
+ * tiny model) run on the calling thread without waking the pool.
  *
  * Invariance: no stage lets the batch change a token's arithmetic (see
  * kernels.h): work is split over outputs and tokens only, and every kernel's
@@ -37,7 +38,6 @@
 #include "model/runner.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,12 +48,16 @@
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
     MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
-    MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 */
-    INLINE_MAX_TOKENS = 4,      /* element-wise stages this small run on the caller */
+    MM_MAX_ROWS = 240,          /* rows per work item at most */
+    MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 for reuse */
+    MM_STREAM_BYTES = 256 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
+    TOKEN_CHUNK = 8,            /* rows per work item of the per-token stages */
+    PARALLEL_MIN_MACS = 1 << 17, /* matmul/attention stages smaller than this run on the caller */
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
- * or a gate/up pair combined by SwiGLU into part[0].y. */
+ * or a gate/up pair combined by SwiGLU into part[0].y (part[1].y unused: each
+ * work item computes its block of up into per-thread scratch). */
 typedef struct mm_op {
     matmul_args part[3];
     int nparts;
@@ -77,7 +81,7 @@ struct runner {
     float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
 
     /* KV pool */
-    float *kv;                  /* (n_layers, 2, num_blocks, n_kv, block_size, head_dim) */
+    float *kv;                  /* (n_layers, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
     size_t kv_block_floats;     /* n_kv * block_size * head_dim */
     size_t kv_half_floats;      /* num_blocks * kv_block_floats: one layer's K (or V) */
 
@@ -87,16 +91,16 @@ struct runner {
     float *q;                   /* (T, q_dim) */
     float *k, *v;               /* (T, kv_dim) */
     float *att;                 /* (T, q_dim) attention output */
-    float *hb, *hb2;            /* (T, inter) gate, up */
+    float *hb;                  /* (T, inter) silu(gate) * up */
+    float *up;                  /* (nth, MM_TOKEN_CHUNK * MM_MAX_ROWS) one work item's up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
-    float *att_scratch;         /* (nth, group * (block_size + 2)) */
+    float *att_scratch;         /* (nth, attention_scratch_floats) */
 
     /* the stage being run */
     const runner_batch *b;
     int32_t *token_seq;         /* (T) sequence of each token of the batch */
     int32_t layer;
     mm_op mm;
-    atomic_long next_item;      /* work-item counter of the running stage */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -128,7 +132,7 @@ static void rope_init_inv_freq(float *inv_freq, const model_config *c) {
     }
 }
 
-/* count * size in bytes, false on overflow. */
+/* *out = a * b, false on overflow. */
 static bool size_mul(size_t *out, size_t a, size_t b) {
     return !__builtin_mul_overflow(a, b, out);
 }
@@ -209,10 +213,10 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->v = alloc_floats(T * (size_t)r->kv_dim, &rc);
     r->att = alloc_floats(T * (size_t)r->q_dim, &rc);
     r->hb = alloc_floats(T * (size_t)r->inter, &rc);
-    r->hb2 = alloc_floats(T * (size_t)r->inter, &rc);
+    r->up = alloc_floats((size_t)r->nth * MM_TOKEN_CHUNK * MM_MAX_ROWS, &rc);
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
-    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)r->group * ((size_t)cfg->block_size + 2), &rc);
+    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c);
     *out = r;
@@ -234,7 +238,7 @@ void runner_free(runner *r) {
     free(r->v);
     free(r->att);
     free(r->hb);
-    free(r->hb2);
+    free(r->up);
     free(r->rope);
     free(r->att_scratch);
     free(r->token_seq);
@@ -322,28 +326,16 @@ static vllm_status check_batch(const runner *r, const runner_batch *b) {
 
 /* ---- stages -------------------------------------------------------------- */
 
-/* Static split of [0, n) into nth parts: part ith is [*lo, *hi). */
-static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    *lo = n * ith / nth;
-    *hi = n * (ith + 1) / nth;
-}
-
-/* Runs a stage on the pool, or on the caller alone when it is small. */
-static void run_stage(runner *r, threadpool_fn fn, bool parallel) {
-    if (parallel)
-        threadpool_run(r->pool, fn, r);
-    else
-        fn(r, 0, 1);
-}
+/* Runs a per-token stage over n rows in chunks of TOKEN_CHUNK rows (so a
+ * decode step's few rows stay on the calling thread). */
+static void run_rows(runner *r, threadpool_fn fn, int64_t n) { threadpool_run(r->pool, fn, r, n, TOKEN_CHUNK); }
 
 /* x[t] = embed_tokens[token_ids[t]]; rope[t] = cos/sin of positions[t]. */
-static void stage_embed(void *arg, int ith, int nth) {
+static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const runner_batch *b = r->b;
     const tensor *e = &r->m->w.embed_tokens;
     int32_t half = r->head_dim / 2;
-    int64_t lo, hi;
-    split_range(b->num_tokens, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *x = r->x + t * r->dim;
         int64_t row = (int64_t)b->token_ids[t] * r->dim;
@@ -353,45 +345,39 @@ static void stage_embed(void *arg, int ith, int nth) {
     }
 }
 
-static void stage_norm(void *arg, int ith, int nth, const tensor *w) {
-    runner *r = arg;
-    int64_t lo, hi;
-    split_range(r->b->num_tokens, ith, nth, &lo, &hi);
+static void stage_norm(runner *r, int64_t lo, int64_t hi, const tensor *w) {
     for (int64_t t = lo; t < hi; t++)
         norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps);
 }
 
-static void stage_input_norm(void *arg, int ith, int nth) {
+static void stage_input_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
-    stage_norm(arg, ith, nth, &r->m->w.layers[r->layer].input_layernorm);
+    stage_norm(r, lo, hi, &r->m->w.layers[r->layer].input_layernorm);
 }
 
-static void stage_post_norm(void *arg, int ith, int nth) {
+static void stage_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
-    stage_norm(arg, ith, nth, &r->m->w.layers[r->layer].post_attention_layernorm);
+    stage_norm(r, lo, hi, &r->m->w.layers[r->layer].post_attention_layernorm);
 }
 
 /* xb[i] = norm(x[logits_indices[i]]): the rows that get logits. */
-static void stage_final_norm(void *arg, int ith, int nth) {
+static void stage_final_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const tensor *w = &r->m->w.norm;
-    int64_t lo, hi;
-    split_range(r->b->num_logits, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++)
         norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->logits_indices[i] * r->dim, w->data, w->type, r->dim,
                  r->eps);
 }
 
 /* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
-static void stage_rope_store(void *arg, int ith, int nth) {
+static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const runner_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
-    int32_t hd = r->head_dim, half = hd / 2, bs = r->cfg.block_size;
+    int32_t hd = r->head_dim, half = hd / 2;
     float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
     float *v_cache = k_cache + r->kv_half_floats;
-    int64_t lo, hi;
-    split_range(b->num_tokens, ith, nth, &lo, &hi);
+    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
     for (int64_t t = lo; t < hi; t++) {
         float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
         if (lw->q_norm.data)
@@ -403,17 +389,12 @@ static void stage_rope_store(void *arg, int ith, int nth) {
         const float *cs = r->rope + t * hd;
         rope_apply(q, r->n_heads, hd, cs, cs + half);
         rope_apply(k, r->n_kv, hd, cs, cs + half);
-        int64_t slot = b->slot_mapping[t], block = slot / bs, off = slot % bs;
-        for (int32_t h = 0; h < r->n_kv; h++) {
-            size_t dst = ((size_t)block * r->n_kv + h) * bs * hd + (size_t)off * hd;
-            memcpy(k_cache + dst, k + h * hd, (size_t)hd * sizeof(float));
-            memcpy(v_cache + dst, v + h * hd, (size_t)hd * sizeof(float));
-        }
+        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
     }
 }
 
-/* Work items (token, kv head) from an atomic counter. */
-static void stage_attention(void *arg, int ith, int nth) {
+/* Items: (token, kv head), i = token * n_kv + head. */
+static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const runner_batch *b = r->b;
     attention_args a = {
@@ -424,11 +405,8 @@ static void stage_attention(void *arg, int ith, int nth) {
         .scale = r->attn_scale,
     };
     a.v_cache = a.k_cache + r->kv_half_floats;
-    float *scratch = r->att_scratch + (size_t)ith * r->group * (r->cfg.block_size + 2);
-    int64_t items = (int64_t)b->num_tokens * r->n_kv;
-    for (;;) {
-        int64_t i = atomic_fetch_add(&r->next_item, 1);
-        if (i >= items) break;
+    float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
+    for (int64_t i = lo; i < hi; i++) {
         int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), s = r->token_seq[t];
         int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
         attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h,
@@ -450,14 +428,18 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
 }
 
 /* Chooses the work items: row chunks of ~MM_CHUNK_BYTES of weights (a
- * multiple of every tile height), token chunks of MM_TOKEN_CHUNK, halving the
- * row chunk while there are too few items to keep every thread busy. */
+ * multiple of every tile height) that stay in L2 while every 4-token tile
+ * reuses them, or of ~MM_STREAM_BYTES at decode where each weight is read
+ * once (longer sequential streams read faster), token chunks of
+ * MM_TOKEN_CHUNK, halving the row chunk while there are too few items to
+ * keep every thread busy. */
 static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     const matmul_args *a = &op->part[0];
     int64_t row_bytes = a->k * (int64_t)dtype_size(a->wtype) * (op->swiglu ? 2 : 1);
-    int64_t rc = MM_CHUNK_BYTES / (row_bytes ? row_bytes : 1);
+    int64_t rc = (tokens < 4 ? MM_STREAM_BYTES : MM_CHUNK_BYTES) / (row_bytes ? row_bytes : 1);
     rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
+    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS;
     op->tokens = tokens;
     op->num_tchunks = (tokens + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK;
     for (;;) {
@@ -474,14 +456,10 @@ static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     op->row_chunk = rc;
 }
 
-static void stage_matmul(void *arg, int ith, int nth) {
+static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     mm_op *op = &r->mm;
-    int nparts = op->swiglu ? 1 : op->nparts;
-    int64_t items = op->first_item[nparts];
-    for (;;) {
-        int64_t i = atomic_fetch_add(&r->next_item, 1);
-        if (i >= items) break;
+    for (int64_t i = lo; i < hi; i++) {
         int p = 0;
         while (i >= op->first_item[p + 1]) p++;
         int64_t local = i - op->first_item[p];
@@ -492,17 +470,37 @@ static void stage_matmul(void *arg, int ith, int nth) {
         int64_t t1 = t0 + MM_TOKEN_CHUNK < op->tokens ? t0 + MM_TOKEN_CHUNK : op->tokens;
         matmul_range(a, n0, n1, t0, t1);
         if (op->swiglu) {
+            /* up rows n0..n1 for tokens t0..t1 into this thread's (t1-t0, n1-n0) scratch */
             const matmul_args *up = &op->part[1];
-            matmul_range(up, n0, n1, t0, t1);
-            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, up->y + t * up->ldy + n0, n1 - n0);
+            matmul_args blk = *up;
+            blk.w = (const char *)up->w + (size_t)n0 * (size_t)up->k * dtype_size(up->wtype);
+            blk.x = up->x + t0 * up->ldx;
+            blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
+            blk.ldy = blk.n = n1 - n0;
+            matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
+            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
         }
     }
 }
 
+/* Runs the matmul stage in r->mm; small ones (under PARALLEL_MIN_MACS) on
+ * the calling thread alone. */
 static void run_matmul(runner *r, int64_t tokens) {
-    mm_plan(r, &r->mm, tokens);
-    atomic_store(&r->next_item, 0);
-    run_stage(r, stage_matmul, r->mm.first_item[r->mm.swiglu ? 1 : r->mm.nparts] > 1);
+    mm_op *op = &r->mm;
+    mm_plan(r, op, tokens);
+    int64_t items = op->first_item[op->swiglu ? 1 : op->nparts], macs = 0;
+    for (int p = 0; p < op->nparts; p++) macs += op->part[p].n * op->part[p].k * tokens;
+    threadpool_run(r->pool, stage_matmul, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
+}
+
+/* Runs the attention stage; chunks of one (token, kv head) unless the whole
+ * stage is small (under PARALLEL_MIN_MACS). */
+static void run_attention(runner *r) {
+    const runner_batch *b = r->b;
+    int64_t items = (int64_t)b->num_tokens * r->n_kv, ctx = 0;
+    for (int32_t t = 0; t < b->num_tokens; t++) ctx += b->positions[t] + 1;
+    int64_t macs = 2 * ctx * r->n_heads * r->head_dim;
+    threadpool_run(r->pool, stage_attention, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }
 
 /* ---- the forward pass ---------------------------------------------------- */
@@ -513,16 +511,15 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
     if (b->num_logits && !logits) return vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
     const model_weights *w = &r->m->w;
     int64_t T = b->num_tokens;
-    bool par = T > INLINE_MAX_TOKENS;
     r->b = b;
     for (int32_t s = 0; s < b->num_seqs; s++)
         for (int32_t t = b->query_start_loc[s]; t < b->query_start_loc[s + 1]; t++) r->token_seq[t] = s;
 
-    run_stage(r, stage_embed, par);
+    run_rows(r, stage_embed, T);
     for (int32_t l = 0; l < r->n_layers; l++) {
         const layer_weights *lw = &w->layers[l];
         r->layer = l;
-        run_stage(r, stage_input_norm, par);
+        run_rows(r, stage_input_norm, T);
 
         r->mm = (mm_op){.nparts = 3};
         r->mm.part[0] = mm_args(r->q, r->q_dim, r->xb, r->dim, &lw->q_proj, lw->q_bias.data ? &lw->q_bias : NULL, false);
@@ -530,19 +527,18 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
         r->mm.part[2] = mm_args(r->v, r->kv_dim, r->xb, r->dim, &lw->v_proj, lw->v_bias.data ? &lw->v_bias : NULL, false);
         run_matmul(r, T);
 
-        run_stage(r, stage_rope_store, par);
-        atomic_store(&r->next_item, 0);
-        run_stage(r, stage_attention, T * r->n_kv > 1);
+        run_rows(r, stage_rope_store, T);
+        run_attention(r);
 
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, lw->o_bias.data ? &lw->o_bias : NULL, true);
         run_matmul(r, T);
 
-        run_stage(r, stage_post_norm, par);
+        run_rows(r, stage_post_norm, T);
 
         r->mm = (mm_op){.nparts = 2, .swiglu = true};
         r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
-        r->mm.part[1] = mm_args(r->hb2, r->inter, r->xb, r->dim, &lw->up_proj, NULL, false);
+        r->mm.part[1] = mm_args(NULL, 0, r->xb, r->dim, &lw->up_proj, NULL, false);
         run_matmul(r, T);
 
         r->mm = (mm_op){.nparts = 1};
@@ -550,7 +546,7 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
         run_matmul(r, T);
     }
     if (b->num_logits) {
-        run_stage(r, stage_final_norm, b->num_logits > INLINE_MAX_TOKENS);
+        run_rows(r, stage_final_norm, b->num_logits);
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
         run_matmul(r, b->num_logits);

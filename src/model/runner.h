@@ -24,8 +24,13 @@
  * in a batch of 64, or prefilled in chunks of 1.
  *
  * Threads: the runner owns a thread pool whose workers sleep between ops.
+ * One thread at a time may call runner_forward / runner_copy_block.
  * Memory: the KV pool and scratch for max_num_batched_tokens are allocated at
  * create time; runner_forward allocates nothing.
+ *
+ * KV layout (runner.c, kernels/attention.c): per layer a K and a V array of
+ * num_blocks blocks, each block (kv_heads, head_dim, block_size) for K
+ * (transposed) and (kv_heads, block_size, head_dim) for V, all F32.
  */
 #ifndef VLLM_MODEL_RUNNER_H
 #define VLLM_MODEL_RUNNER_H

@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "metrics/metrics.h"
 
 struct api_server {
     http_server *http;
@@ -71,26 +72,21 @@ static void h_load(api_server *s, http_request *r) {
     respond_json(r, 200, j);
 }
 
-/* A placeholder until the metrics subsystem lands: the scheduler gauges. */
+/* The exposition text; formatted outside the metrics' locks (a scrape never
+ * stalls the output thread for longer than a copy of the values). */
 static void h_metrics(api_server *s, http_request *r) {
-    frontend_stats st;
-    frontend_get_stats(s->ctx->fe, &st);
-    const char *m = s->ctx->served_names[0];
-    char buf[2048];
-    int n = snprintf(buf, sizeof buf,
-                     "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-                     "# TYPE vllm:num_requests_running gauge\n"
-                     "vllm:num_requests_running{engine=\"0\",model_name=\"%s\"} %d.0\n"
-                     "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-                     "# TYPE vllm:num_requests_waiting gauge\n"
-                     "vllm:num_requests_waiting{engine=\"0\",model_name=\"%s\"} %d.0\n"
-                     "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
-                     "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                     "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"%s\"} %.17g\n",
-                     m, st.sched.num_running, m, st.sched.num_waiting, m,
-                     (double)st.sched.kv_cache_usage);
-    http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf,
-                 (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
+    char *text = NULL;
+    size_t len = 0;
+    if (!s->ctx->metrics) {
+        respond_error(r, 404, "NotFoundError", NULL, "metrics are not enabled");
+        return;
+    }
+    if (metrics_render(s->ctx->metrics, vllm_monotonic_time(), &text, &len) != VLLM_OK) {
+        respond_error(r, 500, "Internal Server Error", NULL, vllm_errmsg());
+        return;
+    }
+    http_respond(r, 200, METRICS_CONTENT_TYPE, text, len);
+    free(text);
 }
 
 static void h_models(api_server *s, http_request *r) {
@@ -383,6 +379,18 @@ static unsigned http_timeout_s(void) {
     return t > 0 && t < 86400 ? (unsigned)t : 120;
 }
 
+/* Every ended exchange, by route template ("none" for unmatched paths; the
+ * metrics leave out /metrics, /health and the like themselves). */
+static void on_http_end(void *ud, const char *method, const char *path, int status, double seconds,
+                        size_t request_bytes, size_t response_bytes) {
+    api_server *s = ud;
+    const char *handler = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !handler; i++)
+        if (!strcmp(routes[i].path, path)) handler = routes[i].path;
+    metrics_http_observe(s->ctx->metrics, handler, method, status, seconds, (int64_t)request_bytes,
+                         (int64_t)response_bytes);
+}
+
 vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api_server **out) {
     *out = NULL;
     api_server *s = calloc(1, sizeof *s);
@@ -398,6 +406,7 @@ vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api
         .access_log = cfg->access_log,
         .handler = handle,
         .handler_ud = s,
+        .on_end = ctx->metrics ? on_http_end : NULL,
     };
     log_info("Available routes are:");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)

@@ -118,9 +118,19 @@ struct frontend {
     /* output thread only */
     fe_req **buckets;
     size_t num_buckets, num_registered;
-    char *text;
+    char *text;          /* a step's delta texts, each NUL-terminated (fe_pend) */
     size_t text_len, text_cap;
+    struct fe_pend *pend; /* (cap_pend) per output of the step being handled */
+    size_t cap_pend;
 };
+
+/* What the first pass over a step found for one output (see output_main). */
+typedef struct fe_pend {
+    bool deliver;                 /* a delta goes to the sink */
+    int32_t stop_index;           /* the stop string that matched, else -1 */
+    vllm_finish_reason engine_finish;
+    size_t text_off, text_len;    /* in f->text */
+} fe_pend;
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -522,10 +532,18 @@ static bool in_stop_ids(const fe_req *r, int32_t id) {
     return false;
 }
 
-/* Detokenizes one sequence's new tokens, applies stop strings, delivers the delta. */
-static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o) {
+/* First pass (before the step observer): detokenizes one output's new
+ * tokens and applies stop strings, the text going to f->text. */
+static void prepare_out(frontend *f, const vllm_seq_output *o, fe_pend *p) {
+    *p = (fe_pend){.stop_index = -1, .engine_finish = o->finish_reason};
+    fe_req *r = registry_find(f, o->request_id);
+    if (!r || o->index < 0 || o->index >= r->sp.n) return;
+    fe_seq *s = &r->seqs[o->index];
+    if (s->done_engine || s->done_fe || (o->num_new_tokens == 0 && o->finish_reason == VLLM_FINISH_NONE))
+        return;
+    p->deliver = true;
+    p->text_off = f->text_len;
     const int32_t *toks = o->new_token_ids;
-    f->text_len = 0;
     bool stop_terminated = o->finish_reason == VLLM_FINISH_STOP && o->stop_token_id >= 0;
     int32_t ndetok = o->num_new_tokens - (stop_terminated && !r->include_stop && o->num_new_tokens > 0 ? 1 : 0);
     int32_t stop_index = -1;
@@ -561,13 +579,23 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o)
             oom |= !text_append(f, u.text, u.len);
         }
     }
-    if (oom) log_error("request %s: out of memory building output text; some text is lost", r->id);
+    p->text_len = f->text_len - p->text_off;
+    oom |= !text_append(f, "", 1); /* the NUL after this delta's text */
+    if (oom) {
+        log_error("request %s: out of memory building output text; some text is lost", r->id);
+        p->text_off = p->text_len = 0;
+    }
+    p->stop_index = stop_index;
+}
 
+/* Second pass (after the step observer): the delta to the sink. */
+static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o, const fe_pend *p) {
+    bool stop_terminated = o->finish_reason == VLLM_FINISH_STOP && o->stop_token_id >= 0;
     frontend_delta d = {
         .index = o->index,
-        .text = f->text ? f->text : "",
-        .text_len = f->text_len,
-        .token_ids = toks,
+        .text = f->text && p->text_len ? f->text + p->text_off : "",
+        .text_len = p->text_len,
+        .token_ids = o->new_token_ids,
         .num_tokens = o->num_new_tokens,
         .logprobs = o->new_logprobs,
         .finish_reason = o->finish_reason,
@@ -576,9 +604,9 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o)
         .num_prompt_tokens = r->num_prompt_tokens,
         .num_cached_tokens = r->num_cached,
     };
-    if (stop_index >= 0) {
+    if (p->stop_index >= 0) {
         d.finish_reason = VLLM_FINISH_STOP;
-        d.stop_str = r->stop[stop_index];
+        d.stop_str = r->stop[p->stop_index];
         if (o->finish_reason == VLLM_FINISH_NONE) enqueue(f, CMD_STOP_SEQ, r->id, o->index);
     } else if (stop_terminated && in_stop_ids(r, o->stop_token_id)) {
         d.stop_token_id = o->stop_token_id;
@@ -587,15 +615,14 @@ static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o)
     r->sink.on_delta(r->sink.ud, &d);
 }
 
-static void process_out(frontend *f, const vllm_seq_output *o) {
+static void process_out(frontend *f, const vllm_seq_output *o, const fe_pend *p) {
     fe_req *r = registry_find(f, o->request_id);
     if (!r || o->index < 0 || o->index >= r->sp.n) return;
     fe_seq *s = &r->seqs[o->index];
     if (s->done_engine) return;
     if (o->num_prompt_tokens > 0) r->num_prompt_tokens = o->num_prompt_tokens;
     if (o->num_cached_tokens > r->num_cached) r->num_cached = o->num_cached_tokens;
-    if (!s->done_fe && (o->num_new_tokens > 0 || o->finish_reason != VLLM_FINISH_NONE))
-        deliver(f, r, s, o);
+    if (p->deliver) deliver(f, r, s, o, p);
     if (o->finish_reason != VLLM_FINISH_NONE) {
         s->done_engine = true;
         if (++r->num_engine_done == r->sp.n) request_done(f, r);
@@ -643,12 +670,24 @@ static void *output_main(void *arg) {
             fe_batch *b = list;
             list = b->next;
             for (size_t i = 0; i < b->n_added; i++) register_added(f, b, &b->added[i]);
+            /* Two passes, so that the observer sees the finishes the clients
+             * will see (a stop string matched in a step where the engine
+             * also stopped for length reads STOP) before any client does. */
+            if (!grow((void **)&f->pend, &f->cap_pend, b->n_outs, sizeof *f->pend)) {
+                log_error("frontend: out of memory handling a step; its outputs are lost");
+                b->n_outs = 0;
+            }
+            f->text_len = 0;
+            for (size_t i = 0; i < b->n_outs; i++) prepare_out(f, &b->outs[i], &f->pend[i]);
             if (b->has_step && f->observer) {
+                for (size_t i = 0; i < b->n_outs; i++)
+                    if (f->pend[i].stop_index >= 0) b->outs[i].finish_reason = VLLM_FINISH_STOP;
                 vllm_step_output view = {.timestamp = b->timestamp, .num_outputs = (int32_t)b->n_outs,
                                          .outputs = b->outs, .stats = b->stats};
                 f->observer(f->observer_ud, &view);
+                for (size_t i = 0; i < b->n_outs; i++) b->outs[i].finish_reason = f->pend[i].engine_finish;
             }
-            for (size_t i = 0; i < b->n_outs; i++) process_out(f, &b->outs[i]);
+            for (size_t i = 0; i < b->n_outs; i++) process_out(f, &b->outs[i], &f->pend[i]);
             if (b->has_step) {
                 pthread_mutex_lock(&f->mu);
                 f->stats = b->stats;
@@ -737,6 +776,7 @@ void frontend_free(frontend *f) {
     vllm_engine_free(f->engine);
     free(f->buckets);
     free(f->text);
+    free(f->pend);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->engine_cv);
     pthread_cond_destroy(&f->output_cv);

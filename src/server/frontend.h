@@ -91,8 +91,10 @@ bool frontend_wait_idle(frontend *f, double seconds);
 
 /* Sees every engine step's output (a copy with the engine's events and
  * scheduler stats), on the output thread, in order, before the step's deltas
- * go to the sinks: where metrics (vLLM's stat loggers) hook in. Borrowed for
- * the call. Set it before the first request. */
+ * go to the sinks: where metrics (vLLM's stat loggers) hook in. A sequence a
+ * stop string ended in this step reads finish_reason STOP (as its client
+ * will see it), whatever the engine said. Borrowed for the call. Set it
+ * before the first request. */
 typedef void (*frontend_step_fn)(void *ud, const vllm_step_output *out);
 void frontend_set_step_observer(frontend *f, frontend_step_fn fn, void *ud);
 

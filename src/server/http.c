@@ -56,6 +56,8 @@ struct http_request {
     char *method, *path;
     char version[16];
     int status;       /* the status queued (for the access log) */
+    double t0;        /* monotonic, when the request line came in (on_end) */
+    size_t bytes_out; /* response body bytes handed to MHD (on_end) */
     /* body, accumulated on the MHD thread before the handler runs */
     char *body;
     size_t body_len, body_cap;
@@ -88,6 +90,12 @@ struct http_server {
     http_request *live;
     int num_live;
 };
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void request_free(http_request *r) {
     pthread_mutex_destroy(&r->mu);
@@ -187,6 +195,7 @@ void http_respond(http_request *r, int status, const char *content_type, const c
     }
     r->responded = true;
     r->status = status;
+    r->bytes_out = len;
     if (queue_buffer(r, status, content_type, body, len) != MHD_YES)
         log_warn("http: could not queue a %d response for %s %s", status, r->method, r->path);
 }
@@ -294,6 +303,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         n = (ssize_t)(avail < max ? avail : max);
         memcpy(buf, r->sbuf + r->soff, (size_t)n);
         r->soff += (size_t)n;
+        r->bytes_out += (size_t)n;
     } else if (r->stream_end) {
         n = MHD_CONTENT_READER_END_OF_STREAM;
     } else {
@@ -323,6 +333,7 @@ static enum MHD_Result queue_error(http_request *r, int status, const char *msg)
                      "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%d}}",
                      msg, status_phrase(status), status);
     r->status = status;
+    r->bytes_out = (size_t)n;
     return queue_buffer(r, status, "application/json", body, (size_t)n);
 }
 
@@ -340,8 +351,10 @@ static enum MHD_Result serve_deferred(http_request *r) {
     if (r->responded) return MHD_YES; /* already queued; MHD is sending it */
     r->responded = true;
     r->status = r->pend_status;
-    if (kind == PENDING_FINISH)
+    if (kind == PENDING_FINISH) {
+        r->bytes_out = r->pend_len;
         return queue_buffer(r, r->pend_status, r->pend_ctype, r->pend_body, r->pend_len);
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, r, NULL);
     if (!resp) return MHD_NO;
@@ -361,6 +374,7 @@ static http_request *request_create(http_server *s, struct MHD_Connection *c, co
     atomic_init(&r->refs, 1);
     r->srv = s;
     r->conn = c;
+    r->t0 = mono_now();
     r->method = strdup(method);
     r->path = strdup(url);
     if (!r->method || !r->path) {
@@ -489,6 +503,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     pthread_mutex_unlock(&r->mu);
     if (fn) fn(arg, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (s->cfg.access_log) access_log(r, toe);
+    if (s->cfg.on_end)
+        s->cfg.on_end(s->cfg.handler_ud, r->method, r->path, r->status, mono_now() - r->t0,
+                      r->body_len, r->bytes_out);
     pthread_mutex_lock(&s->mu);
     if (r->prev) r->prev->next = r->next;
     else s->live = r->next;

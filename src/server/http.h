@@ -20,6 +20,9 @@
  * exchange ended are harmless no-ops. http_request_on_close() registers a
  * callback run once when the exchange ends, with completed=false when the
  * client disconnected or the response could not be sent.
+ *
+ * The server's on_end hook (optional) sees every exchange when it ends, on
+ * the MHD thread: for HTTP metrics (prometheus_fastapi_instrumentator).
  */
 #ifndef VLLM_SERVER_HTTP_H
 #define VLLM_SERVER_HTTP_H
@@ -34,6 +37,11 @@ typedef struct http_request http_request;
 
 typedef void (*http_handler_fn)(void *ud, http_request *req);
 typedef void (*http_close_fn)(void *arg, bool completed);
+/* An exchange ended: status is the one queued (0 if none was), seconds from
+ * its first byte to its end (streaming included), request_bytes the body
+ * received, response_bytes the body handed to the socket. */
+typedef void (*http_end_fn)(void *ud, const char *method, const char *path, int status,
+                            double seconds, size_t request_bytes, size_t response_bytes);
 
 typedef struct http_server_config {
     const char *host;      /* NULL or "" = every interface (IPv4 and IPv6) */
@@ -43,7 +51,8 @@ typedef struct http_server_config {
     unsigned timeout_s;    /* idle keep-alive timeout; 0 = none */
     bool access_log;       /* log each exchange as uvicorn does */
     http_handler_fn handler;
-    void *handler_ud;
+    void *handler_ud;      /* also on_end's */
+    http_end_fn on_end;    /* NULL: none */
 } http_server_config;
 
 vllm_status http_server_start(const http_server_config *cfg, http_server **out);

@@ -6,7 +6,14 @@
  *
  * A call's mutex serialises the sink callbacks (output thread) with its
  * submission (MHD thread) and the HTTP close callback (MHD thread); lock
- * order is call -> http request, never the reverse.
+ * order is call -> http request, never the reverse (and call -> metrics).
+ *
+ * Metrics: each engine request is announced (metrics_request_arrived)
+ * before the frontend can output for it and forgotten if it never reaches
+ * the engine; the engine's steps reach the metrics through the frontend's
+ * step observer, before the step's deltas; every finish a client sees is
+ * reported too, which records the ones the front end decides (stop strings,
+ * a dead engine) and is ignored for those the engine step already reported.
  */
 #include "server/serving.h"
 
@@ -18,6 +25,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "metrics/metrics.h"
 #include "sample/sampler.h"
 
 /* the call's lock lives beside it; kept out of serving.h's struct on purpose
@@ -27,6 +35,7 @@ typedef struct call_box {
     pthread_mutex_t mu;
     int32_t num_submitted;
     bool *added_ok; /* (num_prompts) */
+    bool *metered;  /* (num_prompts) metrics_request_arrived succeeded; shares added_ok's block */
     bool aborted;   /* abort_all ran */
 } call_box;
 
@@ -75,6 +84,7 @@ serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_requ
     c->req = *req;
     memset(req, 0, sizeof *req); /* moved */
     c->created = (int64_t)time(NULL);
+    c->arrival = vllm_monotonic_time();
     const char *hdr = http_request_header(http, "X-Request-Id");
     const char *base = hdr && *hdr ? hdr : c->req.request_id;
     if (base && *base) snprintf(c->id, sizeof c->id, "%s%s", id_prefix, base);
@@ -306,6 +316,11 @@ static void on_added(void *ud, vllm_status rc, const char *error) {
         }
     } else {
         c->num_add_failed++;
+        if (b->metered[u->prompt]) {
+            char id[160];
+            engine_id(c, u->prompt, id, sizeof id);
+            metrics_request_released(c->ctx->metrics, id);
+        }
         if (!c->add_error.status) {
             if (rc == VLLM_ERR_FULL) openai_fail(&c->add_error, 503, "Service Unavailable", NULL, "%s", error);
             else if (rc == VLLM_ERR_NOMEM) openai_fail(&c->add_error, 500, "Internal Server Error", NULL, "%s", error);
@@ -345,6 +360,11 @@ static void on_delta(void *ud, const frontend_delta *d) {
     serving_call *c = u->call;
     call_box *b = box_of(c);
     pthread_mutex_lock(&b->mu);
+    if (d->finish_reason != VLLM_FINISH_NONE && c->ctx->metrics) { /* before the client can see it */
+        char id[160];
+        engine_id(c, u->prompt, id, sizeof id);
+        metrics_sequence_finished(c->ctx->metrics, id, d->index, d->finish_reason, vllm_monotonic_time());
+    }
     int32_t ci = u->prompt * c->n + d->index;
     if (c->responded || ci < 0 || ci >= c->num_choices || c->choices[ci].finished) goto out;
     serving_choice *ch = &c->choices[ci];
@@ -456,7 +476,8 @@ void serving_submit(serving_call *c) {
     }
     c->num_choices = c->num_prompts * c->n;
     c->choices = calloc((size_t)c->num_choices, sizeof *c->choices);
-    b->added_ok = calloc((size_t)c->num_prompts, sizeof *b->added_ok);
+    b->added_ok = calloc(2 * (size_t)c->num_prompts, sizeof *b->added_ok);
+    b->metered = b->added_ok ? b->added_ok + c->num_prompts : NULL;
     c->streaming = c->req.stream;
     c->last_probe = now_mono();
     http_request_defer(c->http);
@@ -493,8 +514,16 @@ void serving_submit(serving_call *c) {
             *u = (sink_ud){c, i};
             frontend_sink sink = {on_added, on_delta, on_done, u};
             atomic_fetch_add(&c->refs, 1); /* released by on_done */
+            if (ctx->metrics) {
+                if (metrics_request_arrived(ctx->metrics, id, c->arrival, q.num_prompt_ids, q.sp.n,
+                                            q.sp.max_tokens) == VLLM_OK)
+                    b->metered[i] = true;
+                else
+                    log_warn("%s: not in the metrics: %s", id, vllm_errmsg());
+            }
             rc = frontend_add_request(ctx->fe, &q, &sink);
             if (rc != VLLM_OK) {
+                if (b->metered[i]) metrics_request_released(ctx->metrics, id);
                 atomic_fetch_sub(&c->refs, 1);
                 free(u);
             }

@@ -27,12 +27,14 @@
 #include "server/http.h"
 #include "server/openai_protocol.h"
 typedef struct chat_template chat_template; /* template/chat_template.h */
+typedef struct metrics metrics;             /* metrics/metrics.h */
 #include "tokenizer/tokenizer.h"
 
 /* What every call reads; set up at start-up, read-only afterwards (except
  * the counters). */
 typedef struct serving_ctx {
     frontend *fe;
+    metrics *metrics;                    /* NULL: none; the caller feeds it engine steps */
     const tokenizer *tok;
     const chat_template *chat_template;  /* NULL: the model has none */
     const json_t *tokenizer_config;      /* for templates sent with requests; may be NULL */
@@ -121,6 +123,7 @@ struct serving_call {
     const char *model_name;
     char id[80];                 /* cmpl-... / chatcmpl-... */
     int64_t created;
+    double arrival;              /* vllm_monotonic_time() when the call was parsed (metrics) */
     int32_t n;
     int32_t logprobs;            /* -1 = none, else top-N */
     serving_prompt *prompts;

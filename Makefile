@@ -9,6 +9,7 @@
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
 #   make test       set up (Debian/npm packages), build, run the whole suite
 #   make run        generate from the bundled model
+#   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
 #   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
 #
 # Sources are found by wildcard: a new src/<subsystem>/<concept>.c is built without
@@ -61,7 +62,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins
+.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins soak
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS)
 
@@ -109,6 +110,10 @@ fuzz-bins: $(FUZZ_BINS)
 
 fuzz: fuzz-build
 	@fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+soak: all
+	SOAK_REQUESTS=10000 SOAK_CLIENTS=64 SOAK_SECONDS=600 BUILD_DIR=$(CURDIR)/$(BUILD) \
+	    VLLMC=$(CURDIR)/$(BUILD)/vllmc tests/test_soak.sh
 
 PORT ?= 8000
 serve: setup

@@ -21,10 +21,12 @@ static void fuzz_report(const char *file, int line, const char *fmt, ...) __attr
 #define FUZZ_REPORT(...) fuzz_report(__FILE__, __LINE__, __VA_ARGS__)
 #define FUZZ_NO_MAIN
 
+#include "../fuzz/fuzz_chat_template.c"
 #include "../fuzz/fuzz_config.c"
 #include "../fuzz/fuzz_detokenizer.c"
 #include "../fuzz/fuzz_encode.c"
 #include "../fuzz/fuzz_gguf.c"
+#include "../fuzz/fuzz_openai_request.c"
 #include "../fuzz/fuzz_safetensors.c"
 #include "../fuzz/fuzz_tokenizer_json.c"
 
@@ -103,6 +105,8 @@ TEST(fuzz_config) { fuzz_replay("config", fuzz_config_init, fuzz_config_one); }
 TEST(fuzz_tokenizer_json) { fuzz_replay("tokenizer_json", fuzz_tokenizer_json_init, fuzz_tokenizer_json_one); }
 TEST(fuzz_encode) { fuzz_replay("encode", fuzz_encode_init, fuzz_encode_one); }
 TEST(fuzz_detokenizer) { fuzz_replay("detokenizer", fuzz_detokenizer_init, fuzz_detokenizer_one); }
+TEST(fuzz_openai_request) { fuzz_replay("openai_request", fuzz_openai_request_init, fuzz_openai_request_one); }
+TEST(fuzz_chat_template) { fuzz_replay("chat_template", fuzz_chat_template_init, fuzz_chat_template_one); }
 
 /* The checks themselves must be able to fail: a round trip that is off by
  * one byte, and a safetensors file whose tensor lies past its data. */
@@ -130,6 +134,9 @@ int main(void) {
     RUN(fuzz_tokenizer_json);
     RUN(fuzz_encode);
     RUN(fuzz_detokenizer);
+    RUN(fuzz_openai_request);
+    RUN(fuzz_chat_template);
     for (int i = 0; i < FUZZ_TOK_COUNT; i++) tokenizer_free(fuzz_toks[i]);
+    for (int i = 0; i < 2; i++) free(fuzz_template_real[i]);
     return harness_done();
 }

@@ -50,7 +50,9 @@ static void usage(FILE *f) {
             "  --disable-log-stats             no periodic stats log line (every\n"
             "                                  VLLM_LOG_STATS_INTERVAL s, default 10)\n"
             "  --show-hidden-metrics-for-version X.Y  also export the metrics deprecated\n"
-            "                                  after X.Y (0.10: the hidden ones, see docs/metrics.md)\n");
+            "                                  after X.Y (0.10: the hidden ones, see docs/metrics.md)\n"
+            "  --max-num-queued-reqs N         sequences queued or running (n counts n) beyond which\n"
+            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n");
     engine_args_usage(f);
 }
 
@@ -111,6 +113,7 @@ int cmd_serve(int argc, char **argv) {
     int num_names = 0, num_keys = 0;
     int32_t max_logprobs = VLLM_MAX_LOGPROBS;
     int64_t max_body = 32 << 20;
+    int64_t max_queued = 1024;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     const char *hidden_version = NULL;
@@ -170,7 +173,7 @@ int cmd_serve(int argc, char **argv) {
         static const char *const valued[] = {"--host", "--port", "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
-                                             "--show-hidden-metrics-for-version", NULL};
+                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -213,6 +216,8 @@ int cmd_serve(int argc, char **argv) {
             max_body = num;
         } else if (!strcmp(name, "--api-server-threads")) {
             http_threads = num < 1 ? 1 : num > 64 ? 64 : (int)num;
+        } else if (!strcmp(name, "--max-num-queued-reqs")) {
+            max_queued = num;
         }
     }
     const char *env_key = getenv("VLLM_API_KEY");
@@ -329,6 +334,8 @@ int cmd_serve(int argc, char **argv) {
     ctx.model_root = ea.model;
     ctx.max_model_len = info.max_model_len;
     ctx.max_logprobs = max_logprobs;
+    ctx.max_num_queued_reqs = max_queued;
+    atomic_init(&ctx.num_queued_seqs, 0);
     ctx.policy = info.scheduling_policy;
     ctx.trust_request_chat_template = trust_template;
     ctx.enable_force_include_usage = force_usage;

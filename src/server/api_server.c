@@ -368,6 +368,17 @@ static void handle(void *ud, http_request *r) {
     http_respond(r, 404, "application/json", body, sizeof body - 1);
 }
 
+/* Seconds a connection may sit idle (no bytes either way, not waiting for
+ * the engine) before it is closed: slowloris clients and dead peers cost a
+ * socket only this long. VLLM_HTTP_TIMEOUT_KEEP_ALIVE as in vLLM (which
+ * hands it to uvicorn; its default is 5 s, ours 120 s because libmicrohttpd
+ * applies it to every idle period, not only between requests). */
+static unsigned http_timeout_s(void) {
+    const char *v = getenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE");
+    long t = v && *v ? strtol(v, NULL, 10) : 120;
+    return t > 0 && t < 86400 ? (unsigned)t : 120;
+}
+
 /* Every ended exchange, by route template ("none" for unmatched paths; the
  * metrics leave out /metrics, /health and the like themselves). */
 static void on_http_end(void *ud, const char *method, const char *path, int status, double seconds,
@@ -391,7 +402,7 @@ vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api
         .port = cfg->port,
         .max_body_bytes = cfg->max_body_bytes,
         .num_threads = cfg->num_http_threads,
-        .timeout_s = 120,
+        .timeout_s = http_timeout_s(),
         .access_log = cfg->access_log,
         .handler = handle,
         .handler_ud = s,

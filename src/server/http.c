@@ -74,6 +74,9 @@ struct http_request {
     bool stream_end;
     http_close_fn close_fn;
     void *close_arg;
+    /* extra response headers (http_request_add_header), set inside the handler */
+    char *xhdr_name[HTTP_MAX_EXTRA_HEADERS], *xhdr_value[HTTP_MAX_EXTRA_HEADERS];
+    int num_xhdr;
     /* server's list of live exchanges (srv->mu) */
     http_request *prev, *next;
 };
@@ -102,6 +105,10 @@ static void request_free(http_request *r) {
     free(r->pend_ctype);
     free(r->pend_body);
     free(r->sbuf);
+    for (int i = 0; i < r->num_xhdr; i++) {
+        free(r->xhdr_name[i]);
+        free(r->xhdr_value[i]);
+    }
     free(r);
 }
 
@@ -152,13 +159,30 @@ void http_request_on_close(http_request *r, http_close_fn fn, void *arg) {
     pthread_mutex_unlock(&r->mu);
 }
 
-static enum MHD_Result queue_buffer(struct MHD_Connection *c, int status, const char *ctype,
-                                    const char *body, size_t len) {
+void http_request_add_header(http_request *r, const char *name, const char *value) {
+    if (!r->in_handler || r->num_xhdr == HTTP_MAX_EXTRA_HEADERS) return;
+    char *n = strdup(name), *v = strdup(value);
+    if (!n || !v) {
+        free(n);
+        free(v);
+        return;
+    }
+    r->xhdr_name[r->num_xhdr] = n;
+    r->xhdr_value[r->num_xhdr++] = v;
+}
+
+static void add_extra_headers(const http_request *r, struct MHD_Response *resp) {
+    for (int i = 0; i < r->num_xhdr; i++) MHD_add_response_header(resp, r->xhdr_name[i], r->xhdr_value[i]);
+}
+
+static enum MHD_Result queue_buffer(http_request *r, int status, const char *ctype, const char *body,
+                                    size_t len) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
+    add_extra_headers(r, resp);
+    enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ok;
 }
@@ -172,7 +196,7 @@ void http_respond(http_request *r, int status, const char *content_type, const c
     r->responded = true;
     r->status = status;
     r->bytes_out = len;
-    if (queue_buffer(r->conn, status, content_type, body, len) != MHD_YES)
+    if (queue_buffer(r, status, content_type, body, len) != MHD_YES)
         log_warn("http: could not queue a %d response for %s %s", status, r->method, r->path);
 }
 
@@ -224,7 +248,7 @@ void http_request_start_stream(http_request *r, int status, const char *content_
 bool http_request_write(http_request *r, const char *data, size_t len) {
     bool ok = false, resume = false;
     pthread_mutex_lock(&r->mu);
-    if (!r->ended && !r->stream_end) {
+    if (!r->ended && !r->stream_end && r->slen - r->soff + len <= HTTP_STREAM_MAX_PENDING) {
         if (r->soff > 0 && r->soff == r->slen) r->soff = r->slen = 0;
         if (r->slen + len > r->scap) {
             if (r->soff > 0) { /* compact before growing */
@@ -310,7 +334,7 @@ static enum MHD_Result queue_error(http_request *r, int status, const char *msg)
                      msg, status_phrase(status), status);
     r->status = status;
     r->bytes_out = (size_t)n;
-    return queue_buffer(r->conn, status, "application/json", body, (size_t)n);
+    return queue_buffer(r, status, "application/json", body, (size_t)n);
 }
 
 /* Runs the deferred action if there is one, else suspends until there is. */
@@ -329,13 +353,14 @@ static enum MHD_Result serve_deferred(http_request *r) {
     r->status = r->pend_status;
     if (kind == PENDING_FINISH) {
         r->bytes_out = r->pend_len;
-        return queue_buffer(r->conn, r->pend_status, r->pend_ctype, r->pend_body, r->pend_len);
+        return queue_buffer(r, r->pend_status, r->pend_ctype, r->pend_body, r->pend_len);
     }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, r, NULL);
     if (!resp) return MHD_NO;
     if (r->pend_ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->pend_ctype);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_extra_headers(r, resp);
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)r->pend_status, resp);
     MHD_destroy_response(resp);
     return ok;

@@ -75,6 +75,11 @@ const char *http_request_header(http_request *r, const char *name);
 const char *http_request_query(http_request *r, const char *key);
 
 /* ---- responding --------------------------------------------------------- */
+/* Inside the handler, before responding or deferring: one more header on
+ * whatever response this exchange gets (e.g. Retry-After on a 503). At most
+ * HTTP_MAX_EXTRA_HEADERS; name and value are copied. */
+#define HTTP_MAX_EXTRA_HEADERS 4
+void http_request_add_header(http_request *r, const char *name, const char *value);
 /* A complete response from inside the handler; body is copied. */
 void http_respond(http_request *r, int status, const char *content_type, const char *body,
                   size_t len);
@@ -87,7 +92,10 @@ void http_request_finish(http_request *r, int status, const char *content_type,
  * body follows as written (chunked transfer encoding). */
 void http_request_start_stream(http_request *r, int status, const char *content_type);
 /* Appends body bytes (copied) to a started stream; false if the exchange has
- * ended (the client is gone) or no memory. */
+ * ended (the client is gone), no memory, or the client reads so slowly that
+ * HTTP_STREAM_MAX_PENDING bytes are already queued (the caller then treats
+ * it as gone: per-client memory stays bounded whatever the client does). */
+#define HTTP_STREAM_MAX_PENDING ((size_t)16 << 20)
 bool http_request_write(http_request *r, const char *data, size_t len);
 /* Ends the stream once the queued bytes are sent. */
 void http_request_end_stream(http_request *r);

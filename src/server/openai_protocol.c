@@ -82,9 +82,11 @@ json_t *openai_json_text(const char *s, size_t len) {
 
 char *openai_error_body(const openai_error *e) {
     json_t *err = json_object();
-    json_object_set_new(err, "message", json_string(e->message));
+    /* a message quoting the request (or cut at its buffer size) may hold invalid
+     * UTF-8, which json_string() would refuse, dropping the message */
+    json_object_set_new(err, "message", openai_json_text(e->message, strlen(e->message)));
     json_object_set_new(err, "type", json_string(e->type ? e->type : TYPE_VALUE));
-    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "param", e->param[0] ? openai_json_text(e->param, strlen(e->param)) : json_null());
     json_object_set_new(err, "code", json_integer(e->status));
     json_t *root = json_object();
     json_object_set_new(root, "error", err);
@@ -863,6 +865,11 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
     if (r->has_max_tokens && r->max_tokens < max_tokens) max_tokens = r->max_tokens;
     if (d && d->has_max_tokens && d->max_tokens < max_tokens) max_tokens = d->max_tokens;
     if (!r->chat && r->echo && r->has_max_tokens && r->max_tokens == 0) max_tokens = 1;
+    /* SamplingParams' -1 ("up to max_model_len") is internal; from a request it
+     * is an error, as in vLLM */
+    if (max_tokens < 1)
+        return openai_fail(e, 400, TYPE_VALUE, r->chat ? "max_completion_tokens" : "max_tokens",
+                           "max_tokens must be at least 1, got %lld.", (long long)max_tokens);
 
     sp->n = r->n;
     sp->temperature = (float)(r->has_temperature ? r->temperature
@@ -895,6 +902,8 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         char field[64];
         snprintf(field, sizeof field, "%.*s", (int)flen, msg);
         if (!strcmp(field, "max_tokens") && r->chat) strcpy(field, "max_completion_tokens");
+        if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
+            strcpy(field, r->chat ? "top_logprobs" : "logprobs");
         return openai_fail(e, 400, TYPE_VALUE, field, "%s", msg);
     }
     for (int32_t i = 0; i < r->num_stop; i++)

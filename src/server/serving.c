@@ -97,6 +97,7 @@ void serving_call_release(serving_call *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     call_box *b = box_of(c);
     atomic_fetch_sub(&c->ctx->server_load, 1);
+    if (c->admitted_seqs) atomic_fetch_sub(&c->ctx->num_queued_seqs, c->admitted_seqs);
     for (int32_t i = 0; i < c->num_prompts; i++) {
         free(c->prompts[i].ids);
         free(c->prompts[i].text);
@@ -437,9 +438,42 @@ static void on_http_close(void *arg, bool completed) {
     serving_call_release(c);
 }
 
+/* Admission control, inside the handler: takes num_prompts * n slots of
+ * ctx->max_num_queued_reqs, or answers 503 + Retry-After and returns false.
+ * The slots are given back when the call is released (every sequence done
+ * and the exchange over), so what the server holds for queued work -- bodies,
+ * prompts, output buffers -- is bounded by the limit. */
+static bool admit(serving_call *c) {
+    serving_ctx *ctx = c->ctx;
+    int64_t want = (int64_t)c->num_prompts * c->n, max = ctx->max_num_queued_reqs;
+    openai_error e;
+    if (max > 0 && want > max) { /* could never be admitted: the request's fault (nothing taken) */
+        openai_fail(&e, 400, "BadRequestError", "n",
+                    "This request needs %lld sequences (%d prompts x n=%d), more than the server "
+                    "ever queues (--max-num-queued-reqs %lld).",
+                    (long long)want, c->num_prompts, c->n, (long long)max);
+        serving_respond_error(c->http, &e);
+        return false;
+    }
+    int64_t now = atomic_fetch_add(&ctx->num_queued_seqs, want) + want;
+    c->admitted_seqs = want; /* given back by serving_call_release */
+    if (max <= 0 || now <= max) return true;
+    openai_fail(&e, 503, "Service Unavailable", NULL,
+                "The server is overloaded: %lld sequences are queued or running and this request "
+                "needs %lld more (--max-num-queued-reqs %lld). Retry later.",
+                (long long)(now - want), (long long)want, (long long)max);
+    http_request_add_header(c->http, "Retry-After", "1");
+    serving_respond_error(c->http, &e);
+    return false;
+}
+
 void serving_submit(serving_call *c) {
     call_box *b = box_of(c);
     serving_ctx *ctx = c->ctx;
+    if (!admit(c)) {
+        serving_call_release(c);
+        return;
+    }
     c->num_choices = c->num_prompts * c->n;
     c->choices = calloc((size_t)c->num_choices, sizeof *c->choices);
     b->added_ok = calloc(2 * (size_t)c->num_prompts, sizeof *b->added_ok);

@@ -50,6 +50,12 @@ typedef struct serving_ctx {
     const char *response_role;           /* "assistant" */
     bool log_requests;
     atomic_llong server_load;            /* calls in flight (GET /load) */
+    /* Admission control (--max-num-queued-reqs): sequences admitted and not
+     * yet released (waiting + running; a call counts num_prompts * n). A
+     * call that would take it past max_num_queued_reqs gets 503 with
+     * Retry-After instead of queueing; 0 = unbounded. */
+    int64_t max_num_queued_reqs;
+    atomic_llong num_queued_seqs;
     atomic_ullong next_id;
 } serving_ctx;
 
@@ -131,6 +137,7 @@ struct serving_call {
     bool streaming, responded;
     double last_probe;
     atomic_bool http_gone;
+    int64_t admitted_seqs;       /* counted in ctx->num_queued_seqs until release */
 };
 
 /* Submits the call's prompts (ctx, http, req, fmt, prompts, sp, n filled in).

@@ -145,7 +145,13 @@ cmp_eq metrics_server_idle_waiting "$(val "$tmp/m2" vllm:num_requests_waiting)" 
 cmp_eq metrics_server_idle_kv_usage "$(val "$tmp/m2" vllm:kv_cache_usage_perc)" 0
 
 # ---- the log line -------------------------------------------------------------------------
-if grep -Eq 'INFO [0-9-]+ [0-9:]+ \[[a-z_]+\.c:[0-9]+\] Engine 000: Avg prompt throughput: [0-9]+\.[0-9] tokens/s, Avg generation throughput: [0-9]+\.[0-9] tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, GPU KV cache usage: [0-9]+\.[0-9]%, Prefix cache hit rate: [0-9]+\.[0-9]%$' "$S_LOG"; then
+# the logger ticks every second (VLLM_LOG_STATS_INTERVAL=1): the interval that saw the
+# load's tokens may close up to a second after the load ends, so wait for it
+log_line_seen() {
+  grep -Eq 'INFO [0-9-]+ [0-9:]+ \[[a-z_]+\.c:[0-9]+\] Engine 000: Avg prompt throughput: [0-9]+\.[0-9] tokens/s, Avg generation throughput: [0-9]+\.[0-9] tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, GPU KV cache usage: [0-9]+\.[0-9]%, Prefix cache hit rate: [0-9]+\.[0-9]%$' "$S_LOG"
+}
+for _ in $(seq 30); do log_line_seen && break; sleep 0.1; done
+if log_line_seen; then
   echo "ok metrics_server_log_line"
 else echo "FAIL metrics_server_log_line: $(grep 'Engine 000' "$S_LOG" | head -2)"; fi
 

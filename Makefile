@@ -2,12 +2,13 @@
 #
 #   make            release build
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
-#                   LeakSanitizer on): tests/run.sh build-san, or make test SAN=1
+#                   LeakSanitizer on): tests/run.sh build-san
 #   make TSAN=1     ThreadSanitizer build (into build-tsan/): tests/run.sh build-tsan
 #   make fuzz       libFuzzer targets fuzz/fuzz_*.c built with clang into build-fuzz/,
 #                   each run FUZZ_SECONDS (60) from its seed corpus; needs
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
-#   make test       set up (Debian/npm packages), build, run the whole suite
+#   make test       set up (Debian/npm packages), build release and ASan+UBSan, run the
+#                   whole suite on both
 #   make run        generate from the bundled model
 #   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
 #   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
@@ -96,9 +97,12 @@ $(BUILD)/obj/%.o: %.c
 setup:
 	@scripts/setup.sh
 
+# The suite runs twice: on the release build and on the ASan+UBSan build
+# (LeakSanitizer on), with one "N passed, N failed" total at the end.
 test: setup
 	@$(MAKE) --no-print-directory WERROR=1 all
-	@tests/run.sh $(BUILD)
+	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all
+	@tests/run.sh build,build-san
 
 run: setup
 	@$(MAKE) --no-print-directory all

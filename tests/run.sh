@@ -4,18 +4,23 @@
 # this counts them and ends with "N passed, N failed". Exit 1 if anything failed
 # (a test program that crashes or exits non-zero without a FAIL line counts as one
 # failure under its own name).
-#   tests/run.sh [BUILD_DIR] [FILTER]     FILTER: substring of test program names
+#   tests/run.sh [BUILD_DIR[,BUILD_DIR...]] [FILTER]
+# FILTER: substring of test program names. Several build directories (e.g.
+# build,build-san) run the whole suite once per build, with one total at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+builds=${1:-build}
 filter=${2:-}
-export VLLMC="$PWD/$build/vllmc" BUILD_DIR="$PWD/$build"
 # Sanitizer builds (make SAN=1 / TSAN=1): leaks are errors, every report fails its test
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 passed=0 failed=0
 log=$(mktemp)
+IFS=, read -r -a build_list <<< "$builds"
+for build in "${build_list[@]}"; do
+export VLLMC="$PWD/$build/vllmc" BUILD_DIR="$PWD/$build"
+[ ${#build_list[@]} -gt 1 ] && echo "==== suite on $build/"
 for t in "$build"/tests/test_* tests/test_*.sh; do
   [ -e "$t" ] || continue
   case "$t" in *.d|*.o) continue;; esac
@@ -37,6 +42,7 @@ for t in "$build"/tests/test_* tests/test_*.sh; do
   fi
   passed=$((passed + p)); failed=$((failed + f))
   echo "   ($name: $p passed, $f failed, $(( $(date +%s) - start ))s)"
+done
 done
 rm -f "$log" "$log.err"
 echo "$passed passed, $failed failed"

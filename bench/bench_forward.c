@@ -32,7 +32,9 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static size_t tensor_bytes(const tensor *t) {
-    return t->data ? (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1) * dtype_size(t->type) : 0;
+    return t->data ? (t->ndim > 1 ? (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1])
+                                  : (size_t)t->shape[0] * dtype_size(t->type))
+                   : 0;
 }
 
 /* Sum of all weight bytes; reads one byte per page so the mmap is resident. */

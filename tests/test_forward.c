@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "harness.h"
+#include "kernels/quant.h"
 #include "model/model.h"
 #include "model/runner.h"
 
@@ -44,6 +45,20 @@ typedef struct fake_model {
 /* A (rows, cols) tensor of offset + scale * uniform values. */
 static tensor fake_tensor(fake_model *f, dtype t, int64_t rows, int64_t cols, float offset, float scale) {
     int64_t n = rows * cols;
+    if (dtype_is_quantized(t) && cols == 1) t = DTYPE_F32; /* GGUF keeps 1-D tensors in F32 */
+    if (dtype_is_quantized(t)) { /* Q8_0 / Q4_0 rows quantized from random F32 rows */
+        size_t rb = dtype_row_bytes(t, cols);
+        uint8_t *q = malloc((size_t)rows * rb);
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < cols; i++) row[i] = offset + scale * frand();
+            if (t == DTYPE_Q8_0) quant_quantize_row_q8_0(row, q + (size_t)r * rb, cols);
+            else quant_quantize_row_q4_0(row, q + (size_t)r * rb, cols);
+        }
+        free(row);
+        f->bufs[f->nbufs++] = q;
+        return (tensor){.type = t, .ndim = 2, .shape = {rows, cols}, .data = q};
+    }
     void *p = malloc((size_t)n * dtype_size(t));
     for (int64_t i = 0; i < n; i++) {
         float v = offset + scale * frand();
@@ -78,7 +93,15 @@ static fake_model *fake_model_create(model_arch arch, dtype t, bool tied) {
     c->tie_word_embeddings = tied;
     c->attention_bias = arch == MODEL_ARCH_QWEN2;
     c->qk_norm = arch == MODEL_ARCH_QWEN3;
-    int64_t dim = c->hidden_size, q = 6 * 12, kv = 2 * 12, in = c->intermediate_size;
+    if (dtype_is_quantized(t)) { /* a GGUF-like llama: block-multiple dims, interleaved RoPE */
+        c->hidden_size = 64;
+        c->intermediate_size = 96;
+        c->num_attention_heads = 4;
+        c->head_dim = 16;
+        c->rope_interleaved = true;
+    }
+    int64_t dim = c->hidden_size, in = c->intermediate_size;
+    int64_t q = (int64_t)c->num_attention_heads * c->head_dim, kv = (int64_t)c->num_key_value_heads * c->head_dim;
     float s = 0.3f;
     f->m.w.embed_tokens = fake_tensor(f, t, c->vocab_size, dim, 0, 1);
     f->m.w.layers = f->layers;
@@ -95,8 +118,8 @@ static fake_model *fake_model_create(model_arch arch, dtype t, bool tied) {
             lw->v_bias = fake_tensor(f, t, kv, 1, 0, 0.1f);
         }
         if (c->qk_norm) {
-            lw->q_norm = fake_tensor(f, t, 12, 1, 1, 0.1f);
-            lw->k_norm = fake_tensor(f, t, 12, 1, 1, 0.1f);
+            lw->q_norm = fake_tensor(f, t, c->head_dim, 1, 1, 0.1f);
+            lw->k_norm = fake_tensor(f, t, c->head_dim, 1, 1, 0.1f);
         }
         lw->post_attention_layernorm = fake_tensor(f, t, dim, 1, 1, 0.1f);
         lw->gate_proj = fake_tensor(f, t, in, dim, 0, s);
@@ -256,6 +279,18 @@ TEST(test_invariance_qwen3_f16_tied) {
     fake_model_free(f);
 }
 
+TEST(test_invariance_llama_q8_0_gguf) {
+    fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_Q8_0, false);
+    check_invariance(&f->m, "llama q8_0");
+    fake_model_free(f);
+}
+
+TEST(test_invariance_llama_q4_0_gguf_tied) {
+    fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_Q4_0, true);
+    check_invariance(&f->m, "llama q4_0");
+    fake_model_free(f);
+}
+
 /* ---- validation -------------------------------------------------------------- */
 
 TEST(test_invalid_batches) {
@@ -403,6 +438,8 @@ int main(void) {
     RUN(test_invariance_llama_f32_untied);
     RUN(test_invariance_qwen2_bf16);
     RUN(test_invariance_qwen3_f16_tied);
+    RUN(test_invariance_llama_q8_0_gguf);
+    RUN(test_invariance_llama_q4_0_gguf_tied);
     RUN(test_invalid_batches);
     RUN(test_copy_block);
     RUN(test_stories260K_greedy_golden);

@@ -67,8 +67,16 @@ typedef struct matmul_args {
     bool accumulate;
 } matmul_args;
 
-/* The fast kernel (dispatches on kernels_isa_get()). */
+typedef void (*matmul_range_fn)(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* The kernel for weights of dtype wtype (a per-dtype table filled once: the
+ * ISA's scalar-weight kernel for F32/BF16/F16, matmul_range_quant for the
+ * ggml block types). Callers may pick it once outside their loops. */
+matmul_range_fn matmul_kernel(dtype wtype);
+/* matmul_kernel(a->wtype)(a, ...). */
 void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Block-quantized W (Q8_0/Q4_0/Q4_K/Q6_K; k a multiple of the block):
+ * quant_matmul_range's fixed-order dot products plus bias/accumulate. */
+void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* The two implementations behind it, exposed for tests. avx2 requires
  * kernels_cpu_has_avx2(). */
 void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
@@ -87,6 +95,9 @@ void norm_rms_naive(float *out, const float *x, const void *w, dtype wtype, int6
  * element i pairs with i + head_dim/2, angle_i = pos * inv_freq[i].
  * cos/sin: (head_dim/2) for this token's position. */
 void rope_apply(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
+/* The same rotation on adjacent pairs: x[2i], x[2i+1] turn by angle_i (GPT-J
+ * / llama.cpp order, for the q/k rows of llama GGUF files; see gguf.h). */
+void rope_apply_interleaved(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
 /* cos/sin (half) of pos * inv_freq[i], the angle rounded to F32 as HF does. */
 void rope_cos_sin(float *cos, float *sin, const float *inv_freq, int32_t half, int32_t pos);
 

@@ -1,5 +1,7 @@
 /*
- * matmul.c - y = x W^T for F32 activations and F32/BF16/F16 weights.
+ * matmul.c - y = x W^T for F32 activations and F32/BF16/F16 weights, and the
+ * per-dtype kernel table that also routes ggml block-quantized weights to
+ * kernels/quant.c.
  *
  * The fast path (AVX2+FMA+F16C) computes a tile of R weight rows x T tokens
  * per call: each k-step loads R weight vectors (8 elements, converted to F32
@@ -19,6 +21,8 @@
  * the naive reference is one sequential sum per output.
  */
 #include "kernels/kernels.h"
+
+#include "kernels/quant.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -256,9 +260,45 @@ void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
 }
 #endif
 
+/* ---- block-quantized weights (GGUF Q8_0, Q4_0, Q4_K, Q6_K) ---------------- */
+
+enum { QUANT_TILE_ROWS = 64, QUANT_TILE_TOKENS = 8 };
+
+/* quant_matmul_range (kernels/quant.c: one fixed reduction order per output,
+ * batch invariant) into a stack tile, then the shared epilogue (bias,
+ * accumulate), so quantized weights serve every call site of matmul_range. */
+void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    float tile[QUANT_TILE_TOKENS * QUANT_TILE_ROWS]; /* (tokens, rows) */
+    size_t stride = dtype_row_bytes(a->wtype, a->k);
+    for (int64_t t = t0; t < t1; t += QUANT_TILE_TOKENS) {
+        int64_t nt = t1 - t < QUANT_TILE_TOKENS ? t1 - t : QUANT_TILE_TOKENS;
+        for (int64_t n = n0; n < n1; n += QUANT_TILE_ROWS) {
+            int64_t nr = n1 - n < QUANT_TILE_ROWS ? n1 - n : QUANT_TILE_ROWS;
+            quant_matmul_range(a->wtype, (const uint8_t *)a->w + (size_t)n * stride, a->k, a->x + t * a->ldx,
+                               a->ldx, tile, nr, 0, nr, 0, nt);
+            for (int64_t i = 0; i < nt; i++)
+                for (int64_t j = 0; j < nr; j++) store_out(a, t + i, n + j, tile[i * nr + j]);
+        }
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+/* The kernel for each weight dtype on this process's instruction set, filled
+ * once (racing first calls write the same pointers). */
+static matmul_range_fn kernel_table[DTYPE_COUNT];
+static atomic_bool kernel_table_ready;
+
+matmul_range_fn matmul_kernel(dtype wtype) {
+    if (!atomic_load_explicit(&kernel_table_ready, memory_order_acquire)) {
+        matmul_range_fn scalar = kernels_isa_get() == KERNELS_ISA_AVX2 ? matmul_range_avx2 : matmul_range_portable;
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
+        atomic_store_explicit(&kernel_table_ready, true, memory_order_release);
+    }
+    return (unsigned)wtype < DTYPE_COUNT ? kernel_table[wtype] : matmul_range_naive;
+}
+
 void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
-    if (kernels_isa_get() == KERNELS_ISA_AVX2)
-        matmul_range_avx2(a, n0, n1, t0, t1);
-    else
-        matmul_range_portable(a, n0, n1, t0, t1);
+    matmul_kernel(a->wtype)(a, n0, n1, t0, t1);
 }

@@ -13,6 +13,7 @@
  */
 #include "model/gguf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -686,4 +687,46 @@ void gguf_tokenizer_deinit(gguf_tokenizer *tok) {
     free(tok->token_types);
     free(tok->merges);
     memset(tok, 0, sizeof *tok);
+}
+
+/* ---- locating the file ------------------------------------------------------ */
+
+static bool ends_with_gguf(const char *s) {
+    size_t n = strlen(s);
+    return n >= 5 && !strcmp(s + n - 5, ".gguf");
+}
+
+vllm_status gguf_find_path(const char *path, char **out) {
+    *out = NULL;
+    struct stat st;
+    if (ends_with_gguf(path) && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        if (!(*out = strdup(path))) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+        return VLLM_OK;
+    }
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return VLLM_OK;
+    char *cfg = NULL;
+    if (asprintf(&cfg, "%s/config.json", path) < 0) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    bool has_config = access(cfg, F_OK) == 0;
+    free(cfg);
+    if (has_config) return VLLM_OK;
+    DIR *d = opendir(path);
+    if (!d) return VLLM_OK;
+    char first[256] = "";
+    vllm_status rc = VLLM_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!ends_with_gguf(e->d_name)) continue;
+        if (first[0]) {
+            rc = vllm_error(VLLM_ERR_INVALID, "%s: several .gguf files (%s, %s, ...); name the file", path, first,
+                            e->d_name);
+            break;
+        }
+        snprintf(first, sizeof first, "%s", e->d_name);
+    }
+    closedir(d);
+    if (rc == VLLM_OK && first[0] && asprintf(out, "%s/%s", path, first) < 0) {
+        *out = NULL;
+        rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    }
+    return rc;
 }

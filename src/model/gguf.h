@@ -126,6 +126,14 @@ vllm_status gguf_open(const char *path, gguf_file *f);
 /* Releases what parse/open acquired; f is zeroed. Safe on a zeroed f. */
 void gguf_deinit(gguf_file *f);
 
+/* The GGUF file a model path names: path itself if it ends in ".gguf", or
+ * the only *.gguf file in directory path when it has no config.json; *out
+ * (malloc'ed, caller frees) is NULL for anything else (a Hugging Face
+ * directory). A directory without config.json and with several .gguf files
+ * is VLLM_ERR_INVALID listing two of them. model_load and tokenizer_load
+ * both decide through this one function. */
+vllm_status gguf_find_path(const char *path, char **out);
+
 /* Lookup by exact name; NULL if absent. */
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);

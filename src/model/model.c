@@ -17,6 +17,16 @@
  * (rotary_emb.inv_freq, an lm_head.weight shadowed by tied embeddings, ...)
  * is ignored with a debug line. A name found in two files is an error, since
  * "which copy wins" would depend on shard order.
+ *
+ * A GGUF file (a .gguf path, or the only one in a directory without
+ * config.json; gguf_find_path) is mapped instead: gguf_model_config and
+ * gguf_model_weights validate it the same way and the weights stay views into
+ * the mapping in their file dtypes (quantized blocks included). Its q/k rows
+ * are in llama.cpp's interleaved RoPE order; rather than un-permute them (a
+ * copy of every q/k matrix, i.e. a private dequantized-or-shuffled duplicate
+ * of ~10% of the model) the config says rope_interleaved and the runner turns
+ * adjacent pairs, which costs nothing (q.k is invariant under the same row
+ * permutation of q and k).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -29,6 +39,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -314,10 +325,24 @@ static vllm_status bind_weights(model *m) {
 
 static size_t weight_bytes(const model *m) {
     size_t n = 0;
+    if (m->gguf) return (size_t)m->gguf->data_size;
     for (int32_t i = 0; i < m->num_files; i++)
         for (int32_t j = 0; j < m->files[i]->num_tensors; j++)
             if (m->files[i]->tensors[j].used) n += m->files[i]->tensors[j].end - m->files[i]->tensors[j].begin;
     return n;
+}
+
+/* Maps path and binds its llama metadata and tensors (see the top). */
+static vllm_status load_gguf(model *m, const char *path) {
+    if (!(m->gguf = calloc(1, sizeof *m->gguf))) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    vllm_status rc = gguf_open(path, m->gguf);
+    if (!rc) rc = gguf_model_config(m->gguf, &m->config);
+    if (!rc) rc = gguf_model_weights(m->gguf, &m->config, &m->w);
+    if (rc) return rc;
+    m->config.rope_interleaved = m->gguf->rope_interleaved;
+    free(m->dir);
+    if (!(m->dir = strdup(path))) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    return VLLM_OK;
 }
 
 vllm_status model_load(const char *dir, model **out) {
@@ -330,7 +355,20 @@ vllm_status model_load(const char *dir, model **out) {
         free(m);
         return vllm_error(VLLM_ERR_NOMEM, "out of memory");
     }
-    if ((rc = load_configs(m)) || (rc = open_weights(m)) || (rc = bind_weights(m))) {
+    char *gguf_path = NULL;
+    if ((rc = gguf_find_path(dir, &gguf_path))) {
+        model_free(m);
+        return rc;
+    }
+    if (gguf_path) {
+        rc = load_gguf(m, gguf_path);
+        free(gguf_path);
+    } else {
+        rc = load_configs(m);
+        if (!rc) rc = open_weights(m);
+        if (!rc) rc = bind_weights(m);
+    }
+    if (rc) {
         model_free(m);
         return rc;
     }
@@ -340,7 +378,8 @@ vllm_status model_load(const char *dir, model **out) {
              "%.2f GiB of %s weights in %d file%s, %.3f s",
              dir, c->architecture, c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
              c->num_key_value_heads, c->head_dim, c->vocab_size, (double)weight_bytes(m) / (1 << 30),
-             dtype_name(m->w.embed_tokens.type), m->num_files, m->num_files == 1 ? "" : "s",
+             dtype_name(m->w.layers[0].q_proj.type), m->num_files + (m->gguf != NULL),
+             m->num_files + (m->gguf != NULL) == 1 ? "" : "s",
              (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     *out = m;
     return VLLM_OK;
@@ -353,6 +392,8 @@ void model_free(model *m) {
         free(m->files[i]);
     }
     free(m->files);
+    if (m->gguf) gguf_deinit(m->gguf);
+    free(m->gguf);
     free(m->w.layers);
     free(m->dir);
     free(m);

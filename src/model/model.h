@@ -69,6 +69,9 @@ typedef struct model_config {
      * --disable-sliding-window does); within that cap full and sliding
      * attention are the same computation. */
     int32_t sliding_window;
+    /* q/k rows in llama.cpp's interleaved RoPE order (llama GGUF files; see
+     * model/gguf.h): RoPE turns adjacent pairs instead of halves. */
+    bool rope_interleaved;
 } model_config;
 
 /* Sampling defaults from generation_config.json; has_* false when absent. */
@@ -111,20 +114,24 @@ typedef struct model_weights {
 
 typedef struct model model;
 struct model {
-    char *dir;                       /* model directory (owned) */
+    char *dir;                       /* model directory, or the .gguf file (owned) */
     model_config config;
     generation_defaults gen;
     model_weights w;
     /* private: the mmapped safetensors files */
     struct safetensors_file **files;
     int32_t num_files;
+    struct gguf_file *gguf;          /* the mmapped GGUF file, or NULL */
 };
 
 /* Loads config.json, generation_config.json (optional) and the safetensors
  * weights (model.safetensors, or model.safetensors.index.json and its shards)
- * from dir. On failure returns an error whose message names the file and the
- * problem, and *out is NULL. Caller frees with model_free. */
-vllm_status model_load(const char *dir, model **out);
+ * from dir; or, when path is a .gguf file or a directory without config.json
+ * holding exactly one .gguf file (gguf_find_path), that GGUF file (model/gguf.h; weights stay
+ * in the file's dtypes, quantized ones included). On failure returns an error
+ * whose message names the file and the problem, and *out is NULL. Caller frees
+ * with model_free. */
+vllm_status model_load(const char *path, model **out);
 void model_free(model *m);
 
 /* Parses config.json text (path used only in messages). Exposed for tests and

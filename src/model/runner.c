@@ -21,6 +21,11 @@
  * num_blocks blocks of kv_heads * block_size * head_dim floats (K transposed
  * within a block, see kernels/attention.c); slot = block * block_size + offset.
  *
+ * Weights: F32/BF16/F16, or ggml block-quantized (GGUF Q8_0, Q4_0, Q4_K,
+ * Q6_K): matmul_range picks the kernel from a per-dtype table
+ * (kernels/matmul.c), the embedding row is dequantized. GGUF q/k rows are in
+ * interleaved order, so RoPE is chosen once (r->rope_fn) from the config.
+ *
  * Threads: each stage is one threadpool_run over work items claimed by
  * whichever thread is free: (row chunk, token chunk) for matmuls, (token,
  * kv head) for attention, chunks of TOKEN_CHUNK tokens for the per-token
@@ -44,6 +49,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
@@ -79,6 +85,7 @@ struct runner {
     int64_t q_dim, kv_dim;
     float eps, attn_scale;
     float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
+    void (*rope_fn)(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
 
     /* KV pool */
     float *kv;                  /* (n_layers, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
@@ -219,6 +226,7 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c);
+    r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
     *out = r;
     return VLLM_OK;
 fail:
@@ -338,8 +346,8 @@ static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
     int32_t half = r->head_dim / 2;
     for (int64_t t = lo; t < hi; t++) {
         float *x = r->x + t * r->dim;
-        int64_t row = (int64_t)b->token_ids[t] * r->dim;
-        for (int32_t i = 0; i < r->dim; i++) x[i] = kernels_weight_at(e->data, e->type, row + i);
+        quant_dequantize_row(e->type, (const char *)e->data + (size_t)b->token_ids[t] * dtype_row_bytes(e->type, r->dim),
+                             x, r->dim);
         float *cs = r->rope + t * r->head_dim;
         rope_cos_sin(cs, cs + half, r->inv_freq, half, b->positions[t]);
     }
@@ -387,8 +395,8 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
             for (int32_t h = 0; h < r->n_kv; h++)
                 norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps);
         const float *cs = r->rope + t * hd;
-        rope_apply(q, r->n_heads, hd, cs, cs + half);
-        rope_apply(k, r->n_kv, hd, cs, cs + half);
+        r->rope_fn(q, r->n_heads, hd, cs, cs + half);
+        r->rope_fn(k, r->n_kv, hd, cs, cs + half);
         attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
     }
 }
@@ -435,7 +443,7 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
  * keep every thread busy. */
 static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     const matmul_args *a = &op->part[0];
-    int64_t row_bytes = a->k * (int64_t)dtype_size(a->wtype) * (op->swiglu ? 2 : 1);
+    int64_t row_bytes = (int64_t)dtype_row_bytes(a->wtype, a->k) * (op->swiglu ? 2 : 1);
     int64_t rc = (tokens < 4 ? MM_STREAM_BYTES : MM_CHUNK_BYTES) / (row_bytes ? row_bytes : 1);
     rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
@@ -473,7 +481,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             /* up rows n0..n1 for tokens t0..t1 into this thread's (t1-t0, n1-n0) scratch */
             const matmul_args *up = &op->part[1];
             matmul_args blk = *up;
-            blk.w = (const char *)up->w + (size_t)n0 * (size_t)up->k * dtype_size(up->wtype);
+            blk.w = (const char *)up->w + (size_t)n0 * dtype_row_bytes(up->wtype, up->k);
             blk.x = up->x + t0 * up->ldx;
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
             blk.ldy = blk.n = n1 - n0;

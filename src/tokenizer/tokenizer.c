@@ -619,10 +619,27 @@ vllm_status tokenizer_load_files(const char *tokenizer_json_path, const char *co
     *out = NULL;
     json_t *root = NULL, *cfg = NULL;
     vllm_status rc;
+    if ((rc = read_json(tokenizer_json_path, 0, &root))) {
+        vllm_error_prefix("%s", tokenizer_json_path);
+        return rc;
+    }
+    if (config_path && (rc = read_json(config_path, JSON_DECODE_INT_AS_REAL, &cfg))) {
+        vllm_error_prefix("%s", tokenizer_json_path);
+        json_decref(root);
+        return rc;
+    }
+    return tokenizer_load_json(root, cfg, tokenizer_json_path, out);
+}
+
+vllm_status tokenizer_load_json(json_t *root, json_t *cfg, const char *tokenizer_json_path, tokenizer **out) {
+    *out = NULL;
+    vllm_status rc;
     tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory");
-    if ((rc = read_json(tokenizer_json_path, 0, &root))) goto fail;
-    if (config_path && (rc = read_json(config_path, JSON_DECODE_INT_AS_REAL, &cfg))) goto fail;
+    if (!t) {
+        json_decref(root);
+        json_decref(cfg);
+        return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory");
+    }
     if (!cfg) cfg = json_object();
     if (!json_is_object(root) || !json_is_object(cfg)) {
         rc = vllm_error(VLLM_ERR_FORMAT, "%s: not a JSON object", tokenizer_json_path);
@@ -698,7 +715,14 @@ fail:
 }
 
 vllm_status tokenizer_load(const char *dir, tokenizer **out) {
-    char tj[PATH_MAX], tc[PATH_MAX];
+    char tj[PATH_MAX], tc[PATH_MAX], *gguf = NULL;
+    vllm_status rc = tokenizer_gguf_path(dir, &gguf);
+    if (rc) return rc;
+    if (gguf) {
+        rc = tokenizer_load_gguf(gguf, out);
+        free(gguf);
+        return rc;
+    }
     if ((size_t)snprintf(tj, sizeof tj, "%s/tokenizer.json", dir) >= sizeof tj ||
         (size_t)snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir) >= sizeof tc)
         return vllm_error(VLLM_ERR_INVALID, "%s: path too long", dir);

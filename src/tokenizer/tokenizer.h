@@ -42,8 +42,15 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Loads dir/tokenizer.json and, if present, dir/tokenizer_config.json. */
+/* Loads dir/tokenizer.json and, if present, dir/tokenizer_config.json; or,
+ * when dir is a GGUF model (gguf_find_path: a .gguf file, or the only one in
+ * a directory without config.json), tokenizer_load_gguf. */
 vllm_status tokenizer_load(const char *dir, tokenizer **out);
+/* The tokenizer embedded in a GGUF file (tokenizer.ggml.*), see
+ * tokenizer_gguf.c: model "llama" (SentencePiece BPE with byte fallback,
+ * merges ranked by the scores) and "gpt2" (byte-level BPE from the merges,
+ * split regex chosen by tokenizer.ggml.pre); others are VLLM_ERR_UNSUPPORTED. */
+vllm_status tokenizer_load_gguf(const char *path, tokenizer **out);
 /* Same from explicit paths (config_path may be NULL). */
 vllm_status tokenizer_load_files(const char *tokenizer_json_path, const char *config_path,
                                  tokenizer **out);

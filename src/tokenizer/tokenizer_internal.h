@@ -9,6 +9,8 @@
 #ifndef VLLM_TOKENIZER_INTERNAL_H
 #define VLLM_TOKENIZER_INTERNAL_H
 
+#include <jansson.h>
+
 #include "tokenizer/bpe.h"
 #include "tokenizer/jsregex.h"
 #include "tokenizer/tokenizer.h"
@@ -114,5 +116,12 @@ struct tokenizer {
 
 #define ID_SPECIAL 1u   /* skipped by skip_special_tokens */
 #define ID_ADDED_STR 2u /* string is an added token's content (ByteLevel decoder passes it verbatim) */
+
+/* Builds a tokenizer from a parsed tokenizer.json root and tokenizer_config
+ * cfg (NULL = {}); takes ownership of both references. name is used in
+ * messages. tokenizer_gguf.c synthesises root/cfg from GGUF metadata. */
+vllm_status tokenizer_load_json(json_t *root, json_t *cfg, const char *name, tokenizer **out);
+/* gguf_find_path (model/gguf.h): the GGUF file a model path names, or NULL. */
+vllm_status tokenizer_gguf_path(const char *path, char **out);
 
 #endif

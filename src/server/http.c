@@ -1,6 +1,6 @@
 /*
  * http.c - see http.h. libmicrohttpd (Debian 12: 0.9.75) with its own
- * polling threads (epoll) and MHD_ALLOW_SUSPEND_RESUME.
+ * polling threads (poll(), see below) and MHD_ALLOW_SUSPEND_RESUME.
  *
  * Why suspend/resume and not a thread per connection: a server holds as many
  * open streams as the engine runs sequences (hundreds), almost all of them
@@ -26,6 +26,14 @@
  * Shutdown: MHD must not be stopped with suspended connections. The server
  * keeps a list of live exchanges; http_server_stop() waits for them, then
  * finishes whatever is still deferred with 503 (which resumes it), and stops.
+ *
+ * Why poll() and not epoll (MHD_USE_AUTO's pick): under epoll,
+ * MHD_quiesce_daemon() deletes the listen socket from each polling thread's
+ * epoll set while that thread, if awake, may be deleting it too; the loser
+ * gets ENOENT and MHD aborts the process (0.9.75 and later; seen as SIGABRT
+ * on SIGTERM with traffic, tests/test_http_shutdown.c). With poll() quiesce
+ * only flags the threads and wakes them. Suspended connections are not in
+ * the poll set, so idle streams cost poll() nothing.
  */
 #include "server/http.h"
 
@@ -533,8 +541,7 @@ vllm_status http_server_start(const http_server_config *cfg, http_server **out) 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof addr);
     bool have_addr = false;

@@ -3,6 +3,11 @@
  * (values worked out from the format's definition), quantizer error bounds,
  * fast dot vs the naive double-precision reference, the AVX2 path vs the
  * portable path (bit-exact), and batch invariance of quant_matmul_range.
+ * The integer path (Q8_0/Q4_0 weights x 8-bit activations): the activation
+ * quantizer on hand-worked blocks, AVX2 vs portable bytes and dots
+ * (bit-exact), the dot vs a double sum over the dequantized operands, vs the
+ * F32-activation path above (the naive reference, loose: it measures the
+ * activation quantization error), and batch invariance.
  * The byte-for-byte comparison with an independent (numpy) quantizer and
  * dequantizer is tests/test_gguf_ref.sh.
  */
@@ -185,6 +190,112 @@ TEST(test_quant_batch_invariance) {
     }
 }
 
+/* Activation quantizer, worked by hand: amax 127 gives d = 1, id = 1, so q
+ * is x rounded half to even; amax 16 gives id = 127/16 = 7.9375 (exact). */
+TEST(test_quant_act_quantize) {
+    float x[64] = {0};
+    x[0] = 127, x[1] = 2.5f, x[2] = 3.5f, x[3] = -2.5f, x[4] = -0.5f, x[5] = 1.49f, x[6] = -127;
+    for (int j = 0; j < 32; j++) x[32 + j] = (float)(j - 16) * 0.5f; /* amax 8: id 127/8 = 15.875 */
+    uint8_t q[2 * QUANT_ACT_BLOCK_BYTES], p[2 * QUANT_ACT_BLOCK_BYTES];
+    quant_quantize_act_row(x, q, 64);
+    quant_quantize_act_row_portable(x, p, 64);
+    CHECK(memcmp(q, p, sizeof q) == 0, "avx2 and portable activation bytes differ");
+    float d0, d1;
+    memcpy(&d0, q, 4), memcpy(&d1, q + QUANT_ACT_BLOCK_BYTES, 4);
+    const int8_t *q0 = (const int8_t *)(q + 4), *q1 = (const int8_t *)(q + QUANT_ACT_BLOCK_BYTES + 4);
+    CHECK(d0 == 1.0f && d1 == 8.0f / 127, "d %g %g", d0, d1);
+    const int want0[] = {127, 2, 4, -2, 0, 1, -127, 0};
+    for (int j = 0; j < 8; j++) CHECK(q0[j] == want0[j], "q[%d] = %d want %d", j, q0[j], want0[j]);
+    for (int j = 0; j < 32; j++) {
+        int want = (int)rint((double)((float)(j - 16) * 0.5f * (127.0f / 8)));
+        CHECK(q1[j] == want, "block 1 q[%d] = %d want %d", j, q1[j], want);
+    }
+    CHECK(q1[0] == -127 && q1[1] == -119, "q1 %d %d", q1[0], q1[1]); /* -7.5*15.875 = -119.06 */
+    /* a zero block: d = 0, q = 0 */
+    memset(x, 0, sizeof x);
+    quant_quantize_act_row(x, q, 32);
+    memcpy(&d0, q, 4);
+    CHECK(d0 == 0.0f);
+    for (int j = 0; j < 32; j++) CHECK(q[4 + j] == 0);
+    /* random rows: AVX2 and portable bytes agree */
+    enum { N = 4096 };
+    static float r[N];
+    static uint8_t a[N / 32 * QUANT_ACT_BLOCK_BYTES], b[N / 32 * QUANT_ACT_BLOCK_BYTES];
+    for (int i = 0; i < N; i++) r[i] = rng_uniform() * (float)(i % 5 + 1) * (i % 97 == 0 ? 50 : 1);
+    quant_quantize_act_row(r, a, N);
+    quant_quantize_act_row_portable(r, b, N);
+    CHECK(memcmp(a, b, sizeof a) == 0, "avx2 and portable activation bytes differ on a random row");
+}
+
+/* Integer dots: fast == portable bit for bit; == a double sum over the
+ * dequantized operands to 1e-5; near the F32-activation naive dot (the
+ * activation quantization costs < 1% of sum |w x|). */
+TEST(test_quant_dot_act) {
+    enum { N = 4096 };
+    static float x[N], tmp[N];
+    static uint8_t row[N * 2], xq[N / 32 * QUANT_ACT_BLOCK_BYTES];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    const int64_t ns[] = {32, 64, 96, 2048, N};
+    for (int k = 0; k < 2; k++)
+        for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
+            dtype t = ts[k];
+            int64_t n = ns[m];
+            make_row(t, row, n, tmp);
+            for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * (float)(i % 3 + 1);
+            quant_quantize_act_row(x, xq, n);
+            float fast = quant_dot_act(t, row, xq, n), port = quant_dot_act_portable(t, row, xq, n);
+            CHECK(memcmp(&fast, &port, 4) == 0, "%s n=%lld: %.9g != portable %.9g", dtype_name(t), (long long)n,
+                  fast, port);
+            quant_dequantize_row(t, row, tmp, n);
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float dx;
+                memcpy(&dx, xq + i / 32 * QUANT_ACT_BLOCK_BYTES, 4);
+                double xv = (double)dx * (int8_t)xq[i / 32 * QUANT_ACT_BLOCK_BYTES + 4 + i % 32];
+                exact += (double)tmp[i] * xv, mag += fabs((double)tmp[i] * x[i]);
+            }
+            CHECK(fabs(fast - exact) <= 1e-5 * mag, "%s n=%lld: %.9g vs exact %.9g", dtype_name(t), (long long)n,
+                  fast, exact);
+            double naive = quant_dot_naive(t, row, x, n);
+            CHECK(fabs(fast - naive) <= 1e-2 * mag, "%s n=%lld: %.9g vs F32 activations %.9g (sum|.| %g)",
+                  dtype_name(t), (long long)n, fast, naive, mag);
+            CHECK(fabs(fast - naive) > 0 || n <= 32, "%s n=%lld: identical to F32 activations?", dtype_name(t),
+                  (long long)n);
+        }
+}
+
+/* quant_matmul_act_range: every output == quant_dot_act alone, whatever the
+ * token count and row range (odd rows: the 2-row tile's single-row tail);
+ * quant_matmul_act_f32_range gives the same bytes from F32 x. */
+TEST(test_quant_act_batch_invariance) {
+    enum { K = 2048 + 512, R = 7, T = 11 };
+    static uint8_t w[R * K * 2], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float x[T * K], y[T * R], y2[T * R], tmp[K];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    size_t ldxq = quant_act_row_bytes(K);
+    for (int k = 0; k < 2; k++) {
+        dtype t = ts[k];
+        size_t stride = dtype_row_bytes(t, K);
+        for (int r = 0; r < R; r++) make_row(t, w + r * stride, K, tmp);
+        for (int i = 0; i < T * K; i++) x[i] = rng_uniform();
+        for (int tt = 0; tt < T; tt++) quant_quantize_act_row(x + tt * K, xq + tt * ldxq, K);
+        for (int ntok = 1; ntok <= T; ntok++) {
+            for (int i = 0; i < T * R; i++) y[i] = y2[i] = NAN;
+            quant_matmul_act_range(t, w, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
+            quant_matmul_act_f32_range(t, w, K, x, K, y2, R, 1, R, T - ntok, T);
+            for (int tt = T - ntok; tt < T; tt++)
+                for (int r = 1; r < R; r++) {
+                    float one = quant_dot_act(t, w + r * stride, xq + tt * ldxq, K);
+                    CHECK(memcmp(&one, &y[tt * R + r], 4) == 0, "%s ntok=%d t=%d r=%d: %.9g vs alone %.9g",
+                          dtype_name(t), ntok, tt, r, y[tt * R + r], one);
+                    CHECK(memcmp(&one, &y2[tt * R + r], 4) == 0, "%s ntok=%d t=%d r=%d: f32 x %.9g vs %.9g",
+                          dtype_name(t), ntok, tt, r, y2[tt * R + r], one);
+                }
+            for (int tt = 0; tt < T; tt++) CHECK(isnan(y[tt * R]) && isnan(y2[tt * R]), "row 0 was written");
+        }
+    }
+}
+
 int main(void) {
     RUN(test_quant_sizes);
     RUN(test_quant_layout_q8_0_q4_0);
@@ -192,5 +303,8 @@ int main(void) {
     RUN(test_quant_quantize_error);
     RUN(test_quant_dot_vs_naive);
     RUN(test_quant_batch_invariance);
+    RUN(test_quant_act_quantize);
+    RUN(test_quant_dot_act);
+    RUN(test_quant_act_batch_invariance);
     return harness_done();
 }

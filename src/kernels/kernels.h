@@ -65,6 +65,11 @@ typedef struct matmul_args {
     dtype btype;
     int64_t n, k;
     bool accumulate;
+    /* Optional, Q8_0/Q4_0 weights only: x already quantized by
+     * quant_quantize_act_row, (tokens, ldxq bytes). NULL: matmul_range_quant
+     * quantizes the rows it needs itself (the same bytes, so the same result). */
+    const void *xq;
+    int64_t ldxq;
 } matmul_args;
 
 typedef void (*matmul_range_fn)(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
@@ -75,7 +80,9 @@ matmul_range_fn matmul_kernel(dtype wtype);
 /* matmul_kernel(a->wtype)(a, ...). */
 void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Block-quantized W (Q8_0/Q4_0/Q4_K/Q6_K; k a multiple of the block):
- * quant_matmul_range's fixed-order dot products plus bias/accumulate. */
+ * fixed-order dot products plus bias/accumulate -- integer dots against
+ * 8-bit activations for Q8_0/Q4_0 (quant_matmul_act_range), F32 ones for
+ * Q4_K/Q6_K (quant_matmul_range). */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* The two implementations behind it, exposed for tests. avx2 requires
  * kernels_cpu_has_avx2(). */

@@ -264,18 +264,27 @@ void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
 
 enum { QUANT_TILE_ROWS = 64, QUANT_TILE_TOKENS = 8 };
 
-/* quant_matmul_range (kernels/quant.c: one fixed reduction order per output,
- * batch invariant) into a stack tile, then the shared epilogue (bias,
- * accumulate), so quantized weights serve every call site of matmul_range. */
+/* quant_matmul_act_range / quant_matmul_range (kernels/quant.c: one fixed
+ * reduction order per output, batch invariant) into a stack tile, then the
+ * shared epilogue (bias, accumulate), so quantized weights serve every call
+ * site of matmul_range. */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     float tile[QUANT_TILE_TOKENS * QUANT_TILE_ROWS]; /* (tokens, rows) */
     size_t stride = dtype_row_bytes(a->wtype, a->k);
+    bool act = quant_has_act_kernel(a->wtype);
     for (int64_t t = t0; t < t1; t += QUANT_TILE_TOKENS) {
         int64_t nt = t1 - t < QUANT_TILE_TOKENS ? t1 - t : QUANT_TILE_TOKENS;
         for (int64_t n = n0; n < n1; n += QUANT_TILE_ROWS) {
             int64_t nr = n1 - n < QUANT_TILE_ROWS ? n1 - n : QUANT_TILE_ROWS;
-            quant_matmul_range(a->wtype, (const uint8_t *)a->w + (size_t)n * stride, a->k, a->x + t * a->ldx,
-                               a->ldx, tile, nr, 0, nr, 0, nt);
+            const uint8_t *w = (const uint8_t *)a->w + (size_t)n * stride;
+            if (act && a->xq) {
+                quant_matmul_act_range(a->wtype, w, a->k, (const uint8_t *)a->xq + t * a->ldxq, a->ldxq, tile, nr,
+                                       0, nr, 0, nt);
+            } else if (act) {
+                quant_matmul_act_f32_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, nr, 0, nr, 0, nt);
+            } else {
+                quant_matmul_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, nr, 0, nr, 0, nt);
+            }
             for (int64_t i = 0; i < nt; i++)
                 for (int64_t j = 0; j < nr; j++) store_out(a, t + i, n + j, tile[i * nr + j]);
         }

@@ -12,6 +12,14 @@
  * Decoding gives the same floats as quant_dequantize_row (one multiply by d),
  * and every accumulation is a fused multiply-add in the same order, so the two
  * paths, and any split of tokens or rows, agree bit for bit.
+ *
+ * The integer path (Q8_0/Q4_0 weights against 8-bit activations, quant.h)
+ * is what makes these types fast: a block costs a 32-byte load, abs/sign,
+ * one maddubs (u8 x s8 -> pairs in int16, which cannot saturate since |w| <=
+ * 128 and |xq| <= 127), one madd to int32, one convert and one FMA, instead
+ * of four int8 -> float widenings and four FMAs per token. The AVX2 kernel
+ * works on 2 weight rows x up to 4 tokens (4 rows x 1 token at decode) so
+ * each decoded weight block is reused and the FMA chains are independent.
  */
 #include "kernels/quant.h"
 
@@ -201,6 +209,88 @@ static void matmul_portable(dtype type, const void *w, int64_t k, const float *x
             y[t * ldy + r] = quant_dot_portable(type, (const uint8_t *)w + r * stride, x + t * ldx, k);
 }
 
+/* ---- quantized activations and integer dots (portable) -------------------- */
+
+void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < k / QUANT_QK; i++, x += QUANT_QK, b += QUANT_ACT_BLOCK_BYTES) {
+        float amax = 0;
+        for (int j = 0; j < QUANT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127, id = amax != 0 ? 127 / amax : 0;
+        memcpy(b, &d, 4);
+        for (int j = 0; j < QUANT_QK; j++) b[4 + j] = (uint8_t)(int8_t)rintf(x[j] * id); /* half to even */
+    }
+}
+
+/* The 32 signed weights of a Q8_0 / Q4_0 block and its scale. */
+static inline float weights_block(dtype t, const uint8_t *b, int8_t w[32]) {
+    if (t == DTYPE_Q8_0) {
+        memcpy(w, b + 2, 32);
+    } else {
+        for (int j = 0; j < 16; j++) w[j] = (int8_t)((b[2 + j] & 15) - 8), w[j + 16] = (int8_t)((b[2 + j] >> 4) - 8);
+    }
+    return f16_to_f32(load_u16(b));
+}
+
+static inline float reduce8(const float acc[8]) {
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+/* acc[0..8) += the fixed-order terms of blocks [0, nb) of row against xq. */
+static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float acc[8]) {
+    size_t bb = dtype_block_bytes(t);
+    int8_t w[32];
+    for (int64_t i = 0; i < nb; i++, wb += bb, xb += QUANT_ACT_BLOCK_BYTES) {
+        float dx, d = weights_block(t, wb, w);
+        memcpy(&dx, xb, 4);
+        d *= dx;
+        const int8_t *q = (const int8_t *)(xb + 4);
+        for (int l = 0; l < 8; l++) {
+            int32_t isum = 0;
+            for (int j = 0; j < 4; j++) isum += (int32_t)w[4 * l + j] * q[4 * l + j];
+            acc[l] = fmaf(d, (float)isum, acc[l]);
+        }
+    }
+}
+
+float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    float acc[8] = {0};
+    dot_act_acc(t, row, xq, k / QUANT_QK, acc);
+    return reduce8(acc);
+}
+
+enum { ACT_PIECE = 2048, ACT_ROWS = 64 };
+
+void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                                int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    uint8_t xq[ACT_PIECE / QUANT_QK * QUANT_ACT_BLOCK_BYTES];
+    float acc[ACT_ROWS][8];
+    size_t stride = dtype_row_bytes(type, k);
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t rb = r0; rb < r1; rb += ACT_ROWS) {
+            int64_t nr = r1 - rb < ACT_ROWS ? r1 - rb : ACT_ROWS;
+            memset(acc, 0, sizeof acc);
+            for (int64_t i = 0; i < k; i += ACT_PIECE) { /* activation blocks are independent */
+                int64_t len = k - i < ACT_PIECE ? k - i : ACT_PIECE;
+                quant_quantize_act_row(x + t * ldx + i, xq, len);
+                for (int64_t r = 0; r < nr; r++)
+                    dot_act_acc(type, (const uint8_t *)w + (rb + r) * stride + dtype_row_bytes(type, i), xq,
+                                len / QUANT_QK, acc[r]);
+            }
+            for (int64_t r = 0; r < nr; r++) y[t * ldy + rb + r] = reduce8(acc[r]);
+        }
+}
+
+static void matmul_act_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    size_t stride = dtype_row_bytes(type, k);
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = t0; t < t1; t++)
+            y[t * ldy + r] = quant_dot_act_portable(type, (const uint8_t *)w + r * stride,
+                                                    (const uint8_t *)xq + t * ldxq, k);
+}
+
 /* ---- AVX2 ---------------------------------------------------------------- */
 
 #ifdef QUANT_HAVE_X86
@@ -298,6 +388,125 @@ AVX2 static void matmul_avx2(dtype type, const void *w, int64_t k, const float *
         }
     }
 }
+/* ---- AVX2 integer dots ------------------------------------------------------ */
+
+AVX2 static void quantize_act_avx2(const float *x, void *dst, int64_t k) {
+    uint8_t *b = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < k / QUANT_QK; i++, x += QUANT_QK, b += QUANT_ACT_BLOCK_BYTES) {
+        __m256 v[4], m;
+        for (int c = 0; c < 4; c++) v[c] = _mm256_loadu_ps(x + 8 * c);
+        m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h), d = amax / 127, id = amax != 0 ? 127 / amax : 0;
+        memcpy(b, &d, 4);
+        __m256 s = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int c = 0; c < 4; c++)
+            q[c] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[c], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        /* packs interleave 128-bit halves: fix the order with one permute */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(b + 4), p);
+    }
+}
+
+/* 32 signed weights of a block in one register, element i in byte i. */
+AVX2 static inline __m256i weights_avx2(dtype t, const uint8_t *b) {
+    if (t == DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2));
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+}
+
+/* int32 lane l = sum_{j<4} w[4l+j] * x[4l+j], as float (exact: |.| < 2^17). */
+AVX2 static inline __m256 isum_avx2(__m256i aw, __m256i w, const uint8_t *xb) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 4));
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+AVX2 static inline float reduce8_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+AVX2 static inline float load_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+/* Software prefetch distance into each weight row: the hardware prefetcher
+ * alone left decode at a third of the memory bandwidth (several rows are
+ * streamed at once). */
+#define ACT_PREFETCH 1024
+
+/* R (1, 2 or 4) weight rows x T (1..4) tokens over the whole of k; R, T and
+ * type are constants at every call site. */
+AVX2 static inline __attribute__((always_inline)) void tile_act_avx2(
+    const int R, const int T, const dtype type, const uint8_t *w, size_t stride, int64_t nb, const uint8_t *xq,
+    int64_t ldxq, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    const size_t bb = dtype_block_bytes(type);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[r][j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *xb = xq + i * QUANT_ACT_BLOCK_BYTES;
+        float dx[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) dx[j] = load_f32(xb + j * ldxq);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + r * stride + i * bb;
+            _mm_prefetch((const char *)b + ACT_PREFETCH, _MM_HINT_T0);
+            __m256i wv = weights_avx2(type, b), aw = _mm256_abs_epi8(wv);
+            float dw = _cvtsh_ss(load_u16(b));
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                __m256 d = _mm256_set1_ps(dw * dx[j]);
+                acc[r][j] = _mm256_fmadd_ps(d, isum_avx2(aw, wv, xb + j * ldxq), acc[r][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) y[j * ldy + r] = reduce8_avx2(acc[r][j]);
+}
+
+AVX2 static inline __attribute__((always_inline)) void rows_act_avx2(
+    const int T, const dtype type, const uint8_t *w, size_t stride, int64_t k, const uint8_t *xq, int64_t ldxq,
+    float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    int64_t r = r0, nb = k / QUANT_QK;
+    if (T == 1)
+        for (; r + 4 <= r1; r += 4) tile_act_avx2(4, T, type, w + r * stride, stride, nb, xq, ldxq, y + r, ldy);
+    for (; r + 2 <= r1; r += 2) tile_act_avx2(2, T, type, w + r * stride, stride, nb, xq, ldxq, y + r, ldy);
+    if (r < r1) tile_act_avx2(1, T, type, w + r * stride, stride, nb, xq, ldxq, y + r, ldy);
+}
+
+#define ACT_RANGE(name, type)                                                                                    \
+    AVX2 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,         \
+                          int64_t r0, int64_t r1, int64_t t0, int64_t t1) {                                      \
+        size_t stride = dtype_row_bytes(type, k);                                                                \
+        const uint8_t *x = (const uint8_t *)xq;                                                                  \
+        int64_t t = t0;                                                                                          \
+        for (; t + 4 <= t1; t += 4) rows_act_avx2(4, type, w, stride, k, x + t * ldxq, ldxq, y + t * ldy, ldy, r0, r1); \
+        switch (t1 - t) {                                                                                        \
+        case 3: rows_act_avx2(3, type, w, stride, k, x + t * ldxq, ldxq, y + t * ldy, ldy, r0, r1); break;       \
+        case 2: rows_act_avx2(2, type, w, stride, k, x + t * ldxq, ldxq, y + t * ldy, ldy, r0, r1); break;       \
+        case 1: rows_act_avx2(1, type, w, stride, k, x + t * ldxq, ldxq, y + t * ldy, ldy, r0, r1); break;       \
+        default: break;                                                                                          \
+        }                                                                                                        \
+    }
+ACT_RANGE(matmul_act_q8_0_avx2, DTYPE_Q8_0)
+ACT_RANGE(matmul_act_q4_0_avx2, DTYPE_Q4_0)
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */
@@ -330,5 +539,34 @@ void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, in
 float quant_dot(dtype t, const void *row, const float *x, int64_t n) {
     float y;
     quant_matmul_range(t, row, n, x, n, &y, 1, 0, 1, 0, 1);
+    return y;
+}
+
+void quant_quantize_act_row(const float *x, void *dst, int64_t k) {
+#ifdef QUANT_HAVE_X86
+    if (quant_use_avx2()) {
+        quantize_act_avx2(x, dst, k);
+        return;
+    }
+#endif
+    quant_quantize_act_row_portable(x, dst, k);
+}
+
+void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                            int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
+#ifdef QUANT_HAVE_X86
+    if (quant_use_avx2()) {
+        if (type == DTYPE_Q8_0) matmul_act_q8_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        else matmul_act_q4_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
+#endif
+    matmul_act_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
+float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k) {
+    float y;
+    quant_matmul_act_range(t, row, k, xq, 0, &y, 1, 0, 1, 0, 1);
     return y;
 }

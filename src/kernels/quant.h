@@ -31,6 +31,17 @@
  * The AVX2 kernels and the portable C kernel (fmaf) implement exactly this and
  * agree bit for bit; quant_dot_naive is the plain sequential reference the
  * tests compare against with a tolerance.
+ *
+ * Integer dot products (Q8_0 / Q4_0 weights, what the runner uses). As ggml
+ * does, each token's activation row is first quantized to 8 bits per 32-block
+ * (quant_quantize_act_row: a function of that row alone, so batch invariance
+ * holds), then each weight block meets it as integers:
+ *     isum[l] = sum_{j<4} w[4l+j] * xq[4l+j]         (int32, exact; l < 8)
+ *     acc[l]  = fma(dw * dx, (float)isum[l], acc[l])  over blocks in order
+ *     result  = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))
+ * w[i] is the signed weight (q for Q8_0, nibble - 8 for Q4_0), dw its block
+ * scale, dx the activation block's. The AVX2 kernel (maddubs/madd, one
+ * int32 lane per l) and the portable one compute exactly this.
  */
 #ifndef VLLM_KERNELS_QUANT_H
 #define VLLM_KERNELS_QUANT_H
@@ -68,6 +79,34 @@ float quant_dot_naive(dtype t, const void *row, const float *x, int64_t n);
  * Single-threaded; callers split [r0, r1) across threads. */
 void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
                         int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* ---- quantized activations ---------------------------------------------- */
+
+/* One activation block: float d; int8 q[32] (d = amax / 127, q =
+ * round-half-to-even(x * (127 / amax)), all zero when amax = 0). A row of k
+ * elements (k a multiple of 32) is k/32 blocks back to back. */
+#define QUANT_ACT_BLOCK_BYTES 36
+static inline size_t quant_act_row_bytes(int64_t k) { return (size_t)(k / QUANT_QK) * QUANT_ACT_BLOCK_BYTES; }
+
+/* True for the weight types with integer dot kernels (Q8_0, Q4_0). */
+static inline bool quant_has_act_kernel(dtype t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+
+/* x[0..k) -> quant_act_row_bytes(k) bytes at dst. */
+void quant_quantize_act_row(const float *x, void *dst, int64_t k);
+void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k);
+
+/* y = x W^T with integer dot products, W of type Q8_0 or Q4_0:
+ *     y[t*ldy + r] = quant_dot_act(type, W row r, xq + t*ldxq, k)
+ * for t in [t0, t1), r in [r0, r1). xq: (tokens, ldxq bytes) rows from
+ * quant_quantize_act_row. Every output is bit-identical whatever the ranges. */
+void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                            int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
+/* The same outputs from F32 x: each token's row quantized in pieces on the
+ * stack, portable dots (slow; for callers without an activation buffer). */
+void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
+                                int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k);
 
 /* True when the AVX2+FMA+F16C kernels are in use (CPU has them and
  * VLLM_KERNELS=portable is not set). */

@@ -23,7 +23,10 @@
  *
  * Weights: F32/BF16/F16, or ggml block-quantized (GGUF Q8_0, Q4_0, Q4_K,
  * Q6_K): matmul_range picks the kernel from a per-dtype table
- * (kernels/matmul.c), the embedding row is dequantized. GGUF q/k rows are in
+ * (kernels/matmul.c), the embedding row is dequantized. Before a matmul
+ * stage with Q8_0/Q4_0 weights, its input rows are quantized once per token
+ * into r->xq (kernels/quant.h: 8-bit blocks, a function of the token's row
+ * alone) for the integer dot kernels. GGUF q/k rows are in
  * interleaved order, so RoPE is chosen once (r->rope_fn) from the config.
  *
  * Threads: each stage is one threadpool_run over work items claimed by
@@ -102,6 +105,8 @@ struct runner {
     float *up;                  /* (nth, MM_TOKEN_CHUNK * MM_MAX_ROWS) one work item's up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
     float *att_scratch;         /* (nth, attention_scratch_floats) */
+    uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
+    size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
     const runner_batch *b;
@@ -160,6 +165,19 @@ static float *alloc_floats(size_t n, vllm_status *rc) { return alloc_zeroed(n, s
 size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
     return (size_t)2 * (size_t)c->num_hidden_layers * (size_t)c->num_key_value_heads *
            (size_t)c->head_dim * (size_t)block_size * sizeof(float);
+}
+
+/* True if any matmul weight has an integer dot kernel (Q8_0/Q4_0). */
+static bool model_has_act_quant(const model *m) {
+    const model_weights *w = &m->w;
+    if (quant_has_act_kernel(w->lm_head.type)) return true;
+    for (int32_t l = 0; l < m->config.num_hidden_layers; l++) {
+        const layer_weights *lw = &w->layers[l];
+        const tensor *t[] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj, &lw->down_proj};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            if (quant_has_act_kernel(t[i]->type)) return true;
+    }
+    return false;
 }
 
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
@@ -224,6 +242,12 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
     r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
+    if (model_has_act_quant(m)) {
+        int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
+        if (r->inter > kmax) kmax = r->inter;
+        r->xq_stride = quant_act_row_bytes(kmax);
+        r->xq = alloc_zeroed(T, r->xq_stride, &rc);
+    }
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
@@ -248,6 +272,7 @@ void runner_free(runner *r) {
     free(r->hb);
     free(r->up);
     free(r->rope);
+    free(r->xq);
     free(r->att_scratch);
     free(r->token_seq);
     free(r);
@@ -483,6 +508,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             matmul_args blk = *up;
             blk.w = (const char *)up->w + (size_t)n0 * dtype_row_bytes(up->wtype, up->k);
             blk.x = up->x + t0 * up->ldx;
+            if (up->xq) blk.xq = (const uint8_t *)up->xq + t0 * up->ldxq;
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
             blk.ldy = blk.n = n1 - n0;
             matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
@@ -491,10 +517,25 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* xq rows lo..hi = the stage's input rows quantized (all parts share x). */
+static void stage_quantize_act(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    const matmul_args *a = &r->mm.part[0];
+    for (int64_t t = lo; t < hi; t++) quant_quantize_act_row(a->x + t * a->ldx, r->xq + t * r->xq_stride, a->k);
+}
+
 /* Runs the matmul stage in r->mm; small ones (under PARALLEL_MIN_MACS) on
- * the calling thread alone. */
+ * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first. */
 static void run_matmul(runner *r, int64_t tokens) {
     mm_op *op = &r->mm;
+    bool act = false;
+    for (int p = 0; p < op->nparts; p++)
+        if (r->xq && quant_has_act_kernel(op->part[p].wtype)) {
+            op->part[p].xq = r->xq, op->part[p].ldxq = (int64_t)r->xq_stride;
+            act = true;
+        }
+    if (act) run_rows(r, stage_quantize_act, tokens);
     mm_plan(r, op, tokens);
     int64_t items = op->first_item[op->swiglu ? 1 : op->nparts], macs = 0;
     for (int p = 0; p < op->nparts; p++) macs += op->part[p].n * op->part[p].k * tokens;

@@ -10,7 +10,9 @@ order). OUT_DIR gets HF_DIR's config.json and a model.safetensors (F32) with
 those values under the HF names, attn_q/attn_k rows put back from llama.cpp's
 interleaved order into HF's rotate-half order (the inverse of make_gguf's
 permute_rope), so tests/ref/torch_forward.py on OUT_DIR is the exact float64
-reference for our forward pass on the quantized file.
+reference for our forward pass on the quantized file. OUT_DIR/act_quant.json
+lists the HF names of the Q8_0/Q4_0 weights: our runner quantizes the inputs
+of those matmuls to 8 bits (torch_forward.py --act-quant models that).
 """
 import json
 import os
@@ -34,9 +36,9 @@ def main(hf_dir, ref_dir, out_dir):
                  "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                  "ffn_down": "mlp.down_proj"}
     deq = np.fromfile(os.path.join(ref_dir, "deq.bin"), dtype=np.float32)
-    off, tensors = 0, {}
+    off, tensors, act_quant = 0, {}, []
     for line in open(os.path.join(ref_dir, "names.txt")):
-        gname, _, count = line.split()
+        gname, kind, count = line.split()
         count = int(count)
         x = deq[off:off + count]
         off += count
@@ -49,6 +51,8 @@ def main(hf_dir, ref_dir, out_dir):
             hf, nhead = names[base] + ".weight", None
         else:
             continue
+        if kind in ("q8_0", "q4_0"):
+            act_quant.append(hf)
         x = x.reshape(shapes[hf])
         if nhead:
             rows, cols = x.shape
@@ -67,6 +71,7 @@ def main(hf_dir, ref_dir, out_dir):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
     c = dict(cfg, torch_dtype="float32")
     json.dump(c, open(os.path.join(out_dir, "config.json"), "w"))
+    json.dump(sorted(act_quant), open(os.path.join(out_dir, "act_quant.json"), "w"))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,14 @@ equations (modeling_llama / modeling_qwen2 / modeling_qwen3):
     MLP               down(silu(gate(x)) * up(x))
     lm_head           tied to embed_tokens when tie_word_embeddings
 
+With --act-quant FILE (a JSON list of weight names, written by
+gguf_deq_model.py), the input of each matmul with one of those weights is first
+quantized the way ggml quantizes activations for its Q8_0/Q4_0 dot products
+(block_q8_0, quantize_row_q8_0): per 32-element block of the float32 row,
+amax = max |x|, d = amax / 127, q = round-half-to-even(x * (127 / amax))
+(0 when amax = 0), computed in float32, and the matmul sees d * q. Our runner
+keeps d in float32 (ggml stores it as f16).
+
 Weights are upcast to float64 and everything but the RoPE tables runs in
 float64, so the comparison measures our F32 error. Prints "ok NAME" or
 "FAIL NAME: ..." for tests/run.sh; NAME is the model directory's basename.
@@ -100,7 +108,17 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(cfg, w, ids):
+def quantize_act(x):
+    """float64 (T, k) -> the float64 values d * q of its 8-bit block quantization (see above)."""
+    xf = x.to(torch.float32).reshape(x.shape[0], -1, 32)
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    d = amax / torch.tensor(127, dtype=torch.float32)
+    scale = torch.where(amax > 0, torch.tensor(127, dtype=torch.float32) / amax, torch.zeros_like(amax))
+    q = torch.round(xf * scale)  # torch.round rounds half to even
+    return (q.double() * d.double()).reshape(x.shape)
+
+
+def forward(cfg, w, ids, act_quant=()):
     arch = cfg["architectures"][0]
     dim, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
@@ -118,6 +136,8 @@ def forward(cfg, w, ids):
     cos, sin = emb.cos().double(), emb.sin().double()
 
     def linear(x, name, bias):
+        if name + ".weight" in act_quant:
+            x = quantize_act(x)
         y = x @ w[name + ".weight"].T
         return y + w[name + ".bias"] if bias else y
 
@@ -147,7 +167,11 @@ def forward(cfg, w, ids):
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight")
     if head is None or cfg.get("tie_word_embeddings", False):
-        head = w["model.embed_tokens.weight"]
+        head, head_name = w["model.embed_tokens.weight"], "model.embed_tokens.weight"
+    else:
+        head_name = "lm_head.weight"
+    if head_name in act_quant:
+        x = quantize_act(x)
     return x @ head.T
 
 
@@ -175,15 +199,17 @@ def main():
     ap.add_argument("dump")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--name")
+    ap.add_argument("--act-quant", help="JSON list of weights whose matmul inputs are 8-bit quantized")
     a = ap.parse_args()
     name = a.name or os.path.basename(os.path.normpath(a.model))
     torch.set_num_threads(1)
     cfg = json.load(open(os.path.join(a.model, "config.json")))
     w = load_weights(a.model)
+    act_quant = set(json.load(open(a.act_quant))) if a.act_quant else set()
     worst, where = 0.0, ""
     seqs = read_dump(a.dump, cfg["vocab_size"])
     for s, (ids, ours) in enumerate(seqs):
-        ref = forward(cfg, w, ids).numpy()
+        ref = forward(cfg, w, ids, act_quant).numpy()
         scale = float(np.abs(ref).max())
         err = np.abs(ours.astype(np.float64) - ref) / scale
         pos = int(err.max(axis=1).argmax())

@@ -206,6 +206,19 @@ int64_t serving_utf8_chars(const char *s, size_t len) {
     return n;
 }
 
+json_t *serving_response_new(serving_call *c, const char *object, json_t *choices) {
+    json_t *j = json_object();
+    json_object_set_new(j, "id", json_string(c->id));
+    json_object_set_new(j, "object", json_string(object));
+    json_object_set_new(j, "created", json_integer(c->created));
+    json_object_set_new(j, "model", json_string(c->model_name));
+    json_object_set_new(j, "choices", choices);
+    json_object_set_new(j, "service_tier", json_null());
+    json_object_set_new(j, "system_fingerprint", json_null());
+    json_object_set_new(j, "usage", serving_usage(c, false));
+    return j;
+}
+
 json_t *serving_usage(serving_call *c, bool omit_null) {
     int64_t prompt = 0, completion = 0, cached = 0;
     for (int32_t i = 0; i < c->num_prompts; i++) {

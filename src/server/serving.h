@@ -162,6 +162,10 @@ int32_t serving_logprob_entries(const vllm_token_logprobs *lp, int32_t *ids, flo
 int64_t serving_utf8_chars(const char *s, size_t len);
 
 json_t *serving_usage(serving_call *c, bool omit_null);
+/* The non-streaming response object up to its usage (id, object, created, model,
+ * choices (stolen), service_tier, system_fingerprint, usage), in vLLM's key
+ * order; the caller appends its endpoint's extra keys. */
+json_t *serving_response_new(serving_call *c, const char *object, json_t *choices);
 bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
                              int32_t **ids, int32_t *n, openai_error *e);
 bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e);

@@ -325,15 +325,7 @@ static json_t *chat_final(serving_call *c) {
         if (c->req.return_token_ids) json_object_set_new(o, "token_ids", ids_json(ch->token_ids, ch->num_tokens));
         json_array_append_new(choices, o);
     }
-    json_t *j = json_object();
-    json_object_set_new(j, "id", json_string(c->id));
-    json_object_set_new(j, "object", json_string("chat.completion"));
-    json_object_set_new(j, "created", json_integer(c->created));
-    json_object_set_new(j, "model", json_string(c->model_name));
-    json_object_set_new(j, "choices", choices);
-    json_object_set_new(j, "service_tier", json_null());
-    json_object_set_new(j, "system_fingerprint", json_null());
-    json_object_set_new(j, "usage", serving_usage(c, false));
+    json_t *j = serving_response_new(c, "chat.completion", choices);
     json_object_set_new(j, "prompt_logprobs", json_null());
     if (c->req.return_token_ids)
         json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));

@@ -171,15 +171,7 @@ static json_t *completion_final(serving_call *c) {
         }
         json_array_append_new(choices, o);
     }
-    json_t *j = json_object();
-    json_object_set_new(j, "id", json_string(c->id));
-    json_object_set_new(j, "object", json_string("text_completion"));
-    json_object_set_new(j, "created", json_integer(c->created));
-    json_object_set_new(j, "model", json_string(c->model_name));
-    json_object_set_new(j, "choices", choices);
-    json_object_set_new(j, "service_tier", json_null());
-    json_object_set_new(j, "system_fingerprint", json_null());
-    json_object_set_new(j, "usage", serving_usage(c, false));
+    json_t *j = serving_response_new(c, "text_completion", choices);
     json_object_set_new(j, "kv_transfer_params", json_null());
     return j;
 }

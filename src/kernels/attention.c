@@ -98,26 +98,9 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
+#include "kernels/vexp.h"
 
-/* exp(x) for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6
- * polynomial, times 2^n); relative error ~2e-7; below -87.3 it returns ~0. */
-AVX2_FN __m256 exp_avx2(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
 
 /* Lanes 0..cnt-1 set (cnt may exceed 8). */
 AVX2_FN __m256i lane_mask(int32_t cnt) {
@@ -220,7 +203,7 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
             /* weights e_j = exp(s_j - m), then l and the output in position order */
             const __m256 mv = _mm256_set1_ps(m[g]);
             for (int32_t j = 0; j < cnt; j += 8)
-                _mm256_storeu_ps(s + j, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+                _mm256_storeu_ps(s + j, vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
             for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
             for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
                 switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {

@@ -45,7 +45,7 @@
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "kernels/vexp.h"
 #define SAMPLER_AVX2 1
 #endif
 
@@ -304,23 +304,11 @@ static vllm_status no_token_left(void) {
 /* ---- exp kernels ---------------------------------------------------------- */
 
 #ifdef SAMPLER_AVX2
-/* exp of 8 values <= 0 (Cephes' polynomial, ~1 ulp); below EXP_CUTOFF or NaN gives 0. */
+/* exp of 8 values <= 0 (vexp_avx2); below EXP_CUTOFF or NaN gives 0. */
 static inline __m256 exp8(__m256 x) {
     __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_CUTOFF), _CMP_GE_OQ);
     x = _mm256_max_ps(_mm256_min_ps(x, _mm256_setzero_ps()), _mm256_set1_ps(EXP_CUTOFF));
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
+    return _mm256_and_ps(vexp_avx2(x), valid);
 }
 
 /* acc += the 8 floats of w, in double. */

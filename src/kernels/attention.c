@@ -232,7 +232,7 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
 
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                      const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    if (kernels_isa_get() == KERNELS_ISA_AVX2)
+    if (kernels_isa_get() >= KERNELS_ISA_AVX2)
         attention_paged_avx2(a, out, q, group, kv_head, block_table, n_ctx, scratch);
     else
         attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);

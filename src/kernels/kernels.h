@@ -14,11 +14,14 @@
  * for. So splitting work differently, or running a token alone or in a batch,
  * never changes a single bit.
  *
- * Instruction set: chosen once per process (kernels_isa): AVX2+FMA+F16C when
- * the CPU has them (the code is compiled with target attributes, so a
- * portable build still has it), else portable C. VLLM_KERNELS=portable in the
- * environment forces the portable path. The two paths round differently (FMA
- * vs separate multiply and add), so one process uses one path throughout.
+ * Instruction set: chosen once per process (kernels_isa): the best the CPU
+ * has of AVX-512 (F, BW, VL, DQ, VNNI), AVX2+FMA+F16C, portable C (the code
+ * is compiled with target attributes, so a portable build still has them).
+ * VLLM_KERNELS=portable|avx2|avx512 in the environment caps the choice (a
+ * level the CPU lacks falls back to the best one below it). Paths may round
+ * differently (FMA vs separate multiply and add, 16 vs 8 lanes), so one
+ * process uses one path throughout; kernels without a path for the chosen
+ * level use the best one below it (levels are ordered: test with >=).
  */
 #ifndef VLLM_KERNELS_KERNELS_H
 #define VLLM_KERNELS_KERNELS_H
@@ -31,6 +34,7 @@
 typedef enum kernels_isa {
     KERNELS_ISA_PORTABLE = 0,
     KERNELS_ISA_AVX2,        /* AVX2 + FMA + F16C */
+    KERNELS_ISA_AVX512,      /* the above + AVX-512 F/BW/VL/DQ/VNNI */
 } kernels_isa;
 
 /* The instruction set this process uses (decided on the first call). */
@@ -38,6 +42,8 @@ kernels_isa kernels_isa_get(void);
 const char *kernels_isa_name(kernels_isa isa);
 /* True if the CPU can run the AVX2 kernels (whatever kernels_isa_get says). */
 bool kernels_cpu_has_avx2(void);
+/* True if the CPU can run the AVX-512 kernels (AVX2 ones too). */
+bool kernels_cpu_has_avx512(void);
 
 /* Element i of a weight vector in its own dtype, as F32. */
 static inline float kernels_weight_at(const void *w, dtype t, int64_t i) {

@@ -40,20 +40,41 @@ bool kernels_cpu_has_avx2(void) {
 #endif
 }
 
+bool kernels_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return kernels_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
 kernels_isa kernels_isa_get(void) {
     static atomic_int cached = -1;
     int isa = atomic_load(&cached);
     if (isa < 0) {
         const char *env = getenv("VLLM_KERNELS");
-        bool portable = env && !strcmp(env, "portable");
-        isa = !portable && kernels_cpu_has_avx2() ? KERNELS_ISA_AVX2 : KERNELS_ISA_PORTABLE;
+        int cap = KERNELS_ISA_AVX512;
+        if (env && !strcmp(env, "portable"))
+            cap = KERNELS_ISA_PORTABLE;
+        else if (env && !strcmp(env, "avx2"))
+            cap = KERNELS_ISA_AVX2;
+        isa = KERNELS_ISA_PORTABLE;
+        if (cap >= KERNELS_ISA_AVX2 && kernels_cpu_has_avx2()) isa = KERNELS_ISA_AVX2;
+        if (cap >= KERNELS_ISA_AVX512 && kernels_cpu_has_avx512()) isa = KERNELS_ISA_AVX512;
         atomic_store(&cached, isa);
     }
     return (kernels_isa)isa;
 }
 
 const char *kernels_isa_name(kernels_isa isa) {
-    return isa == KERNELS_ISA_AVX2 ? "avx2" : "portable";
+    switch (isa) {
+    case KERNELS_ISA_AVX512: return "avx512";
+    case KERNELS_ISA_AVX2: return "avx2";
+    default: return "portable";
+    }
 }
 
 /* ---- shared epilogue --------------------------------------------------- */
@@ -300,7 +321,7 @@ static atomic_bool kernel_table_ready;
 
 matmul_range_fn matmul_kernel(dtype wtype) {
     if (!atomic_load_explicit(&kernel_table_ready, memory_order_acquire)) {
-        matmul_range_fn scalar = kernels_isa_get() == KERNELS_ISA_AVX2 ? matmul_range_avx2 : matmul_range_portable;
+        matmul_range_fn scalar = kernels_isa_get() >= KERNELS_ISA_AVX2 ? matmul_range_avx2 : matmul_range_portable;
         for (int t = 0; t < DTYPE_COUNT; t++)
             kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
         atomic_store_explicit(&kernel_table_ready, true, memory_order_release);

@@ -23,6 +23,8 @@
  */
 #include "kernels/quant.h"
 
+#include "kernels/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,13 +515,7 @@ ACT_RANGE(matmul_act_q4_0_avx2, DTYPE_Q4_0)
 
 bool quant_use_avx2(void) {
 #ifdef QUANT_HAVE_X86
-    static int use = -1; /* decided once; racing first calls compute the same value */
-    if (use < 0) {
-        const char *e = getenv("VLLM_KERNELS");
-        use = !(e && !strcmp(e, "portable")) && __builtin_cpu_supports("avx2") &&
-              __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    }
-    return use;
+    return kernels_isa_get() >= KERNELS_ISA_AVX2;
 #else
     return false;
 #endif

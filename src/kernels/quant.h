@@ -108,8 +108,8 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k);
 
-/* True when the AVX2+FMA+F16C kernels are in use (CPU has them and
- * VLLM_KERNELS=portable is not set). */
+/* True when the AVX2+FMA+F16C kernels (or better) are in use: kernels_isa_get()
+ * >= KERNELS_ISA_AVX2. */
 bool quant_use_avx2(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -243,7 +244,9 @@ TEST(test_quant_dot_act) {
             make_row(t, row, n, tmp);
             for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * (float)(i % 3 + 1);
             quant_quantize_act_row(x, xq, n);
-            float fast = quant_dot_act(t, row, xq, n), port = quant_dot_act_portable(t, row, xq, n);
+            float fast = quant_dot_act(t, row, xq, n);
+            float port = quant_use_avx512() ? quant_dot_act_wide_portable(t, row, xq, n)
+                                            : quant_dot_act_portable(t, row, xq, n);
             CHECK(memcmp(&fast, &port, 4) == 0, "%s n=%lld: %.9g != portable %.9g", dtype_name(t), (long long)n,
                   fast, port);
             quant_dequantize_row(t, row, tmp, n);
@@ -296,6 +299,69 @@ TEST(test_quant_act_batch_invariance) {
     }
 }
 
+/* Each integer path called directly against its portable mirror, bit for
+ * bit: the AVX2 kernel vs quant_dot_act_portable, the AVX-512 kernel vs
+ * quant_dot_act_wide_portable, over odd block counts, several k pieces (the
+ * AVX-512 kernel takes k 2048 at a time), more rows than its 64-row chunk and
+ * every tile remainder; and each is batch invariant by construction of that
+ * comparison (every output equals a single-row, single-token dot). The two
+ * orders agree to rounding (checked loosely). */
+typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
+                             int64_t, int64_t, int64_t);
+static void check_act_path(act_range_fn fn, float (*dot)(dtype, const void *, const void *, int64_t),
+                           const char *name) {
+    enum { KMAX = 4096 + 3 * 32, R = 70, T = 9 };
+    static uint8_t w[R * KMAX / 32 * 34], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float x[KMAX], y[T * R], tmp[KMAX];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    const int64_t ks[] = {32, 96, 2048, 2048 + 32, KMAX};
+    for (int m = 0; m < 2; m++)
+        for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; kk++) {
+            dtype t = ts[m];
+            int64_t k = ks[kk], ldxq = (int64_t)quant_act_row_bytes(k);
+            size_t stride = dtype_row_bytes(t, k);
+            for (int r = 0; r < R; r++) make_row(t, w + r * stride, k, tmp);
+            for (int tt = 0; tt < T; tt++) {
+                for (int64_t i = 0; i < k; i++) x[i] = rng_uniform() * (float)(i % 7 + 1);
+                quant_quantize_act_row(x, xq + tt * ldxq, k);
+            }
+            const int64_t spans[][4] = {{0, R, 0, T}, {3, R - 2, 1, 2}, {5, 6, 4, 7}, {1, 66, 2, 5}};
+            int bad = 0;
+            float maxabs = 0, maxdiff = 0;
+            for (int sp = 0; sp < 4; sp++) {
+                int64_t r0 = spans[sp][0], r1 = spans[sp][1], t0 = spans[sp][2], t1 = spans[sp][3];
+                for (int i = 0; i < T * R; i++) y[i] = NAN;
+                fn(t, w, k, xq, ldxq, y, R, r0, r1, t0, t1);
+                for (int tt = 0; tt < T; tt++)
+                    for (int r = 0; r < R; r++) {
+                        bool in = tt >= t0 && tt < t1 && r >= r0 && r < r1;
+                        if (!in) {
+                            bad += !isnan(y[tt * R + r]);
+                            continue;
+                        }
+                        float want = dot(t, w + r * stride, xq + tt * ldxq, k);
+                        float other = (dot == quant_dot_act_portable ? quant_dot_act_wide_portable
+                                                                       : quant_dot_act_portable)(
+                            t, w + r * stride, xq + tt * ldxq, k);
+                        bad += memcmp(&want, &y[tt * R + r], 4) != 0;
+                        maxabs = fmaxf(maxabs, fabsf(want)), maxdiff = fmaxf(maxdiff, fabsf(want - other));
+                    }
+            }
+            CHECK(bad == 0, "%s %s k=%lld: %d outputs differ from the portable mirror (or out of range)", name,
+                  dtype_name(t), (long long)k, bad);
+            CHECK(maxdiff <= 1e-5f * maxabs, "%s %s k=%lld: orders differ by %g (outputs up to %g)", name,
+                  dtype_name(t), (long long)k, maxdiff, maxabs);
+        }
+}
+
+TEST(test_quant_act_paths) {
+    check_act_path(quant_matmul_act_range_portable, quant_dot_act_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_act_path(quant_matmul_act_range_avx2, quant_dot_act_portable, "avx2");
+    else printf("ok test_quant_act_paths_avx2 # skip: no AVX2 on this CPU\n");
+    if (kernels_cpu_has_avx512()) check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
+    else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
+}
+
 int main(void) {
     RUN(test_quant_sizes);
     RUN(test_quant_layout_q8_0_q4_0);
@@ -306,5 +372,6 @@ int main(void) {
     RUN(test_quant_act_quantize);
     RUN(test_quant_dot_act);
     RUN(test_quant_act_batch_invariance);
+    RUN(test_quant_act_paths);
     return harness_done();
 }

@@ -239,8 +239,10 @@ static inline float reduce8(const float acc[8]) {
     return (s0 + s2) + (s1 + s3);
 }
 
-/* acc[0..8) += the fixed-order terms of blocks [0, nb) of row against xq. */
-static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float acc[8]) {
+/* acc += the fixed-order terms of blocks [0, nb) of row against xq: in
+ * acc[0..8) (wide false), or in acc[8*(b&1) .. +8) for block b (wide, the
+ * AVX-512 order; nb even unless this is the row's last piece). */
+static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float *acc, bool wide) {
     size_t bb = dtype_block_bytes(t);
     int8_t w[32];
     for (int64_t i = 0; i < nb; i++, wb += bb, xb += QUANT_ACT_BLOCK_BYTES) {
@@ -248,27 +250,41 @@ static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t n
         memcpy(&dx, xb, 4);
         d *= dx;
         const int8_t *q = (const int8_t *)(xb + 4);
+        float *a = acc + (wide && (i & 1) ? 8 : 0);
         for (int l = 0; l < 8; l++) {
             int32_t isum = 0;
             for (int j = 0; j < 4; j++) isum += (int32_t)w[4 * l + j] * q[4 * l + j];
-            acc[l] = fmaf(d, (float)isum, acc[l]);
+            a[l] = fmaf(d, (float)isum, a[l]);
         }
     }
 }
 
+static inline float reduce16(const float acc[16]) {
+    float v[8];
+    for (int l = 0; l < 8; l++) v[l] = acc[l] + acc[l + 8];
+    return reduce8(v);
+}
+
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k) {
     float acc[8] = {0};
-    dot_act_acc(t, row, xq, k / QUANT_QK, acc);
+    dot_act_acc(t, row, xq, k / QUANT_QK, acc, false);
     return reduce8(acc);
 }
 
-enum { ACT_PIECE = 2048, ACT_ROWS = 64 };
+float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    float acc[16] = {0};
+    dot_act_acc(t, row, xq, k / QUANT_QK, acc, true);
+    return reduce16(acc);
+}
+
+enum { ACT_PIECE = 2048, ACT_ROWS = 64 }; /* ACT_PIECE: an even number of blocks (wide order) */
 
 void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     uint8_t xq[ACT_PIECE / QUANT_QK * QUANT_ACT_BLOCK_BYTES];
-    float acc[ACT_ROWS][8];
+    float acc[ACT_ROWS][16];
     size_t stride = dtype_row_bytes(type, k);
+    bool wide = quant_use_avx512();
     for (int64_t t = t0; t < t1; t++)
         for (int64_t rb = r0; rb < r1; rb += ACT_ROWS) {
             int64_t nr = r1 - rb < ACT_ROWS ? r1 - rb : ACT_ROWS;
@@ -278,14 +294,14 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
                 quant_quantize_act_row(x + t * ldx + i, xq, len);
                 for (int64_t r = 0; r < nr; r++)
                     dot_act_acc(type, (const uint8_t *)w + (rb + r) * stride + dtype_row_bytes(type, i), xq,
-                                len / QUANT_QK, acc[r]);
+                                len / QUANT_QK, acc[r], wide);
             }
-            for (int64_t r = 0; r < nr; r++) y[t * ldy + rb + r] = reduce8(acc[r]);
+            for (int64_t r = 0; r < nr; r++) y[t * ldy + rb + r] = wide ? reduce16(acc[r]) : reduce8(acc[r]);
         }
 }
 
-static void matmul_act_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
-                                int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+void quant_matmul_act_range_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     size_t stride = dtype_row_bytes(type, k);
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = t0; t < t1; t++)
@@ -511,11 +527,28 @@ ACT_RANGE(matmul_act_q8_0_avx2, DTYPE_Q8_0)
 ACT_RANGE(matmul_act_q4_0_avx2, DTYPE_Q4_0)
 #endif
 
+void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx2() || !quant_has_act_kernel(type)) abort(); /* a caller bug */
+#ifdef QUANT_HAVE_X86
+    if (type == DTYPE_Q8_0) matmul_act_q8_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else matmul_act_q4_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+#endif
+}
+
 /* ---- dispatch ------------------------------------------------------------ */
 
 bool quant_use_avx2(void) {
 #ifdef QUANT_HAVE_X86
     return kernels_isa_get() >= KERNELS_ISA_AVX2;
+#else
+    return false;
+#endif
+}
+
+bool quant_use_avx512(void) {
+#ifdef QUANT_HAVE_X86
+    return kernels_isa_get() >= KERNELS_ISA_AVX512;
 #else
     return false;
 #endif
@@ -551,14 +584,10 @@ void quant_quantize_act_row(const float *x, void *dst, int64_t k) {
 void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
-#ifdef QUANT_HAVE_X86
-    if (quant_use_avx2()) {
-        if (type == DTYPE_Q8_0) matmul_act_q8_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-        else matmul_act_q4_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-        return;
-    }
-#endif
-    matmul_act_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    kernels_isa isa = kernels_isa_get();
+    if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
 float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k) {

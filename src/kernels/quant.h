@@ -42,6 +42,14 @@
  * w[i] is the signed weight (q for Q8_0, nibble - 8 for Q4_0), dw its block
  * scale, dx the activation block's. The AVX2 kernel (maddubs/madd, one
  * int32 lane per l) and the portable one compute exactly this.
+ *
+ * The AVX-512 kernel (quant_avx512.c, two blocks per zmm) uses the "wide"
+ * order instead, the same isum[l] integers but 16 float accumulators:
+ *     acc[8*(b&1) + l] = fma(dw * dx, (float)isum_b[l], acc[8*(b&1) + l])
+ *         over blocks b in order (a last, odd block feeds lanes 0..7);
+ *     v[l] = acc[l] + acc[l+8]; result = the 8-lane reduction above on v.
+ * quant_dot_act_wide_portable is that order in C. A process uses one order
+ * throughout (kernels_isa_get() decides), so batch invariance holds on each.
  */
 #ifndef VLLM_KERNELS_QUANT_H
 #define VLLM_KERNELS_QUANT_H
@@ -107,9 +115,23 @@ float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
 void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k);
+float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k);
+
+/* quant_matmul_act_range on one path, whatever kernels_isa_get() says (for
+ * tests and benchmarks). The avx2 / avx512 ones abort() when the CPU lacks the
+ * instructions (kernels_cpu_has_avx2 / kernels_cpu_has_avx512 first). */
+void quant_matmul_act_range_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                     float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                   float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 /* True when the AVX2+FMA+F16C kernels (or better) are in use: kernels_isa_get()
  * >= KERNELS_ISA_AVX2. */
 bool quant_use_avx2(void);
+/* True when the integer dots use the AVX-512 kernel and the wide order:
+ * kernels_isa_get() >= KERNELS_ISA_AVX512. */
+bool quant_use_avx512(void);
 
 #endif

@@ -1,0 +1,243 @@
+/*
+ * quant_avx512.c - Q8_0 / Q4_0 weights x 8-bit activations with AVX-512 VNNI
+ * (vpdpbusd), the KERNELS_ISA_AVX512 path of quant_matmul_act_range.
+ *
+ * One zmm holds two consecutive 32-blocks (a "step" of 64 elements). vpdpbusd
+ * multiplies unsigned by signed bytes, so the weights are made unsigned and
+ * the offset taken back out exactly in int32:
+ *     Q8_0: u = w + 128 (w ^ 0x80),   sum u*x = sum w*x + 128 * sum x
+ *     Q4_0: u = nibble (0..15),       sum u*x = sum w*x +   8 * sum x
+ * Each int32 lane starts at corr = -K * (sum of its 4 activations), computed
+ * once per token and step (the "prep" below), so after one vpdpbusd lane l of
+ * the zmm holds exactly the isum[l] of quant.h for block 2s (l < 8) and
+ * isum[l - 8] of block 2s + 1 (l >= 8): the same integers as the AVX2
+ * maddubs path, with no saturation anywhere.
+ *
+ * Float order (the "wide" order, quant.h; quant_dot_act_wide_portable is
+ * the same in C): acc[16] per output, lane l < 8 fed by the even blocks and
+ * lane 8 + l by the odd ones, each acc = fma((float)isum, dw * dx, acc) in
+ * block order (a last, odd block only touches lanes 0..7); then
+ *     v[l] = acc[l] + acc[l + 8], result = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)).
+ * Tiles of R rows x T tokens only change which outputs share a weight load,
+ * never the operations on one output, so results are batch invariant.
+ *
+ * Prep: for each token of a tile and each step of a k piece, 192 bytes: the
+ * step's 64 activation bytes back to back (xq interleaves a float scale every
+ * 32), corr[16] and dx[16] (dx of block 2s in lanes 0..7, of 2s + 1 in 8..15),
+ * so the inner loop is loads and five vector ops per (row, token, step).
+ * k is taken in pieces of PIECE_STEPS steps (prep stays in L1); accumulators
+ * cross pieces in acc_io on the stack.
+ */
+#include "kernels/quant.h"
+
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+enum {
+    PIECE_STEPS = 32,  /* 2048 elements of k per piece */
+    TILE_T = 4,        /* tokens per prep group */
+    CHUNK_ROWS = 64,   /* rows whose accumulators wait in acc_io between pieces */
+    PREP_BYTES = 192,  /* per token and step: x[64], corr[16] int32, dx[16] float */
+};
+#ifndef QUANT_PREFETCH
+#define QUANT_PREFETCH 1024 /* software prefetch distance into each weight row */
+#endif
+
+typedef struct { int8_t x[64]; int32_t corr[16]; float dx[16]; } prep_step;
+
+/* Prep for one token: steps [s0, s0 + ns) of xq row xr (nb blocks in all). */
+AVX512 static void prep_token(dtype type, const uint8_t *xr, int64_t nb, int64_t s0, int64_t ns, prep_step *p) {
+    const __m512i k = _mm512_set1_epi8(type == DTYPE_Q8_0 ? (char)0x80 : 8);
+    for (int64_t s = 0; s < ns; s++, p++) {
+        int64_t b = 2 * (s0 + s);
+        const uint8_t *x0 = xr + b * QUANT_ACT_BLOCK_BYTES, *x1 = x0 + QUANT_ACT_BLOCK_BYTES;
+        float d0, d1 = 0;
+        memcpy(&d0, x0, 4);
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(x0 + 4)), hi = _mm256_setzero_si256();
+        if (b + 1 < nb) {
+            memcpy(&d1, x1, 4);
+            hi = _mm256_loadu_si256((const __m256i *)(x1 + 4));
+        }
+        __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k, xv);
+        _mm512_store_si512(p->x, xv);
+        _mm512_store_si512(p->corr, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+        _mm512_store_ps(p->dx, _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1));
+    }
+}
+
+/* The two blocks of step at b as unsigned bytes (see top), and their scales
+ * [dw0 x 8, dw1 x 8]; half: only the first block (the second reads as 0). */
+AVX512 INLINE __m512i weights2(const dtype type, const uint8_t *b, bool half) {
+    const size_t bb = type == DTYPE_Q8_0 ? 34 : 18;
+    if (type == DTYPE_Q8_0) {
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 2));
+        __m256i hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(b + bb + 2));
+        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2));
+    __m128i q1 = half ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b + bb + 2));
+    __m512i v = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));   /* [q0, q0, q1, q1] */
+    v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);           /* [q0, q0>>4, q1, q1>>4] */
+    return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+AVX512 INLINE __m512 scales2(const dtype type, const uint8_t *b, bool half) {
+    const size_t bb = type == DTYPE_Q8_0 ? 34 : 18;
+    uint16_t h0, h1 = 0;
+    memcpy(&h0, b, 2);
+    if (!half) memcpy(&h1, b + bb, 2);
+    __m256i h = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)h0), 0xFF00, (short)h1);
+    return _mm512_cvtph_ps(h);
+}
+
+AVX512 INLINE float reduce16(__m512 acc) {
+    __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+/* R rows x T tokens over steps [0, ns) of a piece (w: the piece's first
+ * block of row 0; p: the T tokens' prep, pstride steps apart); odd: the last
+ * step holds one block. Accumulators start at zero (first) or from acc_io,
+ * end in y (last) or back in acc_io ((R, TILE_T) zmm). */
+AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_t *w, size_t stride, int64_t ns,
+                        bool odd, const prep_step *p, int64_t pstride, bool first, bool last, __m512 *acc_io,
+                        float *y, int64_t ldy) {
+    const size_t step = type == DTYPE_Q8_0 ? 68 : 36;
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) acc[r][j] = first ? _mm512_setzero_ps() : acc_io[r * TILE_T + j];
+    int64_t full = odd ? ns - 1 : ns;
+    for (int64_t s = 0; s < full; s++) {
+        __m512i wv[8];
+        __m512 dw[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + r * stride + s * step;
+            if (QUANT_PREFETCH) _mm_prefetch((const char *)b + QUANT_PREFETCH, _MM_HINT_T0);
+            wv[r] = weights2(type, b, false);
+            dw[r] = scales2(type, b, false);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            const prep_step *q = p + j * pstride + s;
+            __m512i xv = _mm512_load_si512(q->x);
+            __m512 dx = _mm512_load_ps(q->dx);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(q->corr), wv[r], xv);
+                acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[r], dx), acc[r][j]);
+            }
+        }
+    }
+    if (odd) {
+        int64_t s = ns - 1;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + r * stride + s * step;
+            __m512i wv = weights2(type, b, true);
+            __m512 dw = scales2(type, b, true);
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) {
+                const prep_step *q = p + j * pstride + s;
+                __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(q->corr), wv, _mm512_load_si512(q->x));
+                __m512 sc = _mm512_mul_ps(dw, _mm512_load_ps(q->dx));
+                acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(i), sc, acc[r][j], 0x00FF); /* lanes 0..7 */
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            if (last) y[j * ldy + r] = reduce16(acc[r][j]);
+            else acc_io[r * TILE_T + j] = acc[r][j];
+        }
+}
+
+/* Rows [r0, r1) of a piece for T tokens: tiles of ROWS_T1 rows at decode,
+ * 4 rows otherwise, then single rows. */
+#ifndef ROWS_T1
+#define ROWS_T1 4
+#endif
+AVX512 INLINE void rows(const int T, const dtype type, const uint8_t *w, size_t stride, int64_t nr, int64_t ns,
+                        bool odd, const prep_step *p, bool first, bool last, __m512 *acc_io, float *y,
+                        int64_t ldy) {
+    int64_t r = 0;
+    if (T == 1)
+        for (; r + ROWS_T1 <= nr; r += ROWS_T1)
+            tile(ROWS_T1, 1, type, w + r * stride, stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T,
+                 y + r, ldy);
+    for (; r + 4 <= nr; r += 4)
+        tile(4, T, type, w + r * stride, stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T, y + r,
+             ldy);
+    for (; r < nr; r++)
+        tile(1, T, type, w + r * stride, stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T, y + r,
+             ldy);
+}
+
+AVX512 INLINE void range(const dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                         int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    prep_step prep[TILE_T * PIECE_STEPS] __attribute__((aligned(64))); /* 24 KB */
+    __m512 acc_io[CHUNK_ROWS * TILE_T]; /* 16 KB */
+    const size_t stride = dtype_row_bytes(type, k), step = type == DTYPE_Q8_0 ? 68 : 36;
+    const int64_t nb = k / QUANT_QK, nsteps = (nb + 1) / 2;
+    for (int64_t t = t0; t < t1; t += TILE_T) {
+        int T = t1 - t < TILE_T ? (int)(t1 - t) : TILE_T;
+        for (int64_t rc = r0; rc < r1; rc += CHUNK_ROWS) {
+            int64_t nr = r1 - rc < CHUNK_ROWS ? r1 - rc : CHUNK_ROWS;
+            for (int64_t s0 = 0; s0 < nsteps; s0 += PIECE_STEPS) {
+                int64_t ns = nsteps - s0 < PIECE_STEPS ? nsteps - s0 : PIECE_STEPS;
+                bool first = s0 == 0, last = s0 + ns == nsteps, odd = last && (nb & 1);
+                for (int j = 0; j < T; j++)
+                    prep_token(type, (const uint8_t *)xq + (t + j) * ldxq, nb, s0, ns, prep + j * PIECE_STEPS);
+                const uint8_t *wp = (const uint8_t *)w + rc * stride + s0 * step;
+                float *yp = y + t * ldy + rc;
+                switch (T) {
+                case 1: rows(1, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                case 2: rows(2, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                case 3: rows(3, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                default: rows(4, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                }
+            }
+        }
+    }
+}
+
+AVX512 static void range_q8_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                              int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    range(DTYPE_Q8_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
+AVX512 static void range_q4_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                              int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    range(DTYPE_Q4_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
+void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx512()) abort(); /* a caller bug: test quant_use_avx512() first */
+    if (type == DTYPE_Q8_0) range_q8_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else if (type == DTYPE_Q4_0) range_q4_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else abort(); /* a caller bug: no integer kernel for this type */
+}
+#else
+void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    abort(); /* never chosen: quant_use_avx512() is false off x86-64 */
+}
+#endif

@@ -228,6 +228,17 @@ TEST(test_quant_act_quantize) {
     CHECK(memcmp(a, b, sizeof a) == 0, "avx2 and portable activation bytes differ on a random row");
 }
 
+typedef float (*act_dot_fn)(dtype, const void *, const void *, int64_t);
+
+/* The portable dot in this process's order (quant_act_order). */
+static act_dot_fn act_dot_mirror(void) {
+    switch (quant_act_order()) {
+    case QUANT_ORDER_BLOCK: return quant_dot_act_block_portable;
+    case QUANT_ORDER_WIDE: return quant_dot_act_wide_portable;
+    default: return quant_dot_act_portable;
+    }
+}
+
 /* Integer dots: fast == portable bit for bit; == a double sum over the
  * dequantized operands to 1e-5; near the F32-activation naive dot (the
  * activation quantization costs < 1% of sum |w x|). */
@@ -245,8 +256,7 @@ TEST(test_quant_dot_act) {
             for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * (float)(i % 3 + 1);
             quant_quantize_act_row(x, xq, n);
             float fast = quant_dot_act(t, row, xq, n);
-            float port = quant_use_avx512() ? quant_dot_act_wide_portable(t, row, xq, n)
-                                            : quant_dot_act_portable(t, row, xq, n);
+            float port = act_dot_mirror()(t, row, xq, n);
             CHECK(memcmp(&fast, &port, 4) == 0, "%s n=%lld: %.9g != portable %.9g", dtype_name(t), (long long)n,
                   fast, port);
             quant_dequantize_row(t, row, tmp, n);
@@ -303,18 +313,18 @@ TEST(test_quant_act_batch_invariance) {
  * bit: the AVX2 kernel vs quant_dot_act_portable, the AVX-512 kernel vs
  * quant_dot_act_wide_portable, over odd block counts, several k pieces (the
  * AVX-512 kernel takes k 2048 at a time), more rows than its 64-row chunk and
- * every tile remainder; and each is batch invariant by construction of that
+ * every tile remainder; the AMX kernel vs quant_dot_act_block_portable
+ * likewise; and each is batch invariant by construction of that
  * comparison (every output equals a single-row, single-token dot). The two
  * orders agree to rounding (checked loosely). */
 typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
                              int64_t, int64_t, int64_t);
-static void check_act_path(act_range_fn fn, float (*dot)(dtype, const void *, const void *, int64_t),
-                           const char *name) {
-    enum { KMAX = 4096 + 3 * 32, R = 70, T = 9 };
+static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
+    enum { KMAX = 4096 + 3 * 32, R = 70, T = 19 };
     static uint8_t w[R * KMAX / 32 * 34], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[KMAX], y[T * R], tmp[KMAX];
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
-    const int64_t ks[] = {32, 96, 2048, 2048 + 32, KMAX};
+    const int64_t ks[] = {32, 96, 2048, 2048 + 32, 4096, KMAX};
     for (int m = 0; m < 2; m++)
         for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; kk++) {
             dtype t = ts[m];
@@ -325,10 +335,10 @@ static void check_act_path(act_range_fn fn, float (*dot)(dtype, const void *, co
                 for (int64_t i = 0; i < k; i++) x[i] = rng_uniform() * (float)(i % 7 + 1);
                 quant_quantize_act_row(x, xq + tt * ldxq, k);
             }
-            const int64_t spans[][4] = {{0, R, 0, T}, {3, R - 2, 1, 2}, {5, 6, 4, 7}, {1, 66, 2, 5}};
+            const int64_t spans[][4] = {{0, R, 0, T}, {3, R - 2, 1, 2}, {5, 6, 4, 7}, {1, 66, 2, 5}, {0, 16, 0, 1}};
             int bad = 0;
             float maxabs = 0, maxdiff = 0;
-            for (int sp = 0; sp < 4; sp++) {
+            for (int sp = 0; sp < 5; sp++) {
                 int64_t r0 = spans[sp][0], r1 = spans[sp][1], t0 = spans[sp][2], t1 = spans[sp][3];
                 for (int i = 0; i < T * R; i++) y[i] = NAN;
                 fn(t, w, k, xq, ldxq, y, R, r0, r1, t0, t1);
@@ -340,7 +350,7 @@ static void check_act_path(act_range_fn fn, float (*dot)(dtype, const void *, co
                             continue;
                         }
                         float want = dot(t, w + r * stride, xq + tt * ldxq, k);
-                        float other = (dot == quant_dot_act_portable ? quant_dot_act_wide_portable
+                        float other = (dot == quant_dot_act_portable ? quant_dot_act_block_portable
                                                                        : quant_dot_act_portable)(
                             t, w + r * stride, xq + tt * ldxq, k);
                         bad += memcmp(&want, &y[tt * R + r], 4) != 0;
@@ -360,6 +370,8 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_avx2 # skip: no AVX2 on this CPU\n");
     if (kernels_cpu_has_avx512()) check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
     else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
+    if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
+    else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
 }
 
 int main(void) {

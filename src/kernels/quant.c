@@ -26,6 +26,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,9 +241,9 @@ static inline float reduce8(const float acc[8]) {
 }
 
 /* acc += the fixed-order terms of blocks [0, nb) of row against xq: in
- * acc[0..8) (wide false), or in acc[8*(b&1) .. +8) for block b (wide, the
- * AVX-512 order; nb even unless this is the row's last piece). */
-static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float *acc, bool wide) {
+ * acc[0..8) (narrow), in acc[8*(b&1) .. +8) for block b (wide; nb even
+ * unless this is the row's last piece), or in acc[0] (block). */
+static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float *acc, quant_order order) {
     size_t bb = dtype_block_bytes(t);
     int8_t w[32];
     for (int64_t i = 0; i < nb; i++, wb += bb, xb += QUANT_ACT_BLOCK_BYTES) {
@@ -250,7 +251,13 @@ static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t n
         memcpy(&dx, xb, 4);
         d *= dx;
         const int8_t *q = (const int8_t *)(xb + 4);
-        float *a = acc + (wide && (i & 1) ? 8 : 0);
+        if (order == QUANT_ORDER_BLOCK) {
+            int32_t isum = 0;
+            for (int j = 0; j < 32; j++) isum += (int32_t)w[j] * q[j];
+            acc[0] = fmaf(d, (float)isum, acc[0]);
+            continue;
+        }
+        float *a = acc + (order == QUANT_ORDER_WIDE && (i & 1) ? 8 : 0);
         for (int l = 0; l < 8; l++) {
             int32_t isum = 0;
             for (int j = 0; j < 4; j++) isum += (int32_t)w[4 * l + j] * q[4 * l + j];
@@ -267,14 +274,25 @@ static inline float reduce16(const float acc[16]) {
 
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k) {
     float acc[8] = {0};
-    dot_act_acc(t, row, xq, k / QUANT_QK, acc, false);
+    dot_act_acc(t, row, xq, k / QUANT_QK, acc, QUANT_ORDER_NARROW);
     return reduce8(acc);
 }
 
 float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k) {
     float acc[16] = {0};
-    dot_act_acc(t, row, xq, k / QUANT_QK, acc, true);
+    dot_act_acc(t, row, xq, k / QUANT_QK, acc, QUANT_ORDER_WIDE);
     return reduce16(acc);
+}
+
+float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    float acc = 0;
+    dot_act_acc(t, row, xq, k / QUANT_QK, &acc, QUANT_ORDER_BLOCK);
+    return acc;
+}
+
+/* The order's final reduction of an accumulator set. */
+static float act_reduce(quant_order order, const float acc[16]) {
+    return order == QUANT_ORDER_WIDE ? reduce16(acc) : order == QUANT_ORDER_BLOCK ? acc[0] : reduce8(acc);
 }
 
 enum { ACT_PIECE = 2048, ACT_ROWS = 64 }; /* ACT_PIECE: an even number of blocks (wide order) */
@@ -284,7 +302,7 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
     uint8_t xq[ACT_PIECE / QUANT_QK * QUANT_ACT_BLOCK_BYTES];
     float acc[ACT_ROWS][16];
     size_t stride = dtype_row_bytes(type, k);
-    bool wide = quant_use_avx512();
+    quant_order order = quant_act_order();
     for (int64_t t = t0; t < t1; t++)
         for (int64_t rb = r0; rb < r1; rb += ACT_ROWS) {
             int64_t nr = r1 - rb < ACT_ROWS ? r1 - rb : ACT_ROWS;
@@ -294,9 +312,9 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
                 quant_quantize_act_row(x + t * ldx + i, xq, len);
                 for (int64_t r = 0; r < nr; r++)
                     dot_act_acc(type, (const uint8_t *)w + (rb + r) * stride + dtype_row_bytes(type, i), xq,
-                                len / QUANT_QK, acc[r], wide);
+                                len / QUANT_QK, acc[r], order);
             }
-            for (int64_t r = 0; r < nr; r++) y[t * ldy + rb + r] = wide ? reduce16(acc[r]) : reduce8(acc[r]);
+            for (int64_t r = 0; r < nr; r++) y[t * ldy + rb + r] = act_reduce(order, acc[r]);
         }
 }
 
@@ -554,6 +572,21 @@ bool quant_use_avx512(void) {
 #endif
 }
 
+bool quant_use_amx(void) {
+    static atomic_int cached = -1;
+    int use = atomic_load(&cached);
+    if (use < 0) {
+        const char *env = getenv("VLLM_QUANT_AMX");
+        use = quant_use_avx512() && env && !strcmp(env, "1") && quant_amx_available();
+        atomic_store(&cached, use);
+    }
+    return use == 1;
+}
+
+quant_order quant_act_order(void) {
+    return quant_use_amx() ? QUANT_ORDER_BLOCK : quant_use_avx512() ? QUANT_ORDER_WIDE : QUANT_ORDER_NARROW;
+}
+
 void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
                         int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
 #ifdef QUANT_HAVE_X86
@@ -585,7 +618,8 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
-    if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    if (quant_use_amx()) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }

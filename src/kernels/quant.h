@@ -48,8 +48,14 @@
  *     acc[8*(b&1) + l] = fma(dw * dx, (float)isum_b[l], acc[8*(b&1) + l])
  *         over blocks b in order (a last, odd block feeds lanes 0..7);
  *     v[l] = acc[l] + acc[l+8]; result = the 8-lane reduction above on v.
- * quant_dot_act_wide_portable is that order in C. A process uses one order
- * throughout (kernels_isa_get() decides), so batch invariance holds on each.
+ * quant_dot_act_wide_portable is that order in C.
+ *
+ * The AMX kernel (quant_amx.c, when the CPU has AMX-INT8 and the OS grants
+ * it) uses the "block" order: one accumulator per output,
+ *     acc = fma((float)isum_b, dw * dx, acc) over blocks b in order, where
+ *     isum_b = the whole block's int32 dot; result = acc.
+ * quant_dot_act_block_portable is that order in C. A process uses one order
+ * throughout (quant_act_order() decides), so batch invariance holds on each.
  */
 #ifndef VLLM_KERNELS_QUANT_H
 #define VLLM_KERNELS_QUANT_H
@@ -116,6 +122,11 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k);
 float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k);
+float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k);
+
+/* The integer kernels' reduction order in this process. */
+typedef enum { QUANT_ORDER_NARROW, QUANT_ORDER_WIDE, QUANT_ORDER_BLOCK } quant_order;
+quant_order quant_act_order(void);
 
 /* quant_matmul_act_range on one path, whatever kernels_isa_get() says (for
  * tests and benchmarks). The avx2 / avx512 ones abort() when the CPU lacks the
@@ -126,6 +137,12 @@ void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const voi
                                  int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
                                    float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* Aborts unless quant_amx_available(). */
+void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* True when the CPU has AMX-TILE/INT8 (and the AVX-512 level) and the OS
+ * granted this process the tile state (asked once, on the first call). */
+bool quant_amx_available(void);
 
 /* True when the AVX2+FMA+F16C kernels (or better) are in use: kernels_isa_get()
  * >= KERNELS_ISA_AVX2. */
@@ -133,5 +150,10 @@ bool quant_use_avx2(void);
 /* True when the integer dots use the AVX-512 kernel and the wide order:
  * kernels_isa_get() >= KERNELS_ISA_AVX512. */
 bool quant_use_avx512(void);
+/* True when the integer dots use the AMX kernel and the block order:
+ * quant_use_avx512(), quant_amx_available() and VLLM_QUANT_AMX=1 (opt-in: it
+ * beats the VNNI kernel only with 16 tokens per call, and matmul.c passes
+ * at most 8; at decode it is slower). */
+bool quant_use_amx(void);
 
 #endif

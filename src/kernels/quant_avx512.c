@@ -27,6 +27,12 @@
  * so the inner loop is loads and five vector ops per (row, token, step).
  * k is taken in pieces of PIECE_STEPS steps (prep stays in L1); accumulators
  * cross pieces in acc_io on the stack.
+ *
+ * Streaming (decode): rows are contiguous, so a tile of R rows reads one
+ * contiguous range in R interleaved streams; each load prefetches the same
+ * offset R rows on, i.e. the next tile, just in time and never twice. (A fixed
+ * distance into the row left each tile's first KB to the hardware prefetcher:
+ * ~15% less bandwidth; 8-row decode tiles beat 4.)
  */
 #include "kernels/quant.h"
 
@@ -47,9 +53,7 @@ enum {
     CHUNK_ROWS = 64,   /* rows whose accumulators wait in acc_io between pieces */
     PREP_BYTES = 192,  /* per token and step: x[64], corr[16] int32, dx[16] float */
 };
-#ifndef QUANT_PREFETCH
-#define QUANT_PREFETCH 1024 /* software prefetch distance into each weight row */
-#endif
+
 
 typedef struct { int8_t x[64]; int32_t corr[16]; float dx[16]; } prep_step;
 
@@ -128,7 +132,7 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * stride + s * step;
-            if (QUANT_PREFETCH) _mm_prefetch((const char *)b + QUANT_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + R * stride, _MM_HINT_T0); /* the next tile's rows (see top) */
             wv[r] = weights2(type, b, false);
             dw[r] = scales2(type, b, false);
         }
@@ -172,7 +176,7 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
 /* Rows [r0, r1) of a piece for T tokens: tiles of ROWS_T1 rows at decode,
  * 4 rows otherwise, then single rows. */
 #ifndef ROWS_T1
-#define ROWS_T1 4
+#define ROWS_T1 8
 #endif
 AVX512 INLINE void rows(const int T, const dtype type, const uint8_t *w, size_t stride, int64_t nr, int64_t ns,
                         bool odd, const prep_step *p, bool first, bool last, __m512 *acc_io, float *y,

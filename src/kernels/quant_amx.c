@@ -219,9 +219,12 @@ AMX INLINE void range(const dtype type, const void *w, int64_t k, const void *xq
                 bool first = b0 == 0, last = b0 + nbk == nb;
                 prep_piece(type, xt, ldxq, T, b0, nbk, prep);
                 for (int64_t rg = 0; rg < nr; rg += ROWS) {
-                    int R = nr - rg < ROWS ? (int)(nr - rg) : ROWS;
-                    tile_rows(type, (const uint8_t *)w + (rc + rg) * stride + b0 * bb, stride, R, T, nbk, prep,
-                              first, last, acc_io + rg, y + t * ldy + rc + rg, ldy);
+                    const uint8_t *wr = (const uint8_t *)w + (rc + rg) * stride + b0 * bb;
+                    float *yr = y + t * ldy + rc + rg;
+                    if (nr - rg >= ROWS) /* R a constant: the accumulators stay in registers */
+                        tile_rows(type, wr, stride, ROWS, T, nbk, prep, first, last, acc_io + rg, yr, ldy);
+                    else
+                        tile_rows(type, wr, stride, (int)(nr - rg), T, nbk, prep, first, last, acc_io + rg, yr, ldy);
                 }
             }
         }

@@ -370,6 +370,8 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_avx2 # skip: no AVX2 on this CPU\n");
     if (kernels_cpu_has_avx512()) check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
     else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
+    if (kernels_cpu_has_avx512())
+        check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
     if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
     else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
 }

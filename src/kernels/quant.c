@@ -572,12 +572,17 @@ bool quant_use_avx512(void) {
 #endif
 }
 
+/* Fewest tokens worth AMX tiles: the tile kernel's cost per weight block
+ * hardly depends on the token count (16 at most per tile), the VNNI one's
+ * grows with it; they are level at 8 tokens (Sapphire Rapids). */
+enum { AMX_MIN_TOKENS = 8 };
+
 bool quant_use_amx(void) {
     static atomic_int cached = -1;
     int use = atomic_load(&cached);
     if (use < 0) {
         const char *env = getenv("VLLM_QUANT_AMX");
-        use = quant_use_avx512() && env && !strcmp(env, "1") && quant_amx_available();
+        use = quant_use_avx512() && !(env && !strcmp(env, "0")) && quant_amx_available();
         atomic_store(&cached, use);
     }
     return use == 1;
@@ -618,8 +623,13 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
-    if (quant_use_amx()) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    if (quant_use_amx()) {
+        /* both give the block order: tiles for 8+ tokens, VNNI for fewer */
+        int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
+        if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
+        if (tv > t0) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
+        if (tv < t1) quant_matmul_act_range_avx512_block(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
+    } else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }

@@ -137,6 +137,10 @@ void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const voi
                                  int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
                                    float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The AVX-512 VNNI kernel in the block order (what the AMX process uses for
+ * batches too small for tiles). */
+void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 /* Aborts unless quant_amx_available(). */
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
@@ -150,10 +154,9 @@ bool quant_use_avx2(void);
 /* True when the integer dots use the AVX-512 kernel and the wide order:
  * kernels_isa_get() >= KERNELS_ISA_AVX512. */
 bool quant_use_avx512(void);
-/* True when the integer dots use the AMX kernel and the block order:
- * quant_use_avx512(), quant_amx_available() and VLLM_QUANT_AMX=1 (opt-in: it
- * beats the VNNI kernel only with 16 tokens per call, and matmul.c passes
- * at most 8; at decode it is slower). */
+/* True when the integer dots use the block order, AMX tiles for 8 or more
+ * tokens and the VNNI block-order kernel for fewer: quant_use_avx512(),
+ * quant_amx_available() and VLLM_QUANT_AMX is not "0". */
 bool quant_use_amx(void);
 
 #endif

@@ -38,6 +38,7 @@
 
 #include "kernels/kernels.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,112 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
         }
 }
 
+/* ---- the block order (quant.h), for the AMX process's small batches ---- */
+
+/* 8 zmm of vpdpbusd lanes (row r: [block 2s lanes 0..7 | block 2s+1]) ->
+ * one zmm [whole-block sums of rows 0..7 for block 2s | for block 2s+1].
+ * Integer adds, so any tree gives the exact sums. */
+AVX512 INLINE __m512i block_sums8(const __m512i i[8]) {
+    __m512i q[4], h[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* per 128-bit lane: [r0+r2 of 2k, 2k+1 interleaved] */
+        q[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(i[2 * k], i[2 * k + 1]),
+                                _mm512_unpackhi_epi32(i[2 * k], i[2 * k + 1]));
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) /* per 128-bit lane: the lane's sums of rows 4k..4k+3 */
+        h[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(q[2 * k], q[2 * k + 1]),
+                                _mm512_unpackhi_epi64(q[2 * k], q[2 * k + 1]));
+    /* 128-bit lanes 0+1 are block 2s, 2+3 block 2s+1 */
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    return _mm512_add_epi32(_mm512_permutex2var_epi64(h[0], lo, h[1]), _mm512_permutex2var_epi64(h[0], hi, h[1]));
+}
+
+/* 8 rows x T tokens in the block order: acc[t] lanes = rows; each step adds
+ * block 2s then block 2s + 1 (absent in an odd last step) with one fma each.
+ * Accumulators start at zero (first) or from acc_io, end in y (last) or back
+ * in acc_io (the low 8 lanes of (8, TILE_T) zmm). */
+AVX512 INLINE void tile_block8(const int T, const dtype type, const uint8_t *w, size_t stride, int64_t ns, bool odd,
+                               const prep_step *p, int64_t pstride, bool first, bool last, __m512 *acc_io, float *y,
+                               int64_t ldy) {
+    const size_t step = type == DTYPE_Q8_0 ? 68 : 36, bb = type == DTYPE_Q8_0 ? 34 : 18;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) acc[j] = first ? _mm256_setzero_ps() : _mm512_castps512_ps256(acc_io[j]);
+    for (int64_t s = 0; s < ns; s++) {
+        bool half = odd && s == ns - 1;
+        __m512i wv[8];
+        _Alignas(32) uint16_t h[16] = {0};
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *b = w + r * stride + s * step;
+            _mm_prefetch((const char *)b + 8 * stride, _MM_HINT_T0); /* the next tile's rows */
+            wv[r] = weights2(type, b, half);
+            memcpy(&h[r], b, 2);
+            if (!half) memcpy(&h[8 + r], b + bb, 2);
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h)); /* [rows, block 2s | 2s+1] */
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const prep_step *q = p + j * pstride + s;
+            __m512i xv = _mm512_load_si512(q->x), corr = _mm512_load_si512(q->corr), i[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) i[r] = _mm512_dpbusd_epi32(corr, wv[r], xv);
+            __m512 f = _mm512_cvtepi32_ps(block_sums8(i)), sc = _mm512_mul_ps(dw, _mm512_load_ps(q->dx));
+            acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm512_castps512_ps256(sc), acc[j]);
+            if (!half) acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        if (!last) {
+            acc_io[j] = _mm512_castps256_ps512(acc[j]);
+            continue;
+        }
+        _Alignas(32) float v[8];
+        _mm256_store_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) y[j * ldy + r] = v[r];
+    }
+}
+
+/* One row x T tokens in the block order (the rows a tile_block8 leaves). */
+AVX512 INLINE void tile_block1(const int T, const dtype type, const uint8_t *w, int64_t ns, bool odd,
+                               const prep_step *p, int64_t pstride, bool first, bool last, __m512 *acc_io, float *y,
+                               int64_t ldy) {
+    const size_t step = type == DTYPE_Q8_0 ? 68 : 36, bb = type == DTYPE_Q8_0 ? 34 : 18;
+    float acc[4];
+    for (int j = 0; j < T; j++) acc[j] = first ? 0.0f : _mm512_cvtss_f32(acc_io[j]);
+    for (int64_t s = 0; s < ns; s++) {
+        bool half = odd && s == ns - 1;
+        const uint8_t *b = w + s * step;
+        __m512i wv = weights2(type, b, half);
+        uint16_t h0, h1 = 0;
+        memcpy(&h0, b, 2);
+        if (!half) memcpy(&h1, b + bb, 2);
+        float dw0 = _cvtsh_ss(h0), dw1 = _cvtsh_ss(h1);
+        for (int j = 0; j < T; j++) {
+            const prep_step *q = p + j * pstride + s;
+            __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(q->corr), wv, _mm512_load_si512(q->x));
+            acc[j] = fmaf((float)_mm512_mask_reduce_add_epi32(0x00FF, i), dw0 * q->dx[0], acc[j]);
+            if (!half) acc[j] = fmaf((float)_mm512_mask_reduce_add_epi32(0xFF00, i), dw1 * q->dx[8], acc[j]);
+        }
+    }
+    for (int j = 0; j < T; j++) {
+        if (last) y[j * ldy] = acc[j];
+        else acc_io[j] = _mm512_set1_ps(acc[j]);
+    }
+}
+
+AVX512 INLINE void rows_block(const int T, const dtype type, const uint8_t *w, size_t stride, int64_t nr,
+                              int64_t ns, bool odd, const prep_step *p, bool first, bool last, __m512 *acc_io,
+                              float *y, int64_t ldy) {
+    int64_t r = 0;
+    for (; r + 8 <= nr; r += 8)
+        tile_block8(T, type, w + r * stride, stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T,
+                    y + r, ldy);
+    for (; r < nr; r++)
+        tile_block1(T, type, w + r * stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T, y + r, ldy);
+}
+
 /* Rows [r0, r1) of a piece for T tokens: tiles of ROWS_T1 rows at decode,
  * 4 rows otherwise, then single rows. */
 #ifndef ROWS_T1
@@ -194,7 +301,7 @@ AVX512 INLINE void rows(const int T, const dtype type, const uint8_t *w, size_t 
              ldy);
 }
 
-AVX512 INLINE void range(const dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+AVX512 INLINE void range(const dtype type, const bool block, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                          int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     prep_step prep[TILE_T * PIECE_STEPS] __attribute__((aligned(64))); /* 24 KB */
     __m512 acc_io[CHUNK_ROWS * TILE_T]; /* 16 KB */
@@ -211,6 +318,15 @@ AVX512 INLINE void range(const dtype type, const void *w, int64_t k, const void 
                     prep_token(type, (const uint8_t *)xq + (t + j) * ldxq, nb, s0, ns, prep + j * PIECE_STEPS);
                 const uint8_t *wp = (const uint8_t *)w + rc * stride + s0 * step;
                 float *yp = y + t * ldy + rc;
+                if (block) {
+                    switch (T) {
+                    case 1: rows_block(1, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                    case 2: rows_block(2, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                    case 3: rows_block(3, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                    default: rows_block(4, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
+                    }
+                    continue;
+                }
                 switch (T) {
                 case 1: rows(1, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
                 case 2: rows(2, type, wp, stride, nr, ns, odd, prep, first, last, acc_io, yp, ldy); break;
@@ -224,12 +340,22 @@ AVX512 INLINE void range(const dtype type, const void *w, int64_t k, const void 
 
 AVX512 static void range_q8_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
                               int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    range(DTYPE_Q8_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    range(DTYPE_Q8_0, false, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
+AVX512 static void range_block_q8_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                                    int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    range(DTYPE_Q8_0, true, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
 AVX512 static void range_q4_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
                               int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    range(DTYPE_Q4_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    range(DTYPE_Q4_0, false, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
+AVX512 static void range_block_q4_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                                    int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    range(DTYPE_Q4_0, true, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
 void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
@@ -239,7 +365,20 @@ void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const v
     else if (type == DTYPE_Q4_0) range_q4_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else abort(); /* a caller bug: no integer kernel for this type */
 }
+
+void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx512()) abort(); /* a caller bug: test quant_use_avx512() first */
+    if (type == DTYPE_Q8_0) range_block_q8_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else if (type == DTYPE_Q4_0) range_block_q4_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else abort(); /* a caller bug: no integer kernel for this type */
+}
 #else
+void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    abort(); /* never chosen: quant_use_avx512() is false off x86-64 */
+}
+
 void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     abort(); /* never chosen: quant_use_avx512() is false off x86-64 */

@@ -7,7 +7,9 @@
  * quantizer on hand-worked blocks, AVX2 vs portable bytes and dots
  * (bit-exact), the dot vs a double sum over the dequantized operands, vs the
  * F32-activation path above (the naive reference, loose: it measures the
- * activation quantization error), and batch invariance.
+ * activation quantization error), and batch invariance; then every integer
+ * kernel the CPU has (portable, AVX2, AVX-512 VNNI wide and block order, AMX)
+ * called directly against the portable C of its order, bit for bit.
  * The byte-for-byte comparison with an independent (numpy) quantizer and
  * dequantizer is tests/test_gguf_ref.sh.
  */

@@ -20,6 +20,9 @@
  * of four int8 -> float widenings and four FMAs per token. The AVX2 kernel
  * works on 2 weight rows x up to 4 tokens (4 rows x 1 token at decode) so
  * each decoded weight block is reused and the FMA chains are independent.
+ * On AVX-512 machines quant_matmul_act_range goes to quant_avx512.c (VNNI,
+ * the wide order) or, with AMX-INT8, to quant_amx.c plus the block-order
+ * VNNI kernel (quant_act_order() names the order the process uses).
  */
 #include "kernels/quant.h"
 

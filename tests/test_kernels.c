@@ -103,6 +103,14 @@ TEST(test_matmul_avx2_vs_naive) {
     check_matmul_vs_naive(matmul_range_avx2, "avx2");
 }
 
+TEST(test_matmul_avx512_vs_naive) {
+    if (!kernels_cpu_has_avx512()) {
+        printf("# skip: no AVX-512 on this CPU: avx512 kernel not tested\n");
+        return;
+    }
+    check_matmul_vs_naive(matmul_range_avx512, "avx512");
+}
+
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
@@ -136,6 +144,7 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
 TEST(test_matmul_batch_invariance) {
     check_matmul_invariance(matmul_range_portable, "portable");
     if (kernels_cpu_has_avx2()) check_matmul_invariance(matmul_range_avx2, "avx2");
+    if (kernels_cpu_has_avx512()) check_matmul_invariance(matmul_range_avx512, "avx512");
 }
 
 TEST(test_rmsnorm_vs_naive) {
@@ -260,6 +269,7 @@ int main(void) {
     printf("# kernels: %s\n", kernels_isa_name(kernels_isa_get()));
     RUN(test_matmul_portable_vs_naive);
     RUN(test_matmul_avx2_vs_naive);
+    RUN(test_matmul_avx512_vs_naive);
     RUN(test_matmul_batch_invariance);
     RUN(test_rmsnorm_vs_naive);
     RUN(test_rope_rotate_half);

@@ -90,10 +90,11 @@ void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int6
  * 8-bit activations for Q8_0/Q4_0 (quant_matmul_act_range), F32 ones for
  * Q4_K/Q6_K (quant_matmul_range). */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
-/* The two implementations behind it, exposed for tests. avx2 requires
- * kernels_cpu_has_avx2(). */
+/* The implementations behind it, exposed for tests. avx2 requires
+ * kernels_cpu_has_avx2(), avx512 kernels_cpu_has_avx512(). */
 void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Reference: a plain sequential dot product per output. */
 void matmul_range_naive(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 

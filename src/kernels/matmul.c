@@ -10,12 +10,21 @@
  * (6, 2), (4, 3), (3, 4): at most 12 accumulators plus the weight and token
  * registers fit the 16 ymm registers.
  *
+ * The AVX-512 path (F/BW/VL/DQ) is the same design with 16-lane zmm
+ * vectors and 32 registers: tiles of 3 rows x 8 tokens (24 accumulators),
+ * the remaining tokens with (3, 7), (4, 6), (4, 5), (6, 4), (6, 3), (8, 2),
+ * (8, 1); BF16 widens by zero-extend + shift, F16 by vcvtph2ps, the k tail
+ * by masked loads. Measured on Sapphire Rapids (one thread, runner-shaped
+ * work items of 24 rows x 64 tokens, k = 2048): ~1.5x the AVX2 path.
+ *
  * Invariance: whatever the tile, every output y[t][n] has exactly one 8-lane
- * accumulator that sees k in increasing steps of 8 (the last step zero-padded
- * when k % 8 != 0), each step one FMA, followed by the same horizontal sum
- * ((l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one). So a token's outputs are
- * bit-identical however many tokens share its tile or its call. Nothing here
- * splits the reduction dimension.
+ * (AVX2, portable) or 16-lane (AVX-512) accumulator that sees k in
+ * increasing steps of 8 (16), the last step zero-padded, each step one FMA,
+ * followed by the same horizontal sum (AVX-512 first adds lane l and l + 8,
+ * then as AVX2: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one). So a token's
+ * outputs are bit-identical however many tokens share its tile or its call.
+ * Nothing here splits the reduction dimension. The paths round differently
+ * from each other; one process uses one (kernels.h).
  *
  * The portable path mirrors the 8-lane order with separate multiply and add;
  * the naive reference is one sequential sum per output.
@@ -275,8 +284,142 @@ void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
     default: range_avx2_f32(a, n0, n1, t0, t1); break;
     }
 }
+
+/* ---- AVX-512 --------------------------------------------------------------- */
+
+#define AVX512_FN static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AVX512_ENTRY __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+/* 16 weights (or x values) from element i of base as F32; the first cnt
+ * lanes only (the rest zero, never read) when cnt < 16. */
+AVX512_FN __m512 load16_avx512(dtype t, const void *base, int64_t i, int cnt) {
+    if (t == DTYPE_F32) {
+        const float *p = (const float *)base + i;
+        return cnt < 16 ? _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), p) : _mm512_loadu_ps(p);
+    }
+    const uint16_t *p = (const uint16_t *)base + i;
+    __m256i h = cnt < 16 ? _mm256_maskz_loadu_epi16((__mmask16)((1u << cnt) - 1), p)
+                         : _mm256_loadu_si256((const __m256i *)p);
+    if (t == DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Lanes (l, l+8) -> the AVX2 8-lane sum of those. */
+AVX512_FN float hsum16_avx512(__m512 v) {
+    return hsum8_avx2(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* tile_avx2 with 16 lanes and up to 32 accumulators (32 zmm registers). */
+AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t t,
+                           int64_t k0, int64_t k1, float *acc_io) {
+    const int64_t k = a->k, k16 = k0 + ((k1 - k0) & ~(int64_t)15);
+    const size_t esz = dtype_size(wt);
+    const char *wr[8];
+    const float *xr[8];
+    __m512 acc[8][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) wr[r] = (const char *)a->w + (size_t)(n + r) * (size_t)k * esz;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) xr[j] = a->x + (t + j) * a->ldx;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+            acc[r][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc_io + (r * T + j) * 16);
+
+    for (int64_t i = k0; i < k16; i += 16) {
+        __m512 wv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = load16_avx512(wt, wr[r], i, 16);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512 xv = _mm512_loadu_ps(xr[j] + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    if (k16 < k1) {
+        int cnt = (int)(k1 - k16);
+        __m512 wv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = load16_avx512(wt, wr[r], k16, cnt);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512 xv = load16_avx512(DTYPE_F32, xr[j], k16, cnt);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    if (k1 < k) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) _mm512_store_ps(acc_io + (r * T + j) * 16, acc[r][j]);
+        return;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) store_out(a, t + j, n + r, hsum16_avx512(acc[r][j]));
+}
+
+/* rows_avx2's cache blocking with 16-lane tiles; BLOCK_K is a multiple of 16. */
+AVX512_FN void rows_avx512(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
+                           int64_t n1, int64_t t) {
+    _Alignas(64) float acc[BLOCK_ROWS * 8 * 16];
+    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
+    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
+    for (int64_t nb = n0; nb < n1; nb += block_rows) {
+        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
+        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
+            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
+            int64_t n = nb;
+            for (; n + R <= ne; n += R) tile_avx512(R, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 16);
+            for (; n < ne; n++) tile_avx512(1, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 16);
+        }
+    }
+}
+
+/* Tiles of 8 tokens x 3 rows, the remaining tokens with as many rows as
+ * fit (row counts that divide the runner's MM_ROW_ALIGN). */
+AVX512_FN void range_avx512(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
+                            int64_t t1) {
+    int64_t t = t0;
+    for (; t + 8 <= t1; t += 8) rows_avx512(3, 8, wt, a, n0, n1, t);
+    switch (t1 - t) {
+    case 7: rows_avx512(3, 7, wt, a, n0, n1, t); break;
+    case 6: rows_avx512(4, 6, wt, a, n0, n1, t); break;
+    case 5: rows_avx512(4, 5, wt, a, n0, n1, t); break;
+    case 4: rows_avx512(6, 4, wt, a, n0, n1, t); break;
+    case 3: rows_avx512(6, 3, wt, a, n0, n1, t); break;
+    case 2: rows_avx512(8, 2, wt, a, n0, n1, t); break;
+    case 1: rows_avx512(8, 1, wt, a, n0, n1, t); break;
+    default: break;
+    }
+}
+
+static AVX512_ENTRY void range_avx512_f32(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_F32, a, n0, n1, t0, t1);
+}
+static AVX512_ENTRY void range_avx512_bf16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_BF16, a, n0, n1, t0, t1);
+}
+static AVX512_ENTRY void range_avx512_f16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_F16, a, n0, n1, t0, t1);
+}
+
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    switch (a->wtype) {
+    case DTYPE_BF16: range_avx512_bf16(a, n0, n1, t0, t1); break;
+    case DTYPE_F16: range_avx512_f16(a, n0, n1, t0, t1); break;
+    default: range_avx512_f32(a, n0, n1, t0, t1); break;
+    }
+}
 #else
 void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    matmul_range_portable(a, n0, n1, t0, t1);
+}
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     matmul_range_portable(a, n0, n1, t0, t1);
 }
 #endif
@@ -321,7 +464,10 @@ static atomic_bool kernel_table_ready;
 
 matmul_range_fn matmul_kernel(dtype wtype) {
     if (!atomic_load_explicit(&kernel_table_ready, memory_order_acquire)) {
-        matmul_range_fn scalar = kernels_isa_get() >= KERNELS_ISA_AVX2 ? matmul_range_avx2 : matmul_range_portable;
+        kernels_isa isa = kernels_isa_get();
+        matmul_range_fn scalar = isa >= KERNELS_ISA_AVX512 ? matmul_range_avx512
+                                 : isa >= KERNELS_ISA_AVX2 ? matmul_range_avx2
+                                                           : matmul_range_portable;
         for (int t = 0; t < DTYPE_COUNT; t++)
             kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
         atomic_store_explicit(&kernel_table_ready, true, memory_order_release);

@@ -21,7 +21,8 @@
  * (AVX2, portable) or 16-lane (AVX-512) accumulator that sees k in
  * increasing steps of 8 (16), the last step zero-padded, each step one FMA,
  * followed by the same horizontal sum (AVX-512 first adds lane l and l + 8,
- * then as AVX2: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one). So a token's
+ * then as AVX2: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one; it reduces
+ * sixteen accumulators at once with shuffles that keep each one's tree). So a token's
  * outputs are bit-identical however many tokens share its tile or its call.
  * Nothing here splits the reduction dimension. The paths round differently
  * from each other; one process uses one (kernels.h).
@@ -304,9 +305,36 @@ AVX512_FN __m512 load16_avx512(dtype t, const void *base, int64_t i, int cnt) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Lanes (l, l+8) -> the AVX2 8-lane sum of those. */
-AVX512_FN float hsum16_avx512(__m512 v) {
-    return hsum8_avx2(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+/* out[i] = the horizontal sum of v[i], i < n, all by one tree: a_l = l + l+8
+ * (l < 8), b_l = a_l + a_l+4 (l < 4), c_l = b_l + b_l+2 (l < 2), c_0 + c_1
+ * -- the AVX2 tree after a first halving. Sixteen vectors are reduced
+ * together (shuffles pair the same lanes, so each sum is bit-identical to
+ * reducing its vector alone; a group of fewer is padded with zeros). out has
+ * room for n rounded up to 16. */
+AVX512_FN void hsum16_many_avx512(const int n, const __m512 *v, float *out) {
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+#pragma GCC unroll 2
+    for (int g = 0; g < n; g += 16) {
+        __m512 s[8], u[4], w[2];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            __m512 v0 = g + 2 * p < n ? v[g + 2 * p] : _mm512_setzero_ps();
+            __m512 v1 = g + 2 * p + 1 < n ? v[g + 2 * p + 1] : _mm512_setzero_ps();
+            s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0x88),
+                                 _mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0xDD));
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            __m512d a0 = _mm512_castps_pd(u[2 * q]), a1 = _mm512_castps_pd(u[2 * q + 1]);
+            w[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a0, a1)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a1)));
+        }
+        __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+        _mm512_storeu_ps(out + g, _mm512_permutexvar_ps(order, r));
+    }
 }
 
 /* tile_avx2 with 16 lanes and up to 32 accumulators (32 zmm registers). */
@@ -357,10 +385,17 @@ AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmu
             for (int j = 0; j < T; j++) _mm512_store_ps(acc_io + (r * T + j) * 16, acc[r][j]);
         return;
     }
+    __m512 flat[8 * 8];
+    float sums[8 * 8];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) store_out(a, t + j, n + r, hsum16_avx512(acc[r][j]));
+        for (int j = 0; j < T; j++) flat[r * T + j] = acc[r][j];
+    hsum16_many_avx512(R * T, flat, sums);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) store_out(a, t + j, n + r, sums[r * T + j]);
 }
 
 /* rows_avx2's cache blocking with 16-lane tiles; BLOCK_K is a multiple of 16. */

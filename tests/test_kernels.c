@@ -191,15 +191,33 @@ TEST(test_rope_rotate_half) {
     }
 }
 
-TEST(test_swiglu) {
-    float g[37], u[37], ref[37];
-    for (int i = 0; i < 37; i++) {
-        g[i] = 8 * frand();
-        u[i] = frand();
-        ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+/* Each path against silu from the equation in double, on gates from -100 to
+ * 100 (exp's clamps) and lengths that leave vector tails. */
+static void check_swiglu(void (*fn)(float *, const float *, int64_t), const char *name) {
+    enum { N = 77 };
+    float g[N], u[N], ref[N];
+    for (int len = 1; len <= N; len += 19) {
+        for (int i = 0; i < N; i++) {
+            g[i] = i % 9 == 8 ? (i % 2 ? 100.0f : -100.0f) * frand() : 8 * frand();
+            u[i] = frand();
+            ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+        }
+        float keep = g[len - 1 + (len < N)];
+        fn(g, u, len);
+        for (int i = 0; i < len; i++)
+            CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%s n=%d [%d]: %g vs %g", name, len, i, g[i], ref[i]);
+        if (len < N) CHECK(g[len] == keep, "%s n=%d wrote past the end", name, len);
     }
-    act_swiglu(g, u, 37);
-    for (int i = 0; i < 37; i++) CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%d: %g vs %g", i, g[i], ref[i]);
+}
+
+TEST(test_swiglu) {
+    check_swiglu(act_swiglu, "dispatch");
+    check_swiglu(act_swiglu_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_swiglu(act_swiglu_avx2, "avx2");
+    if (kernels_cpu_has_avx512())
+        check_swiglu(act_swiglu_avx512, "avx512");
+    else
+        printf("# skip: no AVX-512 on this CPU: avx512 swiglu not tested\n");
 }
 
 /* Paged attention against the contiguous two-pass reference: K/V rows of a

@@ -117,6 +117,10 @@ void rope_cos_sin(float *cos, float *sin, const float *inv_freq, int32_t half, i
 
 /* g[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n. */
 void act_swiglu(float *g, const float *u, int64_t n);
+/* The implementations behind it, for tests (same CPU requirements as matmul's). */
+void act_swiglu_portable(float *g, const float *u, int64_t n);
+void act_swiglu_avx2(float *g, const float *u, int64_t n);
+void act_swiglu_avx512(float *g, const float *u, int64_t n);
 
 /* ---- attention (attention.c) -------------------------------------------- */
 

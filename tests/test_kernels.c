@@ -226,11 +226,13 @@ TEST(test_swiglu) {
 typedef void (*attention_fn)(const attention_args *, float *, const float *, int32_t, int32_t, const int32_t *,
                              int32_t, float *);
 
-static void check_attention_vs_naive(attention_fn fn, const char *name) {
-    const int32_t block_sizes[] = {1, 3, 8, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
-    for (int ib = 0; ib < 4; ib++)
-        for (int ih = 0; ih < 3; ih++)
-            for (int ig = 0; ig < 3; ig++) {
+/* fn vs naive; if same_bits is given, fn's outputs must also be bit-identical
+ * to it (the AVX-512 path repeats the AVX2 one's float operations). */
+static void check_attention_vs_naive(attention_fn fn, const char *name, attention_fn same_bits) {
+    const int32_t block_sizes[] = {1, 3, 8, 16, 32}, head_dims[] = {8, 12, 20, 24, 64, 80}, groups[] = {1, 2, 3, 4, 8};
+    for (int ib = 0; ib < 5; ib++)
+        for (int ih = 0; ih < 6; ih++)
+            for (int ig = 0; ig < 5; ig++) {
                 int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_max = 41;
                 int32_t nblocks = (n_max + bs - 1) / bs + 3;
                 size_t pool = (size_t)nblocks * kv_heads * bs * hd;
@@ -258,12 +260,17 @@ static void check_attention_vs_naive(attention_fn fn, const char *name) {
                     memcpy(vh + p * hd, vv + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
                 }
                 float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
-                float *ref = malloc(sizeof(float) * (size_t)hd);
+                float *ref = malloc(sizeof(float) * (size_t)hd), *out2 = malloc(sizeof(float) * (size_t)(group * hd));
+                bool same = true;
                 float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
                 for (int i = 0; i < group * hd; i++) q[i] = frand();
                 double worst = 0;
                 for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
                     fn(&a, out, q, group, kvh, table, n_ctx, scratch);
+                    if (same_bits) {
+                        same_bits(&a, out2, q, group, kvh, table, n_ctx, scratch);
+                        same = same && !memcmp(out, out2, sizeof(float) * (size_t)(group * hd));
+                    }
                     for (int g = 0; g < group; g++) {
                         attention_naive(ref, q + g * hd, kh, vh, n_ctx, hd, a.scale);
                         for (int i = 0; i < hd; i++) {
@@ -273,14 +280,20 @@ static void check_attention_vs_naive(attention_fn fn, const char *name) {
                     }
                 }
                 free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(kh), free(vh),
-                    free(scratch);
+                    free(scratch), free(out2);
                 CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d: max error %g", name, bs, hd, group, worst);
+                CHECK(same, "%s: block_size %d head_dim %d group %d: bits differ from the reference path", name, bs, hd,
+                      group);
             }
 }
 
 TEST(test_attention_paged_vs_naive) {
-    check_attention_vs_naive(attention_paged_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2");
+    check_attention_vs_naive(attention_paged_portable, "portable", NULL);
+    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2", NULL);
+    if (kernels_cpu_has_avx512())
+        check_attention_vs_naive(attention_paged_avx512, "avx512", attention_paged_avx2);
+    else
+        printf("# skip: no AVX-512 on this CPU: avx512 attention not tested\n");
 }
 
 int main(void) {

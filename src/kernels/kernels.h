@@ -153,7 +153,10 @@ void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache,
  * it is decoded alone or prefilled in a batch. */
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
-/* The two implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2()). */
+/* The implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2(),
+ * avx512 kernels_cpu_has_avx512(); the two give identical bits). */
+void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
+                            int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group,

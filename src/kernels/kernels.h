@@ -9,9 +9,9 @@
  *
  * Batch invariance: every output element is reduced in an order that depends
  * only on its own inputs. In particular matmul_range computes each y[t][n]
- * with the same 8-lane accumulation over k and the same final horizontal sum
- * whatever the tile it falls in, whatever (n0, n1, t0, t1) the caller asks
- * for. So splitting work differently, or running a token alone or in a batch,
+ * with the same 8-lane (16-lane on AVX-512) accumulation over k and the same
+ * final horizontal sum whatever the tile it falls in, whatever (n0, n1, t0,
+ * t1) the caller asks for. So splitting work differently, or running a token alone or in a batch,
  * never changes a single bit.
  *
  * Instruction set: chosen once per process (kernels_isa): the best the CPU

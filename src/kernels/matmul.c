@@ -151,6 +151,12 @@ void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_ENTRY __attribute__((target("avx2,fma,f16c")))
 
+/* Single-token tiles (decode) read each weight once, straight from DRAM:
+ * each of the R row streams is prefetched this far ahead (measured on
+ * Sapphire Rapids, 6-layer TinyLlama decode: ~5% less CPU time at 256-512
+ * bytes, worse at 1-2 KB). */
+enum { DECODE_PREFETCH_BYTES = 512 };
+
 AVX2_FN __m256 load8_avx2(dtype t, const void *base, int64_t i) {
     if (t == DTYPE_F32) return _mm256_loadu_ps((const float *)base + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
@@ -199,6 +205,9 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
 
     for (int64_t i = k0; i < k8; i += 8) {
         __m256 wv[8];
+        if (T == 1)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = load8_avx2(wt, wr[r], i);
 #pragma GCC unroll 4
@@ -357,6 +366,9 @@ AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmu
 
     for (int64_t i = k0; i < k16; i += 16) {
         __m512 wv[8];
+        if (T == 1)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = load16_avx512(wt, wr[r], i, 16);
 #pragma GCC unroll 8

@@ -55,6 +55,19 @@ check qwen2_f32_tied       --arch qwen2 --dtype f32 --kv-heads 4 --tie
 check qwen3_f32            --arch qwen3 --dtype f32 --kv-heads 2
 check qwen3_bf16_head_dim  --arch qwen3 --dtype bf16 --kv-heads 2 --head-dim 16 --tie --shards 2
 run stories260K models/stories260K
+# the AVX2 kernels when the CPU has AVX-512 (the default path there)
+VLLM_KERNELS=avx2 run stories260K_avx2 models/stories260K
+VLLM_KERNELS=avx2 run mistral_f16_avx2 "$tmp/mistral_f16"
+VLLM_KERNELS=avx2 run qwen3_bf16_head_dim_avx2 "$tmp/qwen3_bf16_head_dim"
+# test_forward (batch invariance bit for bit, stories260K golden tokens) on the
+# AVX2 path as well: run.sh runs it on the default one (AVX-512 where present)
+if [ -x "$build/tests/test_forward" ]; then
+  out=$(VLLM_KERNELS=avx2 "$build/tests/test_forward" 2>&1); rc=$?
+  echo "$out" | sed -n 's/^\(ok\|FAIL\) \([A-Za-z0-9_]*\)/\1 \2_avx2/p'
+  [ $rc -eq 0 ] || echo "FAIL forward_avx2: test_forward exited with status $rc"
+else
+  echo "FAIL forward_avx2: $build/tests/test_forward not built"
+fi
 # the portable (non-AVX2) kernels on the same reference
 VLLM_KERNELS=portable run stories260K_portable models/stories260K
 VLLM_KERNELS=portable run qwen3_bf16_head_dim_portable "$tmp/qwen3_bf16_head_dim"

@@ -103,6 +103,14 @@ TEST(test_matmul_avx2_vs_naive) {
     check_matmul_vs_naive(matmul_range_avx2, "avx2");
 }
 
+TEST(test_matmul_avx512_vs_naive) {
+    if (!kernels_cpu_has_avx512()) {
+        printf("# skip: no AVX-512 on this CPU: avx512 kernel not tested\n");
+        return;
+    }
+    check_matmul_vs_naive(matmul_range_avx512, "avx512");
+}
+
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
@@ -136,6 +144,7 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
 TEST(test_matmul_batch_invariance) {
     check_matmul_invariance(matmul_range_portable, "portable");
     if (kernels_cpu_has_avx2()) check_matmul_invariance(matmul_range_avx2, "avx2");
+    if (kernels_cpu_has_avx512()) check_matmul_invariance(matmul_range_avx512, "avx512");
 }
 
 TEST(test_rmsnorm_vs_naive) {
@@ -182,15 +191,33 @@ TEST(test_rope_rotate_half) {
     }
 }
 
-TEST(test_swiglu) {
-    float g[37], u[37], ref[37];
-    for (int i = 0; i < 37; i++) {
-        g[i] = 8 * frand();
-        u[i] = frand();
-        ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+/* Each path against silu from the equation in double, on gates from -100 to
+ * 100 (exp's clamps) and lengths that leave vector tails. */
+static void check_swiglu(void (*fn)(float *, const float *, int64_t), const char *name) {
+    enum { N = 77 };
+    float g[N], u[N], ref[N];
+    for (int len = 1; len <= N; len += 19) {
+        for (int i = 0; i < N; i++) {
+            g[i] = i % 9 == 8 ? (i % 2 ? 100.0f : -100.0f) * frand() : 8 * frand();
+            u[i] = frand();
+            ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+        }
+        float keep = g[len - 1 + (len < N)];
+        fn(g, u, len);
+        for (int i = 0; i < len; i++)
+            CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%s n=%d [%d]: %g vs %g", name, len, i, g[i], ref[i]);
+        if (len < N) CHECK(g[len] == keep, "%s n=%d wrote past the end", name, len);
     }
-    act_swiglu(g, u, 37);
-    for (int i = 0; i < 37; i++) CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%d: %g vs %g", i, g[i], ref[i]);
+}
+
+TEST(test_swiglu) {
+    check_swiglu(act_swiglu, "dispatch");
+    check_swiglu(act_swiglu_portable, "portable");
+    if (kernels_cpu_has_avx2()) check_swiglu(act_swiglu_avx2, "avx2");
+    if (kernels_cpu_has_avx512())
+        check_swiglu(act_swiglu_avx512, "avx512");
+    else
+        printf("# skip: no AVX-512 on this CPU: avx512 swiglu not tested\n");
 }
 
 /* Paged attention against the contiguous two-pass reference: K/V rows of a
@@ -199,11 +226,13 @@ TEST(test_swiglu) {
 typedef void (*attention_fn)(const attention_args *, float *, const float *, int32_t, int32_t, const int32_t *,
                              int32_t, float *);
 
-static void check_attention_vs_naive(attention_fn fn, const char *name) {
-    const int32_t block_sizes[] = {1, 3, 8, 16}, head_dims[] = {8, 12, 64}, groups[] = {1, 2, 4};
-    for (int ib = 0; ib < 4; ib++)
-        for (int ih = 0; ih < 3; ih++)
-            for (int ig = 0; ig < 3; ig++) {
+/* fn vs naive; if same_bits is given, fn's outputs must also be bit-identical
+ * to it (the AVX-512 path repeats the AVX2 one's float operations). */
+static void check_attention_vs_naive(attention_fn fn, const char *name, attention_fn same_bits) {
+    const int32_t block_sizes[] = {1, 3, 8, 16, 32}, head_dims[] = {8, 12, 20, 24, 64, 80}, groups[] = {1, 2, 3, 4, 8};
+    for (int ib = 0; ib < 5; ib++)
+        for (int ih = 0; ih < 6; ih++)
+            for (int ig = 0; ig < 5; ig++) {
                 int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2, n_max = 41;
                 int32_t nblocks = (n_max + bs - 1) / bs + 3;
                 size_t pool = (size_t)nblocks * kv_heads * bs * hd;
@@ -231,12 +260,17 @@ static void check_attention_vs_naive(attention_fn fn, const char *name) {
                     memcpy(vh + p * hd, vv + (p * kv_heads + kvh) * hd, sizeof(float) * (size_t)hd);
                 }
                 float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
-                float *ref = malloc(sizeof(float) * (size_t)hd);
+                float *ref = malloc(sizeof(float) * (size_t)hd), *out2 = malloc(sizeof(float) * (size_t)(group * hd));
+                bool same = true;
                 float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
                 for (int i = 0; i < group * hd; i++) q[i] = frand();
                 double worst = 0;
                 for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
                     fn(&a, out, q, group, kvh, table, n_ctx, scratch);
+                    if (same_bits) {
+                        same_bits(&a, out2, q, group, kvh, table, n_ctx, scratch);
+                        same = same && !memcmp(out, out2, sizeof(float) * (size_t)(group * hd));
+                    }
                     for (int g = 0; g < group; g++) {
                         attention_naive(ref, q + g * hd, kh, vh, n_ctx, hd, a.scale);
                         for (int i = 0; i < hd; i++) {
@@ -246,20 +280,27 @@ static void check_attention_vs_naive(attention_fn fn, const char *name) {
                     }
                 }
                 free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(kh), free(vh),
-                    free(scratch);
+                    free(scratch), free(out2);
                 CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d: max error %g", name, bs, hd, group, worst);
+                CHECK(same, "%s: block_size %d head_dim %d group %d: bits differ from the reference path", name, bs, hd,
+                      group);
             }
 }
 
 TEST(test_attention_paged_vs_naive) {
-    check_attention_vs_naive(attention_paged_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2");
+    check_attention_vs_naive(attention_paged_portable, "portable", NULL);
+    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2", NULL);
+    if (kernels_cpu_has_avx512())
+        check_attention_vs_naive(attention_paged_avx512, "avx512", attention_paged_avx2);
+    else
+        printf("# skip: no AVX-512 on this CPU: avx512 attention not tested\n");
 }
 
 int main(void) {
     printf("# kernels: %s\n", kernels_isa_name(kernels_isa_get()));
     RUN(test_matmul_portable_vs_naive);
     RUN(test_matmul_avx2_vs_naive);
+    RUN(test_matmul_avx512_vs_naive);
     RUN(test_matmul_batch_invariance);
     RUN(test_rmsnorm_vs_naive);
     RUN(test_rope_rotate_half);

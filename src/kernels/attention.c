@@ -21,8 +21,10 @@
  * query heads that share a KV head (GQA) are processed together so each K/V
  * block is loaded once.
  *
- * Two implementations of the same algorithm: AVX2 (8 positions per vector, a
- * polynomial exp) and portable C (libm expf); one process uses one of them.
+ * Three implementations of the same algorithm: AVX2 (8 positions per vector,
+ * a polynomial exp), AVX-512 (16 positions, two query heads' outputs per V
+ * row load; every float operation the same as AVX2's, so the same bits) and
+ * portable C (libm expf); one process uses one of them.
  */
 #include <math.h>
 #include <string.h>
@@ -228,11 +230,155 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
         for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
     }
 }
+
+/* ---- AVX-512 --------------------------------------------------------------- */
+
+#define AVX512_FN static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma")))
+
+/* scores_avx2 on 16 positions per vector for G <= 8 query heads: each score is
+ * the same FMA chain over i, so the same bits. */
+AVX512_FN void scores_avx512(const int G, const float *q, int32_t hd, const float *kt, int32_t bs, int32_t j0,
+                             int32_t cnt, __m512 scale, float *s, int32_t s_stride) {
+    const __mmask16 m = cnt - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cnt - j0)) - 1);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+    for (int32_t i = 0; i < hd; i++) {
+        __m512 k = _mm512_maskz_loadu_ps(m, kt + (int64_t)i * bs + j0);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(int64_t)g * hd + i]), k, acc[g]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++)
+        _mm512_storeu_ps(s + (int64_t)g * s_stride + j0, _mm512_mask_blend_ps(m, ninf, _mm512_mul_ps(acc[g], scale)));
+}
+
+/* accum_v_avx2 for two query heads at once (each V row loaded once for
+ * both; twice the independent FMA chains): o_h[i] = fma(e_h[j], v_j[i], o_h[i])
+ * for j in order, i < 16 NV. */
+AVX512_FN void accum_v2_avx512(const int NV, float *o0, float *o1, const float *e0, const float *e1,
+                               const float *v, int32_t hd, int32_t cnt) {
+    __m512 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < NV; k++) a0[k] = _mm512_loadu_ps(o0 + 16 * k), a1[k] = _mm512_loadu_ps(o1 + 16 * k);
+    for (int32_t j = 0; j < cnt; j++) {
+        const __m512 x0 = _mm512_set1_ps(e0[j]), x1 = _mm512_set1_ps(e1[j]);
+        const float *vj = v + (int64_t)j * hd;
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) {
+            __m512 vv = _mm512_loadu_ps(vj + 16 * k);
+            a0[k] = _mm512_fmadd_ps(x0, vv, a0[k]);
+            a1[k] = _mm512_fmadd_ps(x1, vv, a1[k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < NV; k++) _mm512_storeu_ps(o0 + 16 * k, a0[k]), _mm512_storeu_ps(o1 + 16 * k, a1[k]);
+}
+
+/* Output elements [i0, hd) of one head, the part the 16-lane loop leaves:
+ * one 8-lane step, then scalar FMAs (the AVX2 path's own tail). */
+AVX512_FN void accum_v_tail_avx512(float *o, const float *e, const float *v, int32_t hd, int32_t cnt, int32_t i0) {
+    if (hd - i0 >= 8) {
+        accum_v_avx2(1, o + i0, e, v + i0, hd, cnt);
+        i0 += 8;
+    }
+    for (int32_t i = i0; i < hd; i++)
+        for (int32_t j = 0; j < cnt; j++)
+            o[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(e[j]), _mm_set_ss(v[(int64_t)j * hd + i]), _mm_set_ss(o[i])));
+}
+
+/* attention_paged_avx2 with 16-lane vectors: the same operations on every
+ * score, weight and output element in the same order (vexp_avx512 is
+ * vexp_avx2 on 16 lanes), so the same bits; one process uses either. */
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void
+attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                       const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    const int32_t hd = a->head_dim, bs = a->block_size, hd16 = hd & ~15;
+    const int32_t bsv = (bs + 15) & ~15;
+    float *m = scratch + (int64_t)group * bsv;
+    float *l = m + group;
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    for (int32_t g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
+    }
+    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
+        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+        int64_t base = block_base(a, block_table[b], kv_head);
+        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        for (int32_t g0 = 0; g0 < group; g0 += 8)
+            for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
+                const float *qg = q + (int64_t)g0 * hd;
+                float *sg = scratch + (int64_t)g0 * bsv;
+                switch (group - g0 < 8 ? group - g0 : 8) {
+                case 1: scores_avx512(1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 2: scores_avx512(2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 3: scores_avx512(3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 4: scores_avx512(4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 5: scores_avx512(5, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 6: scores_avx512(6, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 7: scores_avx512(7, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                default: scores_avx512(8, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                }
+            }
+        /* per head: the running max, rescale, weights e_j and the sum l */
+        for (int32_t g = 0; g < group; g++) {
+            float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
+            __m512 bmaxv = _mm512_set1_ps(-INFINITY);
+            for (int32_t j = 0; j < cnt; j += 16) bmaxv = _mm512_max_ps(bmaxv, _mm512_loadu_ps(s + j));
+            float bmax = _mm512_reduce_max_ps(bmaxv);
+            if (bmax > m[g]) {
+                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - bmax);
+                l[g] *= alpha;
+                for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
+                m[g] = bmax;
+            }
+            const __m512 mv = _mm512_set1_ps(m[g]);
+            for (int32_t j = 0; j < cnt; j += 16)
+                _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
+            for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
+        }
+        /* outputs, two heads at a time (an odd last head alone) */
+        for (int32_t g = 0; g < group; g += 2) {
+            float *o0 = out + (int64_t)g * hd, *o1 = o0 + hd;
+            const float *e0 = scratch + (int64_t)g * bsv, *e1 = e0 + bsv;
+            for (int32_t i0 = 0; i0 < hd16; i0 += 64) {
+                int nv = (hd16 - i0) / 16 < 4 ? (hd16 - i0) / 16 : 4;
+                if (g + 1 == group) {
+                    switch (nv) {
+                    case 1: accum_v_avx2(2, o0 + i0, e0, vb + i0, hd, cnt); break;
+                    case 2: accum_v_avx2(4, o0 + i0, e0, vb + i0, hd, cnt); break;
+                    case 3: accum_v_avx2(6, o0 + i0, e0, vb + i0, hd, cnt); break;
+                    default: accum_v_avx2(8, o0 + i0, e0, vb + i0, hd, cnt); break;
+                    }
+                    continue;
+                }
+                switch (nv) {
+                case 1: accum_v2_avx512(1, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
+                case 2: accum_v2_avx512(2, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
+                case 3: accum_v2_avx512(3, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
+                default: accum_v2_avx512(4, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
+                }
+            }
+            accum_v_tail_avx512(o0, e0, vb, hd, cnt, hd16);
+            if (g + 1 < group) accum_v_tail_avx512(o1, e1, vb, hd, cnt, hd16);
+        }
+    }
+    for (int32_t g = 0; g < group; g++) {
+        float inv = 1.0f / l[g];
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
+    }
+}
 #endif
 
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                      const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    if (kernels_isa_get() >= KERNELS_ISA_AVX2)
+    kernels_isa isa = kernels_isa_get();
+    if (isa >= KERNELS_ISA_AVX512)
+        attention_paged_avx512(a, out, q, group, kv_head, block_table, n_ctx, scratch);
+    else if (isa >= KERNELS_ISA_AVX2)
         attention_paged_avx2(a, out, q, group, kv_head, block_table, n_ctx, scratch);
     else
         attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);
@@ -241,6 +387,10 @@ void attention_paged(const attention_args *a, float *out, const float *q, int32_
 #if !defined(__x86_64__) && !defined(__i386__)
 void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                           const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);
+}
+void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                            const int32_t *block_table, int32_t n_ctx, float *scratch) {
     attention_paged_portable(a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 #endif

@@ -9,9 +9,9 @@
  *
  * Batch invariance: every output element is reduced in an order that depends
  * only on its own inputs. In particular matmul_range computes each y[t][n]
- * with the same 8-lane accumulation over k and the same final horizontal sum
- * whatever the tile it falls in, whatever (n0, n1, t0, t1) the caller asks
- * for. So splitting work differently, or running a token alone or in a batch,
+ * with the same 8-lane (16-lane on AVX-512) accumulation over k and the same
+ * final horizontal sum whatever the tile it falls in, whatever (n0, n1, t0,
+ * t1) the caller asks for. So splitting work differently, or running a token alone or in a batch,
  * never changes a single bit.
  *
  * Instruction set: chosen once per process (kernels_isa): the best the CPU
@@ -90,10 +90,11 @@ void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int6
  * 8-bit activations for Q8_0/Q4_0 (quant_matmul_act_range), F32 ones for
  * Q4_K/Q6_K (quant_matmul_range). */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
-/* The two implementations behind it, exposed for tests. avx2 requires
- * kernels_cpu_has_avx2(). */
+/* The implementations behind it, exposed for tests. avx2 requires
+ * kernels_cpu_has_avx2(), avx512 kernels_cpu_has_avx512(). */
 void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Reference: a plain sequential dot product per output. */
 void matmul_range_naive(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 
@@ -116,6 +117,10 @@ void rope_cos_sin(float *cos, float *sin, const float *inv_freq, int32_t half, i
 
 /* g[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n. */
 void act_swiglu(float *g, const float *u, int64_t n);
+/* The implementations behind it, for tests (same CPU requirements as matmul's). */
+void act_swiglu_portable(float *g, const float *u, int64_t n);
+void act_swiglu_avx2(float *g, const float *u, int64_t n);
+void act_swiglu_avx512(float *g, const float *u, int64_t n);
 
 /* ---- attention (attention.c) -------------------------------------------- */
 
@@ -148,7 +153,10 @@ void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache,
  * it is decoded alone or prefilled in a batch. */
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
-/* The two implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2()). */
+/* The implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2(),
+ * avx512 kernels_cpu_has_avx512(); the two give identical bits). */
+void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
+                            int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group,

@@ -10,12 +10,22 @@
  * (6, 2), (4, 3), (3, 4): at most 12 accumulators plus the weight and token
  * registers fit the 16 ymm registers.
  *
+ * The AVX-512 path (F/BW/VL/DQ) is the same design with 16-lane zmm
+ * vectors and 32 registers: tiles of 3 rows x 8 tokens (24 accumulators),
+ * the remaining tokens with (3, 7), (4, 6), (4, 5), (6, 4), (6, 3), (8, 2),
+ * (8, 1); BF16 widens by zero-extend + shift, F16 by vcvtph2ps, the k tail
+ * by masked loads. Measured on Sapphire Rapids (one thread, runner-shaped
+ * work items of 24 rows x 64 tokens, k = 2048): ~1.5x the AVX2 path.
+ *
  * Invariance: whatever the tile, every output y[t][n] has exactly one 8-lane
- * accumulator that sees k in increasing steps of 8 (the last step zero-padded
- * when k % 8 != 0), each step one FMA, followed by the same horizontal sum
- * ((l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one). So a token's outputs are
- * bit-identical however many tokens share its tile or its call. Nothing here
- * splits the reduction dimension.
+ * (AVX2, portable) or 16-lane (AVX-512) accumulator that sees k in
+ * increasing steps of 8 (16), the last step zero-padded, each step one FMA,
+ * followed by the same horizontal sum (AVX-512 first adds lane l and l + 8,
+ * then as AVX2: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs -> one; it reduces
+ * sixteen accumulators at once with shuffles that keep each one's tree). So a token's
+ * outputs are bit-identical however many tokens share its tile or its call.
+ * Nothing here splits the reduction dimension. The paths round differently
+ * from each other; one process uses one (kernels.h).
  *
  * The portable path mirrors the 8-lane order with separate multiply and add;
  * the naive reference is one sequential sum per output.
@@ -141,6 +151,12 @@ void matmul_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_ENTRY __attribute__((target("avx2,fma,f16c")))
 
+/* Single-token tiles (decode) read each weight once, straight from DRAM:
+ * each of the R row streams is prefetched this far ahead (measured on
+ * Sapphire Rapids, 6-layer TinyLlama decode: ~5% less CPU time at 256-512
+ * bytes, worse at 1-2 KB). */
+enum { DECODE_PREFETCH_BYTES = 512 };
+
 AVX2_FN __m256 load8_avx2(dtype t, const void *base, int64_t i) {
     if (t == DTYPE_F32) return _mm256_loadu_ps((const float *)base + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
@@ -189,6 +205,9 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
 
     for (int64_t i = k0; i < k8; i += 8) {
         __m256 wv[8];
+        if (T == 1)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = load8_avx2(wt, wr[r], i);
 #pragma GCC unroll 4
@@ -275,8 +294,179 @@ void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
     default: range_avx2_f32(a, n0, n1, t0, t1); break;
     }
 }
+
+/* ---- AVX-512 --------------------------------------------------------------- */
+
+#define AVX512_FN static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AVX512_ENTRY __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+/* 16 weights (or x values) from element i of base as F32; the first cnt
+ * lanes only (the rest zero, never read) when cnt < 16. */
+AVX512_FN __m512 load16_avx512(dtype t, const void *base, int64_t i, int cnt) {
+    if (t == DTYPE_F32) {
+        const float *p = (const float *)base + i;
+        return cnt < 16 ? _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), p) : _mm512_loadu_ps(p);
+    }
+    const uint16_t *p = (const uint16_t *)base + i;
+    __m256i h = cnt < 16 ? _mm256_maskz_loadu_epi16((__mmask16)((1u << cnt) - 1), p)
+                         : _mm256_loadu_si256((const __m256i *)p);
+    if (t == DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* out[i] = the horizontal sum of v[i], i < n, all by one tree: a_l = l + l+8
+ * (l < 8), b_l = a_l + a_l+4 (l < 4), c_l = b_l + b_l+2 (l < 2), c_0 + c_1
+ * -- the AVX2 tree after a first halving. Sixteen vectors are reduced
+ * together (shuffles pair the same lanes, so each sum is bit-identical to
+ * reducing its vector alone; a group of fewer is padded with zeros). out has
+ * room for n rounded up to 16. */
+AVX512_FN void hsum16_many_avx512(const int n, const __m512 *v, float *out) {
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+#pragma GCC unroll 2
+    for (int g = 0; g < n; g += 16) {
+        __m512 s[8], u[4], w[2];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            __m512 v0 = g + 2 * p < n ? v[g + 2 * p] : _mm512_setzero_ps();
+            __m512 v1 = g + 2 * p + 1 < n ? v[g + 2 * p + 1] : _mm512_setzero_ps();
+            s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0x88),
+                                 _mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0xDD));
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            __m512d a0 = _mm512_castps_pd(u[2 * q]), a1 = _mm512_castps_pd(u[2 * q + 1]);
+            w[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a0, a1)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a1)));
+        }
+        __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+        _mm512_storeu_ps(out + g, _mm512_permutexvar_ps(order, r));
+    }
+}
+
+/* tile_avx2 with 16 lanes and up to 32 accumulators (32 zmm registers). */
+AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t t,
+                           int64_t k0, int64_t k1, float *acc_io) {
+    const int64_t k = a->k, k16 = k0 + ((k1 - k0) & ~(int64_t)15);
+    const size_t esz = dtype_size(wt);
+    const char *wr[8];
+    const float *xr[8];
+    __m512 acc[8][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) wr[r] = (const char *)a->w + (size_t)(n + r) * (size_t)k * esz;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; j++) xr[j] = a->x + (t + j) * a->ldx;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+            acc[r][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc_io + (r * T + j) * 16);
+
+    for (int64_t i = k0; i < k16; i += 16) {
+        __m512 wv[8];
+        if (T == 1)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = load16_avx512(wt, wr[r], i, 16);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512 xv = _mm512_loadu_ps(xr[j] + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    if (k16 < k1) {
+        int cnt = (int)(k1 - k16);
+        __m512 wv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = load16_avx512(wt, wr[r], k16, cnt);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) {
+            __m512 xv = load16_avx512(DTYPE_F32, xr[j], k16, cnt);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    if (k1 < k) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) _mm512_store_ps(acc_io + (r * T + j) * 16, acc[r][j]);
+        return;
+    }
+    __m512 flat[8 * 8];
+    float sums[8 * 8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) flat[r * T + j] = acc[r][j];
+    hsum16_many_avx512(R * T, flat, sums);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++) store_out(a, t + j, n + r, sums[r * T + j]);
+}
+
+/* rows_avx2's cache blocking with 16-lane tiles; BLOCK_K is a multiple of 16. */
+AVX512_FN void rows_avx512(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
+                           int64_t n1, int64_t t) {
+    _Alignas(64) float acc[BLOCK_ROWS * 8 * 16];
+    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
+    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
+    for (int64_t nb = n0; nb < n1; nb += block_rows) {
+        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
+        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
+            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
+            int64_t n = nb;
+            for (; n + R <= ne; n += R) tile_avx512(R, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 16);
+            for (; n < ne; n++) tile_avx512(1, T, wt, a, n, t, k0, k1, acc + (n - nb) * T * 16);
+        }
+    }
+}
+
+/* Tiles of 8 tokens x 3 rows, the remaining tokens with as many rows as
+ * fit (row counts that divide the runner's MM_ROW_ALIGN). */
+AVX512_FN void range_avx512(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
+                            int64_t t1) {
+    int64_t t = t0;
+    for (; t + 8 <= t1; t += 8) rows_avx512(3, 8, wt, a, n0, n1, t);
+    switch (t1 - t) {
+    case 7: rows_avx512(3, 7, wt, a, n0, n1, t); break;
+    case 6: rows_avx512(4, 6, wt, a, n0, n1, t); break;
+    case 5: rows_avx512(4, 5, wt, a, n0, n1, t); break;
+    case 4: rows_avx512(6, 4, wt, a, n0, n1, t); break;
+    case 3: rows_avx512(6, 3, wt, a, n0, n1, t); break;
+    case 2: rows_avx512(8, 2, wt, a, n0, n1, t); break;
+    case 1: rows_avx512(8, 1, wt, a, n0, n1, t); break;
+    default: break;
+    }
+}
+
+static AVX512_ENTRY void range_avx512_f32(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_F32, a, n0, n1, t0, t1);
+}
+static AVX512_ENTRY void range_avx512_bf16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_BF16, a, n0, n1, t0, t1);
+}
+static AVX512_ENTRY void range_avx512_f16(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    range_avx512(DTYPE_F16, a, n0, n1, t0, t1);
+}
+
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    switch (a->wtype) {
+    case DTYPE_BF16: range_avx512_bf16(a, n0, n1, t0, t1); break;
+    case DTYPE_F16: range_avx512_f16(a, n0, n1, t0, t1); break;
+    default: range_avx512_f32(a, n0, n1, t0, t1); break;
+    }
+}
 #else
 void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    matmul_range_portable(a, n0, n1, t0, t1);
+}
+void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     matmul_range_portable(a, n0, n1, t0, t1);
 }
 #endif
@@ -321,7 +511,10 @@ static atomic_bool kernel_table_ready;
 
 matmul_range_fn matmul_kernel(dtype wtype) {
     if (!atomic_load_explicit(&kernel_table_ready, memory_order_acquire)) {
-        matmul_range_fn scalar = kernels_isa_get() >= KERNELS_ISA_AVX2 ? matmul_range_avx2 : matmul_range_portable;
+        kernels_isa isa = kernels_isa_get();
+        matmul_range_fn scalar = isa >= KERNELS_ISA_AVX512 ? matmul_range_avx512
+                                 : isa >= KERNELS_ISA_AVX2 ? matmul_range_avx2
+                                                           : matmul_range_portable;
         for (int t = 0; t < DTYPE_COUNT; t++)
             kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
         atomic_store_explicit(&kernel_table_ready, true, memory_order_release);

@@ -155,7 +155,12 @@ static void *alloc_zeroed(size_t n, size_t size, vllm_status *rc) {
     size_t bytes;
     void *p = NULL;
     if (*rc != VLLM_OK) return NULL;
-    if (size_mul(&bytes, n ? n : 1, size)) p = calloc(1, bytes);
+    /* 64-byte aligned (whole cache lines): the matmul kernels' 64-byte
+     * vector loads of activation rows then never straddle two lines */
+    if (size_mul(&bytes, n ? n : 1, size) && bytes <= SIZE_MAX - 63) {
+        bytes = (bytes + 63) & ~(size_t)63;
+        if ((p = aligned_alloc(64, bytes))) memset(p, 0, bytes);
+    }
     if (!p) *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot allocate %zu x %zu bytes", n, size);
     return p;
 }

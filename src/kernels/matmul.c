@@ -473,7 +473,9 @@ void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t
 
 /* ---- block-quantized weights (GGUF Q8_0, Q4_0, Q4_K, Q6_K) ---------------- */
 
-enum { QUANT_TILE_ROWS = 64, QUANT_TILE_TOKENS = 8 };
+/* 32 tokens per call: the AMX kernel needs 16+ tokens to fill its tiles
+ * (prefill Q4_0 ~1.5x faster than with 8); the stack tile is 8 KB. */
+enum { QUANT_TILE_ROWS = 64, QUANT_TILE_TOKENS = 32 };
 
 /* quant_matmul_act_range / quant_matmul_range (kernels/quant.c: one fixed
  * reduction order per output, batch invariant) into a stack tile, then the

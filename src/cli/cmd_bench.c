@@ -419,6 +419,7 @@ int cmd_bench_throughput(int argc, char **argv) {
         sps[k].ignore_eos = true;
         sps[k].max_tokens = reqs[k].output_len;
     }
+    vllm_engine_reset_kv_cache_report(e);
     double t0 = vllm_monotonic_time();
     if (vllm_engine_generate(e, np, prompts, lens, sps, NULL, &res) != VLLM_OK) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
@@ -433,6 +434,20 @@ int cmd_bench_throughput(int argc, char **argv) {
            (double)total / elapsed, (double)output_tokens / elapsed);
     printf("Total num prompt tokens:  %lld\n", (long long)prompt_tokens);
     printf("Total num output tokens:  %lld\n", (long long)output_tokens);
+    /* Ours, after vLLM's lines. A slot is one token's K/V in a block. Peak
+     * usage: the most blocks in use at the end of any step, of the pool.
+     * Wasted slots: slots in allocated blocks that held no token (the
+     * unfilled tail of each sequence's last block), summed over steps, over
+     * allocated slots summed over steps; in parentheses the wasted slots at
+     * the peak step over the whole pool. */
+    vllm_kv_cache_report kr;
+    vllm_engine_get_kv_cache_report(e, &kr);
+    double pool_slots = (double)kr.num_blocks * kr.block_size;
+    printf("KV cache: peak usage %.1f%% of %d blocks, wasted slots %.2f%% of allocated (%.2f%% of the pool "
+           "at peak)\n",
+           kr.num_blocks ? 100.0 * kr.peak_used_blocks / kr.num_blocks : 0.0, kr.num_blocks,
+           kr.sum_used_slots ? 100.0 * (double)kr.sum_empty_slots / (double)kr.sum_used_slots : 0.0,
+           pool_slots > 0 ? 100.0 * (double)kr.peak_empty_slots / pool_slots : 0.0);
     out = json_object();
     json_object_set_new(out, "elapsed_time", json_real(elapsed));
     json_object_set_new(out, "num_requests", json_integer(np));

@@ -82,6 +82,16 @@ int32_t scheduler_num_waiting(const scheduler *s) { return s->num_waiting; }
 bool scheduler_has_unfinished(const scheduler *s) { return s->num_running + s->num_waiting > 0; }
 bool scheduler_has_news(const scheduler *s) { return s->news_head || !list_empty(&s->finished); }
 const list_node *scheduler_running(const scheduler *s) { return &s->running; }
+
+int64_t scheduler_num_empty_slots(const scheduler *s) {
+    int64_t empty = 0;
+    for (const list_node *n = s->running.next; n != &s->running; n = n->next) {
+        const seq *q = list_entry(n, seq, node);
+        int64_t slots = (int64_t)q->num_blocks * s->kv->block_size;
+        if (slots > q->num_computed_tokens) empty += slots - q->num_computed_tokens;
+    }
+    return empty;
+}
 const list_node *scheduler_waiting(const scheduler *s) { return &s->waiting; }
 
 static void add_news(scheduler *s, seq *q) {

@@ -106,6 +106,10 @@ void scheduler_update(scheduler *s, const int32_t *sampled, double now);
 void scheduler_finish_seq(scheduler *s, seq *q, vllm_finish_reason reason);
 void scheduler_abort_request(scheduler *s, request *r);
 
+/* Slots in running sequences' blocks that hold no computed token (the tail
+ * of each one's last block): vllm_scheduler_stats.num_kv_slots_empty. */
+int64_t scheduler_num_empty_slots(const scheduler *s);
+
 /* Sequences in the queues, and seats taken in the running queue. */
 int32_t scheduler_num_running(const scheduler *s);
 int32_t scheduler_num_waiting(const scheduler *s);

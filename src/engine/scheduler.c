@@ -243,7 +243,9 @@ static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
     for (int32_t i = 0; i < o->num_seqs; i++) {
         const scheduled_seq *e = &o->seqs[i];
         block_hash g;
-        /* e fills block num_hits this step (or had it filled when it was admitted) */
+        /* e fills block num_hits this step, so it is cached after the step
+         * (equal 128-bit hashes are taken as equal blocks here: a collision
+         * would only delay q by a step, the lookup itself is exact) */
         if ((e->num_computed + e->num_new_tokens) / s->kv->block_size > num_hits &&
             e->num_computed / s->kv->block_size <= num_hits &&
             kv_cache_manager_block_hash(s->kv, e->seq, num_hits, &g) && g.lo == h.lo && g.hi == h.hi)

@@ -16,7 +16,10 @@
  *      queue order (FCFS: arrival; priority: lower value, then arrival) while
  *      budget and seats last: prefix-cache lookup, then as much of the prompt
  *      as fits (chunked prefill is always on). The first that cannot get
- *      blocks stops the loop, so nobody overtakes it (no starvation).
+ *      blocks stops the loop, so nobody overtakes it (no starvation). So
+ *      does one whose next uncached block another sequence of this step is
+ *      computing: next step it hits that block in the prefix cache (a burst
+ *      of requests with one prompt computes the prompt once).
  * A sequence samples only when this step computes its last known token.
  *
  * After the forward, scheduler_update advances computed counts, offers newly

@@ -85,3 +85,16 @@ done
 if "$VLLMC" bench latency --input-len 500 --output-len 100 --num-iters-warmup 0 --num-iters 1 >"$tmp/o" 2>"$tmp/e"; then
   fail bench_latency_too_long "accepted 600 tokens on a 512-token model"
 elif grep -q . "$tmp/e"; then ok bench_latency_too_long; else fail bench_latency_too_long "no message"; fi
+
+# 5. the KV cache line (ours, after vLLM's), computed by hand: one 16-token
+# prompt, 3 outputs, a pool of 100 blocks of 16. End of step 1: 1 block, 16
+# computed (0 empty); step 2: 17 computed in 2 blocks (15 empty); step 3: the
+# third token finishes it, blocks freed (0, 0). Peak 2 blocks = 2.0%; wasted
+# 15 of 16 + 32 = 48 allocated slot-steps = 31.25%; at the peak 15 of 1600
+# pool slots = 0.94%. --ignore-eos is accepted (always on).
+if "$VLLMC" bench throughput --num-prompts 1 --input-len 16 --output-len 3 --num-gpu-blocks-override 100 \
+     --ignore-eos >"$tmp/kv.out" 2>"$tmp/err" &&
+   grep -qx "KV cache: peak usage 2.0% of 100 blocks, wasted slots 31.25% of allocated (0.94% of the pool at peak)" "$tmp/kv.out"
+then ok bench_throughput_kv_line; else fail bench_throughput_kv_line "$(cat "$tmp/kv.out") $(tail -3 "$tmp/err")"; fi
+# a shared prompt with no per-request part (vLLM's --prefix-len P --input-len 0)
+check_tp bench_throughput_prefix_only 256 32 8 --input-len 0 --prefix-len 32 --output-len 4 --ignore-eos

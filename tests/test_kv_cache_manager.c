@@ -67,9 +67,24 @@ TEST(test_duplicate_chains_and_hits) {
     int32_t nh = kv_cache_manager_find_longest_cache_hit(m, &c->seqs[0], hits);
     CHECK(nh == 3, "got %d hit blocks", nh);
     CHECK(m->num_queries - q0 == 13 && m->num_hits - h0 == 12);
-    /* a prompt of exactly 12 tokens may hit only 2 blocks: its last token is computed */
+    /* a prompt of exactly 12 tokens hits all 3 blocks, but only 11 tokens:
+     * its last token is computed, into a copy of the third block */
     request *d = make("d", p, 12, NULL);
-    CHECK(kv_cache_manager_find_longest_cache_hit(m, &d->seqs[0], hits) == 2);
+    q0 = m->num_queries, h0 = m->num_hits;
+    CHECK(kv_cache_manager_find_longest_cache_hit(m, &d->seqs[0], hits) == 3);
+    CHECK(m->num_queries - q0 == 12 && m->num_hits - h0 == 11);
+    CHECK(kv_cache_manager_hit_tokens(m, &d->seqs[0], 3) == 11 && kv_cache_manager_hit_tokens(m, &d->seqs[0], 2) == 8);
+    {
+        int32_t free_d = block_pool_num_free(m->pool), ndc = 0;
+        block_copy dc[2];
+        CHECK(kv_cache_manager_allocate_slots(m, &d->seqs[0], 1, hits, 3, dc, &ndc) == VLLM_OK);
+        CHECK(ndc == 1 && dc[0].src == hits[2] && dc[0].dst == d->seqs[0].block_ids[2]);
+        CHECK(d->seqs[0].num_blocks == 3 && d->seqs[0].block_ids[0] == hits[0] && d->seqs[0].block_ids[1] == hits[1]);
+        CHECK(block_pool_ref_count(m->pool, hits[2]) == 1, "hits[2] back to its earlier holder only");
+        CHECK(block_pool_num_free(m->pool) == free_d - 1, "one new block (the copy)");
+        kv_cache_manager_free_blocks(m, &d->seqs[0]);
+        CHECK(block_pool_num_free(m->pool) == free_d);
+    }
     request *e = make("e", p, 13, "tenant");
     CHECK(kv_cache_manager_find_longest_cache_hit(m, &e->seqs[0], hits) == 0, "salted: no hit");
 

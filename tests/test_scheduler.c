@@ -261,11 +261,24 @@ TEST(test_prefix_cache_hits_and_salt) {
           (long long)o->prefix_cache_queries, (long long)o->prefix_cache_hits);
     CHECK(o->num_tokens == 4 && b->seqs[0].num_cached_tokens == 40, "only the tail is computed");
     while (scheduler_has_unfinished(f.s)) fx_step(&f, 5);
-    /* a full-prompt match still computes the last token */
+    /* a full-prompt match (44 = 11 blocks, all cached by a) still computes
+     * the last token: 43 tokens hit, 1 computed, into a copy of block 10 */
     request *c = fx_add(&f, 44, 0, 1, 1, 0, NULL);
-    o = fx_step(&f, 5);
-    CHECK(o->prefix_cache_hits == 40 && o->num_tokens == 4, "hits capped below num_tokens: %lld",
-          (long long)o->prefix_cache_hits);
+    int32_t cached10 = -1;
+    o = scheduler_schedule(f.s, f.now);
+    CHECK(o->prefix_cache_hits == 43 && o->num_tokens == 1, "hits capped below num_tokens: %lld, %d computed",
+          (long long)o->prefix_cache_hits, o->num_tokens);
+    CHECK(o->num_copies == 1 && o->copies[0].dst == c->seqs[0].block_ids[10], "the hit last block is copied");
+    cached10 = o->num_copies == 1 ? o->copies[0].src : -1;
+    CHECK(cached10 != c->seqs[0].block_ids[10] && block_pool_ref_count(f.kv->pool, cached10) == 0,
+          "the cached block stays unreferenced in the cache");
+    int32_t s5[4] = {5, 5, 5, 5};
+    scheduler_update(f.s, s5, f.now);
+    for (seq *q = scheduler_take_news(f.s), *next; q; q = next) {
+        next = q->news_next;
+        seq_clear_news(q);
+    }
+    CHECK(c->seqs[0].num_cached_tokens == 43);
     request *d = fx_add(&f, 45, 0, 1, 1, 0, "salt");
     o = fx_step(&f, 5);
     CHECK(o->prefix_cache_hits == 0 && o->num_tokens == 45, "a salted request misses");
@@ -273,6 +286,37 @@ TEST(test_prefix_cache_hits_and_salt) {
     o = fx_step(&f, 5);
     CHECK(o->prefix_cache_hits == 44, "the same salt hits: %lld", (long long)o->prefix_cache_hits);
     (void)a; (void)c; (void)d; (void)e;
+    fx_done(&f);
+}
+
+/* A burst of requests with one shared prompt computes it once: the first
+ * runs alone (the others would compute the blocks it is computing), then the
+ * others hit every block and compute their last token only. */
+TEST(test_shared_prompt_burst) {
+    fixture f;
+    if (!fx_init(&f, 64, true, 8, 256, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *r[4];
+    for (int32_t i = 0; i < 4; i++) r[i] = fx_add(&f, 16, 0, 2, 1, 0, NULL);
+    request *other = fx_add(&f, 16, 50, 2, 1, 0, NULL);
+    const scheduler_output *o = fx_step(&f, 5);
+    CHECK(o->num_seqs == 1 && o->seqs[0].seq == &r[0]->seqs[0] && o->num_tokens == 16,
+          "step 1: %d seqs, %d tokens", o->num_seqs, o->num_tokens);
+    CHECK(scheduler_num_waiting(f.s) == 4, "FCFS: the request behind waits too");
+    o = fx_step(&f, 5);
+    /* r0 decodes 1; r1..r3 hit 4 blocks (15 tokens) and compute 1; other computes 16 */
+    CHECK(o->num_seqs == 5 && o->num_tokens == 1 + 3 * 1 + 16, "step 2: %d seqs, %d tokens", o->num_seqs,
+          o->num_tokens);
+    CHECK(o->prefix_cache_queries == 4 * 16 && o->prefix_cache_hits == 3 * 15, "queries %lld hits %lld",
+          (long long)o->prefix_cache_queries, (long long)o->prefix_cache_hits);
+    CHECK(o->num_copies == 3, "each copies the hit last block before writing: %d", o->num_copies);
+    for (int32_t i = 1; i < 4; i++) {
+        CHECK(r[i]->seqs[0].num_cached_tokens == 15);
+        CHECK(r[i]->seqs[0].block_ids[0] == r[0]->seqs[0].block_ids[0], "full blocks are shared");
+        CHECK(r[i]->seqs[0].block_ids[3] != r[0]->seqs[0].block_ids[3], "the last one is a copy");
+    }
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 5);
+    CHECK(other->seqs[0].status == SEQ_STATUS_FINISHED);
+    CHECK(block_pool_num_free(f.kv->pool) == 64 && block_pool_check(f.kv->pool) == VLLM_OK);
     fx_done(&f);
 }
 
@@ -346,6 +390,7 @@ int main(void) {
     RUN(test_priority_admission_order);
     RUN(test_fork_shares_blocks_and_copies_on_write);
     RUN(test_prefix_cache_hits_and_salt);
+    RUN(test_shared_prompt_burst);
     RUN(test_abort_and_stop_rules);
     RUN(test_config_checks);
     return harness_done();

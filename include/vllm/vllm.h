@@ -164,6 +164,13 @@ typedef struct vllm_scheduler_stats {
     int32_t num_scheduled_tokens;    /* tokens in this step's forward */
     int32_t num_scheduled_seqs;
     int32_t num_blocks_total, num_blocks_free;
+    /* KV slots after this step (a slot holds one token's K/V in one block):
+     * used = (num_blocks_total - num_blocks_free) * block_size, the slots of
+     * every block a sequence holds; empty = those of them with no computed
+     * token yet: the unfilled tail of each running sequence's last block
+     * (a partially filled block shared by n > 1 siblings before copy-on-write
+     * counts once per sibling, so this can only overstate). */
+    int64_t num_kv_slots_used, num_kv_slots_empty;
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {
@@ -205,6 +212,22 @@ void vllm_engine_get_info(const vllm_engine *e, vllm_engine_info *info);
  * max_tokens) unless args.generation_config is "vllm": the analogue of
  * LLM.get_default_sampling_params() with --generation-config auto. */
 void vllm_engine_default_sampling_params(const vllm_engine *e, vllm_sampling_params *sp);
+
+/* KV pool occupancy over the steps since create or the last reset (for
+ * `vllmc bench throughput`'s KV line): from each step's
+ * vllm_scheduler_stats, the step with the most blocks in use and the sums of
+ * used and empty slots over all steps (empty / used = the share of allocated
+ * slots that held nothing, averaged over steps weighted by allocation). */
+typedef struct vllm_kv_cache_report {
+    int32_t num_blocks, block_size;
+    int64_t num_steps;
+    int32_t peak_used_blocks;        /* at the end of the step with the most in use */
+    int64_t peak_empty_slots;        /* empty slots at that step */
+    int64_t sum_used_slots, sum_empty_slots;
+} vllm_kv_cache_report;
+
+void vllm_engine_get_kv_cache_report(const vllm_engine *e, vllm_kv_cache_report *report);
+void vllm_engine_reset_kv_cache_report(vllm_engine *e);
 
 /* Drops every cached prefix block (vLLM's reset_prefix_cache). */
 void vllm_engine_reset_prefix_cache(vllm_engine *e);

@@ -166,6 +166,7 @@ static void latency_usage(FILE *f) {
             "  --n N                  sequences per request (1)\n"
             "  --num-iters-warmup N   untimed runs first (10)\n"
             "  --num-iters N          timed runs (30)\n"
+            "  --ignore-eos           (always on: output lengths are exact)\n"
             "  --output-json FILE     also write the latencies as JSON\n");
     engine_usage(f);
 }
@@ -197,6 +198,10 @@ int cmd_bench_latency(int argc, char **argv) {
                 const char *v = bench_flag_value(cmd, name, iv, argc, argv, &i);
                 ok = v && bench_parse_i32(cmd, name, v, ints[k].lo, INT32_MAX, ints[k].dst);
             }
+        if (!found && !strcmp(name, "--ignore-eos") && !iv) { /* always on */
+            found = true;
+            i++;
+        }
         if (!found && !strcmp(name, "--output-json")) {
             found = true;
             ok = (output_json = bench_flag_value(cmd, name, iv, argc, argv, &i)) != NULL;
@@ -314,7 +319,9 @@ static void throughput_usage(FILE *f) {
             "  --output-len N         generated tokens per request (128)\n"
             "  --num-prompts N        requests (1000)\n"
             "  --n N                  sequences per request (1)\n"
-            "  --prefix-len N         shared random prefix before each prompt (0)\n"
+            "  --prefix-len N         shared random prefix before each prompt (0); prompts are\n"
+            "                         prefix-len + input-len tokens, as vLLM's random dataset\n"
+            "  --ignore-eos           (always on: output lengths are exact)\n"
             "  --random-range-ratio R lengths drawn from [L(1-R), L(1+R)] (0.0)\n"
             "  --output-json FILE     also write the results as JSON\n"
             "  (--seed also seeds the dataset)\n");
@@ -340,7 +347,7 @@ int cmd_bench_throughput(int argc, char **argv) {
         char name[64];
         const char *iv = engine_args_flag_name(argv[i], name, sizeof name);
         struct { const char *flag; int32_t *dst; int32_t lo; } ints[] = {
-            {"--input-len", &cfg.input_len, 1}, {"--output-len", &cfg.output_len, 1},
+            {"--input-len", &cfg.input_len, 0}, {"--output-len", &cfg.output_len, 1},
             {"--num-prompts", &cfg.num_prompts, 1}, {"--n", &n, 1}, {"--prefix-len", &cfg.prefix_len, 0}};
         bool found = false, ok = true;
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !found; k++)
@@ -360,6 +367,8 @@ int cmd_bench_throughput(int argc, char **argv) {
                 return 2;
         } else if (!strcmp(name, "--output-json")) {
             if (!(output_json = bench_flag_value(cmd, name, iv, argc, argv, &i))) return 2;
+        } else if (!strcmp(name, "--ignore-eos") && !iv) {
+            i++; /* always on (every request ignores EOS); accepted as bench serve takes it */
         } else if (!strcmp(name, "--dataset-name") || !strcmp(name, "--backend")) {
             if (!(v = bench_flag_value(cmd, name, iv, argc, argv, &i))) return 2;
             const char *want = name[2] == 'd' ? "random" : "vllm";
@@ -410,6 +419,7 @@ int cmd_bench_throughput(int argc, char **argv) {
         sps[k].ignore_eos = true;
         sps[k].max_tokens = reqs[k].output_len;
     }
+    vllm_engine_reset_kv_cache_report(e);
     double t0 = vllm_monotonic_time();
     if (vllm_engine_generate(e, np, prompts, lens, sps, NULL, &res) != VLLM_OK) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
@@ -424,6 +434,20 @@ int cmd_bench_throughput(int argc, char **argv) {
            (double)total / elapsed, (double)output_tokens / elapsed);
     printf("Total num prompt tokens:  %lld\n", (long long)prompt_tokens);
     printf("Total num output tokens:  %lld\n", (long long)output_tokens);
+    /* Ours, after vLLM's lines. A slot is one token's K/V in a block. Peak
+     * usage: the most blocks in use at the end of any step, of the pool.
+     * Wasted slots: slots in allocated blocks that held no token (the
+     * unfilled tail of each sequence's last block), summed over steps, over
+     * allocated slots summed over steps; in parentheses the wasted slots at
+     * the peak step over the whole pool. */
+    vllm_kv_cache_report kr;
+    vllm_engine_get_kv_cache_report(e, &kr);
+    double pool_slots = (double)kr.num_blocks * kr.block_size;
+    printf("KV cache: peak usage %.1f%% of %d blocks, wasted slots %.2f%% of allocated (%.2f%% of the pool "
+           "at peak)\n",
+           kr.num_blocks ? 100.0 * kr.peak_used_blocks / kr.num_blocks : 0.0, kr.num_blocks,
+           kr.sum_used_slots ? 100.0 * (double)kr.sum_empty_slots / (double)kr.sum_used_slots : 0.0,
+           pool_slots > 0 ? 100.0 * (double)kr.peak_empty_slots / pool_slots : 0.0);
     out = json_object();
     json_object_set_new(out, "elapsed_time", json_real(elapsed));
     json_object_set_new(out, "num_requests", json_integer(np));

@@ -65,6 +65,7 @@ struct vllm_engine {
     request **buckets;
     size_t num_buckets, num_in_map;
     list_node reported;              /* finished requests reported by the last step */
+    vllm_kv_cache_report kv_report;  /* accumulated by build_output */
 
     /* step scratch (sized at create) */
     int32_t *token_ids, *positions, *query_start_loc, *seq_lens, *block_tables, *logits_indices;
@@ -412,6 +413,14 @@ void vllm_engine_default_sampling_params(const vllm_engine *e, vllm_sampling_par
     if (g->max_new_tokens > 0) sp->max_tokens = g->max_new_tokens;
 }
 
+void vllm_engine_get_kv_cache_report(const vllm_engine *e, vllm_kv_cache_report *report) {
+    *report = e->kv_report;
+    report->num_blocks = e->info.num_gpu_blocks;
+    report->block_size = e->info.block_size;
+}
+
+void vllm_engine_reset_kv_cache_report(vllm_engine *e) { e->kv_report = (vllm_kv_cache_report){0}; }
+
 void vllm_engine_reset_prefix_cache(vllm_engine *e) { block_pool_reset_cache(e->kv->pool); }
 
 /* ---- requests ----------------------------------------------------------- */
@@ -644,7 +653,20 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .num_scheduled_seqs = so ? so->num_seqs : 0,
         .num_blocks_total = block_pool_num_blocks(pool),
         .num_blocks_free = block_pool_num_free(pool),
+        .num_kv_slots_empty = scheduler_num_empty_slots(e->sched),
     };
+    int32_t used_blocks = out->stats.num_blocks_total - out->stats.num_blocks_free;
+    out->stats.num_kv_slots_used = (int64_t)used_blocks * e->info.block_size;
+    if (so && so->num_seqs > 0) {
+        vllm_kv_cache_report *k = &e->kv_report;
+        k->num_steps++;
+        k->sum_used_slots += out->stats.num_kv_slots_used;
+        k->sum_empty_slots += out->stats.num_kv_slots_empty;
+        if (used_blocks > k->peak_used_blocks) {
+            k->peak_used_blocks = used_blocks;
+            k->peak_empty_slots = out->stats.num_kv_slots_empty;
+        }
+    }
     return VLLM_OK;
 }
 

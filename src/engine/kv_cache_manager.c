@@ -80,9 +80,21 @@ static block_pool_key key_of(const kv_cache_manager *m, const seq *q, int32_t i,
     };
 }
 
+int32_t kv_cache_manager_hit_tokens(const kv_cache_manager *m, const seq *q, int32_t num_hits) {
+    int32_t t = num_hits * m->block_size;
+    return num_hits > 0 && t > q->num_tokens - 1 ? q->num_tokens - 1 : t;
+}
+
+bool kv_cache_manager_block_hash(const kv_cache_manager *m, seq *q, int32_t i, block_hash *out) {
+    if (i < 0 || i >= q->num_tokens / m->block_size) return false;
+    ensure_hashes(m, q, i + 1);
+    *out = q->block_hashes[i];
+    return true;
+}
+
 int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int32_t *hits) {
     if (!m->enable_caching) return 0;
-    int32_t max_hit = (q->num_tokens - 1) / m->block_size;
+    int32_t max_hit = q->num_tokens / m->block_size;
     ensure_hashes(m, q, max_hit);
     int32_t n = 0, parent = -1;
     uint64_t pgen = 0;
@@ -95,7 +107,7 @@ int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int
         pgen = block_pool_generation(m->pool, id);
     }
     m->num_queries += q->num_tokens;
-    m->num_hits += (int64_t)n * m->block_size;
+    m->num_hits += kv_cache_manager_hit_tokens(m, q, n);
     return n;
 }
 
@@ -103,15 +115,21 @@ vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t
                                             const int32_t *hits, int32_t num_hits,
                                             block_copy *copies, int32_t *num_copies) {
     int32_t bs = m->block_size;
-    int32_t start = q->num_computed_tokens + num_hits * bs; /* first new token's position */
+    /* first new token's position */
+    int32_t start = q->num_computed_tokens + kv_cache_manager_hit_tokens(m, q, num_hits);
     int32_t total = start + num_new_tokens;
     int32_t have = q->num_blocks + num_hits;
     int32_t need = (total + bs - 1) / bs - have;
     if (need < 0) need = 0;
-    /* the first new token lands in an existing, partially filled, shared block */
+    /* the first new token lands in an existing, partially filled block that
+     * is shared, or in a hit block (the last token of a prompt that hit all
+     * its blocks): either way others read it, so we write into a copy */
     int32_t cow_idx = start / bs;
-    bool cow = num_new_tokens > 0 && start % bs != 0 && cow_idx < q->num_blocks &&
-               block_pool_ref_count(m->pool, q->block_ids[cow_idx]) > 1;
+    bool cow = false;
+    if (num_new_tokens > 0 && start % bs != 0) {
+        if (cow_idx >= q->num_blocks && cow_idx - q->num_blocks < num_hits) cow = true;
+        else if (cow_idx < q->num_blocks) cow = block_pool_ref_count(m->pool, q->block_ids[cow_idx]) > 1;
+    }
     int32_t evictable = 0;
     for (int32_t i = 0; i < num_hits; i++)
         if (block_pool_ref_count(m->pool, hits[i]) == 0) evictable++;

@@ -14,7 +14,12 @@
  * the step's forward), so a hit never reads K/V that are still being written.
  * A lookup also matches the parent block, so hits are exact (block_pool.h).
  * At most num_tokens - 1 tokens hit: the last prompt token is always computed
- * because its logits are needed.
+ * because its logits are needed. Unlike vLLM (which then gives up the whole
+ * last block), a prompt that ends on a block boundary may hit its last block
+ * too: the sequence takes it with num_tokens - 1 tokens computed, and since
+ * recomputing the last token writes into that cached block, allocate_slots
+ * copies it first (copy-on-write). 64 requests sharing a 128-token prompt
+ * then compute 1 token each instead of 16.
  *
  * Copy-on-write: only a fork shares a partially filled block. When a sequence
  * is about to write into a last block whose ref_cnt > 1, allocate_slots gives
@@ -52,18 +57,28 @@ block_hash kv_cache_manager_hash_block(const block_hash *parent, const int32_t *
                                        int32_t block_size, int32_t lora_id,
                                        const block_pool_salt *salt);
 
-/* For a sequence with no blocks: the longest run of cached blocks that
- * matches its tokens from the start, capped at num_tokens - 1 tokens. Writes
- * their ids to hits (capacity q->max_blocks) and returns how many. Takes no
- * references (allocate_slots does). Counts queries and hits; returns 0 when
- * prefix caching is off. */
+/* For a sequence with no blocks: the longest run of cached full blocks that
+ * matches its tokens from the start (all of them at most). Writes their ids
+ * to hits (capacity q->max_blocks) and returns how many. Takes no references
+ * (allocate_slots does). Counts queries and hit tokens
+ * (kv_cache_manager_hit_tokens); returns 0 when prefix caching is off. */
 int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int32_t *hits);
 
+/* Tokens that num_hits hit blocks spare q: num_hits * block_size, capped at
+ * q->num_tokens - 1 (the last token is always computed for its logits). */
+int32_t kv_cache_manager_hit_tokens(const kv_cache_manager *m, const seq *q, int32_t num_hits);
+
+/* The chained hash of q's full block i (computed and kept on q if new).
+ * False if block i is not full of known tokens. */
+bool kv_cache_manager_block_hash(const kv_cache_manager *m, seq *q, int32_t i, block_hash *out);
+
 /* Gives q the blocks for num_new_tokens more tokens after its computed ones
- * and the num_hits cache hits (hit blocks first, then new blocks; a shared,
- * partially filled last block is copied on write: the pair is appended to
- * copies[*num_copies]). On VLLM_ERR_FULL nothing changed. The caller then
- * advances q->num_computed_tokens past the hits. */
+ * and the kv_cache_manager_hit_tokens(num_hits) tokens of the num_hits cache
+ * hits (hit blocks first, then new blocks). When the first new token lands
+ * in a partially filled block that is shared, or in a hit block (which the
+ * cache holds), that block is copied on write: the pair is appended to
+ * copies[*num_copies]. On VLLM_ERR_FULL nothing changed. The caller then
+ * advances q->num_computed_tokens past the hit tokens. */
 vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t num_new_tokens,
                                             const int32_t *hits, int32_t num_hits,
                                             block_copy *copies, int32_t *num_copies);

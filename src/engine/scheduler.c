@@ -82,6 +82,16 @@ int32_t scheduler_num_waiting(const scheduler *s) { return s->num_waiting; }
 bool scheduler_has_unfinished(const scheduler *s) { return s->num_running + s->num_waiting > 0; }
 bool scheduler_has_news(const scheduler *s) { return s->news_head || !list_empty(&s->finished); }
 const list_node *scheduler_running(const scheduler *s) { return &s->running; }
+
+int64_t scheduler_num_empty_slots(const scheduler *s) {
+    int64_t empty = 0;
+    for (const list_node *n = s->running.next; n != &s->running; n = n->next) {
+        const seq *q = list_entry(n, seq, node);
+        int64_t slots = (int64_t)q->num_blocks * s->kv->block_size;
+        if (slots > q->num_computed_tokens) empty += slots - q->num_computed_tokens;
+    }
+    return empty;
+}
 const list_node *scheduler_waiting(const scheduler *s) { return &s->waiting; }
 
 static void add_news(scheduler *s, seq *q) {
@@ -218,6 +228,32 @@ static vllm_status allocate(scheduler *s, seq *q, int32_t num_new, int32_t num_h
     return rc;
 }
 
+/* True if the block q would compute first after its num_hits cache hits is
+ * one that a sequence already in this step's batch is computing (same
+ * chained hash, so the same tokens from position 0): q waits a step and then
+ * finds it in the prefix cache instead of computing it again. This is what
+ * makes a burst of requests with one shared prompt compute that prompt once
+ * (vLLM admits them together and each computes it). Like a sequence that
+ * cannot get blocks, it stops the loop for this step, so FCFS order holds. */
+static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
+    const scheduler_output *o = &s->out;
+    block_hash h;
+    if (!s->kv->enable_caching || o->num_seqs == 0 || !kv_cache_manager_block_hash(s->kv, q, num_hits, &h))
+        return false;
+    for (int32_t i = 0; i < o->num_seqs; i++) {
+        const scheduled_seq *e = &o->seqs[i];
+        block_hash g;
+        /* e fills block num_hits this step, so it is cached after the step
+         * (equal 128-bit hashes are taken as equal blocks here: a collision
+         * would only delay q by a step, the lookup itself is exact) */
+        if ((e->num_computed + e->num_new_tokens) / s->kv->block_size > num_hits &&
+            e->num_computed / s->kv->block_size <= num_hits &&
+            kv_cache_manager_block_hash(s->kv, e->seq, num_hits, &g) && g.lo == h.lo && g.hi == h.hi)
+            return true;
+    }
+    return false;
+}
+
 const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     scheduler_output *o = &s->out;
     o->num_seqs = o->num_tokens = o->num_logits = o->num_samples = 0;
@@ -256,7 +292,12 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
         int64_t queries = s->kv->num_queries, hits = s->kv->num_hits;
         int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q, s->hits);
-        int32_t computed = num_hits * s->kv->block_size;
+        if (prefix_in_flight(s, q, num_hits)) {
+            s->kv->num_queries = queries;
+            s->kv->num_hits = hits;
+            break;
+        }
+        int32_t computed = kv_cache_manager_hit_tokens(s->kv, q, num_hits);
         int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);
         if (allocate(s, q, num_new, num_hits) != VLLM_OK) {
             /* count a lookup once, when the sequence is admitted */

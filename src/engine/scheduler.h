@@ -16,7 +16,10 @@
  *      queue order (FCFS: arrival; priority: lower value, then arrival) while
  *      budget and seats last: prefix-cache lookup, then as much of the prompt
  *      as fits (chunked prefill is always on). The first that cannot get
- *      blocks stops the loop, so nobody overtakes it (no starvation).
+ *      blocks stops the loop, so nobody overtakes it (no starvation). So
+ *      does one whose next uncached block another sequence of this step is
+ *      computing: next step it hits that block in the prefix cache (a burst
+ *      of requests with one prompt computes the prompt once).
  * A sequence samples only when this step computes its last known token.
  *
  * After the forward, scheduler_update advances computed counts, offers newly
@@ -105,6 +108,10 @@ void scheduler_update(scheduler *s, const int32_t *sampled, double now);
  * Unforked siblings of an aborted seq 0 finish with it. */
 void scheduler_finish_seq(scheduler *s, seq *q, vllm_finish_reason reason);
 void scheduler_abort_request(scheduler *s, request *r);
+
+/* Slots in running sequences' blocks that hold no computed token (the tail
+ * of each one's last block): vllm_scheduler_stats.num_kv_slots_empty. */
+int64_t scheduler_num_empty_slots(const scheduler *s);
 
 /* Sequences in the queues, and seats taken in the running queue. */
 int32_t scheduler_num_running(const scheduler *s);

@@ -155,10 +155,16 @@ AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, s
         __m256 dvec, dmvec = _mm256_setzero_ps();
         for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
         if (type == DTYPE_Q4_K) {
-            int sc[8], m[8];
-            for (int j = 0; j < 8; j++) q4k_scale_min(j, b + 4, &sc[j], &m[j]);
-            scv = _mm256_loadu_si256((const __m256i *)sc);
-            mn = _mm256_loadu_si256((const __m256i *)m);
+            /* the 12 scale bytes as three words: scales 0..3 = u0 & 63 per
+             * byte, 4..7 = (u2 & 15) | (u0 >> 6) << 4; mins 0..3 = u1 & 63,
+             * 4..7 = (u2 >> 4 & 15) | (u1 >> 6) << 4 (q4k_scale_min) */
+            uint32_t u[3];
+            memcpy(u, b + 4, 12);
+            const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
+            uint64_t sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
+            uint64_t m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+            scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
             dmvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 2)));
             for (int p = 0; p < 4; p++) {
@@ -185,8 +191,12 @@ AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, s
                 wv[4 * h + 2] = _mm256_sub_epi8(u2, k32);
                 wv[4 * h + 3] = _mm256_sub_epi8(u3, k32);
             }
+            /* sv[j] = [s_2j x 8 | s_2j+1 x 8] as int16: broadcast the pair, then spread it */
+            __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+            const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
             for (int j = 0; j < 8; j++)
-                sv[j] = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * j]), _mm_set1_epi16(sc[2 * j + 1]));
+                sv[j] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(j)), spread);
         }
         __m256i aw[8];
         if (type == DTYPE_Q6_K)

@@ -23,8 +23,10 @@ What it writes, as llama.cpp's convert_hf_to_gguf.py does for llama:
     (absent when tied); attn_q/attn_k rows permuted within each head from HF's
     rotate-half order to llama.cpp's interleaved order (GGUF row 2i = HF row i,
     2i+1 = HF row i + head_dim/2);
-  - types: 1-D tensors F32; 2-D tensors in --type (f32, f16, q8_0, q4_0),
-    quantized with ggml's reference rounding.
+  - types: 1-D tensors F32; 2-D tensors in --type (f32, f16, q8_0, q4_0,
+    q4_k, q6_k), Q8_0/Q4_0 quantized with ggml's reference rounding, Q4_K/Q6_K
+    with a plain min/max quantizer (quantize_q4_k / quantize_q6_k) into ggml's
+    block layouts; K types fall back to q8_0 for rows not a multiple of 256.
 --dump-ref DIR also writes, for every tensor in file order, the F32 values
 before quantization (src.bin) and the numpy dequantization of what was
 written (deq.bin), plus names.txt ("name type n_elements" per line).
@@ -76,6 +78,63 @@ def quantize_q4_0(x):
     out = np.empty((b.shape[0], 18), np.uint8)
     out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
     out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out.reshape(-1)
+
+
+def f16_round(v):
+    """(f16 bytes (n, 2), the f32 value the reader will see) of v."""
+    h = v.astype(np.float16)
+    return h.view(np.uint8).reshape(-1, 2), h.astype(np.float32)
+
+
+def safe_div(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b != 0, a / np.where(b != 0, b, 1), 0).astype(np.float32)
+
+
+def quantize_q4_k(x):
+    """Per sub-block of 32: scale = (max - min)/15 and min = -min(x, 0), as
+    6-bit multiples of the super-block's d = max scale/63 and dmin = max min/63
+    (a straightforward quantizer, not ggml's iterative search); the layout is
+    ggml's block_q4_K."""
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=2), 0)
+    scale, mins = (b.max(axis=2) - lo) / np.float32(15), -lo
+    dbytes, d = f16_round(scale.max(axis=1) / np.float32(63))
+    mbytes, dmin = f16_round(mins.max(axis=1) / np.float32(63))
+    sc = np.clip(round_away(safe_div(scale, d[:, None])), 0, 63).astype(np.int32)
+    m = np.clip(round_away(safe_div(mins, dmin[:, None])), 0, 63).astype(np.int32)
+    eff_d = (d[:, None] * sc.astype(np.float32))[:, :, None]
+    eff_m = (dmin[:, None] * m.astype(np.float32))[:, :, None]
+    q = np.clip(round_away(safe_div(b + eff_m, eff_d)), 0, 15).astype(np.uint8)  # (nb, 8, 32)
+    out = np.zeros((b.shape[0], 144), np.uint8)
+    out[:, 0:2], out[:, 2:4] = dbytes, mbytes
+    out[:, 4:8] = (sc[:, :4] | ((sc[:, 4:] >> 4) << 6)).astype(np.uint8)
+    out[:, 8:12] = (m[:, :4] | ((m[:, 4:] >> 4) << 6)).astype(np.uint8)
+    out[:, 12:16] = ((sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)).astype(np.uint8)
+    out[:, 16:] = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)  # sub-block 2p low, 2p+1 high
+    return out.reshape(-1)
+
+
+def quantize_q6_k(x):
+    """Per sub-block of 16: scale = amax/31 as a multiple (0..127) of the
+    super-block's d = max scale/127; values q in -32..31 stored as q + 32 in
+    ggml's block_q6_K layout (ql low nibbles, qh 2-bit pairs, int8 scales, d)."""
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    scale = np.abs(b).max(axis=2) / np.float32(31)
+    dbytes, d = f16_round(scale.max(axis=1) / np.float32(127))
+    sc = np.clip(round_away(safe_div(scale, d[:, None])), 0, 127).astype(np.int32)
+    eff = (d[:, None] * sc.astype(np.float32))[:, :, None]
+    u = (np.clip(round_away(safe_div(b, eff)), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # h, r, l
+    out = np.zeros((b.shape[0], 210), np.uint8)
+    for h in range(2):
+        ql = out[:, 64 * h:64 * h + 64]
+        ql[:, :32] = (u[:, h, 0] & 15) | ((u[:, h, 2] & 15) << 4)
+        ql[:, 32:] = (u[:, h, 1] & 15) | ((u[:, h, 3] & 15) << 4)
+        out[:, 128 + 32 * h:160 + 32 * h] = ((u[:, h, 0] >> 4) | ((u[:, h, 1] >> 4) << 2) |
+                                             ((u[:, h, 2] >> 4) << 4) | ((u[:, h, 3] >> 4) << 6))
+    out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+    out[:, 208:210] = dbytes
     return out.reshape(-1)
 
 
@@ -236,7 +295,7 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("model_dir")
     p.add_argument("out")
-    p.add_argument("--type", default="f16", choices=["f32", "f16", "q8_0", "q4_0"])
+    p.add_argument("--type", default="f16", choices=["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"])
     p.add_argument("--dump-ref", help="directory for src.bin / deq.bin / names.txt")
     p.add_argument("--k-samples", action="store_true", help="add test.q4_k / test.q6_k random-block tensors")
     a = p.parse_args(argv)
@@ -271,6 +330,8 @@ def main(argv):
     for name, hfname, _ in plan:
         shape = st[hfname][1]
         kind = a.type if len(shape) == 2 else "f32"
+        if kind in ("q4_k", "q6_k") and shape[-1] % 256:
+            kind = "q8_0"  # rows not a multiple of the super-block, as llama.cpp falls back
         n = int(np.prod(shape))
         size = n * 4 if kind == "f32" else n * 2 if kind == "f16" else n // BLOCK[kind][0] * BLOCK[kind][1]
         infos.append((name, list(reversed(shape)), kind, offset, size))
@@ -289,7 +350,7 @@ def main(argv):
     bos = 1 if bos is None else bos
     eos = 2 if eos is None else eos
     toks, scores, types = vocabulary(a.model_dir, V, bos, eos)
-    ftype = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}[a.type]
+    ftype = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q6_k": 18}[a.type]
     kvs = [kv("general.architecture", T_STR, "llama"),
            kv("general.name", T_STR, os.path.basename(os.path.normpath(a.model_dir))),
            kv("general.alignment", T_U32, ALIGN),
@@ -333,7 +394,8 @@ def main(argv):
                     x = permute_rope(x, nhead)
                 x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
                 raw = {"f32": lambda v: v.view(np.uint8), "f16": lambda v: v.astype(np.float16).view(np.uint8),
-                       "q8_0": quantize_q8_0, "q4_0": quantize_q4_0}[kind](x)
+                       "q8_0": quantize_q8_0, "q4_0": quantize_q4_0, "q4_k": quantize_q4_k,
+                       "q6_k": quantize_q6_k}[kind](x)
             assert raw.size == size, (name, raw.size, size)
             f.write(raw.tobytes())
             f.write(b"\0" * (-size % ALIGN))

@@ -23,6 +23,8 @@
  * On AVX-512 machines quant_matmul_act_range goes to quant_avx512.c (VNNI,
  * the wide order) or, with AMX-INT8, to quant_amx.c plus the block-order
  * VNNI kernel (quant_act_order() names the order the process uses).
+ * Q4_K / Q6_K integer dots live in quant_k.c (one order of their own on
+ * every path); the entry points here route them there.
  */
 #include "kernels/quant.h"
 
@@ -247,6 +249,10 @@ static inline float reduce8(const float acc[8]) {
  * acc[0..8) (narrow), in acc[8*(b&1) .. +8) for block b (wide; nb even
  * unless this is the row's last piece), or in acc[0] (block). */
 static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float *acc, quant_order order) {
+    if (quant_is_k(t)) { /* K-quants: their own order (quant_k.c), acc[0..8) */
+        quant_k_dot_acc(t, wb, xb, nb / 8, acc);
+        return;
+    }
     size_t bb = dtype_block_bytes(t);
     int8_t w[32];
     for (int64_t i = 0; i < nb; i++, wb += bb, xb += QUANT_ACT_BLOCK_BYTES) {
@@ -276,18 +282,21 @@ static inline float reduce16(const float acc[16]) {
 }
 
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    if (quant_is_k(t)) return quant_dot_act_k_portable(t, row, xq, k);
     float acc[8] = {0};
     dot_act_acc(t, row, xq, k / QUANT_QK, acc, QUANT_ORDER_NARROW);
     return reduce8(acc);
 }
 
 float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    if (quant_is_k(t)) return quant_dot_act_k_portable(t, row, xq, k);
     float acc[16] = {0};
     dot_act_acc(t, row, xq, k / QUANT_QK, acc, QUANT_ORDER_WIDE);
     return reduce16(acc);
 }
 
 float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    if (quant_is_k(t)) return quant_dot_act_k_portable(t, row, xq, k);
     float acc = 0;
     dot_act_acc(t, row, xq, k / QUANT_QK, &acc, QUANT_ORDER_BLOCK);
     return acc;
@@ -305,7 +314,7 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
     uint8_t xq[ACT_PIECE / QUANT_QK * QUANT_ACT_BLOCK_BYTES];
     float acc[ACT_ROWS][16];
     size_t stride = dtype_row_bytes(type, k);
-    quant_order order = quant_act_order();
+    quant_order order = quant_is_k(type) ? QUANT_ORDER_NARROW : quant_act_order(); /* K: reduce8 too */
     for (int64_t t = t0; t < t1; t++)
         for (int64_t rb = r0; rb < r1; rb += ACT_ROWS) {
             int64_t nr = r1 - rb < ACT_ROWS ? r1 - rb : ACT_ROWS;
@@ -323,6 +332,10 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
 
 void quant_matmul_act_range_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (quant_is_k(type)) {
+        quant_matmul_act_range_k_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
     size_t stride = dtype_row_bytes(type, k);
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = t0; t < t1; t++)
@@ -551,6 +564,10 @@ ACT_RANGE(matmul_act_q4_0_avx2, DTYPE_Q4_0)
 void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                  int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!kernels_cpu_has_avx2() || !quant_has_act_kernel(type)) abort(); /* a caller bug */
+    if (quant_is_k(type)) {
+        quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
 #ifdef QUANT_HAVE_X86
     if (type == DTYPE_Q8_0) matmul_act_q8_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else matmul_act_q4_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
@@ -626,7 +643,10 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
-    if (quant_use_amx()) {
+    if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
+        if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        else quant_matmul_act_range_k_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    } else if (quant_use_amx()) {
         /* both give the block order: tiles for 8+ tokens, VNNI for fewer */
         int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
         if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;

@@ -102,8 +102,10 @@ void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, in
 #define QUANT_ACT_BLOCK_BYTES 36
 static inline size_t quant_act_row_bytes(int64_t k) { return (size_t)(k / QUANT_QK) * QUANT_ACT_BLOCK_BYTES; }
 
-/* True for the weight types with integer dot kernels (Q8_0, Q4_0). */
-static inline bool quant_has_act_kernel(dtype t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+/* True for Q4_K / Q6_K (their integer dots: quant_k.c, one order of their own). */
+static inline bool quant_is_k(dtype t) { return t == DTYPE_Q4_K || t == DTYPE_Q6_K; }
+/* True for the weight types with integer dot kernels (Q8_0, Q4_0, Q4_K, Q6_K). */
+static inline bool quant_has_act_kernel(dtype t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || quant_is_k(t); }
 
 /* x[0..k) -> quant_act_row_bytes(k) bytes at dst. */
 void quant_quantize_act_row(const float *x, void *dst, int64_t k);
@@ -124,7 +126,19 @@ float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k
 float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k);
 float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k);
 
-/* The integer kernels' reduction order in this process. */
+/* K-quant integer dots (quant_k.c; the order is described there, the same
+ * on every path). quant_k_dot_acc adds nsb super-blocks of row w against xq
+ * into acc[8]; quant_k_reduce is the final sum. The avx2 entry aborts when
+ * the CPU lacks AVX2; the generic act entries above route K types here. */
+void quant_k_dot_acc(dtype t, const uint8_t *w, const uint8_t *xq, int64_t nsb, float acc[8]);
+float quant_k_reduce(const float acc[8]);
+float quant_dot_act_k_portable(dtype t, const void *row, const void *xq, int64_t k);
+void quant_matmul_act_range_k_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                       float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* The integer kernels' reduction order in this process (Q8_0 / Q4_0). */
 typedef enum { QUANT_ORDER_NARROW, QUANT_ORDER_WIDE, QUANT_ORDER_BLOCK } quant_order;
 quant_order quant_act_order(void);
 

@@ -1,0 +1,286 @@
+/*
+ * quant_k.c - Q4_K / Q6_K weights x 8-bit activations (integer dots), the
+ * K-quant half of quant_matmul_act_range.
+ *
+ * The activations are the same per-32 blocks the Q8_0/Q4_0 kernels use
+ * (quant_quantize_act_row: float dx; int8 xq[32]). A K super-block of 256
+ * weights meets 8 activation blocks; block j (elements 32j..32j+31) is
+ *     Q4_K: sub-block j, scale sc_j and min m_j (6 bits), nibbles u in 0..15:
+ *           value = d*sc_j*u - dmin*m_j
+ *     Q6_K: sub-blocks 2j and 2j+1 (16 each), int8 scales s_2j, s_2j+1,
+ *           signed values w = q6 - 32 in -32..31: value = d*s*w
+ * Integers, exact (|.| < 2^24, so the conversions to float are exact too):
+ *     Q4_K: iq_j = sc_j * sum u*xq,   ix_j = m_j * sum xq      (32 terms)
+ *     Q6_K: iq_j = s_2j * sum_{l<16} w*xq + s_2j+1 * sum_{l>=16} w*xq
+ * Float order (one order for K-quants on every path and every ISA; the
+ * Q8_0/Q4_0 order choice of quant_act_order() does not apply to them): eight
+ * accumulators per output, lane j fed by activation block j of each
+ * super-block, super-blocks in order:
+ *     Q4_K: acc[j] = fma((float)iq_j, d*dx_j, acc[j]);
+ *           acc[j] = fma((float)ix_j, -(dmin*dx_j), acc[j])
+ *     Q6_K: acc[j] = fma((float)iq_j, d*dx_j, acc[j])
+ *     result = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))
+ * The portable C below and the AVX2 kernel compute exactly this, so every
+ * path, every token/row split and every batch agree bit for bit. (The
+ * AVX-512 level runs the AVX2 kernel for K-quants.)
+ *
+ * AVX2: one weight row x up to 4 tokens at a time; the row's super-block is
+ * decoded once into 8 registers of 32 bytes and used for every token. Per
+ * activation block, maddubs (unsigned nibble x signed xq for Q4_K; |w| x
+ * sign-adjusted xq for Q6_K) then madd (by ones, or by the two 16-element
+ * scales for Q6_K) give 8 int32 partial sums; a hadd tree turns the 8 blocks'
+ * vectors into one vector with block j's integer in lane j. The activation
+ * scales dx and Q4_K's sums of xq are gathered once per token group into
+ * stack arrays (k up to QK_MAX_BLOCKS * 32; longer rows use portable C).
+ */
+#include "kernels/quant.h"
+
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define QK_HAVE_X86 1
+#endif
+
+static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* Q4_K's 6-bit scale and min of sub-block j (see quant.c's dequantizer). */
+static inline void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q6_K's unsigned 6-bit value of element e (0..255) of a super-block. */
+static inline int q6k_u(const uint8_t *b, int e) {
+    int h = e / 128, r = (e % 128) / 32, l = e % 32;
+    int lo = (b[64 * h + 32 * (r & 1) + l] >> (4 * (r >> 1))) & 15;
+    int hi = (b[128 + 32 * h + l] >> (2 * r)) & 3;
+    return lo | (hi << 4);
+}
+
+void quant_k_dot_acc(dtype t, const uint8_t *w, const uint8_t *xq, int64_t nsb, float acc[8]) {
+    for (int64_t s = 0; s < nsb; s++, xq += 8 * QUANT_ACT_BLOCK_BYTES) {
+        const uint8_t *b = w + s * dtype_block_bytes(t);
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *xb = xq + j * QUANT_ACT_BLOCK_BYTES;
+            const int8_t *x = (const int8_t *)(xb + 4);
+            float dx;
+            memcpy(&dx, xb, 4);
+            if (t == DTYPE_Q4_K) {
+                float d = f16_to_f32(ld16(b)), dmin = f16_to_f32(ld16(b + 2));
+                int sc, m;
+                q4k_scale_min(j, b + 4, &sc, &m);
+                const uint8_t *q = b + 16 + 32 * (j / 2);
+                int32_t iq = 0, ix = 0;
+                for (int l = 0; l < 32; l++) {
+                    iq += ((q[l] >> (4 * (j & 1))) & 15) * x[l];
+                    ix += x[l];
+                }
+                acc[j] = fmaf((float)(sc * iq), d * dx, acc[j]);
+                acc[j] = fmaf((float)(m * ix), -(dmin * dx), acc[j]);
+            } else {
+                const int8_t *sc = (const int8_t *)(b + 192);
+                float d = f16_to_f32(ld16(b + 208));
+                int32_t ia = 0, ib = 0;
+                for (int l = 0; l < 16; l++) ia += (q6k_u(b, 32 * j + l) - 32) * x[l];
+                for (int l = 16; l < 32; l++) ib += (q6k_u(b, 32 * j + l) - 32) * x[l];
+                acc[j] = fmaf((float)(sc[2 * j] * ia + sc[2 * j + 1] * ib), d * dx, acc[j]);
+            }
+        }
+    }
+}
+
+float quant_k_reduce(const float acc[8]) {
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+float quant_dot_act_k_portable(dtype t, const void *row, const void *xq, int64_t k) {
+    float acc[8] = {0};
+    quant_k_dot_acc(t, row, xq, k / QUANT_QK_K, acc);
+    return quant_k_reduce(acc);
+}
+
+void quant_matmul_act_range_k_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                       float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    size_t stride = dtype_row_bytes(type, k);
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = t0; t < t1; t++)
+            y[t * ldy + r] = quant_dot_act_k_portable(type, (const uint8_t *)w + r * stride,
+                                                      (const uint8_t *)xq + t * ldxq, k);
+}
+
+#ifdef QK_HAVE_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+enum { QK_MAX_BLOCKS = 1024, QK_TOKENS = 4 };
+
+/* Eight vectors of 8 int32 -> one vector, lane j = sum of v[j]'s lanes. */
+AVX2 INLINE __m256i hsum8x8(const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d); /* [v0..v3 lo | v0..v3 hi] */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+AVX2 INLINE float reduce8_k(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+/* One row x T tokens. dx: (T, nb) activation scales; xs: (T, nb) sums of xq
+ * (Q4_K only); x: T activation rows, ldxq apart. */
+AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, size_t stride, int64_t nsb,
+                            const uint8_t *x, int64_t ldxq, const float *dx, const int32_t *xs, float *y,
+                            int64_t ldy) {
+    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[QK_TOKENS];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *b = row + s * bb;
+        __m256i wv[8], sv[8], mn = _mm256_setzero_si256(), scv;
+        __m256 dvec, dmvec = _mm256_setzero_ps();
+        for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
+        if (type == DTYPE_Q4_K) {
+            /* the 12 scale bytes as three words: scales 0..3 = u0 & 63 per
+             * byte, 4..7 = (u2 & 15) | (u0 >> 6) << 4; mins 0..3 = u1 & 63,
+             * 4..7 = (u2 >> 4 & 15) | (u1 >> 6) << 4 (q4k_scale_min) */
+            uint32_t u[3];
+            memcpy(u, b + 4, 12);
+            const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
+            uint64_t sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
+            uint64_t m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+            scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
+            dmvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 2)));
+            for (int p = 0; p < 4; p++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));
+                wv[2 * p] = _mm256_and_si256(q, m4);
+                wv[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            }
+        } else {
+            const int8_t *sc = (const int8_t *)(b + 192);
+            const __m256i m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+            scv = _mm256_setzero_si256();
+            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+                __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+                wv[4 * h] = _mm256_sub_epi8(u0, k32);
+                wv[4 * h + 1] = _mm256_sub_epi8(u1, k32);
+                wv[4 * h + 2] = _mm256_sub_epi8(u2, k32);
+                wv[4 * h + 3] = _mm256_sub_epi8(u3, k32);
+            }
+            /* sv[j] = [s_2j x 8 | s_2j+1 x 8] as int16: broadcast the pair, then spread it */
+            __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+            const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+            for (int j = 0; j < 8; j++)
+                sv[j] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(j)), spread);
+        }
+        __m256i aw[8];
+        if (type == DTYPE_Q6_K)
+            for (int j = 0; j < 8; j++) aw[j] = _mm256_abs_epi8(wv[j]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xb = x + t * ldxq + s * 8 * QUANT_ACT_BLOCK_BYTES;
+            __m256i p[8];
+            for (int j = 0; j < 8; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + j * QUANT_ACT_BLOCK_BYTES + 4));
+                if (type == DTYPE_Q4_K)
+                    p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], xv), ones);
+                else
+                    p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(xv, wv[j])), sv[j]);
+            }
+            __m256i iq = hsum8x8(p);
+            __m256 dxv = _mm256_loadu_ps(dx + t * QK_MAX_BLOCKS + 8 * s);
+            if (type == DTYPE_Q4_K) {
+                iq = _mm256_mullo_epi32(iq, scv);
+                __m256i ix = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(xs + t * QK_MAX_BLOCKS + 8 * s)), mn);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
+                                         _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), acc[t]);
+            } else {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) y[t * ldy] = reduce8_k(acc[t]);
+}
+
+AVX2 static void prep_tokens(const uint8_t *x, int64_t ldxq, int T, int64_t nb, float *dx, int32_t *xs) {
+    const __m256i one8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < T; t++)
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *xb = x + t * ldxq + i * QUANT_ACT_BLOCK_BYTES;
+            memcpy(&dx[t * QK_MAX_BLOCKS + i], xb, 4);
+            __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(xb + 4))), ones);
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+            xs[t * QK_MAX_BLOCKS + i] = _mm_cvtsi128_si32(h);
+        }
+}
+
+#define K_RANGE(name, type)                                                                                     \
+    AVX2 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,        \
+                          int64_t r0, int64_t r1, int64_t t0, int64_t t1) {                                     \
+        _Alignas(32) float dx[QK_TOKENS * QK_MAX_BLOCKS];                                                       \
+        _Alignas(32) int32_t xs[QK_TOKENS * QK_MAX_BLOCKS];                                                     \
+        size_t stride = dtype_row_bytes(type, k);                                                               \
+        int64_t nb = k / QUANT_QK, nsb = k / QUANT_QK_K;                                                        \
+        for (int64_t t = t0; t < t1; t += QK_TOKENS) {                                                          \
+            int T = t1 - t < QK_TOKENS ? (int)(t1 - t) : QK_TOKENS;                                             \
+            const uint8_t *x = (const uint8_t *)xq + t * ldxq;                                                  \
+            prep_tokens(x, ldxq, T, nb, dx, xs);                                                                \
+            for (int64_t r = r0; r < r1; r++) {                                                                 \
+                const uint8_t *row = (const uint8_t *)w + r * stride;                                          \
+                float *yr = y + t * ldy + r;                                                                    \
+                switch (T) {                                                                                    \
+                case 4: row_k_avx2(4, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
+                case 3: row_k_avx2(3, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
+                case 2: row_k_avx2(2, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
+                default: row_k_avx2(1, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+K_RANGE(matmul_q4_k_avx2, DTYPE_Q4_K)
+K_RANGE(matmul_q6_k_avx2, DTYPE_Q6_K)
+#endif
+
+void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx2() || !quant_is_k(type)) abort(); /* a caller bug */
+#ifdef QK_HAVE_X86
+    if (k / QUANT_QK > QK_MAX_BLOCKS) {
+        quant_matmul_act_range_k_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); /* same order */
+        return;
+    }
+    if (type == DTYPE_Q4_K) matmul_q4_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    else matmul_q6_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+#else
+    (void)w, (void)k, (void)xq, (void)ldxq, (void)y, (void)ldy, (void)r0, (void)r1, (void)t0, (void)t1;
+#endif
+}

@@ -1,0 +1,163 @@
+/*
+ * test_quant_k.c - Q4_K / Q6_K integer dots (kernels/quant_k.c) against
+ * 8-bit activations:
+ *   - the dot vs a double sum over the dequantized operands
+ *     (quant_dequantize_row, itself checked against numpy in test_gguf_ref.sh,
+ *     and the activation blocks' d * q), tight; and vs quant_dot_naive with
+ *     F32 activations (loose: the activation quantization error);
+ *   - every path the CPU has (portable, AVX2 called directly, and the
+ *     dispatching entry) bit for bit against the portable mirror, over row /
+ *     token spans with every tile remainder, and k beyond the AVX2 kernel's
+ *     stack cache (its portable fallback);
+ *   - batch invariance: quant_matmul_act_range over any token count and row
+ *     range, and quant_matmul_act_f32_range, == the single dot.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_uniform(void) { return (float)(rng_u32() & 0xffffff) / (float)0x1000000 * 2 - 1; }
+
+static const dtype KT[] = {DTYPE_Q4_K, DTYPE_Q6_K};
+
+/* Random K row: random bytes (every nibble, 6-bit scale/min and int8 scale
+ * value occurs), small finite f16 d / dmin. */
+static void make_row(dtype t, uint8_t *row, int64_t n) {
+    size_t bytes = dtype_row_bytes(t, n);
+    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_u32();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint16_t d = f32_to_f16(0.001f + 0.01f * (rng_uniform() + 1)), dmin = f32_to_f16(0.002f + 0.001f * rng_uniform());
+        uint8_t *blk = row + b * dtype_block_bytes(t);
+        if (t == DTYPE_Q4_K) memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
+        else memcpy(blk + 208, &d, 2);
+    }
+}
+
+static void make_x(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * (float)(i % 5 + 1) * (i % 61 == 0 ? 20 : 1);
+}
+
+TEST(test_quant_k_dot_vs_reference) {
+    enum { N = 5632 };
+    static float x[N], w[N];
+    static uint8_t row[N], xq[N / 32 * QUANT_ACT_BLOCK_BYTES];
+    const int64_t ns[] = {256, 512, 2048 + 256, N};
+    for (int k = 0; k < 2; k++)
+        for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
+            dtype t = KT[k];
+            int64_t n = ns[m];
+            CHECK(quant_has_act_kernel(t));
+            make_row(t, row, n);
+            make_x(x, n);
+            quant_quantize_act_row(x, xq, n);
+            float fast = quant_dot_act(t, row, xq, n);
+            float port = quant_dot_act_k_portable(t, row, xq, n);
+            CHECK(memcmp(&fast, &port, 4) == 0, "%s n=%lld: %.9g != portable %.9g", dtype_name(t), (long long)n,
+                  fast, port);
+            quant_dequantize_row(t, row, w, n);
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float dx;
+                memcpy(&dx, xq + i / 32 * QUANT_ACT_BLOCK_BYTES, 4);
+                double xv = (double)dx * (int8_t)xq[i / 32 * QUANT_ACT_BLOCK_BYTES + 4 + i % 32];
+                exact += (double)w[i] * xv, mag += fabs((double)w[i] * x[i]);
+            }
+            CHECK(fabs(fast - exact) <= 2e-6 * mag, "%s n=%lld: %.9g vs exact %.9g (sum|.| %g)", dtype_name(t),
+                  (long long)n, fast, exact, mag);
+            double naive = quant_dot_naive(t, row, x, n);
+            CHECK(fabs(fast - naive) <= 1e-2 * mag && fast != naive, "%s n=%lld: %.9g vs F32 activations %.9g",
+                  dtype_name(t), (long long)n, fast, naive);
+        }
+}
+
+typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
+                             int64_t, int64_t, int64_t);
+
+static void check_path(act_range_fn fn, const char *name) {
+    enum { KMAX = 33024, R = 13, T = 9 }; /* KMAX: past the AVX2 kernel's 32768 */
+    static uint8_t w[R * KMAX / 256 * 210], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float x[KMAX], y[T * R];
+    const int64_t ks[] = {256, 768, 4096 + 256, KMAX};
+    for (int m = 0; m < 2; m++)
+        for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; kk++) {
+            dtype t = KT[m];
+            int64_t k = ks[kk], ldxq = (int64_t)quant_act_row_bytes(k);
+            size_t stride = dtype_row_bytes(t, k);
+            for (int r = 0; r < R; r++) make_row(t, w + r * stride, k);
+            for (int tt = 0; tt < T; tt++) {
+                make_x(x, k);
+                quant_quantize_act_row(x, xq + tt * ldxq, k);
+            }
+            const int64_t spans[][4] = {{0, R, 0, T}, {3, R - 2, 1, 2}, {5, 6, 4, 7}, {1, 12, 2, 5}, {0, 4, 0, 1}};
+            int bad = 0;
+            for (int sp = 0; sp < 5; sp++) {
+                int64_t r0 = spans[sp][0], r1 = spans[sp][1], t0 = spans[sp][2], t1 = spans[sp][3];
+                for (int i = 0; i < T * R; i++) y[i] = NAN;
+                fn(t, w, k, xq, ldxq, y, R, r0, r1, t0, t1);
+                for (int tt = 0; tt < T; tt++)
+                    for (int r = 0; r < R; r++) {
+                        if (!(tt >= t0 && tt < t1 && r >= r0 && r < r1)) {
+                            bad += !isnan(y[tt * R + r]);
+                            continue;
+                        }
+                        float want = quant_dot_act_k_portable(t, w + r * stride, xq + tt * ldxq, k);
+                        bad += memcmp(&want, &y[tt * R + r], 4) != 0;
+                    }
+            }
+            CHECK(bad == 0, "%s %s k=%lld: %d outputs differ from the portable mirror (or out of range)", name,
+                  dtype_name(t), (long long)k, bad);
+        }
+}
+
+TEST(test_quant_k_paths) {
+    check_path(quant_matmul_act_range_portable, "portable");
+    check_path(quant_matmul_act_range, "dispatch");
+    if (kernels_cpu_has_avx2()) check_path(quant_matmul_act_range_avx2, "avx2");
+    else printf("ok test_quant_k_paths_avx2 # skip: no AVX2 on this CPU\n");
+}
+
+/* Every output of a batched call == the same token alone; the F32-input
+ * variant gives the same bytes. */
+TEST(test_quant_k_batch_invariance) {
+    enum { K = 2048 + 512, R = 7, T = 11 };
+    static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float x[T * K], y[T * R], y2[T * R];
+    size_t ldxq = quant_act_row_bytes(K);
+    for (int k = 0; k < 2; k++) {
+        dtype t = KT[k];
+        size_t stride = dtype_row_bytes(t, K);
+        for (int r = 0; r < R; r++) make_row(t, w + r * stride, K);
+        make_x(x, T * K);
+        for (int tt = 0; tt < T; tt++) quant_quantize_act_row(x + tt * K, xq + tt * ldxq, K);
+        for (int ntok = 1; ntok <= T; ntok++) {
+            for (int i = 0; i < T * R; i++) y[i] = y2[i] = NAN;
+            quant_matmul_act_range(t, w, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
+            quant_matmul_act_f32_range(t, w, K, x, K, y2, R, 1, R, T - ntok, T);
+            for (int tt = T - ntok; tt < T; tt++)
+                for (int r = 1; r < R; r++) {
+                    float one = quant_dot_act(t, w + r * stride, xq + tt * ldxq, K);
+                    CHECK(memcmp(&one, &y[tt * R + r], 4) == 0, "%s ntok=%d t=%d r=%d: %.9g vs alone %.9g",
+                          dtype_name(t), ntok, tt, r, y[tt * R + r], one);
+                    CHECK(memcmp(&one, &y2[tt * R + r], 4) == 0, "%s ntok=%d t=%d r=%d: f32 x %.9g vs %.9g",
+                          dtype_name(t), ntok, tt, r, y2[tt * R + r], one);
+                }
+            for (int tt = 0; tt < T; tt++) CHECK(isnan(y[tt * R]) && isnan(y2[tt * R]), "row 0 was written");
+        }
+    }
+}
+
+int main(void) {
+    RUN(test_quant_k_dot_vs_reference);
+    RUN(test_quant_k_paths);
+    RUN(test_quant_k_batch_invariance);
+    return harness_done();
+}

@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 py=/usr/bin/python3
 t_start=$(date +%s)
+load0=$(cut -d' ' -f1 /proc/loadavg)
 cmdline="bench/side_by_side.sh $*"
 
 usage() {
@@ -81,32 +82,37 @@ B64=64 P64=128 G64=32             # shared prompt: B64 sequences, one P64-token 
 SN=16 SIN=128 SOUT=64             # serving (a): SN clients at once, SIN prompt, SOUT generated
 PN=32 PRR=0.5                     # serving (b): PN Poisson arrivals, lengths x [1-PRR, 1+PRR]
 IDLE=10 KN=32 KIN=128 KOUT=64     # idle seconds; KV-waste mixed load
-stype_sc=f16                      # thread scaling: prefill on this type
 if [ $quick -eq 1 ]; then
   PP=64 TG=16 B16=4 P16=32 G16=16 B64=8 P64=32 G64=8 SN=4 SIN=32 SOUT=16 PN=6 IDLE=3 KN=8 KIN=32 KOUT=16
-  types=q4_0 btypes=q4_0 stype=q4_0 stype_sc=q4_0 reps=1
+  types=q4_0 btypes=q4_0 stype=q4_0 reps=1
 fi
 types=${types//,/ } btypes=${btypes//,/ }
+stype_sc=${types%% *}             # thread scaling: prefill on the first of --types
 
 # ---- tools ------------------------------------------------------------------
 say() { printf '[%4ds] %s\n' $(( $(date +%s) - t_start )) "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-if [ ! -x "$vbuild/vllmc" ] || [ ! -x "$vbuild/bench/bench_forward" ] || [ ! -x "$vbuild/bench/membw" ]; then
-  [ "$vbuild" = "$root/build" ] || die "$vbuild lacks vllmc / bench/bench_forward / bench/membw"
+if [ ! -x "$vbuild/vllmc" ] || [ ! -x "$vbuild/bench/bench_forward" ]; then
+  [ "$vbuild" = "$root/build" ] || die "$vbuild lacks vllmc or bench/bench_forward"
   say "building vllm.c (make -j2; run scripts/setup.sh first on a fresh machine)"
   make -j2 >/dev/null || die "make failed"
 fi
 vllmc=$vbuild/vllmc bf=$vbuild/bench/bench_forward membw=$vbuild/bench/membw
 # vLLM's bench throughput always ignores EOS and has no flag; ours accepts it once it does
 ignore_eos=""
-"$vllmc" bench throughput --ignore-eos --model /nonexistent 2>&1 | grep -q "unknown option" || ignore_eos=--ignore-eos
+probe=$("$vllmc" bench throughput --ignore-eos --model /nonexistent 2>&1)
+grep -q "unknown option" <<<"$probe" || ignore_eos=--ignore-eos
 
 lbin=$(bench/llamacpp/build.sh | tail -1) || die "llama.cpp build failed (bench/llamacpp/.cache/build.log)"
 lsrc=$root/bench/llamacpp/.cache/src
 
 logs=${logs:-/tmp/vllmc-sbs-logs/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$logs" "$dir" || die "cannot create $logs or $dir"
+if [ ! -x "$membw" ]; then # a --build from before bench/membw.c existed
+  membw=$logs/membw
+  cc -std=c17 -D_GNU_SOURCE -O2 -march=native -pthread bench/membw.c -o "$membw" || die "cannot build bench/membw.c"
+fi
 
 # ---- model files ------------------------------------------------------------
 need_types=""
@@ -154,8 +160,11 @@ run() {
   local name=$1; shift
   say "$name: $*"
   printf '$ %s\n' "$*" >"$logs/$name.err"
-  timeout "${RUN_TIMEOUT:-1200}" "$@" >"$logs/$name.log" 2>>"$logs/$name.err"
+  timeout "${RUN_TIMEOUT:-1200}" "$@" >"$logs/$name.log" 2>>"$logs/$name.err" &
+  child=$!
+  wait "$child"
   local rc=$?
+  child=""
   [ $rc -eq 0 ] || say "$name: exit status $rc (see $logs/$name.err)"
   return $rc
 }
@@ -175,11 +184,11 @@ tp_field() { sed -n 's/^Throughput: \([0-9.]*\) requests\/s, \([0-9.]*\) total t
 sv_field() { grep -F "$2" "$1" | head -1 | awk '{print $NF}'; }
 
 # ---- servers ----------------------------------------------------------------
-pids=()
+pids=() child=""
 cleanup() {
   local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  pids=()
+  for p in $child "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  pids=() child=""
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -235,9 +244,9 @@ idle_cpu() {
 # ---- 1. read bandwidth ------------------------------------------------------
 bw=""
 if want membw || want decode; then
-  run membw "$membw" --threads "$threads" --mb 1024 --repeat 5 &&
+  run membw "$membw" --threads "$threads" --mb 512 --repeat 20 &&
     bw=$(sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s.*/\1/p' "$logs/membw.log")
-  row "read bandwidth, $threads threads (bench/membw), GB/s" "" "$(fmt "$bw")" "(roofline denominator)" ""
+  say "read bandwidth: ${bw:-n/a} GB/s"
 fi
 
 # ---- 2. single sequence: decode TG from an empty context, prefill PP -------
@@ -308,7 +317,8 @@ fi
 # (--prefix-len P64 --input-len 0) and shares it by prefix caching. A vllmc
 # that rejects --input-len 0 gets P64-1 shared tokens + 1 own token instead.
 if want shared64; then
-  if "$vllmc" bench throughput --input-len 0 --model /nonexistent 2>&1 | grep -q "is not an integer"; then
+  probe=$("$vllmc" bench throughput --input-len 0 --model /nonexistent 2>&1)
+  if grep -q "is not an integer" <<<"$probe"; then
     shared_flags=(--prefix-len $((P64 - 1)) --input-len 1)
   else
     shared_flags=(--prefix-len "$P64" --input-len 0)
@@ -429,7 +439,9 @@ d = json.load(open(sys.argv[1]))
 print("build %s (%s)" % (d[0]["build_number"], d[0]["build_commit"]))' "$(ls "$logs"/llama-bench-*.log 2>/dev/null | head -1)" 2>/dev/null)
 echo
 echo "vllm.c $(git rev-parse --short HEAD 2>/dev/null) vs llama.cpp from node-llama-cpp 3.22.1 ${lver:-} (GGML_NATIVE), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$cpu, $(nproc) CPUs, $threads threads, best of $reps; models: $dir; logs: $logs"
+echo "$cpu, $(nproc) CPUs, $threads threads, best of $reps, read bandwidth ${bw:-n/a} GB/s (bench/membw, $threads threads)"
+echo "models: $dir; logs: $logs"
+echo "1-min load average before the run: $load0 (near or above 1: other work shares the CPUs, figures are unreliable)"
 echo "command: $cmdline   ($((elapsed / 60)) min $((elapsed % 60)) s)"
 echo
 echo "| workload | llama.cpp | vllm.c | ratio (ours/theirs) | target |"

@@ -4,13 +4,13 @@
 #
 #   bench/llamacpp/run.sh [TYPES] [THREADS] [REPEATS]     e.g. bench/llamacpp/run.sh "f16 q8_0 q4_0" 2 5
 #
-# Fetches (npm pack, once, into bench/llamacpp/.cache) node-llama-cpp and
-# @node-llama-cpp/linux-x64: the prebuilt libllama / libggml shared libraries
-# (CPU variants chosen at run time) and the llama.cpp source bundle, from which
-# only the headers are used to compile driver.c against the prebuilt library.
-# The package ships no llama-bench binary; building it from the bundle is the
-# follow-up for llama-batched-bench / llama-server. Nothing else is
-# downloaded. Prints prefill-512 and decode tok/s per type (driver.c).
+# Uses the prebuilt libllama / libggml shared libraries of the node-llama-cpp
+# npm package (CPU variants chosen at run time; fetched by build.sh --fetch
+# into bench/llamacpp/.cache), with the headers of its source bundle compiling
+# driver.c. bench/side_by_side.sh is the full comparison (llama-bench,
+# llama-batched-bench, llama-server built from that source against vllm.c);
+# this is the quick look at the prebuilt peer. Prints prefill and decode tok/s
+# per type (driver.c).
 # Model files go to ${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} (about 6 GB for all types).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,14 +20,7 @@ cache=bench/llamacpp/.cache
 out=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench}
 py=/usr/bin/python3
 mkdir -p "$cache" "$out"
-if [ ! -d "$cache/bins" ]; then
-  (cd "$cache" && npm pack --loglevel=error "node-llama-cpp@$ver" "@node-llama-cpp/linux-x64@$ver" >/dev/null)
-  tar xzf "$cache/node-llama-cpp-linux-x64-$ver.tgz" -C "$cache" package/bins
-  mv "$cache/package/bins/linux-x64" "$cache/bins"
-  tar xzf "$cache/node-llama-cpp-$ver.tgz" -C "$cache" package/llama/gitRelease.bundle
-  git clone -q --depth 1 "$cache/package/llama/gitRelease.bundle" "$cache/src" 2>/dev/null
-  rm -rf "$cache/package" "$cache"/*.tgz
-fi
+bench/llamacpp/build.sh --fetch
 bins=$PWD/$cache/bins
 if [ ! -x "$cache/driver" ] || [ bench/llamacpp/driver.c -nt "$cache/driver" ]; then
   cc -O2 -std=c11 -D_GNU_SOURCE -I"$cache/src/include" -I"$cache/src/ggml/include" bench/llamacpp/driver.c \

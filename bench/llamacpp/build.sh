@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Gets the llama.cpp peer for the side-by-side benchmarks, once, into
+# bench/llamacpp/.cache (later runs reuse it and print nothing):
+#   - npm pack node-llama-cpp and @node-llama-cpp/linux-x64 (the only download,
+#     from the npm registry): the prebuilt libllama/libggml (bins/, used by
+#     driver.c) and the llama.cpp source they were built from
+#     (llama/gitRelease.bundle, cloned to src/);
+#   - cmake build of llama-bench, llama-batched-bench and llama-server from that
+#     source, natively for this CPU (GGML_NATIVE=ON), static, no curl/openssl,
+#     no web UI download, -j2, into build/bin/. ggml's AMX backend is compiled
+#     out (-U__AMX_INT8__): on Sapphire Rapids it segfaults in
+#     ggml_backend_amx_mul_mat (llama.cpp issue 20824, unfixed); the AVX-512 /
+#     VNNI paths stay. Rebuilt when missing or when these flags change.
+# Installs the Debian packages the build needs (cmake, g++, git) if missing.
+#   bench/llamacpp/build.sh          prints the bin directory on its last line
+#   bench/llamacpp/build.sh --fetch  only the npm packages (for run.sh / driver.c)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ver=3.22.1
+cache=$PWD/bench/llamacpp/.cache
+jobs=${VLLMC_BUILD_JOBS:-2}
+mkdir -p "$cache"
+
+debs=(cmake g++ make git)
+missing=()
+for p in "${debs[@]}"; do
+  command -v "$p" >/dev/null || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "llamacpp: installing Debian packages: ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -d "$cache/bins" ] || [ ! -f "$cache/src/CMakeLists.txt" ]; then
+  echo "llamacpp: npm pack node-llama-cpp@$ver" >&2
+  rm -rf "$cache/bins" "$cache/src" "$cache/package"
+  (cd "$cache" && npm pack --loglevel=error "node-llama-cpp@$ver" "@node-llama-cpp/linux-x64@$ver" >/dev/null)
+  tar xzf "$cache/node-llama-cpp-linux-x64-$ver.tgz" -C "$cache" package/bins
+  mv "$cache/package/bins/linux-x64" "$cache/bins"
+  tar xzf "$cache/node-llama-cpp-$ver.tgz" -C "$cache" package/llama/gitRelease.bundle
+  git clone -q "$cache/package/llama/gitRelease.bundle" "$cache/src" 2>/dev/null
+  rm -rf "$cache/package" "$cache"/*.tgz
+fi
+
+[ "${1:-}" = --fetch ] && exit 0
+
+bin=$cache/build/bin
+tools=(llama-bench llama-batched-bench llama-server)
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+       -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__)
+need=0
+for t in "${tools[@]}"; do [ -x "$bin/$t" ] || need=1; done
+[ "$(cat "$cache/build/flags" 2>/dev/null)" = "${gen[*]} ${flags[*]}" ] || need=1
+if [ $need -eq 1 ]; then
+  echo "llamacpp: building ${tools[*]} from the node-llama-cpp $ver source (-j$jobs, takes a while)" >&2
+  t0=$(date +%s)
+  rm -rf "$cache/build"
+  cmake -S "$cache/src" -B "$cache/build" "${gen[@]}" "${flags[@]}" >"$cache/build.log" 2>&1 ||
+    { tail -20 "$cache/build.log" >&2; exit 1; }
+  cmake --build "$cache/build" -j "$jobs" --target "${tools[@]}" >>"$cache/build.log" 2>&1 ||
+    { tail -30 "$cache/build.log" >&2; exit 1; }
+  echo "${gen[*]} ${flags[*]}" >"$cache/build/flags"
+  echo "llamacpp: built in $(( $(date +%s) - t0 )) s (log: $cache/build.log)" >&2
+fi
+echo "$bin"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/side_by_side.sh and its helpers parse and answer --help; bench/membw
+# measures something and rejects bad arguments. (The benchmark itself takes
+# tens of minutes and is never run by the suite.)
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh; do
+  if bash -n "$s" 2>/dev/null; then echo "ok syntax_$(basename "$s" .sh)"; else echo "FAIL syntax_$(basename "$s" .sh): bash -n"; fi
+done
+out=$(bench/side_by_side.sh --help 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q -- '--only LIST' <<<"$out" && grep -q -- '--quick' <<<"$out"; then
+  echo "ok sbs_help"
+else
+  echo "FAIL sbs_help: status $rc: $out"
+fi
+out=$(bench/side_by_side.sh --bogus 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "unknown option '--bogus'" <<<"$out"; then echo "ok sbs_bad_option"
+else echo "FAIL sbs_bad_option: status $rc: $out"; fi
+out=$(bench/side_by_side.sh --only decode,nonsense 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "unknown --only item 'nonsense'" <<<"$out"; then echo "ok sbs_bad_only"
+else echo "FAIL sbs_bad_only: status $rc: $out"; fi
+out=$(bench/side_by_side.sh --threads 0 2>&1); rc=$?
+if [ $rc -eq 2 ]; then echo "ok sbs_bad_threads"; else echo "FAIL sbs_bad_threads: status $rc: $out"; fi
+
+m=$build/bench/membw
+out=$("$m" --threads 2 --mb 64 --repeat 2 2>&1); rc=$?
+bw=$(sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s (2 threads, 64 MiB, best of 2;.*/\1/p' <<<"$out")
+if [ $rc -eq 0 ] && awk -v b="$bw" 'BEGIN { exit !(b > 0.1 && b < 10000) }'; then echo "ok membw_runs"
+else echo "FAIL membw_runs: status $rc: $out"; fi
+for bad in "--threads 0" "--mb 0" "--repeat" "--frobnicate 1"; do
+  # shellcheck disable=SC2086
+  "$m" $bad >/dev/null 2>&1; rc=$?
+  if [ $rc -eq 2 ]; then echo "ok membw_rejects ${bad%% *}"; else echo "FAIL membw_rejects ${bad%% *}: status $rc"; fi
+done

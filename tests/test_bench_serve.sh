@@ -118,6 +118,12 @@ if "$VLLMC" bench serve --backend openai-chat --endpoint /v1/chat/completions --
    grep -Eq '^Total generated tokens: +15 *$' "$tmp/chat" && grep -Eq '^Successful requests: +3 *$' "$tmp/chat"
 then ok bench_serve_chat_retokenized_output; else fail bench_serve_chat_retokenized_output "$(cat "$tmp/chat" "$tmp/err" | tail -5)"; fi
 
+# 3b. usage beside the last choice (llama-server's framing) is the count, not the re-tokenized text
+if "$VLLMC" bench serve --base-url "$base" --model fake-llama-server --num-prompts 3 --random-input-len 8 \
+     --random-output-len 5 --ready-check-timeout-sec 5 >"$tmp/ls" 2>"$tmp/err" &&
+   grep -Eq '^Total generated tokens: +15 *$' "$tmp/ls"
+then ok bench_serve_usage_beside_choice; else fail bench_serve_usage_beside_choice "$(cat "$tmp/ls" "$tmp/err" | tail -5)"; fi
+
 # 4. a wrong endpoint fails the readiness run with the server's error, status 1
 "$VLLMC" bench serve --base-url "$base" --endpoint /v1/nope --num-prompts 2 --ready-check-timeout-sec 0 \
   >"$tmp/o" 2>"$tmp/err"; rc=$?

@@ -140,7 +140,10 @@ static void handle_event(serve_ctx *c, serve_req *r, const char *payload, size_t
         r->last = t;
         if (json_is_string(txt))
             buf_append(&r->text, &r->text_len, &r->text_cap, json_string_value(txt), json_string_length(txt));
-    } else if (json_is_object(usage)) {
+    }
+    /* Usage may come alone in a last chunk (vLLM) or beside the last choice
+     * (llama-server): read it wherever it is. */
+    if (json_is_object(usage)) {
         json_t *ct = json_object_get(usage, "completion_tokens");
         if (json_is_integer(ct)) r->usage_tokens = json_integer_value(ct);
     }

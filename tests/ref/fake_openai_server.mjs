@@ -12,6 +12,10 @@
 //                              then a usage chunk (unless model is
 //                              "fake-no-usage") and [DONE]. The texts are
 //                              "the", " the", ... (one stories260K token each).
+//                              Model "fake-llama-server" streams as llama-server
+//                              does: each chunk " the the" (two tokens, so a
+//                              re-tokenizing count is wrong), usage in the last
+//                              chunk beside an empty choice with finish_reason.
 //   GET  /stats                {"requests", "max_in_flight", "prompt_lens", "max_tokens", "bodies"}
 // Anything else is a 404 with an OpenAI-style error. It exits when stdin closes.
 import http from "node:http";
@@ -49,12 +53,16 @@ const server = http.createServer(async (req, res) => {
   stats.max_in_flight = Math.max(stats.max_in_flight, inFlight);
   res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
   const send = (o) => res.write(`data: ${JSON.stringify(o)}\n\n`);
+  const llama = body.model === "fake-llama-server";
   for (let i = 0; i < n; i++) {
     await sleep(i === 0 ? ttft : itl);
-    const text = i === 0 ? "the" : " the";
+    const text = llama ? " the the" : i === 0 ? "the" : " the";
     send(chat ? { choices: [{ index: 0, delta: { content: text } }] } : { choices: [{ index: 0, text }] });
   }
-  if (body.model !== "fake-no-usage")
+  if (llama)
+    send({ choices: [{ index: 0, text: "", finish_reason: "length" }],
+           usage: { prompt_tokens: stats.prompt_lens.at(-1), completion_tokens: n } });
+  else if (body.model !== "fake-no-usage")
     send({ choices: [], usage: { prompt_tokens: stats.prompt_lens.at(-1), completion_tokens: n } });
   res.write("data: [DONE]\n\n");
   res.end();

@@ -7,7 +7,7 @@
  * Each thread owns a contiguous 1/N slice of one --mb MiB buffer (first
  * touched by that thread) and sums it as 64-bit words with 8 independent
  * accumulators, which the compiler vectorises; a pass is timed from the
- * moment all threads start to the moment the last one finishes. The buffer
+ * moment the threads are released to the moment the last one finishes. The buffer
  * is far larger than the last-level cache, so this is a DRAM stream, like a
  * decode step reading every weight once. Prints the best pass:
  * `read bandwidth: X GB/s (N threads, M MiB, best of R)`.
@@ -88,8 +88,10 @@ int main(int argc, char **argv) {
     }
     double best = 0;
     for (int r = 0; r <= repeat; r++) { /* pass 0 is a warm-up */
-        pthread_barrier_wait(&start);
+        /* t0 before the start barrier: taken after it, a main thread
+         * descheduled there would start the clock after the workers ran. */
         double t0 = now_s();
+        pthread_barrier_wait(&start);
         pthread_barrier_wait(&end);
         double gbs = (double)per * (size_t)threads * sizeof *buf / (now_s() - t0) / 1e9;
         if (r > 0 && gbs > best) best = gbs;

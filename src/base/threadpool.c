@@ -88,10 +88,10 @@ static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 /* Claims and runs chunks of generation gen until none are left (or the
  * generation has moved on). */
 static void run_chunks(threadpool *p, uint32_t gen, int ith) {
-    threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-    void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-    int64_t n = atomic_load_explicit(&p->n_items, memory_order_relaxed);
-    int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+    threadpool_fn fn = atomic_load(&p->fn);
+    void *arg = atomic_load(&p->arg);
+    int64_t n = atomic_load(&p->n_items);
+    int64_t chunk = atomic_load(&p->chunk);
     uint64_t s = atomic_load(&p->state);
     for (;;) {
         if (state_gen(s) != gen || (int64_t)(uint32_t)s >= n) return;
@@ -195,10 +195,17 @@ void threadpool_run(threadpool *p, threadpool_fn fn, void *arg, int64_t n_items,
         for (int64_t b = 0; b < n_items; b += chunk) fn(arg, b, b + chunk < n_items ? b + chunk : n_items, 0);
         return;
     }
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-    atomic_store_explicit(&p->n_items, n_items, memory_order_relaxed);
-    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
+    /* Close the previous op first: a new generation whose next item is
+     * UINT32_MAX, so a late worker that reads this op's n_items / chunk
+     * beside the old generation can no longer claim anything of it (it used
+     * to, and ran items twice). All these accesses are sequentially
+     * consistent: reading a new field implies seeing the closed state. */
+    p->gen++;
+    atomic_store(&p->state, (uint64_t)p->gen << 32 | UINT32_MAX);
+    atomic_store(&p->fn, fn);
+    atomic_store(&p->arg, arg);
+    atomic_store(&p->n_items, n_items);
+    atomic_store(&p->chunk, chunk);
     atomic_store(&p->done, 0);
     p->gen++;
     atomic_store(&p->state, (uint64_t)p->gen << 32);

@@ -443,7 +443,7 @@ d = json.load(open(sys.argv[1]))
 print("build %s (%s)" % (d[0]["build_number"], d[0]["build_commit"]))' "$(ls "$logs"/llama-bench-*.log 2>/dev/null | head -1)" 2>/dev/null)
 echo
 echo "vllm.c $(git rev-parse --short HEAD 2>/dev/null) vs llama.cpp from node-llama-cpp 3.22.1 ${lver:-} (GGML_NATIVE), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$cpu, $(nproc) CPUs, $threads threads, best of $reps, read bandwidth ${bw:-n/a} GB/s (bench/membw, $threads threads)"
+echo "$cpu, $(nproc) CPUs, $threads threads, best of $reps, read bandwidth ${bw:-n/a} GB/s (bench/membw, $threads threads, 8 streams each)"
 echo "models: $dir; logs: $logs"
 echo "1-min load average before the run: $load0 (near or above 1: other work shares the CPUs, figures are unreliable)"
 echo "command: $cmdline   ($((elapsed / 60)) min $((elapsed % 60)) s)"

@@ -36,6 +36,34 @@ static inline int64_t block_base(const attention_args *a, int64_t block, int32_t
     return (block * a->kv_heads + kv_head) * (int64_t)a->block_size * a->head_dim;
 }
 
+/* The online-softmax steps every implementation shares (scalar, so the same
+ * bits in each): the state of `group` heads at the start (running max -inf,
+ * sum 0, output 0); one head's max rising to bmax (its sum and output scaled
+ * by exp(m_old - bmax)); the output divided by the sum at the end. */
+static inline void softmax_begin(float *out, float *m, float *l, int32_t group, int32_t hd) {
+    for (int32_t g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
+    }
+}
+
+static inline void softmax_raise(float *og, float *m, float *l, float bmax, int32_t hd) {
+    if (bmax > *m) {
+        float alpha = *m == -INFINITY ? 0.0f : expf(*m - bmax);
+        *l *= alpha;
+        for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
+        *m = bmax;
+    }
+}
+
+static inline void softmax_end(float *out, const float *l, int32_t group, int32_t hd) {
+    for (int32_t g = 0; g < group; g++) {
+        float inv = 1.0f / l[g];
+        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
+    }
+}
+
 void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
                         const float *v) {
     int32_t bs = a->block_size, hd = a->head_dim;
@@ -55,11 +83,7 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
     const int32_t hd = a->head_dim, bs = a->block_size;
     float *m = scratch + (int64_t)group * bs; /* (group) running max */
     float *l = m + group;                     /* (group) running sum */
-    for (int32_t g = 0; g < group; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
-    }
+    softmax_begin(out, m, l, group, hd);
     for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
         int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         int64_t base = block_base(a, block_table[b], kv_head);
@@ -75,12 +99,7 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
                 s[j] *= a->scale;
                 if (s[j] > bmax) bmax = s[j];
             }
-            if (bmax > m[g]) {
-                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - bmax);
-                l[g] *= alpha;
-                for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
-                m[g] = bmax;
-            }
+            softmax_raise(og, &m[g], &l[g], bmax, hd);
             for (int32_t j = 0; j < cnt; j++) {
                 float e = expf(s[j] - m[g]);
                 const float *vj = vb + (int64_t)j * hd;
@@ -89,10 +108,7 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
             }
         }
     }
-    for (int32_t g = 0; g < group; g++) {
-        float inv = 1.0f / l[g];
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
-    }
+    softmax_end(out, l, group, hd);
 }
 
 /* ---- AVX2 -------------------------------------------------------------------- */
@@ -171,11 +187,7 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
     float *m = scratch + (int64_t)group * bsv;    /* (group) running max */
     float *l = m + group;                         /* (group) running sum */
     const __m256 scale = _mm256_set1_ps(a->scale), ninf = _mm256_set1_ps(-INFINITY);
-    for (int32_t g = 0; g < group; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
-    }
+    softmax_begin(out, m, l, group, hd);
     for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
         int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         int64_t base = block_base(a, block_table[b], kv_head);
@@ -196,12 +208,7 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
             __m256 bmaxv = ninf;
             for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
             float bmax = hmax8(bmaxv);
-            if (bmax > m[g]) {
-                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - bmax);
-                l[g] *= alpha;
-                for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
-                m[g] = bmax;
-            }
+            softmax_raise(og, &m[g], &l[g], bmax, hd);
             /* weights e_j = exp(s_j - m), then l and the output in position order */
             const __m256 mv = _mm256_set1_ps(m[g]);
             for (int32_t j = 0; j < cnt; j += 8)
@@ -225,10 +232,7 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
                                                        _mm_set_ss(og[i])));
         }
     }
-    for (int32_t g = 0; g < group; g++) {
-        float inv = 1.0f / l[g];
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
-    }
+    softmax_end(out, l, group, hd);
 }
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -299,11 +303,7 @@ attention_paged_avx512(const attention_args *a, float *out, const float *q, int3
     float *m = scratch + (int64_t)group * bsv;
     float *l = m + group;
     const __m512 scale = _mm512_set1_ps(a->scale);
-    for (int32_t g = 0; g < group; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] = 0.0f;
-    }
+    softmax_begin(out, m, l, group, hd);
     for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
         int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         int64_t base = block_base(a, block_table[b], kv_head);
@@ -329,12 +329,7 @@ attention_paged_avx512(const attention_args *a, float *out, const float *q, int3
             __m512 bmaxv = _mm512_set1_ps(-INFINITY);
             for (int32_t j = 0; j < cnt; j += 16) bmaxv = _mm512_max_ps(bmaxv, _mm512_loadu_ps(s + j));
             float bmax = _mm512_reduce_max_ps(bmaxv);
-            if (bmax > m[g]) {
-                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - bmax);
-                l[g] *= alpha;
-                for (int32_t i = 0; i < hd; i++) og[i] *= alpha;
-                m[g] = bmax;
-            }
+            softmax_raise(og, &m[g], &l[g], bmax, hd);
             const __m512 mv = _mm512_set1_ps(m[g]);
             for (int32_t j = 0; j < cnt; j += 16)
                 _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
@@ -366,10 +361,7 @@ attention_paged_avx512(const attention_args *a, float *out, const float *q, int3
             if (g + 1 < group) accum_v_tail_avx512(o1, e1, vb, hd, cnt, hd16);
         }
     }
-    for (int32_t g = 0; g < group; g++) {
-        float inv = 1.0f / l[g];
-        for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
-    }
+    softmax_end(out, l, group, hd);
 }
 #endif
 

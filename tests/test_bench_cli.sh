@@ -75,7 +75,8 @@ then ok bench_throughput_range_ratio; else fail bench_throughput_range_ratio "$(
 bad=
 for args in "latency --input-len 0" "throughput --dataset-name sharegpt" "throughput --random-range-ratio x" \
             "latency --bogus" "serve --request-rate 0" "serve --goodput ttft" "serve --backend hf" \
-            "serve --backend openai-chat" "serve --metric-percentiles 100"; do
+            "serve --backend openai-chat" "serve --metric-percentiles 100" "throughput --num-prompts 0" \
+            "throughput --n=x" "latency --num-iters" "serve --max-concurrency 0" "serve --top-k -2"; do
   # shellcheck disable=SC2086
   "$VLLMC" bench $args >"$tmp/o" 2>"$tmp/e"; rc=$?
   if [ $rc -ne 2 ] || [ ! -s "$tmp/e" ]; then fail bench_bad_args "'$args' gave status $rc: $(cat "$tmp/e")"; bad=1; fi

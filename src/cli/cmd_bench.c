@@ -59,6 +59,16 @@ bool bench_parse_i32(const char *cmd, const char *flag, const char *s, int32_t l
     return true;
 }
 
+int bench_parse_int_flag(const char *cmd, const bench_int_flag *flags, size_t n, const char *name,
+                         const char *iv, int argc, char **argv, int *i) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(name, flags[k].flag)) {
+            const char *v = bench_flag_value(cmd, name, iv, argc, argv, i);
+            return v && bench_parse_i32(cmd, name, v, flags[k].lo, INT32_MAX, flags[k].dst) ? 1 : -1;
+        }
+    return 0;
+}
+
 bool bench_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
     char *end;
     errno = 0;
@@ -188,16 +198,11 @@ int cmd_bench_latency(int argc, char **argv) {
         if (r > 0) continue;
         char name[64];
         const char *iv = engine_args_flag_name(argv[i], name, sizeof name);
-        struct { const char *flag; int32_t *dst; int32_t lo; } ints[] = {
+        const bench_int_flag ints[] = {
             {"--input-len", &input_len, 1}, {"--output-len", &output_len, 1}, {"--batch-size", &batch, 1},
             {"--n", &n, 1}, {"--num-iters-warmup", &warmup, 0}, {"--num-iters", &iters, 1}};
-        bool found = false, ok = true;
-        for (size_t k = 0; k < sizeof ints / sizeof *ints && !found; k++)
-            if (!strcmp(name, ints[k].flag)) {
-                found = true;
-                const char *v = bench_flag_value(cmd, name, iv, argc, argv, &i);
-                ok = v && bench_parse_i32(cmd, name, v, ints[k].lo, INT32_MAX, ints[k].dst);
-            }
+        int got = bench_parse_int_flag(cmd, ints, sizeof ints / sizeof *ints, name, iv, argc, argv, &i);
+        bool found = got != 0, ok = got >= 0;
         if (!found && !strcmp(name, "--ignore-eos") && !iv) { /* always on */
             found = true;
             i++;
@@ -346,20 +351,12 @@ int cmd_bench_throughput(int argc, char **argv) {
         if (r > 0) continue;
         char name[64];
         const char *iv = engine_args_flag_name(argv[i], name, sizeof name);
-        struct { const char *flag; int32_t *dst; int32_t lo; } ints[] = {
+        const bench_int_flag ints[] = {
             {"--input-len", &cfg.input_len, 0}, {"--output-len", &cfg.output_len, 1},
             {"--num-prompts", &cfg.num_prompts, 1}, {"--n", &n, 1}, {"--prefix-len", &cfg.prefix_len, 0}};
-        bool found = false, ok = true;
-        for (size_t k = 0; k < sizeof ints / sizeof *ints && !found; k++)
-            if (!strcmp(name, ints[k].flag)) {
-                found = true;
-                const char *v = bench_flag_value(cmd, name, iv, argc, argv, &i);
-                ok = v && bench_parse_i32(cmd, name, v, ints[k].lo, INT32_MAX, ints[k].dst);
-            }
-        if (found) {
-            if (!ok) return 2;
-            continue;
-        }
+        int got = bench_parse_int_flag(cmd, ints, sizeof ints / sizeof *ints, name, iv, argc, argv, &i);
+        if (got < 0) return 2;
+        if (got > 0) continue;
         const char *v = NULL;
         if (!strcmp(name, "--random-range-ratio")) {
             if (!(v = bench_flag_value(cmd, name, iv, argc, argv, &i)) ||

@@ -704,22 +704,17 @@ static int parse_args(serve_opts *o, int argc, char **argv) {
             }
             continue;
         }
-        struct { const char *flag; int32_t *dst; int32_t lo; } ints[] = {
+        const bench_int_flag ints[] = {
             {"--port", &o->port, 0}, {"--num-prompts", &o->num_prompts, 1},
             {"--random-input-len", &o->data.input_len, 0}, {"--random-output-len", &o->data.output_len, 1},
             {"--random-prefix-len", &o->data.prefix_len, 0}, {"--max-concurrency", &o->max_concurrency, 1},
             {"--top-k", &o->top_k, -1}, {"--ready-check-timeout-sec", &o->ready_timeout, 0}};
-        bool done = false;
-        for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
-            if (!strcmp(name, ints[k].flag)) {
-                if (!(v = bench_flag_value(CMD, name, iv, argc, argv, &i)) ||
-                    !bench_parse_i32(CMD, name, v, ints[k].lo, INT32_MAX, ints[k].dst))
-                    return 2;
-                if (ints[k].dst == &o->top_k) o->has_top_k = true;
-                done = true;
-                break;
-            }
-        if (done) continue;
+        int got = bench_parse_int_flag(CMD, ints, sizeof ints / sizeof *ints, name, iv, argc, argv, &i);
+        if (got < 0) return 2;
+        if (got > 0) {
+            if (!strcmp(name, "--top-k")) o->has_top_k = true;
+            continue;
+        }
         static const char *const str_flags[] = {"--backend", "--base-url", "--host", "--endpoint", "--model",
                                                 "--served-model-name", "--tokenizer", "--dataset-name",
                                                 "--result-dir", "--result-filename", "--request-rate",

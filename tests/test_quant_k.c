@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/quant_k.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 static uint32_t rng_u32(void) {
@@ -123,6 +124,8 @@ TEST(test_quant_k_paths) {
     check_path(quant_matmul_act_range, "dispatch");
     if (kernels_cpu_has_avx2()) check_path(quant_matmul_act_range_avx2, "avx2");
     else printf("ok test_quant_k_paths_avx2 # skip: no AVX2 on this CPU\n");
+    if (quant_amx_available()) check_path(quant_matmul_act_range_k_amx, "amx");
+    else printf("ok test_quant_k_paths_amx # skip: no AMX-INT8 on this CPU (or not granted)\n");
 }
 
 /* Every output of a batched call == the same token alone; the F32-input

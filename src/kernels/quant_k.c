@@ -33,7 +33,7 @@
  * scales dx and Q4_K's sums of xq are gathered once per token group into
  * stack arrays (k up to QK_MAX_BLOCKS * 32; longer rows use portable C).
  */
-#include "kernels/quant.h"
+#include "kernels/quant_k.h"
 
 #include "kernels/kernels.h"
 
@@ -283,4 +283,23 @@ void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const v
 #else
     (void)w, (void)k, (void)xq, (void)ldxq, (void)y, (void)ldy, (void)r0, (void)r1, (void)t0, (void)t1;
 #endif
+}
+
+/* Fewest tokens worth AMX tiles for a K type (below it the AVX2 kernel,
+ * whose cost grows with the token count, is as fast). */
+enum { QK_AMX_MIN_TOKENS = 8 };
+
+void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                              int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (kernels_isa_get() < KERNELS_ISA_AVX2) {
+        quant_matmul_act_range_k_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
+    int64_t tv = t0; /* tokens [t0, tv) on tiles, [tv, t1) on AVX2: same bits */
+    if (quant_use_amx()) {
+        tv = t0 + (t1 - t0) / 16 * 16;
+        if (t1 - tv >= QK_AMX_MIN_TOKENS) tv = t1;
+    }
+    if (tv > t0) quant_matmul_act_range_k_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
+    if (tv < t1) quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
 }

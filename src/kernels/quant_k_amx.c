@@ -69,21 +69,48 @@ typedef struct {
     float sc[ROWS][16]; /* Q4_K: sc_j (j < 8) then m_j at 8 + j; Q6_K: s_0..s_15 */
 } row_scales;
 
-/* Blocks [b0, b0 + nbk) of T tokens' xq rows into p. */
+/* Blocks [b0, b0 + nbk) of T tokens' xq rows into p (lanes >= T zero).
+ * Per block the 16 tokens' 8 dwords are transposed in registers (token t
+ * and t + 8 share a zmm; an 8x8 dword transpose per 256-bit half) so that
+ * B row q holds dword q of every token; dx comes by a masked gather. */
 AMX static void prep_piece(const dtype type, const uint8_t *xq, int64_t ldxq, int T, int64_t b0, int64_t nbk,
                            prep_block *p) {
-    for (int t = 0; t < T; t++) {
-        const uint8_t *xb = xq + t * ldxq + b0 * QUANT_ACT_BLOCK_BYTES;
-        for (int64_t i = 0; i < nbk; i++, xb += QUANT_ACT_BLOCK_BYTES) {
-            memcpy(&p[i].dx[t], xb, 4);
-            for (int q = 0; q < 8; q++) memcpy(&p[i].b[q][4 * t], xb + 4 + 4 * q, 4);
-        }
-    }
     const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    const __mmask16 live = (__mmask16)((1u << T) - 1);
+    const __m512i voff = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)ldxq));
     for (int64_t i = 0; i < nbk; i++) {
+        const uint8_t *xb = xq + (b0 + i) * QUANT_ACT_BLOCK_BYTES;
+        __m512i z[8];
+        for (int t = 0; t < 8; t++) {
+            __m256i a = t < T ? _mm256_loadu_si256((const __m256i *)(xb + t * ldxq + 4)) : _mm256_setzero_si256();
+            __m256i b = t + 8 < T ? _mm256_loadu_si256((const __m256i *)(xb + (t + 8) * ldxq + 4))
+                                  : _mm256_setzero_si256();
+            z[t] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        }
+        __m512i u[8], v[8];
+        for (int h = 0; h < 4; h++) {
+            u[2 * h] = _mm512_unpacklo_epi32(z[2 * h], z[2 * h + 1]);
+            u[2 * h + 1] = _mm512_unpackhi_epi32(z[2 * h], z[2 * h + 1]);
+        }
+        for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: columns (0,4) (1,5) (2,6) (3,7) */
+            v[4 * h] = _mm512_unpacklo_epi64(u[4 * h], u[4 * h + 2]);
+            v[4 * h + 1] = _mm512_unpackhi_epi64(u[4 * h], u[4 * h + 2]);
+            v[4 * h + 2] = _mm512_unpacklo_epi64(u[4 * h + 1], u[4 * h + 3]);
+            v[4 * h + 3] = _mm512_unpackhi_epi64(u[4 * h + 1], u[4 * h + 3]);
+        }
         __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        for (int q = 0; q < 4; q++) lo = _mm512_dpbusd_epi32(lo, ones, _mm512_load_si512(p[i].b[q]));
-        for (int q = 4; q < 8; q++) hi = _mm512_dpbusd_epi32(hi, ones, _mm512_load_si512(p[i].b[q]));
+        for (int q = 0; q < 4; q++) {
+            __m512i bq = _mm512_permutex2var_epi64(v[q], lo_idx, v[4 + q]);     /* dword q */
+            __m512i bq4 = _mm512_permutex2var_epi64(v[q], hi_idx, v[4 + q]);    /* dword q + 4 */
+            _mm512_store_si512(p[i].b[q], bq);
+            _mm512_store_si512(p[i].b[q + 4], bq4);
+            lo = _mm512_dpbusd_epi32(lo, ones, bq);
+            hi = _mm512_dpbusd_epi32(hi, ones, bq4);
+        }
+        _mm512_store_ps(p[i].dx, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, voff, xb, 1));
         if (type == DTYPE_Q4_K) {
             _mm512_store_ps(p[i].xs, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)));
         } else {
@@ -210,10 +237,8 @@ AMX INLINE void range(const dtype type, const void *w, int64_t k, const void *xq
     _Alignas(64) __m512 acc[CHUNK_ROWS][8];
     const size_t stride = dtype_row_bytes(type, k), bb = dtype_block_bytes(type);
     const int64_t nsb = k / QUANT_QK_K;
-    memset(prep, 0, sizeof prep); /* B lanes and sums beyond T stay 0 */
-    memset(a, 0, sizeof a);
-    memset(c, 0, sizeof c); /* lanes >= T: never written by the tiles */
-    memset(&rs, 0, sizeof rs);
+    if ((r1 - r0) % ROWS) memset(a, 0, sizeof a), memset(&rs, 0, sizeof rs); /* rows >= R: unused, defined */
+    if ((t1 - t0) % TOKENS) memset(c, 0, sizeof c); /* lanes >= T: never written by the tiles, unused */
     for (int64_t t = t0; t < t1; t += TOKENS) {
         int T = t1 - t < TOKENS ? (int)(t1 - t) : TOKENS;
         tile_config cfg = {.palette = 1};

@@ -9,8 +9,11 @@
  *     dispatching entry) bit for bit against the portable mirror, over row /
  *     token spans with every tile remainder, and k beyond the AVX2 kernel's
  *     stack cache (its portable fallback);
- *   - batch invariance: quant_matmul_act_range over any token count and row
- *     range, and quant_matmul_act_f32_range, == the single dot.
+ *     the AMX tile kernel too (when the CPU has it), also over 1..40 tokens
+ *     and row spans crossing its 16-row groups and 64-row chunks;
+ *   - batch invariance: quant_matmul_act_range over any token count (1..40:
+ *     the dispatch puts 8+ tokens on AMX tiles, fewer on AVX2) and row range,
+ *     and quant_matmul_act_f32_range, == the single dot.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -128,10 +131,49 @@ TEST(test_quant_k_paths) {
     else printf("ok test_quant_k_paths_amx # skip: no AMX-INT8 on this CPU (or not granted)\n");
 }
 
+/* The AMX kernel over 1..40 tokens (partial and several 16-token groups),
+ * 70 rows (two row chunks, a partial 16-row group) and k = 5 super-blocks
+ * (a partial k piece), bit for bit against the portable mirror. */
+TEST(test_quant_k_amx_tokens) {
+    enum { K = 5 * 256, R = 70, T = 40 };
+    static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float x[K], y[T * R];
+    if (!quant_amx_available()) {
+        printf("ok test_quant_k_amx_tokens # skip: no AMX-INT8 on this CPU (or not granted)\n");
+        return;
+    }
+    int64_t ldxq = (int64_t)quant_act_row_bytes(K);
+    for (int m = 0; m < 2; m++) {
+        dtype t = KT[m];
+        size_t stride = dtype_row_bytes(t, K);
+        for (int r = 0; r < R; r++) make_row(t, w + r * stride, K);
+        for (int tt = 0; tt < T; tt++) {
+            make_x(x, K);
+            quant_quantize_act_row(x, xq + tt * ldxq, K);
+        }
+        int bad = 0;
+        for (int ntok = 1; ntok <= T; ntok++) {
+            int r0 = ntok % 3, r1 = R - ntok % 5; /* odd row spans too */
+            for (int i = 0; i < T * R; i++) y[i] = NAN;
+            quant_matmul_act_range_k_amx(t, w, K, xq, ldxq, y, R, r0, r1, T - ntok, T);
+            for (int tt = 0; tt < T; tt++)
+                for (int r = 0; r < R; r++) {
+                    if (tt < T - ntok || r < r0 || r >= r1) {
+                        bad += !isnan(y[tt * R + r]);
+                        continue;
+                    }
+                    float want = quant_dot_act_k_portable(t, w + r * stride, xq + tt * ldxq, K);
+                    bad += memcmp(&want, &y[tt * R + r], 4) != 0;
+                }
+        }
+        CHECK(bad == 0, "amx %s: %d outputs differ from the portable mirror (or out of range)", dtype_name(t), bad);
+    }
+}
+
 /* Every output of a batched call == the same token alone; the F32-input
  * variant gives the same bytes. */
 TEST(test_quant_k_batch_invariance) {
-    enum { K = 2048 + 512, R = 7, T = 11 };
+    enum { K = 2048 + 512, R = 7, T = 40 }; /* 8+ tokens: AMX tiles when the process uses them */
     static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[T * K], y[T * R], y2[T * R];
     size_t ldxq = quant_act_row_bytes(K);
@@ -161,6 +203,7 @@ TEST(test_quant_k_batch_invariance) {
 int main(void) {
     RUN(test_quant_k_dot_vs_reference);
     RUN(test_quant_k_paths);
+    RUN(test_quant_k_amx_tokens);
     RUN(test_quant_k_batch_invariance);
     return harness_done();
 }

@@ -38,6 +38,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -296,7 +297,7 @@ void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *
         return;
     }
     int64_t tv = t0; /* tokens [t0, tv) on tiles, [tv, t1) on AVX2: same bits */
-    if (quant_use_amx()) {
+    if (quant_use_amx() && ldxq <= INT32_MAX / 16) { /* the tile kernel gathers with int32 offsets */
         tv = t0 + (t1 - t0) / 16 * 16;
         if (t1 - tv >= QK_AMX_MIN_TOKENS) tv = t1;
     }

@@ -20,9 +20,12 @@
  *           acc[j] = fma((float)ix_j, -(dmin*dx_j), acc[j])
  *     Q6_K: acc[j] = fma((float)iq_j, d*dx_j, acc[j])
  *     result = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))
- * The portable C below and the AVX2 kernel compute exactly this, so every
- * path, every token/row split and every batch agree bit for bit. (The
- * AVX-512 level runs the AVX2 kernel for K-quants.)
+ * The portable C below, the AVX2 kernel and the AMX-INT8 kernel
+ * (quant_k_amx.c) compute exactly this, so every path, every token/row split
+ * and every batch agree bit for bit. Dispatch (quant_matmul_act_range_k):
+ * below AVX2 portable; with AMX (quant_use_amx()) groups of 8+ tokens go to
+ * the tiles and the rest (decode) to the AVX2 kernel, which the AVX-512 level
+ * also runs.
  *
  * AVX2: one weight row x up to 4 tokens at a time; the row's super-block is
  * decoded once into 8 registers of 32 bytes and used for every token. Per

@@ -46,6 +46,7 @@ enum {
     TOKENS = 16,     /* tokens per tile multiply at most */
     PIECE = 4,       /* super-blocks of k prepared at a time */
     CHUNK_ROWS = 64, /* rows whose accumulators wait on the stack between pieces */
+    GROUPS = 2,      /* 16-token groups sharing each unpacked super-block */
     AHEAD = 4,       /* prefetch distance in super-blocks */
 };
 
@@ -126,7 +127,7 @@ AMX INLINE void unpack_q4_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int r = 0; r < R; r++) {
         const uint8_t *b = w + r * stride;
-        for (int c = 0; c < 144; c += 64) _mm_prefetch((const char *)b + AHEAD * 144 + c, _MM_HINT_T0);
+
         rs->d[r] = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
         rs->dmin[r] = _cvtsh_ss((unsigned short)(b[2] | b[3] << 8));
         /* q4k_scale_min on the 12 scale bytes as three words (see quant_k.c) */
@@ -149,7 +150,7 @@ AMX INLINE void unpack_q6_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     for (int r = 0; r < R; r++) {
         const uint8_t *b = w + r * stride;
-        for (int c = 0; c < 210; c += 64) _mm_prefetch((const char *)b + AHEAD * 210 + c, _MM_HINT_T0);
+
         rs->d[r] = _cvtsh_ss((unsigned short)(b[208] | b[209] << 8));
         _mm512_store_ps(rs->sc[r], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))));
         for (int h = 0; h < 2; h++) {
@@ -230,16 +231,18 @@ AMX INLINE void epilogue(const dtype type, int R, const prep_block *p, const row
 
 AMX INLINE void range(const dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                       int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    _Alignas(64) prep_block prep[PIECE * 8];
+    _Alignas(64) prep_block prep[GROUPS][PIECE * 8];
     _Alignas(64) uint8_t a[8][ROWS][32];
     _Alignas(64) int32_t c[2][8][ROWS][16];
     _Alignas(64) row_scales rs;
-    _Alignas(64) __m512 acc[CHUNK_ROWS][8];
+    _Alignas(64) __m512 acc[GROUPS][CHUNK_ROWS][8];
     const size_t stride = dtype_row_bytes(type, k), bb = dtype_block_bytes(type);
     const int64_t nsb = k / QUANT_QK_K;
     if ((r1 - r0) % ROWS) memset(a, 0, sizeof a), memset(&rs, 0, sizeof rs); /* rows >= R: unused, defined */
     if ((t1 - t0) % TOKENS) memset(c, 0, sizeof c); /* lanes >= T: never written by the tiles, unused */
-    for (int64_t t = t0; t < t1; t += TOKENS) {
+    for (int64_t t = t0; t < t1;) {
+        /* G groups of T tokens: GROUPS full groups share each unpacked super-block */
+        int G = t1 - t >= GROUPS * TOKENS ? GROUPS : 1;
         int T = t1 - t < TOKENS ? (int)(t1 - t) : TOKENS;
         tile_config cfg = {.palette = 1};
         if (type == DTYPE_Q4_K) {
@@ -259,32 +262,36 @@ AMX INLINE void range(const dtype type, const void *w, int64_t k, const void *xq
         const uint8_t *xt = (const uint8_t *)xq + t * ldxq;
         for (int64_t rc = r0; rc < r1; rc += CHUNK_ROWS) {
             int64_t nr = r1 - rc < CHUNK_ROWS ? r1 - rc : CHUNK_ROWS;
-            memset(acc, 0, (size_t)nr * sizeof acc[0]);
+            for (int g = 0; g < G; g++) memset(acc[g], 0, (size_t)nr * sizeof acc[g][0]);
             for (int64_t s0 = 0; s0 < nsb; s0 += PIECE) {
                 int64_t ns = nsb - s0 < PIECE ? nsb - s0 : PIECE;
-                prep_piece(type, xt, ldxq, T, 8 * s0, 8 * ns, prep);
+                for (int g = 0; g < G; g++) prep_piece(type, xt + g * TOKENS * ldxq, ldxq, T, 8 * s0, 8 * ns, prep[g]);
                 for (int64_t rg = 0; rg < nr; rg += ROWS) {
                     int R = nr - rg < ROWS ? (int)(nr - rg) : ROWS;
                     const uint8_t *wr = (const uint8_t *)w + (rc + rg) * stride;
                     for (int64_t s = 0; s < ns; s++) {
                         if (type == DTYPE_Q4_K) unpack_q4_k(wr + (s0 + s) * bb, stride, R, a, &rs);
                         else unpack_q6_k(wr + (s0 + s) * bb, stride, R, a, &rs);
-                        tile_products(type, a, prep + 8 * s, c);
-                        if (R == ROWS) epilogue(type, ROWS, prep + 8 * s, &rs, c, acc + rg);
-                        else epilogue(type, R, prep + 8 * s, &rs, c, acc + rg);
+                        for (int g = 0; g < G; g++) {
+                            tile_products(type, a, prep[g] + 8 * s, c);
+                            if (R == ROWS) epilogue(type, ROWS, prep[g] + 8 * s, &rs, c, acc[g] + rg);
+                            else epilogue(type, R, prep[g] + 8 * s, &rs, c, acc[g] + rg);
+                        }
                     }
                 }
             }
-            for (int64_t r = 0; r < nr; r++) {
-                __m512 *v = acc[r];
-                __m512 s0 = _mm512_add_ps(v[0], v[4]), s1 = _mm512_add_ps(v[1], v[5]);
-                __m512 s2 = _mm512_add_ps(v[2], v[6]), s3 = _mm512_add_ps(v[3], v[7]);
-                _Alignas(64) float o[16];
-                _mm512_store_ps(o, _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
-                for (int i = 0; i < T; i++) y[(t - t0 + i) * ldy + rc - r0 + r] = o[i];
-            }
+            for (int g = 0; g < G; g++)
+                for (int64_t r = 0; r < nr; r++) {
+                    __m512 *v = acc[g][r];
+                    __m512 s0 = _mm512_add_ps(v[0], v[4]), s1 = _mm512_add_ps(v[1], v[5]);
+                    __m512 s2 = _mm512_add_ps(v[2], v[6]), s3 = _mm512_add_ps(v[3], v[7]);
+                    _Alignas(64) float o[16];
+                    _mm512_store_ps(o, _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
+                    for (int i = 0; i < T; i++) y[(t - t0 + g * TOKENS + i) * ldy + rc - r0 + r] = o[i];
+                }
         }
         _tile_release();
+        t += G * T;
     }
 }
 

@@ -8,9 +8,10 @@
  * portable mirror and of the AVX2 kernel, whatever the batch.
  *
  * Per super-block of 16 weight rows, the rows are unpacked once into a
- * scratch of 8 blocks x 16 rows x 32 bytes of unsigned values (Q4_K nibbles
- * 0..15, Q6_K q6 0..63), and per activation block j one tile multiply
- * (tdpbusd, u8 x s8) gives the integer dots for 16 rows x T tokens (T <= 16):
+ * scratch of 8 blocks x 16 rows x 32 bytes (Q4_K nibbles 0..15; Q6_K signed
+ * q6 - 32), and per activation block j one tile multiply (tdpbusd, u8 x s8,
+ * for Q4_K; tdpbssd, s8 x s8, for Q6_K) gives the integer dots for 16 rows x
+ * T tokens (T <= 16):
  *     A: 16 rows x 32 bytes of block j (Q6_K: two tiles of 16 bytes, one per
  *        16-element sub-block, since each has its own scale);
  *     B: 8 rows x 4T bytes, B[q][4t + i] = x_t[4q + i] (Q6_K: rows 0..3 and
@@ -20,7 +21,7 @@
  * 2^24 so the float products of integers are exact:
  *     Q4_K: acc = fma(C * sc_j, d * dx_j, acc)
  *           acc = fma(xs_j * m_j, -(dmin * dx_j), acc)   xs_j = sum of x_t block j
- *     Q6_K: iq = (C_lo - 32 xs_lo) * s_2j + (C_hi - 32 xs_hi) * s_2j+1 (exact)
+ *     Q6_K: iq = C_lo * s_2j + C_hi * s_2j+1 (exact)
  *           acc = fma(iq, d * dx_j, acc)
  * with acc[row][j] (token lanes) in a stack array across k pieces, then the
  * quant_k_reduce tree per lane.
@@ -70,7 +71,6 @@ typedef struct {
     int8_t b[8][64];    /* B tile rows */
     float dx[16];       /* scales, 0 beyond T */
     float xs[16];       /* Q4_K: sum of the 32 xq */
-    int32_t x32[2][16]; /* Q6_K: 32 * sum of xq[0..16), xq[16..32) */
 } prep_block;
 
 /* Per-row values of one super-block, decoded for the epilogue. */
@@ -79,7 +79,8 @@ typedef struct {
     float sc[ROWS][16]; /* Q4_K: sc_j (j < 8) then m_j at 8 + j; Q6_K: s_0..s_15 */
 } row_scales;
 
-/* Blocks [b0, b0 + nbk) of T tokens' xq rows into p (lanes >= T zero).
+/* Blocks [b0, b0 + nbk) of T tokens' xq rows into p (lanes >= T zero; xs
+ * for Q4_K only).
  * Per block the 16 tokens' 8 dwords are transposed in registers (token t
  * and t + 8 share a zmm; an 8x8 dword transpose per 256-bit half) so that
  * B row q holds dword q of every token; dx comes by a masked gather. */
@@ -117,16 +118,13 @@ AMX static void prep_piece(const dtype type, const uint8_t *xq, int64_t ldxq, in
             __m512i bq4 = _mm512_permutex2var_epi64(v[q], hi_idx, v[4 + q]);    /* dword q + 4 */
             _mm512_store_si512(p[i].b[q], bq);
             _mm512_store_si512(p[i].b[q + 4], bq4);
-            lo = _mm512_dpbusd_epi32(lo, ones, bq);
-            hi = _mm512_dpbusd_epi32(hi, ones, bq4);
+            if (type == DTYPE_Q4_K) {
+                lo = _mm512_dpbusd_epi32(lo, ones, bq);
+                hi = _mm512_dpbusd_epi32(hi, ones, bq4);
+            }
         }
         _mm512_store_ps(p[i].dx, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, voff, xb, 1));
-        if (type == DTYPE_Q4_K) {
-            _mm512_store_ps(p[i].xs, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)));
-        } else {
-            _mm512_store_si512(p[i].x32[0], _mm512_slli_epi32(lo, 5));
-            _mm512_store_si512(p[i].x32[1], _mm512_slli_epi32(hi, 5));
-        }
+        if (type == DTYPE_Q4_K) _mm512_store_ps(p[i].xs, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)));
     }
 }
 
@@ -156,7 +154,7 @@ AMX INLINE void unpack_q4_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
 }
 
 AMX INLINE void unpack_q6_k(const uint8_t *w, size_t stride, int R, uint8_t a[8][ROWS][32], row_scales *rs) {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
     for (int r = 0; r < R; r++) {
         const uint8_t *b = w + r * stride;
 
@@ -166,14 +164,15 @@ AMX INLINE void unpack_q6_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-            _mm256_store_si256((__m256i *)a[4 * h][r],
-                               _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
-            _mm256_store_si256((__m256i *)a[4 * h + 1][r],
-                               _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
-            _mm256_store_si256((__m256i *)a[4 * h + 2][r], _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                                          _mm256_and_si256(qh, m30)));
-            _mm256_store_si256((__m256i *)a[4 * h + 3][r], _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+            __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+            __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            _mm256_store_si256((__m256i *)a[4 * h][r], _mm256_sub_epi8(u0, k32)); /* signed q6 - 32 */
+            _mm256_store_si256((__m256i *)a[4 * h + 1][r], _mm256_sub_epi8(u1, k32));
+            _mm256_store_si256((__m256i *)a[4 * h + 2][r], _mm256_sub_epi8(u2, k32));
+            _mm256_store_si256((__m256i *)a[4 * h + 3][r], _mm256_sub_epi8(u3, k32));
         }
     }
 }
@@ -204,8 +203,8 @@ AMX INLINE void tile_products(const dtype type, uint8_t a[8][ROWS][32], const pr
             _tile_loadd(3, p[j].b[4], 64);
             _tile_zero(4);
             _tile_zero(5);
-            _tile_dpbusd(4, 0, 2);
-            _tile_dpbusd(5, 1, 3);
+            _tile_dpbssd(4, 0, 2);
+            _tile_dpbssd(5, 1, 3);
             _tile_stored(4, c[0][j], 64);
             _tile_stored(5, c[1][j], 64);
         }
@@ -226,10 +225,9 @@ AMX INLINE void epilogue(const dtype type, int R, const prep_block *p, const row
                 acc[r][j] = _mm512_fnmadd_ps(ix, _mm512_mul_ps(_mm512_set1_ps(rs->dmin[r]), dx), a);
             }
         } else {
-            __m512i xlo = _mm512_load_si512(p[j].x32[0]), xhi = _mm512_load_si512(p[j].x32[1]);
             for (int r = 0; r < R; r++) {
-                __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(c[0][j][r]), xlo));
-                __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(c[1][j][r]), xhi));
+                __m512 lo = _mm512_cvtepi32_ps(_mm512_load_si512(c[0][j][r]));
+                __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(c[1][j][r]));
                 __m512 iq = _mm512_fmadd_ps(lo, _mm512_set1_ps(rs->sc[r][2 * j]),
                                             _mm512_mul_ps(hi, _mm512_set1_ps(rs->sc[r][2 * j + 1])));
                 acc[r][j] = _mm512_fmadd_ps(iq, _mm512_mul_ps(_mm512_set1_ps(rs->d[r]), dx), acc[r][j]);

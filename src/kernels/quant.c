@@ -644,8 +644,9 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
-    if (quant_is_k(type)) quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); /* quant_k.c */
-    else if (quant_use_amx()) {
+    if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
+        quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    } else if (quant_use_amx()) {
         /* both give the block order: tiles for 8+ tokens, VNNI for fewer */
         int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
         if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;

@@ -12,7 +12,7 @@
  *     the AMX tile kernel too (when the CPU has it), also over 1..40 tokens
  *     and row spans crossing its 16-row groups and 64-row chunks;
  *   - batch invariance: quant_matmul_act_range over any token count (1..40:
- *     the dispatch puts 8+ tokens on AMX tiles, fewer on AVX2) and row range,
+ *     the dispatch puts 4+ tokens on AMX tiles, fewer on AVX2) and row range,
  *     and quant_matmul_act_f32_range, == the single dot.
  */
 #include <math.h>
@@ -173,7 +173,7 @@ TEST(test_quant_k_amx_tokens) {
 /* Every output of a batched call == the same token alone; the F32-input
  * variant gives the same bytes. */
 TEST(test_quant_k_batch_invariance) {
-    enum { K = 2048 + 512, R = 7, T = 40 }; /* 8+ tokens: AMX tiles when the process uses them */
+    enum { K = 2048 + 512, R = 7, T = 40 }; /* 4+ tokens: AMX tiles when the process uses them */
     static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[T * K], y[T * R], y2[T * R];
     size_t ldxq = quant_act_row_bytes(K);

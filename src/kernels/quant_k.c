@@ -23,9 +23,9 @@
  * The portable C below, the AVX2 kernel and the AMX-INT8 kernel
  * (quant_k_amx.c) compute exactly this, so every path, every token/row split
  * and every batch agree bit for bit. Dispatch (quant_matmul_act_range_k):
- * below AVX2 portable; with AMX (quant_use_amx()) groups of 8+ tokens go to
- * the tiles and the rest (decode) to the AVX2 kernel, which the AVX-512 level
- * also runs.
+ * below AVX2 portable; with AMX (quant_use_amx()) groups of 4+ tokens go to
+ * the tiles and the rest (single-sequence decode) to the AVX2 kernel, which
+ * the AVX-512 level also runs.
  *
  * AVX2: one weight row x up to 4 tokens at a time; the row's super-block is
  * decoded once into 8 registers of 32 bytes and used for every token. Per
@@ -289,9 +289,11 @@ void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const v
 #endif
 }
 
-/* Fewest tokens worth AMX tiles for a K type (below it the AVX2 kernel,
- * whose cost grows with the token count, is as fast). */
-enum { QK_AMX_MIN_TOKENS = 8 };
+/* Fewest tokens worth AMX tiles for a K type: a tile pass costs about the
+ * same for 1..16 tokens, the AVX2 kernel's cost grows with them; measured
+ * (1024 x 5632 weights, one thread) the tiles win from 3-4 tokens (Q4_K) and
+ * 2 (Q6_K). Single-sequence decode stays on AVX2. */
+enum { QK_AMX_MIN_TOKENS = 4 };
 
 void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                               int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {

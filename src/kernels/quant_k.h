@@ -10,7 +10,7 @@
 #include "kernels/quant.h"
 
 /* quant_matmul_act_range for a K type on this process's path: AMX tiles for
- * groups of 8+ tokens when quant_use_amx(), the AVX2 kernel for the rest (and
+ * groups of 4+ tokens when quant_use_amx(), the AVX2 kernel for the rest (and
  * on the AVX2 / AVX-512 levels), portable C below AVX2. */
 void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                               int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);

@@ -36,6 +36,8 @@ static void *rand_weights(dtype t, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float f = frand();
         w[i] = t == DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+        if (t == DTYPE_F16 && i % 97 == 5) w[i] = (uint16_t)((i * 7919 & 0x3ff) | (i & 1) << 15); /* subnormal */
+        if (i % 89 == 7) w[i] = (uint16_t)((i & 1) << 15); /* +-0 */
     }
     return w;
 }
@@ -123,25 +125,35 @@ TEST(test_matmul_amx_bf16_vs_reference) { check_vs_reference(DTYPE_BF16); }
 TEST(test_matmul_amx_f16_vs_reference) { check_vs_reference(DTYPE_F16); }
 
 /* Packing neighbouring token ranges separately gives the same bytes as one
- * range (threads pack parts of one block); unused columns stay untouched. */
+ * range (threads pack parts of one block), and a range writes no byte of
+ * the tokens outside it (blocks of 4 tokens: token t owns dword columns
+ * 3(t%4) .. 3(t%4)+2 of every 64-byte row of its block). */
 TEST(test_matmul_amx_pack_ranges) {
     int64_t k = 70, T = 40, ld = (int64_t)matmul_amx_act_bytes(k);
     matmul_args a = make_args(DTYPE_BF16, 1, k, T, false, false);
-    size_t bytes = (size_t)(48 * ld);
-    uint8_t *one = aligned_alloc(64, bytes), *split = aligned_alloc(64, bytes);
-    memset(one, 0, bytes), memset(split, 0, bytes);
+    size_t bytes = (size_t)(T * ld);
+    uint8_t *one = aligned_alloc(64, bytes), *split = aligned_alloc(64, bytes), *part = aligned_alloc(64, bytes);
+    memset(one, 0, bytes), memset(split, 0, bytes), memset(part, 0, bytes);
     matmul_amx_pack_act(a.x, a.ldx, k, 0, T, one, ld);
     const int64_t cut[] = {0, 3, 16, 21, 22, 40};
     for (int i = 0; i < 5; i++) matmul_amx_pack_act(a.x, a.ldx, k, cut[i], cut[i + 1], split, ld);
     bool same = !memcmp(one, split, bytes);
-    /* tokens 40..47 of the last block: never written */
-    bool untouched = true;
-    for (int64_t s = 0; s < 3 * ((k + 31) / 32) * 16; s++)
-        for (int c = 8; c < 16; c++) untouched &= one[32 * ld + s * 64 + 4 * c] == 0;
-    free(one), free(split);
+    matmul_amx_pack_act(a.x, a.ldx, k, 5, 22, part, ld);
+    bool inside = true, outside = true;
+    for (int64_t t = 0; t < T; t++) {
+        const uint8_t *blk = part + t / 4 * 4 * ld, *ref = one + t / 4 * 4 * ld;
+        for (int64_t row = 0; row < 4 * ld / 64; row++)
+            for (int c = 0; c < 12; c++) {
+                const uint8_t *p = blk + row * 64 + 4 * (3 * (t % 4)) + c;
+                if (t >= 5 && t < 22) inside &= *p == ref[p - blk];
+                else outside &= *p == 0;
+            }
+    }
+    free(one), free(split), free(part);
     free_args(&a);
     CHECK(same, "packing in pieces differs from packing at once");
-    CHECK(untouched, "packing wrote columns of tokens outside its range");
+    CHECK(inside, "packing tokens 5..21 alone differs from packing them with the rest");
+    CHECK(outside, "packing tokens 5..21 wrote bytes of other tokens");
 }
 
 /* The whole batch vs each token alone vs every batch size vs odd splits, with

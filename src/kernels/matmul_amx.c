@@ -15,27 +15,31 @@
  * FP32 accumulator per output over 3 (BF16) or 6 (F16) times k exact terms.
  * (Inputs the tiles see as subnormal, i.e. parts below 2^-126, count as 0.)
  *
- * Formulation: C^T = W X^T, so weight rows are tile rows read in place:
- *     A (tmm4, tmm5 for F16's wlo): 16 weight rows x 32 k as BF16, loaded
- *        straight from the rows (stride = row bytes) for BF16, converted
- *        into a scratch tile per 32-k step for F16 (whi, wlo);
- *     B (tmm6/7): one part of 16 tokens' activations in pair layout,
- *        B[kp][t] = (x_t[2kp], x_t[2kp+1]) as a BF16 pair, from the packed
- *        activation blocks (matmul_amx_pack_act);
- *     C (tmm0..3): 16 rows x up to 16 tokens, one tile per token tile of a
- *        group of up to 4 tiles (64 tokens): each weight tile (and each F16
- *        conversion) serves the whole group.
- * Packed activation blocks: 16 tokens each, matmul_amx_act_bytes(k) bytes
- * per token, laid out [part 3][step ceil(k/32)][kp 16][token 16] dwords,
- * zero beyond k. The runner packs once per matmul stage (args.xq); without
- * xq the kernel packs the call's tokens itself, a few steps at a time.
+ * Formulation: C^T = W X^T, so weight rows are tile rows read in place,
+ * and the three parts of a token are three columns of C (so decode, one
+ * token, fills 3 of a tile's 16 columns with one tile multiply per step
+ * instead of three):
+ *     A (tmm4/5): 16 weight rows x 32 k as BF16, loaded straight from the
+ *        rows (stride = row bytes) for BF16, converted into scratch tiles
+ *        per 32-k step for F16 (whi, wlo);
+ *     B (tmm6/7): 4 tokens' parts in pair layout, 16 pair rows x 12 columns,
+ *        B[kp][3t + p] = (part p of x_t[2kp], of x_t[2kp+1]) as BF16;
+ *     C (tmm0..3): 16 rows x (4 tokens x 3 parts) FP32 accumulators, one
+ *        tile per token tile of a group of up to 4 tiles (16 tokens) that
+ *        share each weight tile; with one token tile (decode) up to 4 row
+ *        tiles share each B tile instead.
+ * The result: y = (C[.., lo] + C[.., mid]) + C[.., hi], then store_out's
+ * bias and accumulate.
+ * Packed activations: blocks of 4 tokens, one 1 KB B tile per 32-k step
+ * (zero beyond k): matmul_amx_act_bytes(k) = ceil(k/32) * 256 bytes per
+ * token. The runner packs once per matmul stage (args.xq); without xq the
+ * kernel packs the call's tokens itself, a few steps at a time.
  *
- * Invariance: every output's accumulator starts at zero and sees the 32-k
- * steps in increasing order; within a step, the parts in one fixed order
- * (hi, mid, lo; for F16 each part times whi then wlo), each one tile
- * multiply. Nothing depends on the token count, the tile width, the row
- * tile or the caller's split, so a token's outputs are bit-identical alone
- * or in any batch. The epilogue is store_out's (bias, accumulate).
+ * Invariance: each of the 3 accumulators of an output starts at zero and
+ * sees the 32-k steps in increasing order, one tile multiply per step (F16:
+ * by whi, then by wlo), then the fixed three-term sum. Nothing depends on
+ * the token count, the tile, the row group or the caller's split, so a
+ * token's outputs are bit-identical alone or in any batch.
  *
  * Tile state is per thread: each call loads a configuration (reloaded when
  * the tile shapes change) and releases the tiles before returning. The OS
@@ -61,7 +65,7 @@ bool kernels_amx_allowed(void) {
     return s == 1;
 }
 
-size_t matmul_amx_act_bytes(int64_t k) { return (size_t)((k + 31) / 32) * 3 * 64; }
+size_t matmul_amx_act_bytes(int64_t k) { return (size_t)((k + 31) / 32) * 256; }
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -84,20 +88,27 @@ bool amx_tiles_permitted(void) {
 }
 
 bool matmul_amx_available(void) {
-    unsigned a, b, c, d;
-    /* CPUID.(7,0):EDX bit 22 AMX-BF16 */
-    return amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1);
+    static atomic_int state = -1; /* cached: CPUID is slow under a hypervisor */
+    int s = atomic_load(&state);
+    if (s < 0) {
+        unsigned a, b, c, d;
+        /* CPUID.(7,0):EDX bit 22 AMX-BF16 */
+        s = amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1);
+        atomic_store(&state, s);
+    }
+    return s == 1;
 }
 
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
+
 enum {
     ROWS = 16,          /* weight rows per tile */
-    TT = 16,            /* tokens per tile */
-    GROUP = 4,          /* token tiles sharing each weight tile */
-    STEP_BYTES = 1024,  /* one part of one 32-k step of a 16-token block */
-    PIECE_STEPS = 4,    /* steps packed at a time when the caller gave no xq */
+    TT = 4,             /* tokens per tile (x 3 parts = 12 columns) */
+    GROUP = 4,          /* token tiles sharing each weight tile, or row tiles each B tile */
+    STEP_BYTES = 1024,  /* one 32-k step of a 4-token block: 16 pair rows x 64 bytes */
+    PIECE_STEPS = 16,   /* steps packed at a time when the caller gave no xq */
     CHUNK_ROWS = 128,   /* rows whose C tiles wait in memory between pieces */
     PREFETCH = 512,     /* software prefetch distance into each weight row */
 };
@@ -150,26 +161,21 @@ AMX INLINE void transpose16(__m512i r[16]) {
     }
 }
 
-/* Columns [c0, c1) of one 16-token block (x row of column c: x + c * ldx)
- * for steps [s0, s1): part p of step s at blk + p * part_stride + (s - s0) *
- * STEP_BYTES. A whole block goes through the transpose; a partial one is
- * written column by column (so threads packing neighbouring columns of one
- * block never write each other's bytes). */
+/* Tokens [c0, c1) of one 4-token block (x row of token c: x + c * ldx)
+ * for steps [s0, s1), step s at blk + (s - s0) * STEP_BYTES. A whole block
+ * goes through the transpose; a partial one is written token by token (so
+ * threads packing neighbouring tokens of one block never write each other's
+ * bytes). */
 AMX static void pack_block(const float *x, int64_t ldx, int64_t k, int c0, int c1, int64_t s0, int64_t s1,
-                           uint8_t *blk, size_t part_stride) {
+                           uint8_t *blk) {
     for (int64_t s = s0; s < s1; s++) {
         uint8_t *d = blk + (s - s0) * STEP_BYTES;
         if (c0 == 0 && c1 == TT) {
-            __m512i v[3][16];
-            for (int c = 0; c < TT; c++) {
-                __m512i o[3];
-                split_step(x + c * ldx, k, s, o);
-                v[0][c] = o[0], v[1][c] = o[1], v[2][c] = o[2];
-            }
-            for (int p = 0; p < 3; p++) {
-                transpose16(v[p]);
-                for (int q = 0; q < 16; q++) _mm512_store_si512(d + p * part_stride + q * 64, v[p][q]);
-            }
+            __m512i v[16];
+            for (int c = 0; c < TT; c++) split_step(x + c * ldx, k, s, v + 3 * c);
+            for (int c = 3 * TT; c < 16; c++) v[c] = _mm512_setzero_si512();
+            transpose16(v);
+            for (int q = 0; q < 16; q++) _mm512_store_si512(d + q * 64, v[q]);
         } else {
             for (int c = c0; c < c1; c++) {
                 _Alignas(64) uint32_t o[3][16];
@@ -177,7 +183,7 @@ AMX static void pack_block(const float *x, int64_t ldx, int64_t k, int c0, int c
                 split_step(x + c * ldx, k, s, v);
                 for (int p = 0; p < 3; p++) _mm512_store_si512(o[p], v[p]);
                 for (int p = 0; p < 3; p++)
-                    for (int q = 0; q < 16; q++) memcpy(d + p * part_stride + q * 64 + 4 * c, &o[p][q], 4);
+                    for (int q = 0; q < 16; q++) memcpy(d + q * 64 + 4 * (3 * c + p), &o[p][q], 4);
             }
         }
     }
@@ -187,91 +193,117 @@ AMX static void pack_act(const float *x, int64_t ldx, int64_t k, int64_t t0, int
     const int64_t S = (k + 31) / 32;
     for (int64_t b = t0 / TT * TT; b < t1; b += TT) {
         int c0 = b < t0 ? (int)(t0 - b) : 0, c1 = b + TT > t1 ? (int)(t1 - b) : TT;
-        pack_block(x + b * ldx, ldx, k, c0, c1, 0, S, (uint8_t *)xp + b * ldxp, (size_t)S * STEP_BYTES);
+        pack_block(x + b * ldx, ldx, k, c0, c1, 0, S, (uint8_t *)xp + b * ldxp);
     }
 }
 
 typedef struct {
-    int R, T, NT;       /* shapes of the loaded configuration (R = 0: none) */
+    int R, T;           /* shapes of the loaded configuration (R = 0: none) */
 } tile_shape;
 
-AMX INLINE void configure(tile_shape *cur, int R, int T, int NT) {
-    if (cur->R == R && cur->T == T && cur->NT == NT) return;
+/* C tiles 0..3: R rows x 3T columns; A (4, 5): R rows x 32 k; B (6, 7): 16
+ * pair rows x 3T columns. Loaded only when the shapes change. */
+AMX INLINE void configure(tile_shape *cur, int R, int T) {
+    if (cur->R == R && cur->T == T) return;
     amx_tile_config cfg = {.palette = 1};
-    for (int j = 0; j < NT; j++) cfg.rows[j] = (uint8_t)R, cfg.colsb[j] = (uint16_t)(4 * T); /* C */
-    for (int i = 4; i < 6; i++) cfg.rows[i] = (uint8_t)R, cfg.colsb[i] = 64;                  /* A */
-    for (int i = 6; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = (uint16_t)(4 * T);           /* B */
+    for (int j = 0; j < 4; j++) cfg.rows[j] = (uint8_t)R, cfg.colsb[j] = (uint16_t)(12 * T);
+    for (int i = 4; i < 6; i++) cfg.rows[i] = (uint8_t)R, cfg.colsb[i] = 64;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = (uint16_t)(12 * T);
     _tile_loadconfig(&cfg);
-    *cur = (tile_shape){R, T, NT};
+    *cur = (tile_shape){R, T};
 }
 
-/* The A tile(s) of step s for R rows at w (row stride rowb): BF16 rows in
- * place (tmm4), or through asc (zero-padded) for a partial last step; F16
- * converted to whi (tmm4) and wlo (tmm5) via asc. */
-AMX INLINE void load_a(const dtype wt, const uint8_t *w, size_t rowb, int R, int64_t k, int64_t s,
-                       uint16_t asc[2][ROWS][32]) {
+/* 32 f16s (h) split exactly through F32: whi = the top 8 significant bits,
+ * wlo = the rest (3 bits at most), as BF16. */
+AMX INLINE void f16_row_f32(__m512i h, uint16_t whi[32], uint16_t wlo[32]) {
+    const __m512i mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                         27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    __m512 b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    __m512 ha = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), mask));
+    __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(b), mask));
+    __m512 la = _mm512_sub_ps(a, ha), lb = _mm512_sub_ps(b, hb);
+    _mm512_store_si512(whi, _mm512_permutex2var_epi16(_mm512_castps_si512(ha), idx, _mm512_castps_si512(hb)));
+    _mm512_store_si512(wlo, _mm512_permutex2var_epi16(_mm512_castps_si512(la), idx, _mm512_castps_si512(lb)));
+}
+
+/* Step s of R rows at w (row stride rowb) as BF16 tile rows: BF16 rows in
+ * place (*a0 = the rows, *stride = rowb) or through asc[0] (zero-padded) for
+ * a partial last step; F16 converted to whi (asc[0]) and wlo (asc[1]). */
+AMX INLINE void prep_a(const dtype wt, const uint8_t *w, size_t rowb, int R, int64_t k, int64_t s,
+                       uint16_t asc[2][ROWS][32], const void **a0, size_t *stride) {
     const int64_t n = k - 32 * s;
     const uint8_t *ws = w + (size_t)s * 64;
     for (int r = 0; r < R; r++) _mm_prefetch((const char *)ws + r * rowb + PREFETCH, _MM_HINT_T0);
+    *a0 = asc[0], *stride = 64;
     if (wt == DTYPE_BF16) {
         if (n >= 32) {
-            _tile_loadd(4, ws, rowb);
+            *a0 = ws, *stride = rowb;
             return;
         }
         __mmask32 m = (__mmask32)((1u << n) - 1);
         for (int r = 0; r < R; r++) _mm512_store_si512(asc[0][r], _mm512_maskz_loadu_epi16(m, ws + r * rowb));
-        _tile_loadd(4, asc[0], 64);
         return;
     }
-    const __m512i mask = _mm512_set1_epi32((int)0xFFFF0000u);
-    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
-                                         27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    /* F16 -> BF16 whi, wlo in 16-bit lanes. A normal f16 (exponent e, 10
+     * mantissa bits) has whi = sign | (e + 112, top 7 mantissa bits) =
+     * sign | ((h & 0x7fff) >> 3) + 0x3800, and wlo = sign * m3 * 2^(e-25)
+     * (m3 = the low 3 bits), whose BF16 exponent and mantissa for m3 = 1..7
+     * come from a table plus e << 7; zero gives zeros. Rows with subnormal
+     * f16s go through F32 (exact too). */
+    const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         104 << 7 | 0x60, 104 << 7 | 0x40, 104 << 7 | 0x20, 104 << 7,
+                                         103 << 7 | 0x40, 103 << 7, 102 << 7, 0);
+    const __m512i c7c00 = _mm512_set1_epi16(0x7c00), c0fff = _mm512_set1_epi16(0x0fff);
+    const __m512i c3800 = _mm512_set1_epi16(0x3800), c8000 = _mm512_set1_epi16((short)0x8000);
+    const __m512i c7fff = _mm512_set1_epi16(0x7fff), c7 = _mm512_set1_epi16(7);
     __mmask32 m = n >= 32 ? (__mmask32)~0u : (__mmask32)((1u << n) - 1);
     for (int r = 0; r < R; r++) {
         __m512i h = _mm512_maskz_loadu_epi16(m, ws + r * rowb);
-        __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-        __m512 b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-        __m512 ha = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), mask));
-        __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(b), mask));
-        __m512 la = _mm512_sub_ps(a, ha), lb = _mm512_sub_ps(b, hb);
-        _mm512_store_si512(asc[0][r], _mm512_permutex2var_epi16(_mm512_castps_si512(ha), idx, _mm512_castps_si512(hb)));
-        _mm512_store_si512(asc[1][r], _mm512_permutex2var_epi16(_mm512_castps_si512(la), idx, _mm512_castps_si512(lb)));
+        __mmask32 normal = _mm512_test_epi16_mask(h, c7c00);
+        if (_mm512_test_epi16_mask(h, c7fff) & ~normal) {
+            f16_row_f32(h, asc[0][r], asc[1][r]);
+            continue;
+        }
+        __m512i sign = _mm512_and_si512(h, c8000);
+        __m512i hi = _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 3), c0fff), c3800);
+        _mm512_store_si512(asc[0][r], _mm512_maskz_or_epi32(0xffff, sign, _mm512_maskz_mov_epi16(normal, hi)));
+        __m512i e7 = _mm512_srli_epi16(_mm512_and_si512(h, c7c00), 3);
+        __m512i lo = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_and_si512(h, c7), lut), e7);
+        __mmask32 nz = _mm512_test_epi16_mask(h, c7);
+        _mm512_store_si512(asc[1][r], _mm512_maskz_mov_epi16(nz, _mm512_or_si512(lo, sign)));
     }
-    _tile_loadd(4, asc[0], 64);
-    _tile_loadd(5, asc[1], 64);
 }
 
-/* B tile of token tile J (register BT) for part XP, then the tile multiplies
- * of C J: by A (tmm4) and, for F16, by wlo (tmm5). */
-#define MULT(BT, J, XP)                                                       \
+/* Token tile J's B (register BT), then C J += A . B (tmm4) and, for F16,
+ * += wlo . B (tmm5). */
+#define MULT(BT, J)                                                           \
     do {                                                                      \
-        _tile_loadd(BT, bs[J] + (XP) * part_stride, 64);                      \
+        _tile_loadd(BT, bs[J], 64);                                           \
         _tile_dpbf16ps(J, 4, BT);                                             \
         if (f16) _tile_dpbf16ps(J, 5, BT);                                    \
     } while (0)
 
-/* Steps [s0, s1) of R rows (w: row 0) x NT token tiles into C tiles 0..NT-1;
- * b[j]: token tile j's part 0 of step s0 (steps STEP_BYTES apart). */
+/* Steps [s0, s1) of R rows (w: row 0) x NT token tiles into C tiles
+ * 0..NT-1; b[j]: token tile j's B tile of step s0 (steps STEP_BYTES apart).
+ * Each C tile sees one tile multiply per step (F16: by whi, then by wlo). */
 AMX INLINE void run_steps(const dtype wt, const uint8_t *w, size_t rowb, int R, int NT, int64_t k, int64_t s0,
-                          int64_t s1, const uint8_t *const b[GROUP], size_t part_stride) {
+                          int64_t s1, const uint8_t *const b[GROUP]) {
     _Alignas(64) uint16_t asc[2][ROWS][32];
     const bool f16 = wt == DTYPE_F16;
     for (int64_t s = s0; s < s1; s++) {
         const uint8_t *bs[GROUP];
         for (int j = 0; j < NT; j++) bs[j] = b[j] + (s - s0) * STEP_BYTES;
-        load_a(wt, w, rowb, R, k, s, asc);
-        if (NT == 1) {
-            MULT(6, 0, 0);
-            MULT(7, 0, 1);
-            MULT(6, 0, 2);
-            continue;
-        }
-        for (int p = 0; p < 3; p++) {
-            MULT(6, 0, p);
-            MULT(7, 1, p);
-            if (NT > 2) MULT(6, 2, p);
-            if (NT > 3) MULT(7, 3, p);
-        }
+        const void *a0;
+        size_t as;
+        prep_a(wt, w, rowb, R, k, s, asc, &a0, &as);
+        _tile_loadd(4, a0, as);
+        if (f16) _tile_loadd(5, asc[1], 64);
+        MULT(6, 0);
+        if (NT > 1) MULT(7, 1);
+        if (NT > 2) MULT(6, 2);
+        if (NT > 3) MULT(7, 3);
     }
 }
 
@@ -279,13 +311,13 @@ AMX INLINE void run_steps(const dtype wt, const uint8_t *w, size_t rowb, int R, 
 #define C_INIT(J, first, cb) do { if (first) _tile_zero(J); else _tile_loadd(J, cb, 64); } while (0)
 
 /* Tokens [t, t + NT*T) (NT tiles of width T; the packed activations of
- * tile j at bt[j] with steps from s = 0, part stride part_stride, or packed
- * here piece by piece when bt is NULL) x rows [n0, n1). */
+ * tile j at bt[j] from step 0, or packed here piece by piece when bt is
+ * NULL) x rows [n0, n1). */
 AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t, int NT, int T,
-                          const uint8_t *const bt[GROUP], size_t part_stride, tile_shape *cur) {
-    _Alignas(64) uint8_t pbuf[GROUP][3][PIECE_STEPS][STEP_BYTES];   /* 48 KB */
-    _Alignas(64) float cbuf[CHUNK_ROWS / ROWS][GROUP][ROWS][TT];  /* 32 KB */
-    _Alignas(64) float out[ROWS][TT];
+                          const uint8_t *const bt[GROUP], tile_shape *cur) {
+    _Alignas(64) uint8_t pbuf[GROUP][PIECE_STEPS][STEP_BYTES];    /* 64 KB */
+    _Alignas(64) float cbuf[CHUNK_ROWS / ROWS][GROUP][ROWS][16];  /* 32 KB */
+    _Alignas(64) float out[ROWS][16];
     const int64_t k = a->k, S = (k + 31) / 32;
     const size_t rowb = (size_t)k * 2;
     const bool packed = bt != NULL;
@@ -295,62 +327,61 @@ AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int6
         for (int64_t s0 = 0; s0 < S; s0 += piece) {
             int64_t s1 = s0 + piece < S ? s0 + piece : S;
             const uint8_t *b[GROUP];
-            size_t ps = part_stride;
             if (packed) {
                 for (int j = 0; j < NT; j++) b[j] = bt[j] + s0 * STEP_BYTES;
             } else {
-                ps = PIECE_STEPS * STEP_BYTES;
                 for (int j = 0; j < NT; j++) {
-                    pack_block(a->x + (t + j * T) * a->ldx, a->ldx, k, 0, T, s0, s1, pbuf[j][0][0], ps);
-                    b[j] = pbuf[j][0][0];
+                    pack_block(a->x + (t + j * T) * a->ldx, a->ldx, k, 0, T, s0, s1, pbuf[j][0]);
+                    b[j] = pbuf[j][0];
                 }
             }
             bool first = s0 == 0, last = s1 == S;
-            for (int64_t n = rc; n < re; n += ROWS) {
-                int R = re - n < ROWS ? (int)(re - n) : ROWS;
-                configure(cur, R, T, NT);
-                float(*cb)[ROWS][TT] = cbuf[(n - rc) / ROWS];
+            for (int64_t n = rc; n < re;) {
+                int R = re - n < ROWS ? (int)(re - n) : ROWS, NC = NT; /* C tiles in use */
+                configure(cur, R, T);
+                float(*cb)[ROWS][16] = cbuf[(n - rc) / ROWS];
                 C_INIT(0, first, cb[0]);
-                if (NT > 1) C_INIT(1, first, cb[1]);
-                if (NT > 2) C_INIT(2, first, cb[2]);
-                if (NT > 3) C_INIT(3, first, cb[3]);
+                if (NC > 1) C_INIT(1, first, cb[1]);
+                if (NC > 2) C_INIT(2, first, cb[2]);
+                if (NC > 3) C_INIT(3, first, cb[3]);
                 const uint8_t *w = (const uint8_t *)a->w + (size_t)n * rowb;
-                run_steps(wt, w, rowb, R, NT, k, s0, s1, b, ps);
+                run_steps(wt, w, rowb, R, NT, k, s0, s1, b);
                 if (!last) {
                     _tile_stored(0, cb[0], 64);
-                    if (NT > 1) _tile_stored(1, cb[1], 64);
-                    if (NT > 2) _tile_stored(2, cb[2], 64);
-                    if (NT > 3) _tile_stored(3, cb[3], 64);
+                    if (NC > 1) _tile_stored(1, cb[1], 64);
+                    if (NC > 2) _tile_stored(2, cb[2], 64);
+                    if (NC > 3) _tile_stored(3, cb[3], 64);
+                    n += R;
                     continue;
                 }
-                for (int j = 0; j < NT; j++) {
-                    switch (j) {
+                for (int q = 0; q < NC; q++) {
+                    switch (q) {
                     case 0: _tile_stored(0, out, 64); break;
                     case 1: _tile_stored(1, out, 64); break;
                     case 2: _tile_stored(2, out, 64); break;
                     default: _tile_stored(3, out, 64); break;
                     }
+                    int64_t tq = t + q * T, nq = n;
                     for (int c = 0; c < T; c++) {
-                        float *y = a->y + (t + j * T + c) * a->ldy + n;
+                        float *y = a->y + (tq + c) * a->ldy + nq;
                         for (int r = 0; r < R; r++) {
-                            float dot = out[r][c];
-                            if (a->bias) dot += kernels_weight_at(a->bias, a->btype, n + r);
+                            float dot = (out[r][3 * c + 2] + out[r][3 * c + 1]) + out[r][3 * c];
+                            if (a->bias) dot += kernels_weight_at(a->bias, a->btype, nq + r);
                             y[r] = a->accumulate ? y[r] + dot : dot;
                         }
                     }
                 }
+                n += R;
             }
         }
     }
 }
 
 AMX INLINE void range(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
-    const int64_t S = (a->k + 31) / 32;
-    const size_t act = matmul_amx_act_bytes(a->k);
     /* packed blocks are aligned to token 0 of xq; our own ones to t0 */
-    const bool packed = a->xq && (size_t)a->ldxq >= act;
+    const bool packed = a->xq && (size_t)a->ldxq >= matmul_amx_act_bytes(a->k);
     const int64_t tb = packed ? 0 : t0;
-    tile_shape cur = {0, 0, 0};
+    tile_shape cur = {0, 0};
     int64_t t = t0;
     while (t < t1) {
         int64_t bend = tb + ((t - tb) / TT + 1) * TT; /* end of t's block */
@@ -365,9 +396,9 @@ AMX INLINE void range(const dtype wt, const matmul_args *a, int64_t n0, int64_t 
         if (packed)
             for (int j = 0; j < NT; j++) {
                 int64_t tj = t + j * TT, blk = tj / TT * TT;
-                bt[j] = (const uint8_t *)a->xq + blk * a->ldxq + 4 * (tj - blk);
+                bt[j] = (const uint8_t *)a->xq + blk * a->ldxq + 12 * (tj - blk);
             }
-        run_group(wt, a, n0, n1, t, NT, T, packed ? bt : NULL, (size_t)S * STEP_BYTES, &cur);
+        run_group(wt, a, n0, n1, t, NT, T, packed ? bt : NULL, &cur);
         t += (int64_t)NT * T;
     }
     if (cur.R) _tile_release();

@@ -110,6 +110,9 @@ struct runner {
     float *att_scratch;         /* (nth, attention_scratch_floats) */
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
+    uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
+                                 * the AMX-BF16 kernel (kernels.h), when it takes BF16/F16 weights */
+    size_t xa_stride;           /* matmul_amx_act_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
     const runner_batch *b;
@@ -189,18 +192,24 @@ size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
            (size_t)c->head_dim * (size_t)block_size * sizeof(float);
 }
 
-/* True if any matmul weight has an integer dot kernel (Q8_0/Q4_0). */
-static bool model_has_act_quant(const model *m) {
+/* True if any matmul weight's dtype satisfies has. */
+static bool model_any_weight(const model *m, bool (*has)(dtype)) {
     const model_weights *w = &m->w;
-    if (quant_has_act_kernel(w->lm_head.type)) return true;
+    if (has(w->lm_head.type)) return true;
     for (int32_t l = 0; l < m->config.num_hidden_layers; l++) {
         const layer_weights *lw = &w->layers[l];
         const tensor *t[] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj, &lw->down_proj};
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-            if (quant_has_act_kernel(t[i]->type)) return true;
+            if (has(t[i]->type)) return true;
     }
     return false;
 }
+
+/* Weights with an integer dot kernel (Q8_0/Q4_0...): inputs quantized into xq. */
+static bool model_has_act_quant(const model *m) { return model_any_weight(m, quant_has_act_kernel); }
+
+/* Weights the AMX-BF16 kernel takes in this process: inputs packed into xa. */
+static bool uses_amx(dtype t) { return (t == DTYPE_BF16 || t == DTYPE_F16) && matmul_use_amx(); }
 
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
     *out = NULL;
@@ -270,6 +279,12 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xq_stride = quant_act_row_bytes(kmax);
         r->xq = alloc_zeroed(T, r->xq_stride, &rc);
     }
+    if (model_any_weight(m, uses_amx)) {
+        int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
+        if (r->inter > kmax) kmax = r->inter;
+        r->xa_stride = matmul_amx_act_bytes(kmax);
+        r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
+    }
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
@@ -295,6 +310,7 @@ void runner_free(runner *r) {
     free(r->up);
     free(r->rope);
     free(r->xq);
+    free(r->xa);
     free(r->att_scratch);
     free(r->token_seq);
     free(r);
@@ -547,17 +563,35 @@ static void stage_quantize_act(void *arg, int64_t lo, int64_t hi, int ith) {
     for (int64_t t = lo; t < hi; t++) quant_quantize_act_row(a->x + t * a->ldx, r->xq + t * r->xq_stride, a->k);
 }
 
+/* xa blocks lo..hi (4 tokens each) = the stage's input rows packed for the
+ * AMX-BF16 kernel (all parts share x). */
+static void stage_pack_amx(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    const matmul_args *a = &r->mm.part[0];
+    int64_t t1 = hi * 4 < r->mm.tokens ? hi * 4 : r->mm.tokens;
+    matmul_amx_pack_act(a->x, a->ldx, a->k, lo * 4, t1, r->xa, (int64_t)r->xa_stride);
+}
+
 /* Runs the matmul stage in r->mm; small ones (under PARALLEL_MIN_MACS) on
- * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first. */
+ * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first;
+ * BF16/F16 parts on AMX get r->xa, packed first. */
 static void run_matmul(runner *r, int64_t tokens) {
     mm_op *op = &r->mm;
-    bool act = false;
+    bool act = false, amx = false;
     for (int p = 0; p < op->nparts; p++)
         if (r->xq && quant_has_act_kernel(op->part[p].wtype)) {
             op->part[p].xq = r->xq, op->part[p].ldxq = (int64_t)r->xq_stride;
             act = true;
+        } else if (r->xa && uses_amx(op->part[p].wtype)) {
+            op->part[p].xq = r->xa, op->part[p].ldxq = (int64_t)r->xa_stride;
+            amx = true;
         }
     if (act) run_rows(r, stage_quantize_act, tokens);
+    if (amx) {
+        op->tokens = tokens;
+        threadpool_run(r->pool, stage_pack_amx, r, (tokens + 3) / 4, tokens < 64 ? (tokens + 3) / 4 : 2);
+    }
     mm_plan(r, op, tokens);
     int64_t items = op->first_item[op->swiglu ? 1 : op->nparts], macs = 0;
     for (int p = 0; p < op->nparts; p++) macs += op->part[p].n * op->part[p].k * tokens;

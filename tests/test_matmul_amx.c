@@ -218,17 +218,20 @@ TEST(test_matmul_amx_batch_invariance) {
     check_invariance(DTYPE_F16, 150, 600);
 }
 
-/* The dispatch: BF16/F16 weights go to the AMX kernel exactly when
- * matmul_use_amx(), which VLLM_AMX=0 and VLLM_KERNELS below avx512 turn off. */
+/* The dispatch: BF16 weights go to the AMX kernel exactly when
+ * matmul_use_amx() (VLLM_AMX=0 and VLLM_KERNELS below avx512 turn it off),
+ * F16 ones only with VLLM_AMX=f16 too; F32 and quantized never. */
 TEST(test_matmul_amx_dispatch) {
     const char *env = getenv("VLLM_AMX"), *isa = getenv("VLLM_KERNELS");
     bool off = (env && !strcmp(env, "0")) || (isa && strcmp(isa, "avx512"));
     CHECK(!off || !matmul_use_amx(), "VLLM_AMX=0 / VLLM_KERNELS=%s left AMX on", isa ? isa : "");
     CHECK(matmul_use_amx() == (!off && matmul_amx_available() && kernels_isa_get() >= KERNELS_ISA_AVX512));
-    bool amx = matmul_use_amx();
+    bool amx = matmul_use_amx(), f16 = amx && env && !strcmp(env, "f16");
+    CHECK(matmul_amx_takes(DTYPE_BF16) == amx && matmul_amx_takes(DTYPE_F16) == f16);
     CHECK((matmul_kernel(DTYPE_BF16) == matmul_range_amx) == amx);
-    CHECK((matmul_kernel(DTYPE_F16) == matmul_range_amx) == amx);
+    CHECK((matmul_kernel(DTYPE_F16) == matmul_range_amx) == f16, "F16 on AMX only with VLLM_AMX=f16");
     CHECK(matmul_kernel(DTYPE_F32) != matmul_range_amx);
+    CHECK(matmul_kernel(DTYPE_Q8_0) != matmul_range_amx);
 }
 
 int main(void) {

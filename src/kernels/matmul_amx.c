@@ -298,6 +298,7 @@ AMX INLINE void run_steps(const dtype wt, const uint8_t *w, size_t rowb, int R, 
         const void *a0;
         size_t as;
         prep_a(wt, w, rowb, R, k, s, asc, &a0, &as);
+        if (f16) _mm_sfence(); /* a tile load of just-stored bytes waits far longer than the stores' drain */
         _tile_loadd(4, a0, as);
         if (f16) _tile_loadd(5, asc[1], 64);
         MULT(6, 0);
@@ -442,4 +443,14 @@ bool matmul_use_amx(void) {
         atomic_store(&state, s = kernels_isa_get() >= KERNELS_ISA_AVX512 && kernels_amx_allowed() &&
                                  matmul_amx_available());
     return s == 1;
+}
+
+bool matmul_amx_takes(dtype wtype) {
+    static atomic_int f16 = -1;
+    int s = atomic_load(&f16);
+    if (s < 0) {
+        const char *env = getenv("VLLM_AMX");
+        atomic_store(&f16, s = env && !strcmp(env, "f16"));
+    }
+    return matmul_use_amx() && (wtype == DTYPE_BF16 || (wtype == DTYPE_F16 && s == 1));
 }

@@ -209,7 +209,7 @@ static bool model_any_weight(const model *m, bool (*has)(dtype)) {
 static bool model_has_act_quant(const model *m) { return model_any_weight(m, quant_has_act_kernel); }
 
 /* Weights the AMX-BF16 kernel takes in this process: inputs packed into xa. */
-static bool uses_amx(dtype t) { return (t == DTYPE_BF16 || t == DTYPE_F16) && matmul_use_amx(); }
+static bool uses_amx(dtype t) { return matmul_amx_takes(t); }
 
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
     *out = NULL;

@@ -59,6 +59,7 @@
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
     MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
+    MM_ROW_ALIGN_AMX = 32,      /* ... of the AMX kernel's 16-row tiles (kernels.h) */
     MM_MAX_ROWS = 240,          /* rows per work item at most */
     MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 for reuse */
     MM_STREAM_BYTES = 256 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
@@ -503,14 +504,15 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
  * reuses them, or of ~MM_STREAM_BYTES at decode where each weight is read
  * once (longer sequential streams read faster), token chunks of
  * MM_TOKEN_CHUNK, halving the row chunk while there are too few items to
- * keep every thread busy. */
+ * keep every thread busy. Weights on the AMX kernel get whole 16-row tiles. */
 static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     const matmul_args *a = &op->part[0];
     int64_t row_bytes = (int64_t)dtype_row_bytes(a->wtype, a->k) * (op->swiglu ? 2 : 1);
+    const int64_t align = uses_amx(a->wtype) ? MM_ROW_ALIGN_AMX : MM_ROW_ALIGN;
     int64_t rc = (tokens < 4 ? MM_STREAM_BYTES : MM_CHUNK_BYTES) / (row_bytes ? row_bytes : 1);
-    rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
-    if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
-    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS;
+    rc = (rc + align - 1) / align * align;
+    if (rc < align) rc = align;
+    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS / align * align;
     op->tokens = tokens;
     op->num_tchunks = (tokens + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK;
     for (;;) {
@@ -521,8 +523,8 @@ static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
             items += (op->part[p].n + rc - 1) / rc * op->num_tchunks;
         }
         op->first_item[nparts] = items;
-        if (items >= 4 * r->nth || rc <= MM_ROW_ALIGN) break;
-        rc = (rc / 2 + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
+        if (items >= 4 * r->nth || rc <= align) break;
+        rc = (rc / 2 + align - 1) / align * align;
     }
     op->row_chunk = rc;
 }

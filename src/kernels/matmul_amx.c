@@ -1,8 +1,9 @@
 /*
  * matmul_amx.c - y = x W^T for BF16 and F16 weights on AMX-BF16 tiles
  * (Sapphire Rapids and later), with FP32 products: the path matmul_kernel
- * gives BF16/F16 weights when matmul_use_amx() says so, for every token
- * count (decode included), so a process has one reduction order.
+ * gives the dtypes matmul_amx_takes() (BF16; F16 only with VLLM_AMX=f16)
+ * for every token count (decode included), so a process has one reduction
+ * order.
  *
  * Exactness. tdpbf16ps multiplies BF16 pairs into FP32 accumulators. Each
  * FP32 activation is split exactly into three BF16 parts
@@ -11,9 +12,10 @@
  * (each difference is exact in FP32; lo has at most 8 significant bits).
  * BF16 weights are used as they are; an F16 weight (11 significant bits)
  * splits exactly into w = whi + wlo the same way. Every product of parts is
- * exact in FP32, so only the summation differs from the FMA kernels: one
- * FP32 accumulator per output over 3 (BF16) or 6 (F16) times k exact terms.
- * (Inputs the tiles see as subnormal, i.e. parts below 2^-126, count as 0.)
+ * exact in FP32, so only the summation differs from the FMA kernels: three
+ * FP32 accumulators per output (one per activation part) over k (BF16) or
+ * 2k (F16) exact terms each. (Inputs the tiles see as subnormal, i.e.
+ * parts below 2^-126, count as 0; Inf/NaN activations give NaN.)
  *
  * Formulation: C^T = W X^T, so weight rows are tile rows read in place,
  * and the three parts of a token are three columns of C (so decode, one
@@ -26,8 +28,7 @@
  *        B[kp][3t + p] = (part p of x_t[2kp], of x_t[2kp+1]) as BF16;
  *     C (tmm0..3): 16 rows x (4 tokens x 3 parts) FP32 accumulators, one
  *        tile per token tile of a group of up to 4 tiles (16 tokens) that
- *        share each weight tile; with one token tile (decode) up to 4 row
- *        tiles share each B tile instead.
+ *        share each weight tile (decode: one C tile, 3 of its columns).
  * The result: y = (C[.., lo] + C[.., mid]) + C[.., hi], then store_out's
  * bias and accumulate.
  * Packed activations: blocks of 4 tokens, one 1 KB B tile per 32-k step
@@ -40,6 +41,14 @@
  * by whi, then by wlo), then the fixed three-term sum. Nothing depends on
  * the token count, the tile, the row group or the caller's split, so a
  * token's outputs are bit-identical alone or in any batch.
+ *
+ * Measured (Sapphire Rapids, one thread, runner-shaped 32 rows x 64
+ * tokens, k = 2048): ~2.3x the AVX-512 FMA kernel for BF16 prefill, decode
+ * at the same bandwidth. F16 is another matter: converting each weight tile
+ * to whi/wlo costs more than the tile multiplies (and a tile load of bytes
+ * just stored stalls unless an sfence drains them first), so F16 decode
+ * runs at ~1/2 of the FMA kernel's bandwidth and prefill gains little; F16
+ * stays on the FMA kernel unless VLLM_AMX=f16.
  *
  * Tile state is per thread: each call loads a configuration (reloaded when
  * the tile shapes change) and releases the tiles before returning. The OS

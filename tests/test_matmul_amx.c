@@ -5,9 +5,11 @@
  * and token splits, with packed activations (xq) or without.
  *
  * Tolerance, from the error bound: every product of parts is exact (see
- * matmul_amx.c), so the result is a float sum of m = 3k (BF16) or 6k (F16)
- * exact terms into one accumulator, plus the bias and the accumulate add.
- * |sum - exact| <= m u / (1 - m u) * sum|terms| with u = 2^-24, and
+ * matmul_amx.c), so the result is three float sums of k (BF16) or 2k (F16)
+ * exact terms each, added together, plus the bias and the accumulate add:
+ * fewer roundings on every term's path than one sequential sum of m = 3k
+ * (6k) terms, so |sum - exact| <= m u / (1 - m u) * sum|terms| (u = 2^-24)
+ * bounds it, and
  * sum|terms| <= 3 sum_i |w_i x_i| (the parts of a value add up to at most
  * its magnitude times 1 + 2^-7 + ...), so tol = 3 m u (sum|w x|) + 2 u |y|.
  * A wrong tile, a lost part (hi alone errs by ~2^-9 |w x|) or a wrong k

@@ -602,7 +602,7 @@ bool quant_use_amx(void) {
     int use = atomic_load(&cached);
     if (use < 0) {
         const char *env = getenv("VLLM_QUANT_AMX");
-        use = quant_use_avx512() && !(env && !strcmp(env, "0")) && quant_amx_available();
+        use = quant_use_avx512() && !(env && !strcmp(env, "0")) && kernels_amx_allowed() && quant_amx_available();
         atomic_store(&cached, use);
     }
     return use == 1;

@@ -21,11 +21,12 @@
  *
  * Tile state is per thread: every call loads its tile configuration and
  * releases the tiles before it returns. The kernel needs the process's
- * permission for the AMX state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once
- * by quant_amx_available); without it quant.c never calls in here.
+ * permission for the AMX state (amx_tiles_permitted, amx.h, asked once by
+ * quant_amx_available); without it quant.c never calls in here.
  */
 #include "kernels/quant.h"
 
+#include "kernels/amx.h"
 #include "kernels/kernels.h"
 
 #include <stdatomic.h>
@@ -35,15 +36,11 @@
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
 enum {
-    ARCH_REQ_XCOMP_PERM = 0x1023,
-    XFEATURE_XTILEDATA = 18,
     ROWS = 16,          /* weight rows per tile multiply */
     TOKENS = 16,        /* tokens per tile multiply at most */
     PIECE = 64,         /* blocks of k prepared at a time */
@@ -56,10 +53,8 @@ bool quant_amx_available(void) {
     int s = atomic_load(&state);
     if (s < 0) {
         unsigned a, b, c, d;
-        s = 0;
-        /* CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; then the OS's grant */
-        if (kernels_cpu_has_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 3) == 3)
-            s = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        /* CPUID.(7,0):EDX bit 25 AMX-INT8; the tile state's grant: amx.h */
+        s = amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 25 & 1);
         atomic_store(&state, s);
     }
     return s == 1;

@@ -242,6 +242,113 @@ AMX static void range_q4_0(const void *w, int64_t k, const void *xq, int64_t ldx
     range(DTYPE_Q4_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
+/* ---- the x16 layout (quant.h): weights as B tiles, activations as A ------- */
+
+#ifndef LAG
+#define LAG 2 /* blocks between a tile product and its float work */
+#endif
+
+/* One block: C tile (4 + h) = the T tokens (A, straight from xq) x the
+ * group's 16 rows (B: the record's int8 quants for Q8_0; for Q4_0 the
+ * nibbles - 8, unpacked into bq), all signed, stored into c: exact isums. */
+AMX INLINE void x16_products(const dtype type, const uint8_t *g, const uint8_t *xb, int64_t ldxq, int h,
+                             uint8_t bq[8][64], int32_t c[TOKENS][16]) {
+    if (type == DTYPE_Q4_0) {
+        const __m512i m4 = _mm512_set1_epi8(15), e8 = _mm512_set1_epi8(8);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i q = _mm512_loadu_si512(g + 32 + 64 * j);
+            _mm512_store_si512(bq[j], _mm512_sub_epi8(_mm512_and_si512(q, m4), e8));
+            _mm512_store_si512(bq[4 + j], _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), e8));
+        }
+    }
+    if (h == 0) {
+        _tile_loadd(0, xb + 4, ldxq);
+        if (type == DTYPE_Q8_0) _tile_loadd(2, g + 32, 64);
+        else _tile_loadd(2, bq, 64);
+        _tile_zero(4);
+        _tile_dpbssd(4, 0, 2);
+        _tile_stored(4, c, 64);
+    } else {
+        _tile_loadd(1, xb + 4, ldxq);
+        if (type == DTYPE_Q8_0) _tile_loadd(3, g + 32, 64);
+        else _tile_loadd(3, bq, 64);
+        _tile_zero(5);
+        _tile_dpbssd(5, 1, 3);
+        _tile_stored(5, c, 64);
+    }
+}
+
+/* acc[t] (lanes = the group's rows) += block i's terms for tokens t < T. */
+AMX INLINE void x16_epilogue(const uint8_t *g, const uint8_t *xb, int64_t ldxq, int T, const int32_t c[TOKENS][16],
+                             __m512 acc[TOKENS]) {
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+#pragma GCC unroll 16
+    for (int t = 0; t < TOKENS; t++) {
+        if (t >= T) break;
+        __m512i ci = _mm512_load_si512(c[t]);
+        float dx;
+        memcpy(&dx, xb + t * ldxq, 4);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+    }
+}
+
+/* Groups [g0, g1) x T tokens over the whole of k. Tile products run LAG
+ * blocks ahead of the float work that reads them back, so a block's tile
+ * store has landed by then. */
+AMX INLINE void x16_range(const dtype type, const void *w, int64_t k, const uint8_t *xq, int64_t ldxq, float *y,
+                          int64_t ldy, int64_t g0, int64_t g1, int T) {
+    _Alignas(64) int32_t c[LAG + 1][TOKENS][16];
+    _Alignas(64) uint8_t bq[2][8][64];
+    const int64_t nb = k / QUANT_QK;
+    const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
+    memset(c, 0, sizeof c);
+    for (int64_t g = g0; g < g1; g++) {
+        __m512 acc[TOKENS];
+#pragma GCC unroll 16
+        for (int t = 0; t < TOKENS; t++) acc[t] = _mm512_setzero_ps();
+        const uint8_t *wg = (const uint8_t *)w + g * nb * rec;
+        for (int64_t i = 0; i < nb + LAG; i++) {
+            if (i < nb) {
+                for (int p = 0; p < 4 + 4 * (type == DTYPE_Q8_0); p++)
+                    _mm_prefetch((const char *)wg + (i + 4) * rec + 64 * p + 32, _MM_HINT_T0);
+                x16_products(type, wg + i * rec, xq + i * QUANT_ACT_BLOCK_BYTES, ldxq, (int)(i & 1), bq[i & 1],
+                             c[i % (LAG + 1)]);
+            }
+            if (i >= LAG) {
+                int64_t j = i - LAG;
+                x16_epilogue(wg + j * rec, xq + j * QUANT_ACT_BLOCK_BYTES, ldxq, T, c[j % (LAG + 1)], acc);
+            }
+        }
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(y + t * ldy + g * 16, acc[t]);
+    }
+}
+
+AMX static void x16_amx(const dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                        int64_t ldy, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t += TOKENS) {
+        int T = t1 - t < TOKENS ? (int)(t1 - t) : TOKENS;
+        tile_config cfg = {.palette = 1};
+        for (int i = 0; i < 2; i++) {
+            cfg.rows[i] = (uint8_t)T, cfg.colsb[i] = 32;           /* A: tokens x 32 activation bytes */
+            cfg.rows[2 + i] = 8, cfg.colsb[2 + i] = 64;            /* B: k/4 x (16 rows x 4 bytes) */
+            cfg.rows[4 + i] = (uint8_t)T, cfg.colsb[4 + i] = 64;   /* C: tokens x 16 rows */
+        }
+        _tile_loadconfig(&cfg);
+        const uint8_t *xt = (const uint8_t *)xq + t * ldxq;
+        if (type == DTYPE_Q8_0) x16_range(DTYPE_Q8_0, w, k, xt, ldxq, y + t * ldy, ldy, g0, g1, T);
+        else x16_range(DTYPE_Q4_0, w, k, xt, ldxq, y + t * ldy, ldy, g0, g1, T);
+        _tile_release();
+    }
+}
+
+void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!quant_amx_available() || r0 % 16 || r1 % 16) abort(); /* a caller bug */
+    if (type != DTYPE_Q8_0 && type != DTYPE_Q4_0) abort();  /* a caller bug: no x16 layout for this type */
+    x16_amx(type, w, k, xq, ldxq, y, ldy, r0 / 16, r1 / 16, t0, t1);
+}
+
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_amx_available()) abort(); /* a caller bug: test quant_amx_available() first */
@@ -251,6 +358,11 @@ void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void
 }
 #else
 bool quant_amx_available(void) { return false; }
+
+void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    abort(); /* never chosen: quant_amx_available() is false here */
+}
 
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {

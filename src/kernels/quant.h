@@ -54,7 +54,8 @@
  * it) uses the "block" order: one accumulator per output,
  *     acc = fma((float)isum_b, dw * dx, acc) over blocks b in order, where
  *     isum_b = the whole block's int32 dot; result = acc.
- * quant_dot_act_block_portable is that order in C. A process uses one order
+ * quant_dot_act_block_portable is that order in C; the x16 kernels (weights
+ * repacked 16 rows to a record, below) compute it too. A process uses one order
  * throughout (quant_act_order() decides), so batch invariance holds on each.
  */
 #ifndef VLLM_KERNELS_QUANT_H

@@ -19,6 +19,16 @@
  * (quant_dot_act_block_portable in C). Each output's operations do not depend
  * on T, the row group or the k pieces, so results are batch invariant.
  *
+ * x16 copies (quant.h; quant_matmul_act_range_x16_amx) swap the roles: the
+ * weights are the B tile (8 rows of 64 bytes = dwords (j, row): the record
+ * as stored for Q8_0, nibbles - 8 unpacked for Q4_0) and the activations the
+ * A tile, read in place from the xq rows (stride ldxq, skipping the scale),
+ * so C = 16 tokens x 16 rows, tdpbssd, with no preparation of B and no
+ * correction term; the float work is per token, one zmm of 16 rows:
+ *     acc[t][r] = fma((float)C[t][r], dw_r * dx_t, acc[t][r])
+ * in block order, the same operations per output as above (dw * dx commutes
+ * exactly), so both layouts give the same bits.
+ *
  * Tile state is per thread: every call loads its tile configuration and
  * releases the tiles before it returns. The kernel needs the process's
  * permission for the AMX state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once

@@ -28,6 +28,13 @@
  * k is taken in pieces of PIECE_STEPS steps (prep stays in L1); accumulators
  * cross pieces in acc_io on the stack.
  *
+ * x16 copies (quant.h; quant_matmul_act_range_x16_avx512, the block
+ * order): a record's zmm of quants is 16 rows' lanes, so vpdpbusd against a
+ * broadcast dword of activations (corr in the first chain's start, as
+ * above) leaves each row's whole-block isum in its lane after 8 of them, no
+ * horizontal reduction; then acc (16 rows) = fma((float)isum, dw * dx, acc)
+ * per block. The copy is one contiguous stream: a fixed prefetch distance.
+ *
  * Streaming (decode): rows are contiguous, so a tile of R rows reads one
  * contiguous range in R interleaved streams; each load prefetches the same
  * offset R rows on, i.e. the next tile, just in time and never twice. (A fixed

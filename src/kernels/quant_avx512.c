@@ -347,7 +347,10 @@ AVX512 INLINE void range(const dtype type, const bool block, const void *w, int6
 
 /* ---- the x16 layout (quant.h), block order: rows in lanes ---------------- */
 
-enum { X16_PIECE = 128, X16_T = 4, X16_GROUPS = 4 }; /* blocks per prep piece; tokens, 16-row groups per pass */
+#ifndef X16_AHEAD
+#define X16_AHEAD 8 /* records of prefetch distance (the copy is one stream) */
+#endif
+enum { X16_PIECE = 512, X16_T = 4, X16_GROUPS = 4 }; /* blocks per prep piece (k 16384); tokens, 16-row groups per pass */
 
 /* Per token and block of a piece: corr = -K * (sum of the block's 32
  * activations), K = 8 (Q4_0 nibbles) or 128 (Q8_0 weights ^ 0x80), and dx. */
@@ -374,17 +377,9 @@ AVX512 INLINE void x16_group(const int T, const dtype type, const uint8_t *g, in
     const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
     const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nbk; b++, g += rec) {
-        _mm_prefetch((const char *)g + 4 * rec, _MM_HINT_T0);
-        _mm_prefetch((const char *)g + 4 * rec + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)g + 4 * rec + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)g + 4 * rec + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)g + 4 * rec + 256, _MM_HINT_T0);
-        if (type == DTYPE_Q8_0) {
-            _mm_prefetch((const char *)g + 4 * rec + 320, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + 4 * rec + 384, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + 4 * rec + 448, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + 4 * rec + 512, _MM_HINT_T0);
-        }
+#pragma GCC unroll 9
+        for (int i = 0; i < (type == DTYPE_Q8_0 ? 9 : 5); i++) /* the record X16_AHEAD on, line by line */
+            _mm_prefetch((const char *)g + X16_AHEAD * rec + 64 * i, _MM_HINT_T0);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wv[8];
         if (type == DTYPE_Q8_0) {

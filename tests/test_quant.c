@@ -417,6 +417,40 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_x16 # skip: not an AMX process\n");
 }
 
+/* k beyond the x16 kernels' 512-block prep piece (accumulators carried
+ * across pieces), 1..5 tokens, vs the block order's portable mirror. */
+TEST(test_quant_x16_long_k) {
+    enum { R = 32, K = 512 * 32 + 3 * 32, T = 5 };
+    static uint8_t w[R * K / 32 * 34], p[R * K / 32 * 34], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float tmp[K], y[T * R];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
+    if (!kernels_cpu_has_avx512()) {
+        printf("ok test_quant_x16_long_k # skip: no AVX-512 VNNI on this CPU\n");
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < K; i++) tmp[i] = rng_uniform();
+        quant_quantize_act_row(tmp, xq + t * ldxq, K);
+    }
+    for (int m = 0; m < 2; m++) {
+        dtype ty = ts[m];
+        size_t stride = dtype_row_bytes(ty, K);
+        for (int r = 0; r < R; r++) make_row(ty, w + r * stride, K, tmp);
+        quant_repack_x16(ty, w, p, 0, R / 16, K);
+        for (int nt = 1; nt <= T; nt++) {
+            quant_matmul_act_range_x16_avx512(ty, p, K, xq, ldxq, y, R, 0, R, 0, nt);
+            int bad = 0;
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < R; r++) {
+                    float want = quant_dot_act_block_portable(ty, w + r * stride, xq + t * ldxq, K);
+                    bad += memcmp(&want, &y[t * R + r], 4) != 0;
+                }
+            CHECK(bad == 0, "%s %d tokens: %d outputs differ from the block mirror", dtype_name(ty), nt, bad);
+        }
+    }
+}
+
 /* The x16 layout against its definition (quant.h), byte by byte. */
 TEST(test_quant_x16_layout) {
     enum { R = 48, K = 96 };
@@ -484,6 +518,7 @@ int main(void) {
     RUN(test_quant_act_batch_invariance);
     RUN(test_quant_act_paths);
     RUN(test_quant_x16_layout);
+    RUN(test_quant_x16_long_k);
     RUN(test_quant_x16_registry);
     return harness_done();
 }

@@ -377,8 +377,7 @@ AVX512 INLINE void x16_group(const int T, const dtype type, const uint8_t *g, in
     const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
     const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nbk; b++, g += rec) {
-#pragma GCC unroll 9
-        for (int i = 0; i < (type == DTYPE_Q8_0 ? 9 : 5); i++) /* the record X16_AHEAD on, line by line */
+        for (int i = 0; i < (int)((rec + 63) / 64); i++) /* the record X16_AHEAD on, line by line */
             _mm_prefetch((const char *)g + X16_AHEAD * rec + 64 * i, _MM_HINT_T0);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wv[8];

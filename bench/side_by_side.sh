@@ -28,7 +28,7 @@ usage() {
 usage: bench/side_by_side.sh [options]
   --only LIST       comma-separated subset of: membw, decode, prefill, batch16, shared64,
                     serve, scaling, idle, startup, kv   (default: all)
-  --types LIST      GGUF types for decode/prefill ("f16,q8_0,q4_0,q4_k,q6_k")
+  --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k")
   --batch-types L   GGUF types for batch16/shared64 ("f16,q8_0")
   --serve-type T    GGUF type for serve/idle/startup (q8_0)
   --threads N       threads for both engines (2)
@@ -45,7 +45,7 @@ EOF
 }
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
-types="f16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
+types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
 dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" logs=""
 while [ $# -gt 0 ]; do
   case "$1" in

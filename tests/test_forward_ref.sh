@@ -68,6 +68,18 @@ if [ -x "$build/tests/test_forward" ]; then
 else
   echo "FAIL forward_avx2: $build/tests/test_forward not built"
 fi
+# AMX-BF16 (kernels.h: BF16 weights by default where the CPU has it, F16 with
+# VLLM_AMX=f16) and the AVX-512 FMA kernels with every AMX path off
+VLLM_AMX=f16 run mistral_f16_amx "$tmp/mistral_f16"
+VLLM_AMX=0 run llama_bf16_linear_bias_noamx "$tmp/llama_bf16_linear_bias"
+VLLM_AMX=0 run qwen3_bf16_head_dim_noamx "$tmp/qwen3_bf16_head_dim"
+for amx in 0 f16; do # test_forward's bit-for-bit batch invariance on those paths too
+  if [ -x "$build/tests/test_forward" ]; then
+    out=$(VLLM_AMX=$amx "$build/tests/test_forward" 2>&1); rc=$?
+    echo "$out" | sed -n "s/^\(ok\|FAIL\) \([A-Za-z0-9_]*\)/\1 \2_amx_$amx/p"
+    [ $rc -eq 0 ] || echo "FAIL forward_amx_$amx: test_forward exited with status $rc"
+  fi
+done
 # the portable (non-AVX2) kernels on the same reference
 VLLM_KERNELS=portable run stories260K_portable models/stories260K
 VLLM_KERNELS=portable run qwen3_bf16_head_dim_portable "$tmp/qwen3_bf16_head_dim"

@@ -322,7 +322,7 @@ TEST(test_quant_act_batch_invariance) {
 typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
                              int64_t, int64_t, int64_t);
 static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
-    enum { KMAX = 4096 + 3 * 32, R = 70, T = 19 };
+    enum { KMAX = 4096 + 3 * 32, R = 70, T = 40 };
     static uint8_t w[R * KMAX / 32 * 34], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[KMAX], y[T * R], tmp[KMAX];
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
@@ -337,10 +337,12 @@ static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
                 for (int64_t i = 0; i < k; i++) x[i] = rng_uniform() * (float)(i % 7 + 1);
                 quant_quantize_act_row(x, xq + tt * ldxq, k);
             }
-            const int64_t spans[][4] = {{0, R, 0, T}, {3, R - 2, 1, 2}, {5, 6, 4, 7}, {1, 66, 2, 5}, {0, 16, 0, 1}};
+            const int64_t spans[][4] = {{0, R, 0, T},   {3, R - 2, 1, 2}, {5, 6, 4, 7},  {1, 66, 2, 5},
+                                        {0, 16, 0, 1},  {0, 48, 0, 8},    {16, 64, 17, T}, {2, 35, 3, 22}};
+            const int nspans = sizeof spans / sizeof spans[0];
             int bad = 0;
             float maxabs = 0, maxdiff = 0;
-            for (int sp = 0; sp < 5; sp++) {
+            for (int sp = 0; sp < nspans; sp++) {
                 int64_t r0 = spans[sp][0], r1 = spans[sp][1], t0 = spans[sp][2], t1 = spans[sp][3];
                 for (int i = 0; i < T * R; i++) y[i] = NAN;
                 fn(t, w, k, xq, ldxq, y, R, r0, r1, t0, t1);
@@ -366,6 +368,39 @@ static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
         }
 }
 
+/* The x16 kernels through act_range_fn: rows [0, 64) of w repacked (the
+ * 16-row groups inside [r0, r1) from the copy, the rest on the block-order
+ * row kernel, as quant_matmul_act_range splits them). */
+enum { X16_ROWS = 64 };
+static uint8_t x16_buf[X16_ROWS * (4096 + 3 * 32) / 32 * 34];
+static void x16_split(act_range_fn x16fn, dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    quant_repack_x16(t, w, x16_buf, 0, X16_ROWS / 16, k);
+    int64_t m0 = (r0 + 15) / 16 * 16, m1 = r1 / 16 * 16 < X16_ROWS ? r1 / 16 * 16 : X16_ROWS;
+    if (m0 >= m1) m0 = m1 = r1;
+    if (r0 < m0) quant_matmul_act_range_avx512_block(t, w, k, xq, ldxq, y, ldy, r0, m0, t0, t1);
+    if (m0 < m1)
+        x16fn(t, x16_buf + m0 / 16 * 16 * dtype_row_bytes(t, k), k, xq, ldxq, y + m0, ldy, 0, m1 - m0, t0, t1);
+    if (m1 < r1) quant_matmul_act_range_avx512_block(t, w, k, xq, ldxq, y, ldy, m1, r1, t0, t1);
+}
+static void x16_avx512(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                       int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    x16_split(quant_matmul_act_range_x16_avx512, t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+static void x16_amx(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                    int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    x16_split(quant_matmul_act_range_x16_amx, t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+/* quant_matmul_act_range with rows [0, 64) of w registered as repacked (the
+ * row range split is quant.c's own). */
+static void x16_registered(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                           int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    quant_repack_x16(t, w, x16_buf, 0, X16_ROWS / 16, k);
+    if (!quant_x16_register(w, X16_ROWS * dtype_row_bytes(t, k), x16_buf)) abort();
+    quant_matmul_act_range(t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    quant_x16_unregister(x16_buf);
+}
+
 TEST(test_quant_act_paths) {
     check_act_path(quant_matmul_act_range_portable, quant_dot_act_portable, "portable");
     if (kernels_cpu_has_avx2()) check_act_path(quant_matmul_act_range_avx2, quant_dot_act_portable, "avx2");
@@ -376,6 +411,99 @@ TEST(test_quant_act_paths) {
         check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
     if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
     else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
+    if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
+    if (quant_amx_available()) check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
+    if (quant_use_amx()) check_act_path(x16_registered, quant_dot_act_block_portable, "x16 registered");
+    else printf("ok test_quant_act_paths_x16 # skip: not an AMX process\n");
+}
+
+/* k beyond the x16 kernels' 512-block prep piece (accumulators carried
+ * across pieces), 1..5 tokens, vs the block order's portable mirror. */
+TEST(test_quant_x16_long_k) {
+    enum { R = 32, K = 512 * 32 + 3 * 32, T = 5 };
+    static uint8_t w[R * K / 32 * 34], p[R * K / 32 * 34], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float tmp[K], y[T * R];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
+    if (!kernels_cpu_has_avx512()) {
+        printf("ok test_quant_x16_long_k # skip: no AVX-512 VNNI on this CPU\n");
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < K; i++) tmp[i] = rng_uniform();
+        quant_quantize_act_row(tmp, xq + t * ldxq, K);
+    }
+    for (int m = 0; m < 2; m++) {
+        dtype ty = ts[m];
+        size_t stride = dtype_row_bytes(ty, K);
+        for (int r = 0; r < R; r++) make_row(ty, w + r * stride, K, tmp);
+        quant_repack_x16(ty, w, p, 0, R / 16, K);
+        for (int nt = 1; nt <= T; nt++) {
+            quant_matmul_act_range_x16_avx512(ty, p, K, xq, ldxq, y, R, 0, R, 0, nt);
+            int bad = 0;
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < R; r++) {
+                    float want = quant_dot_act_block_portable(ty, w + r * stride, xq + t * ldxq, K);
+                    bad += memcmp(&want, &y[t * R + r], 4) != 0;
+                }
+            CHECK(bad == 0, "%s %d tokens: %d outputs differ from the block mirror", dtype_name(ty), nt, bad);
+        }
+    }
+}
+
+/* The x16 layout against its definition (quant.h), byte by byte. */
+TEST(test_quant_x16_layout) {
+    enum { R = 48, K = 96 };
+    static uint8_t w[R * K / 32 * 34], p[R * K / 32 * 34];
+    float tmp[K];
+    const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    for (int m = 0; m < 2; m++) {
+        dtype t = ts[m];
+        size_t stride = dtype_row_bytes(t, K), bb = dtype_block_bytes(t), qb = bb - 2;
+        for (int r = 0; r < R; r++) make_row(t, w + r * stride, K, tmp);
+        memset(p, 0xAA, sizeof p);
+        quant_repack_x16(t, w, p, 1, R / 16, K); /* groups 1 and 2 only */
+        int bad = 0;
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < K / 32; b++) {
+                const uint8_t *rec = p + ((r / 16) * (K / 32) + b) * 16 * bb, *src = w + r * stride + b * bb;
+                if (r < 16) { /* group 0 untouched */
+                    bad += rec[2 * (r % 16)] != 0xAA;
+                    continue;
+                }
+                bad += memcmp(rec + 2 * (r % 16), src, 2) != 0; /* scale */
+                for (size_t i = 0; i < qb; i++) /* byte i of the quants: dword i/4, byte i%4 */
+                    bad += rec[32 + 64 * (i / 4) + 4 * (r % 16) + i % 4] != src[2 + i];
+            }
+        CHECK(bad == 0, "%s: %d bytes not where the x16 layout puts them", dtype_name(t), bad);
+    }
+}
+
+/* The registry: a wrong copy registered changes the outputs (so it is read),
+ * unregistering restores them. */
+TEST(test_quant_x16_registry) {
+    if (!quant_use_amx()) {
+        printf("ok test_quant_x16_registry # skip: not an AMX process\n");
+        return;
+    }
+    enum { R = 32, K = 64 };
+    static uint8_t w[R * K / 32 * 34], junk[R * K / 32 * 34], xq[K / 32 * QUANT_ACT_BLOCK_BYTES];
+    float tmp[K], y0[R], y1[R], y2[R];
+    for (int r = 0; r < R; r++) make_row(DTYPE_Q8_0, w + r * dtype_row_bytes(DTYPE_Q8_0, K), K, tmp);
+    for (int i = 0; i < K; i++) tmp[i] = rng_uniform();
+    quant_quantize_act_row(tmp, xq, K);
+    quant_repack_x16(DTYPE_Q8_0, w, junk, 0, R / 16, K);
+    for (size_t i = 0; i < sizeof junk; i++)
+        if (i % (16 * 34) >= 32) junk[i] ^= 0x55; /* every quant changed, scales kept */
+    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y0, 1, 0, R, 0, 1);
+    CHECK(quant_x16_register(w, sizeof w, junk), "register");
+    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y1, 1, 0, R, 0, 1);
+    quant_x16_unregister(junk);
+    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y2, 1, 0, R, 0, 1);
+    int changed = 0;
+    for (int r = 0; r < R; r++) changed += y0[r] != y1[r];
+    CHECK(changed > R / 2, "the registered copy was not read (%d of %d outputs changed)", changed, R);
+    CHECK(memcmp(y0, y2, sizeof y0) == 0, "outputs after unregistering differ");
 }
 
 int main(void) {
@@ -389,5 +517,8 @@ int main(void) {
     RUN(test_quant_dot_act);
     RUN(test_quant_act_batch_invariance);
     RUN(test_quant_act_paths);
+    RUN(test_quant_x16_layout);
+    RUN(test_quant_x16_long_k);
+    RUN(test_quant_x16_registry);
     return harness_done();
 }

@@ -23,7 +23,7 @@ What it writes, as llama.cpp's convert_hf_to_gguf.py does for llama:
     (absent when tied); attn_q/attn_k rows permuted within each head from HF's
     rotate-half order to llama.cpp's interleaved order (GGUF row 2i = HF row i,
     2i+1 = HF row i + head_dim/2);
-  - types: 1-D tensors F32; 2-D tensors in --type (f32, f16, q8_0, q4_0,
+  - types: 1-D tensors F32; 2-D tensors in --type (f32, f16, bf16, q8_0, q4_0,
     q4_k, q6_k), Q8_0/Q4_0 quantized with ggml's reference rounding, Q4_K/Q6_K
     with a plain min/max quantizer (quantize_q4_k / quantize_q6_k) into ggml's
     block layouts; K types fall back to q8_0 for rows not a multiple of 256.
@@ -41,7 +41,7 @@ import sys
 
 import numpy as np
 
-GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14}
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
 BLOCK = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144), "q6_k": (256, 210)}
 T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64 = 4, 5, 6, 7, 8, 9, 10
 ALIGN = 32
@@ -147,6 +147,8 @@ def dequantize(raw, kind):
         return raw.view(np.float32)
     if kind == "f16":
         return raw.view(np.float16).astype(np.float32)
+    if kind == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     bs, bb = BLOCK[kind]
     blk = raw.reshape(-1, bb)
     if kind == "q8_0":
@@ -229,6 +231,12 @@ def to_f32(entry):
     return a.reshape(shape)
 
 
+def to_bf16(x):
+    """f32 -> bf16 bytes, round to nearest even (exact for values that came from bf16)."""
+    u = x.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).view(np.uint8)
+
+
 def permute_rope(w, n_head):
     """HF rotate-half rows -> llama.cpp interleaved rows, per head."""
     rows, cols = w.shape
@@ -295,7 +303,7 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("model_dir")
     p.add_argument("out")
-    p.add_argument("--type", default="f16", choices=["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"])
+    p.add_argument("--type", default="f16", choices=["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"])
     p.add_argument("--dump-ref", help="directory for src.bin / deq.bin / names.txt")
     p.add_argument("--k-samples", action="store_true", help="add test.q4_k / test.q6_k random-block tensors")
     a = p.parse_args(argv)
@@ -333,7 +341,7 @@ def main(argv):
         if kind in ("q4_k", "q6_k") and shape[-1] % 256:
             kind = "q8_0"  # rows not a multiple of the super-block, as llama.cpp falls back
         n = int(np.prod(shape))
-        size = n * 4 if kind == "f32" else n * 2 if kind == "f16" else n // BLOCK[kind][0] * BLOCK[kind][1]
+        size = n * 4 if kind == "f32" else n * 2 if kind in ("f16", "bf16") else n // BLOCK[kind][0] * BLOCK[kind][1]
         infos.append((name, list(reversed(shape)), kind, offset, size))
         offset += (size + ALIGN - 1) // ALIGN * ALIGN
     rng = np.random.default_rng(1234)
@@ -350,7 +358,7 @@ def main(argv):
     bos = 1 if bos is None else bos
     eos = 2 if eos is None else eos
     toks, scores, types = vocabulary(a.model_dir, V, bos, eos)
-    ftype = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q6_k": 18}[a.type]
+    ftype = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q6_k": 18, "bf16": 32}[a.type]
     kvs = [kv("general.architecture", T_STR, "llama"),
            kv("general.name", T_STR, os.path.basename(os.path.normpath(a.model_dir))),
            kv("general.alignment", T_U32, ALIGN),
@@ -394,6 +402,7 @@ def main(argv):
                     x = permute_rope(x, nhead)
                 x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
                 raw = {"f32": lambda v: v.view(np.uint8), "f16": lambda v: v.astype(np.float16).view(np.uint8),
+                       "bf16": to_bf16,
                        "q8_0": quantize_q8_0, "q4_0": quantize_q4_0, "q4_k": quantize_q4_k,
                        "q6_k": quantize_q6_k}[kind](x)
             assert raw.size == size, (name, raw.size, size)

@@ -27,6 +27,7 @@
 #define VLLM_KERNELS_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
@@ -97,6 +98,39 @@ void matmul_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
 void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Reference: a plain sequential dot product per output. */
 void matmul_range_naive(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+
+/* AMX-BF16 path for BF16 / F16 weights (matmul_amx.c): FP32 activations
+ * split exactly into three BF16 parts (F16 weights into two), exact
+ * products, one FP32 accumulator per output over k in 32-element steps.
+ * matmul_kernel gives it the dtypes matmul_amx_takes(), for every token
+ * count (one reduction order per process). Optional input: xq =
+ * activations packed by matmul_amx_pack_act, ldxq >= matmul_amx_act_bytes(k)
+ * bytes per token, in blocks of 16 tokens aligned to token 0 of xq (so a
+ * caller may offset xq by a multiple of 16 tokens only); without it the
+ * kernel packs the tokens it needs itself (the same bits, slower). */
+void matmul_range_amx(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Bytes per token of packed activations for rows of k elements. */
+size_t matmul_amx_act_bytes(int64_t k);
+/* Rows t0..t1 of x (k elements, stride ldx) into the packed blocks at xp
+ * (ldxp >= matmul_amx_act_bytes(k) bytes per token; 16 * ldxp per block).
+ * Writes only tokens t0..t1's bytes, so threads may pack neighbouring
+ * ranges of one block. Aborts unless matmul_amx_available(). */
+void matmul_amx_pack_act(const float *x, int64_t ldx, int64_t k, int64_t t0, int64_t t1, void *xp, int64_t ldxp);
+/* True when the CPU has AMX-BF16 (and the AVX-512 level) and the OS granted
+ * the tile state. */
+bool matmul_amx_available(void);
+/* False when VLLM_AMX=0 is in the environment: every AMX path (this one and
+ * the quantized one of quant_amx.c) stays off. */
+bool kernels_amx_allowed(void);
+/* True when the AMX-BF16 kernel is in use in this process:
+ * kernels_isa_get() >= KERNELS_ISA_AVX512, kernels_amx_allowed() and
+ * matmul_amx_available(). */
+bool matmul_use_amx(void);
+/* True when weights of dtype wtype go to matmul_range_amx: BF16 whenever
+ * matmul_use_amx(); F16 only with VLLM_AMX=f16 as well (its on-the-fly
+ * weight split makes decode ~2x slower than the AVX-512 FMA kernel, see
+ * matmul_amx.c). */
+bool matmul_amx_takes(dtype wtype);
 
 /* ---- RMSNorm (norm.c), RoPE (rope.c), SwiGLU (act.c) -------------------- */
 

@@ -507,7 +507,9 @@ void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0
 /* ---- dispatch ------------------------------------------------------------ */
 
 /* The kernel for each weight dtype on this process's instruction set, filled
- * once (racing first calls write the same pointers). */
+ * once (racing first calls write the same pointers): BF16 (and with
+ * VLLM_AMX=f16, F16) goes to the AMX-BF16 kernel (matmul_amx.c) when the
+ * process uses it (matmul_amx_takes). */
 static matmul_range_fn kernel_table[DTYPE_COUNT];
 static atomic_bool kernel_table_ready;
 
@@ -519,6 +521,8 @@ matmul_range_fn matmul_kernel(dtype wtype) {
                                                            : matmul_range_portable;
         for (int t = 0; t < DTYPE_COUNT; t++)
             kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (matmul_amx_takes((dtype)t)) kernel_table[t] = matmul_range_amx;
         atomic_store_explicit(&kernel_table_ready, true, memory_order_release);
     }
     return (unsigned)wtype < DTYPE_COUNT ? kernel_table[wtype] : matmul_range_naive;

@@ -32,6 +32,7 @@
 #include "kernels/quant_k.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,82 @@ void quant_quantize_row_q4_0(const float *x, void *dst, int64_t n) {
             b[2 + j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
+}
+
+/* ---- the x16 layout --------------------------------------------------------- */
+
+void quant_repack_x16(dtype type, const void *src, void *dst, int64_t g0, int64_t g1, int64_t k) {
+    const size_t stride = dtype_row_bytes(type, k), bb = dtype_block_bytes(type), rec = 16 * bb;
+    const int64_t nb = k / QUANT_QK, nq = type == DTYPE_Q8_0 ? 8 : 4; /* dwords of quants per row block */
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + (g * nb + b) * rec;
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *i = (const uint8_t *)src + (g * 16 + r) * stride + b * bb;
+                memcpy(o + 2 * r, i, 2);
+                for (int j = 0; j < nq; j++) memcpy(o + 32 + 64 * j + 4 * r, i + 2 + 4 * j, 4);
+            }
+        }
+}
+
+/* Registered x16 copies: a small table under a mutex, and a per-thread copy
+ * of the last hit tagged with the table's generation (bumped by every
+ * change), so the hot path reads one shared atomic. */
+enum { X16_MAX = 1024 };
+typedef struct {
+    const uint8_t *w, *x16;
+    size_t bytes;
+} x16_entry;
+static pthread_mutex_t x16_lock = PTHREAD_MUTEX_INITIALIZER;
+static x16_entry x16_tab[X16_MAX];
+static int x16_n;
+static atomic_int x16_count; /* x16_n, readable without the lock */
+static atomic_uint x16_gen = 1;
+static _Thread_local x16_entry x16_last;
+static _Thread_local unsigned x16_last_gen;
+
+bool quant_x16_register(const void *w, size_t bytes, const void *x16) {
+    bool ok = false;
+    pthread_mutex_lock(&x16_lock);
+    if (x16_n < X16_MAX) {
+        x16_tab[x16_n++] = (x16_entry){w, x16, bytes};
+        atomic_store(&x16_count, x16_n);
+        atomic_fetch_add(&x16_gen, 1);
+        ok = true;
+    }
+    pthread_mutex_unlock(&x16_lock);
+    return ok;
+}
+
+void quant_x16_unregister(const void *x16) {
+    pthread_mutex_lock(&x16_lock);
+    for (int i = 0; i < x16_n; i++)
+        if (x16_tab[i].x16 == x16) {
+            x16_tab[i] = x16_tab[--x16_n];
+            atomic_store(&x16_count, x16_n);
+            atomic_fetch_add(&x16_gen, 1);
+            break;
+        }
+    pthread_mutex_unlock(&x16_lock);
+}
+
+/* The registered x16 copy of the matrix holding address w, or NULL; *w0 is
+ * that matrix's start. */
+static const uint8_t *x16_find(const uint8_t *w, const uint8_t **w0) {
+    unsigned gen = atomic_load_explicit(&x16_gen, memory_order_acquire);
+    if (x16_last_gen != gen || w < x16_last.w || w >= x16_last.w + x16_last.bytes) {
+        if (!atomic_load_explicit(&x16_count, memory_order_relaxed)) return NULL; /* nothing registered */
+        x16_entry hit = {0};
+        pthread_mutex_lock(&x16_lock);
+        gen = atomic_load(&x16_gen);
+        for (int i = 0; i < x16_n; i++)
+            if (w >= x16_tab[i].w && w < x16_tab[i].w + x16_tab[i].bytes) hit = x16_tab[i];
+        pthread_mutex_unlock(&x16_lock);
+        x16_last = hit, x16_last_gen = gen;
+        if (!hit.w) return NULL;
+    }
+    *w0 = x16_last.w;
+    return x16_last.x16;
 }
 
 /* ---- portable fixed-order dot -------------------------------------------- */
@@ -603,7 +680,7 @@ bool quant_use_amx(void) {
     int use = atomic_load(&cached);
     if (use < 0) {
         const char *env = getenv("VLLM_QUANT_AMX");
-        use = quant_use_avx512() && !(env && !strcmp(env, "0")) && quant_amx_available();
+        use = quant_use_avx512() && !(env && !strcmp(env, "0")) && kernels_amx_allowed() && quant_amx_available();
         atomic_store(&cached, use);
     }
     return use == 1;
@@ -640,6 +717,26 @@ void quant_quantize_act_row(const float *x, void *dst, int64_t k) {
     quant_quantize_act_row_portable(x, dst, k);
 }
 
+/* The AMX process's two block-order kernels on GGUF rows: tiles for 8+
+ * tokens, VNNI for fewer. */
+static void amx_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                      int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (r0 >= r1) return;
+    int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
+    if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
+    if (tv > t0) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
+    if (tv < t1) quant_matmul_act_range_avx512_block(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
+}
+
+/* The same on rows [0, n) of an x16 copy (n a multiple of 16). */
+static void amx_range_x16(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                          int64_t n, int64_t t0, int64_t t1) {
+    int64_t tv = t0 + (t1 - t0) / 16 * 16;
+    if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
+    if (tv > t0) quant_matmul_act_range_x16_amx(type, w, k, xq, ldxq, y, ldy, 0, n, t0, tv);
+    if (tv < t1) quant_matmul_act_range_x16_avx512(type, w, k, xq, ldxq, y, ldy, 0, n, tv, t1);
+}
+
 void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                             int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
@@ -647,11 +744,20 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
     if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
         quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (quant_use_amx()) {
-        /* both give the block order: tiles for 8+ tokens, VNNI for fewer */
-        int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
-        if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
-        if (tv > t0) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
-        if (tv < t1) quant_matmul_act_range_avx512_block(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
+        const uint8_t *w0, *x16 = x16_find(w, &w0);
+        if (x16) { /* rows [a0, a1) of the matrix at w0; whole 16-row groups from the x16 copy */
+            const size_t stride = dtype_row_bytes(type, k), rec = 16 * dtype_block_bytes(type);
+            const int64_t base = ((const uint8_t *)w - w0) / (int64_t)stride, a0 = base + r0, a1 = base + r1;
+            const int64_t m0 = (a0 + 15) / 16 * 16, m1 = a1 / 16 * 16;
+            if (((const uint8_t *)w - w0) % (int64_t)stride == 0 && m0 < m1) {
+                amx_range(type, w, k, xq, ldxq, y, ldy, r0, m0 - base, t0, t1);
+                amx_range_x16(type, x16 + m0 / 16 * rec * (k / QUANT_QK), k, xq, ldxq, y + (m0 - base), ldy,
+                              m1 - m0, t0, t1);
+                amx_range(type, w, k, xq, ldxq, y, ldy, m1 - base, r1, t0, t1);
+                return;
+            }
+        }
+        amx_range(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);

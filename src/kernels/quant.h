@@ -54,7 +54,8 @@
  * it) uses the "block" order: one accumulator per output,
  *     acc = fma((float)isum_b, dw * dx, acc) over blocks b in order, where
  *     isum_b = the whole block's int32 dot; result = acc.
- * quant_dot_act_block_portable is that order in C. A process uses one order
+ * quant_dot_act_block_portable is that order in C; the x16 kernels (weights
+ * repacked 16 rows to a record, below) compute it too. A process uses one order
  * throughout (quant_act_order() decides), so batch invariance holds on each.
  */
 #ifndef VLLM_KERNELS_QUANT_H
@@ -158,6 +159,31 @@ void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, c
 /* Aborts unless quant_amx_available(). */
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The x16 layout of a Q8_0 / Q4_0 matrix (rows a multiple of 16), the same
+ * size as the GGUF rows: 16-row groups one after the other, each a record
+ * per block b in order; a record is the 16 rows' f16 scales (32 bytes), then
+ * the quants as dwords (j, r) at 64j + 4r holding bytes 4j..4j+3 of row r's
+ * block (Q8_0: int8 q, j < 8; Q4_0: qs bytes, j < 4). A zmm load is then 16
+ * rows' lanes for vpdpbusd, and an AMX B tile (rows = k/4, columns = rows).
+ * quant_repack_x16 writes groups [g0, g1) of the n-row matrix src into dst.
+ * The x16 kernels (block order: the same outputs as the row kernels of an
+ * AMX process, bit for bit) take rows [r0, r1) multiples of 16, w the
+ * repacked matrix's start; the AMX one aborts unless quant_amx_available(),
+ * the avx512 one unless kernels_cpu_has_avx512(). */
+void quant_repack_x16(dtype type, const void *src, void *dst, int64_t g0, int64_t g1, int64_t k);
+void quant_matmul_act_range_x16_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                       int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* Registers x16, an x16 copy of the `bytes`-byte matrix at w (type and k as
+ * the caller passes them to quant_matmul_act_range), until
+ * quant_x16_unregister(x16). While registered, quant_matmul_act_range in an
+ * AMX process (quant_use_amx()) reads whole 16-row groups of any range inside
+ * w from the copy: the same outputs, faster. False when the table (1024
+ * matrices) is full. Thread-safe; the caller keeps both buffers alive. */
+bool quant_x16_register(const void *w, size_t bytes, const void *x16);
+void quant_x16_unregister(const void *x16);
+
 /* True when the CPU has AMX-TILE/INT8 (and the AVX-512 level) and the OS
  * granted this process the tile state (asked once, on the first call). */
 bool quant_amx_available(void);

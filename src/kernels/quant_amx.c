@@ -19,13 +19,24 @@
  * (quant_dot_act_block_portable in C). Each output's operations do not depend
  * on T, the row group or the k pieces, so results are batch invariant.
  *
+ * x16 copies (quant.h; quant_matmul_act_range_x16_amx) swap the roles: the
+ * weights are the B tile (8 rows of 64 bytes = dwords (j, row): the record
+ * as stored for Q8_0, nibbles - 8 unpacked for Q4_0) and the activations the
+ * A tile, read in place from the xq rows (stride ldxq, skipping the scale),
+ * so C = 16 tokens x 16 rows, tdpbssd, with no preparation of B and no
+ * correction term; the float work is per token, one zmm of 16 rows:
+ *     acc[t][r] = fma((float)C[t][r], dw_r * dx_t, acc[t][r])
+ * in block order, the same operations per output as above (dw * dx commutes
+ * exactly), so both layouts give the same bits.
+ *
  * Tile state is per thread: every call loads its tile configuration and
  * releases the tiles before it returns. The kernel needs the process's
- * permission for the AMX state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once
- * by quant_amx_available); without it quant.c never calls in here.
+ * permission for the AMX state (amx_tiles_permitted, amx.h, asked once by
+ * quant_amx_available); without it quant.c never calls in here.
  */
 #include "kernels/quant.h"
 
+#include "kernels/amx.h"
 #include "kernels/kernels.h"
 
 #include <stdatomic.h>
@@ -35,15 +46,11 @@
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
 enum {
-    ARCH_REQ_XCOMP_PERM = 0x1023,
-    XFEATURE_XTILEDATA = 18,
     ROWS = 16,          /* weight rows per tile multiply */
     TOKENS = 16,        /* tokens per tile multiply at most */
     PIECE = 64,         /* blocks of k prepared at a time */
@@ -56,10 +63,8 @@ bool quant_amx_available(void) {
     int s = atomic_load(&state);
     if (s < 0) {
         unsigned a, b, c, d;
-        s = 0;
-        /* CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; then the OS's grant */
-        if (kernels_cpu_has_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 3) == 3)
-            s = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        /* CPUID.(7,0):EDX bit 25 AMX-INT8; the tile state's grant: amx.h */
+        s = amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 25 & 1);
         atomic_store(&state, s);
     }
     return s == 1;
@@ -242,6 +247,148 @@ AMX static void range_q4_0(const void *w, int64_t k, const void *xq, int64_t ldx
     range(DTYPE_Q4_0, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
+/* ---- the x16 layout (quant.h): weights as B tiles, activations as A ------- */
+
+
+/* Q4_0 quants of a record as signed bytes (nibble - 8) in B tile rows:
+ * bq[j] = elements 4j..4j+3 of the 16 rows, j < 8. */
+AMX INLINE void x16_unpack_q4_0(const uint8_t *g, uint8_t bq[8][64]) {
+    const __m512i m4 = _mm512_set1_epi8(15), e8 = _mm512_set1_epi8(8);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512i q = _mm512_loadu_si512(g + 32 + 64 * j);
+        _mm512_store_si512(bq[j], _mm512_sub_epi8(_mm512_and_si512(q, m4), e8));
+        _mm512_store_si512(bq[4 + j], _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), e8));
+    }
+}
+
+/* The tile products of a pair of blocks (the second absent unless two):
+ * C tiles 4, 5 (set 0) or 6, 7 (set 1) = the T tokens (A, straight from
+ * xq: tiles 0, 1) x the group's 16 rows (B: the record's int8 quants for
+ * Q8_0, the unpacked bq for Q4_0: tiles 2, 3), all signed: exact isums. */
+AMX INLINE void x16_issue(const dtype type, const int set, const uint8_t *g, const uint8_t *xb, int64_t ldxq,
+                          bool two, const uint8_t (*bq)[8][64]) {
+    const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
+    _tile_loadd(0, xb + 4, ldxq);
+    if (type == DTYPE_Q8_0) _tile_loadd(2, g + 32, 64);
+    else _tile_loadd(2, bq[0], 64);
+    if (set == 0) {
+        _tile_zero(4);
+        _tile_dpbssd(4, 0, 2);
+    } else {
+        _tile_zero(6);
+        _tile_dpbssd(6, 0, 2);
+    }
+    if (!two) return;
+    _tile_loadd(1, xb + QUANT_ACT_BLOCK_BYTES + 4, ldxq);
+    if (type == DTYPE_Q8_0) _tile_loadd(3, g + rec + 32, 64);
+    else _tile_loadd(3, bq[1], 64);
+    if (set == 0) {
+        _tile_zero(5);
+        _tile_dpbssd(5, 1, 3);
+    } else {
+        _tile_zero(7);
+        _tile_dpbssd(7, 1, 3);
+    }
+}
+
+AMX INLINE void x16_store(const int set, bool two, int32_t c[2][TOKENS][16]) {
+    if (set == 0) {
+        _tile_stored(4, c[0], 64);
+        if (two) _tile_stored(5, c[1], 64);
+    } else {
+        _tile_stored(6, c[0], 64);
+        if (two) _tile_stored(7, c[1], 64);
+    }
+}
+
+/* acc[t] (lanes = the group's rows) += the block's terms for tokens t < T. */
+AMX INLINE void x16_epilogue(const uint8_t *g, const uint8_t *xb, int64_t ldxq, int T, const int32_t c[TOKENS][16],
+                             __m512 acc[TOKENS]) {
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+#pragma GCC unroll 16
+    for (int t = 0; t < TOKENS; t++) {
+        if (t >= T) break;
+        float dx;
+        memcpy(&dx, xb + t * ldxq, 4);
+        __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(c[t]));
+        acc[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+    }
+}
+
+/* Groups [g0, g1) x T tokens over the whole of k, blocks in pairs. A
+ * pair's tile products are issued into one C tile set while the previous
+ * pair's (other set) are stored, and the float work reads a pair's
+ * products a step later still; Q4_0 records are unpacked a pair ahead. */
+AMX INLINE void x16_range(const dtype type, const void *w, int64_t k, const uint8_t *xq, int64_t ldxq, float *y,
+                          int64_t ldy, int64_t g0, int64_t g1, int T) {
+    _Alignas(64) int32_t c[3][2][TOKENS][16];
+    _Alignas(64) uint8_t bq[2][2][8][64];
+    const int64_t nb = k / QUANT_QK, np = (nb + 1) / 2;
+    const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
+    memset(c, 0, sizeof c);
+    for (int64_t g = g0; g < g1; g++) {
+        __m512 acc[TOKENS];
+#pragma GCC unroll 16
+        for (int t = 0; t < TOKENS; t++) acc[t] = _mm512_setzero_ps();
+        const uint8_t *wg = (const uint8_t *)w + g * nb * rec;
+        if (type == DTYPE_Q4_0) {
+            x16_unpack_q4_0(wg, bq[0][0]);
+            if (nb > 1) x16_unpack_q4_0(wg + rec, bq[0][1]);
+        }
+        for (int64_t p = 0; p < np + 2; p += 2) { /* two pairs per pass: the tile sets are constants */
+#pragma GCC unroll 2
+            for (int set = 0; set < 2; set++) {
+                int64_t q = p + set, b = 2 * q;
+                if (q < np) {
+                    if (type == DTYPE_Q4_0 && b + 2 < nb) { /* the next pair's records */
+                        x16_unpack_q4_0(wg + (b + 2) * rec, bq[!set][0]);
+                        if (b + 3 < nb) x16_unpack_q4_0(wg + (b + 3) * rec, bq[!set][1]);
+                    }
+                    for (int i = 0; i < 2 * (4 + 4 * (type == DTYPE_Q8_0)); i++)
+                        _mm_prefetch((const char *)wg + (b + 4) * rec + 32 + 64 * i, _MM_HINT_T0);
+                    x16_issue(type, set, wg + b * rec, xq + b * QUANT_ACT_BLOCK_BYTES, ldxq, b + 1 < nb,
+                              (const uint8_t (*)[8][64])bq[set]);
+                }
+                if (q >= 1 && q - 1 < np) x16_store(!set, 2 * q - 1 < nb, c[(q - 1) % 3]);
+                if (q >= 2 && q - 2 < np) {
+                    int64_t j = 2 * (q - 2);
+                    x16_epilogue(wg + j * rec, xq + j * QUANT_ACT_BLOCK_BYTES, ldxq, T, c[(q - 2) % 3][0], acc);
+                    if (j + 1 < nb)
+                        x16_epilogue(wg + (j + 1) * rec, xq + (j + 1) * QUANT_ACT_BLOCK_BYTES, ldxq, T,
+                                     c[(q - 2) % 3][1], acc);
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(y + t * ldy + g * 16, acc[t]);
+    }
+}
+
+AMX static void x16_amx(const dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                        int64_t ldy, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t += TOKENS) {
+        int T = t1 - t < TOKENS ? (int)(t1 - t) : TOKENS;
+        tile_config cfg = {.palette = 1};
+        for (int i = 0; i < 2; i++) {
+            cfg.rows[i] = (uint8_t)T, cfg.colsb[i] = 32; /* A: tokens x 32 activation bytes */
+            cfg.rows[2 + i] = 8, cfg.colsb[2 + i] = 64;  /* B: k/4 x (16 rows x 4 bytes) */
+        }
+        for (int i = 4; i < 8; i++) cfg.rows[i] = (uint8_t)T, cfg.colsb[i] = 64; /* C: tokens x 16 rows */
+        _tile_loadconfig(&cfg);
+        const uint8_t *xt = (const uint8_t *)xq + t * ldxq;
+        if (type == DTYPE_Q8_0) x16_range(DTYPE_Q8_0, w, k, xt, ldxq, y + t * ldy, ldy, g0, g1, T);
+        else x16_range(DTYPE_Q4_0, w, k, xt, ldxq, y + t * ldy, ldy, g0, g1, T);
+        _tile_release();
+    }
+}
+
+void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!quant_amx_available() || r0 % 16 || r1 % 16) abort(); /* a caller bug */
+    if (type != DTYPE_Q8_0 && type != DTYPE_Q4_0) abort();  /* a caller bug: no x16 layout for this type */
+    x16_amx(type, w, k, xq, ldxq, y, ldy, r0 / 16, r1 / 16, t0, t1);
+}
+
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_amx_available()) abort(); /* a caller bug: test quant_amx_available() first */
@@ -251,6 +398,11 @@ void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void
 }
 #else
 bool quant_amx_available(void) { return false; }
+
+void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    abort(); /* never chosen: quant_amx_available() is false here */
+}
 
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {

@@ -28,6 +28,13 @@
  * k is taken in pieces of PIECE_STEPS steps (prep stays in L1); accumulators
  * cross pieces in acc_io on the stack.
  *
+ * x16 copies (quant.h; quant_matmul_act_range_x16_avx512, the block
+ * order): a record's zmm of quants is 16 rows' lanes, so vpdpbusd against a
+ * broadcast dword of activations (corr in the first chain's start, as
+ * above) leaves each row's whole-block isum in its lane after 8 of them, no
+ * horizontal reduction; then acc (16 rows) = fma((float)isum, dw * dx, acc)
+ * per block. The copy is one contiguous stream: a fixed prefetch distance.
+ *
  * Streaming (decode): rows are contiguous, so a tile of R rows reads one
  * contiguous range in R interleaved streams; each load prefetches the same
  * offset R rows on, i.e. the next tile, just in time and never twice. (A fixed
@@ -336,6 +343,124 @@ AVX512 INLINE void range(const dtype type, const bool block, const void *w, int6
             }
         }
     }
+}
+
+/* ---- the x16 layout (quant.h), block order: rows in lanes ---------------- */
+
+#ifndef X16_AHEAD
+#define X16_AHEAD 8 /* records of prefetch distance (the copy is one stream) */
+#endif
+enum { X16_PIECE = 512, X16_T = 4, X16_GROUPS = 4 }; /* blocks per prep piece (k 16384); tokens, 16-row groups per pass */
+
+/* Per token and block of a piece: corr = -K * (sum of the block's 32
+ * activations), K = 8 (Q4_0 nibbles) or 128 (Q8_0 weights ^ 0x80), and dx. */
+AVX512 static void x16_prep(const dtype type, const uint8_t *xr, int64_t b0, int64_t nbk, int32_t *corr,
+                            float *dx) {
+    const __m256i k = _mm256_set1_epi8(type == DTYPE_Q8_0 ? (char)0x80 : 8);
+    const uint8_t *xb = xr + b0 * QUANT_ACT_BLOCK_BYTES;
+    for (int64_t i = 0; i < nbk; i++, xb += QUANT_ACT_BLOCK_BYTES) {
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k, _mm256_loadu_si256((const __m256i *)(xb + 4)));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+        corr[i] = -_mm_cvtsi128_si32(h);
+        memcpy(&dx[i], xb, 4);
+    }
+}
+
+/* 16 rows (one group's records from g, blocks [0, nbk)) x T tokens: acc[t]
+ * lanes = rows, += block b's term per block in order. x: the tokens' xq
+ * rows at the piece's first block, ldxq apart. */
+AVX512 INLINE void x16_group(const int T, const dtype type, const uint8_t *g, int64_t nbk, const uint8_t *x,
+                             int64_t ldxq, const int32_t (*corr)[X16_PIECE], const float (*dx)[X16_PIECE],
+                             __m512 acc[X16_T]) {
+    const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
+    const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nbk; b++, g += rec) {
+        for (int i = 0; i < (int)((rec + 63) / 64); i++) /* the record X16_AHEAD on, line by line */
+            _mm_prefetch((const char *)g + X16_AHEAD * rec + 64 * i, _MM_HINT_T0);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512i wv[8];
+        if (type == DTYPE_Q8_0) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(g + 32 + 64 * j), flip);
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m512i q = _mm512_loadu_si512(g + 32 + 64 * j);
+                wv[j] = _mm512_and_si512(q, m4);
+                wv[4 + j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xb = x + t * ldxq + b * QUANT_ACT_BLOCK_BYTES + 4;
+            int32_t xd[8];
+            memcpy(xd, xb, 32);
+            __m512i i0 = _mm512_set1_epi32(corr[t][b]), i1 = _mm512_setzero_si512();
+            /* Q4_0: wv[j] = elements 4j.., wv[4+j] = 16+4j..; Q8_0: wv[j] = 4j.. */
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                int e0 = type == DTYPE_Q8_0 ? 2 * j : j, e1 = type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j;
+                i0 = _mm512_dpbusd_epi32(i0, wv[type == DTYPE_Q8_0 ? 2 * j : j], _mm512_set1_epi32(xd[e0]));
+                i1 = _mm512_dpbusd_epi32(i1, wv[type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j], _mm512_set1_epi32(xd[e1]));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            acc[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b])), acc[t]);
+        }
+    }
+}
+
+AVX512 INLINE void x16_range(const int T, const dtype type, const void *w, int64_t k, const uint8_t *xq,
+                             int64_t ldxq, float *y, int64_t ldy, int64_t g0, int64_t g1) {
+    int32_t corr[X16_T][X16_PIECE];
+    float dx[X16_T][X16_PIECE];
+    __m512 acc_io[X16_GROUPS][X16_T];
+    const int64_t nb = k / QUANT_QK;
+    const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
+    for (int64_t gc = g0; gc < g1; gc += X16_GROUPS) {
+        int64_t ng = g1 - gc < X16_GROUPS ? g1 - gc : X16_GROUPS;
+        for (int64_t b0 = 0; b0 < nb; b0 += X16_PIECE) {
+            int64_t nbk = nb - b0 < X16_PIECE ? nb - b0 : X16_PIECE;
+            for (int t = 0; t < T; t++) x16_prep(type, xq + t * ldxq, b0, nbk, corr[t], dx[t]);
+            for (int64_t g = 0; g < ng; g++) {
+                __m512 acc[X16_T];
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) acc[t] = b0 == 0 ? _mm512_setzero_ps() : acc_io[g][t];
+                const uint8_t *wg = (const uint8_t *)w + ((gc + g) * nb + b0) * rec;
+                x16_group(T, type, wg, nbk, xq + b0 * QUANT_ACT_BLOCK_BYTES, ldxq, corr, dx, acc);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    if (b0 + nbk < nb) acc_io[g][t] = acc[t];
+                    else _mm512_storeu_ps(y + t * ldy + (gc + g) * 16, acc[t]);
+                }
+            }
+        }
+    }
+}
+
+#define X16_ENTRY(name, type)                                                                                     \
+    AVX512 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,       \
+                            int64_t g0, int64_t g1, int64_t t0, int64_t t1) {                                     \
+        const uint8_t *x = (const uint8_t *)xq;                                                                   \
+        int64_t t = t0;                                                                                           \
+        for (; t + 4 <= t1; t += 4) x16_range(4, type, w, k, x + t * ldxq, ldxq, y + t * ldy, ldy, g0, g1);       \
+        switch (t1 - t) {                                                                                         \
+        case 3: x16_range(3, type, w, k, x + t * ldxq, ldxq, y + t * ldy, ldy, g0, g1); break;                    \
+        case 2: x16_range(2, type, w, k, x + t * ldxq, ldxq, y + t * ldy, ldy, g0, g1); break;                    \
+        case 1: x16_range(1, type, w, k, x + t * ldxq, ldxq, y + t * ldy, ldy, g0, g1); break;                    \
+        default: break;                                                                                           \
+        }                                                                                                         \
+    }
+X16_ENTRY(x16_q8_0, DTYPE_Q8_0)
+X16_ENTRY(x16_q4_0, DTYPE_Q4_0)
+
+void quant_matmul_act_range_x16_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                       int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx512() || r0 % 16 || r1 % 16) abort(); /* a caller bug */
+    if (type == DTYPE_Q8_0) x16_q8_0(w, k, xq, ldxq, y, ldy, r0 / 16, r1 / 16, t0, t1);
+    else if (type == DTYPE_Q4_0) x16_q4_0(w, k, xq, ldxq, y, ldy, r0 / 16, r1 / 16, t0, t1);
+    else abort(); /* a caller bug: no x16 layout for this type */
 }
 
 AVX512 static void range_q8_0(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,

@@ -58,7 +58,8 @@
 
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
-    MM_ROW_ALIGN = 24,          /* row chunks are multiples of every tile height */
+    MM_ROW_ALIGN = 48,          /* row chunks are multiples of every tile height (x16 groups too) */
+    MM_ROW_ALIGN_AMX = 32,      /* ... of the AMX-BF16 kernel's 16-row tiles (kernels.h) */
     MM_MAX_ROWS = 240,          /* rows per work item at most */
     MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 for reuse */
     MM_STREAM_BYTES = 256 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
@@ -79,11 +80,18 @@ typedef struct mm_op {
     int64_t first_item[4];      /* work items of part p: [first_item[p], first_item[p+1]) */
 } mm_op;
 
+typedef struct x16_copy {
+    void *p;                    /* an x16 copy of a weight (kernels/quant.h), registered */
+    size_t bytes;
+} x16_copy;
+
 struct runner {
     const model *m;
     runner_config cfg;
     threadpool *pool;
     int nth;
+    x16_copy *x16;              /* (nx16) the Q8_0/Q4_0 matmul weights repacked, AMX processes only */
+    int nx16;
 
     /* shapes */
     int32_t dim, n_heads, n_kv, head_dim, group, inter, vocab, n_layers;
@@ -110,6 +118,9 @@ struct runner {
     float *att_scratch;         /* (nth, attention_scratch_floats) */
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
+    uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
+                                 * the AMX-BF16 kernel (kernels.h), when it takes BF16/F16 weights */
+    size_t xa_stride;           /* matmul_amx_act_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
     const runner_batch *b;
@@ -189,17 +200,80 @@ size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
            (size_t)c->head_dim * (size_t)block_size * sizeof(float);
 }
 
-/* True if any matmul weight has an integer dot kernel (Q8_0/Q4_0). */
-static bool model_has_act_quant(const model *m) {
+/* True if any matmul weight's dtype satisfies has. */
+static bool model_any_weight(const model *m, bool (*has)(dtype)) {
     const model_weights *w = &m->w;
-    if (quant_has_act_kernel(w->lm_head.type)) return true;
+    if (has(w->lm_head.type)) return true;
     for (int32_t l = 0; l < m->config.num_hidden_layers; l++) {
         const layer_weights *lw = &w->layers[l];
         const tensor *t[] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj, &lw->down_proj};
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-            if (quant_has_act_kernel(t[i]->type)) return true;
+            if (has(t[i]->type)) return true;
     }
     return false;
+}
+
+/* Weights with an integer dot kernel (Q8_0/Q4_0...): inputs quantized into xq. */
+static bool model_has_act_quant(const model *m) { return model_any_weight(m, quant_has_act_kernel); }
+
+/* Weights the AMX-BF16 kernel takes in this process: inputs packed into xa. */
+static bool uses_amx(dtype t) { return matmul_amx_takes(t); }
+
+/* ---- x16 weight copies ----------------------------------------------------- */
+
+typedef struct {
+    dtype type;
+    const void *src;
+    void *dst;
+    int64_t k;
+} repack_job;
+
+static void stage_repack(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    const repack_job *j = arg;
+    quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
+}
+
+/* In an AMX process, every Q8_0/Q4_0 matmul weight with rows in whole
+ * 16-row groups gets an x16 copy (kernels/quant.h: the same results, rows in
+ * vector lanes, ~1.5-3x faster kernels), made on the pool and registered; the
+ * GGUF rows stay in place for everything else. A copy that cannot be mapped
+ * is simply skipped (the kernels read the rows then). */
+static void runner_make_x16(runner *r) {
+    if (!quant_use_amx()) return;
+    const model_weights *w = &r->m->w;
+    int max = 7 * r->n_layers + 1;
+    if (!(r->x16 = calloc((size_t)max, sizeof *r->x16))) return;
+    for (int i = 0; i < max; i++) {
+        const tensor *t = i == max - 1 ? &w->lm_head : NULL;
+        if (!t) {
+            const layer_weights *lw = &w->layers[i / 7];
+            const tensor *all[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj,
+                                    &lw->gate_proj, &lw->up_proj, &lw->down_proj};
+            t = all[i % 7];
+        }
+        if ((t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
+            t->shape[1] % QUANT_QK)
+            continue;
+        size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) continue;
+        repack_job job = {t->type, t->data, p, t->shape[1]};
+        threadpool_run(r->pool, stage_repack, &job, t->shape[0] / 16, 8);
+        if (!quant_x16_register(t->data, bytes, p)) {
+            munmap(p, bytes);
+            continue;
+        }
+        r->x16[r->nx16++] = (x16_copy){p, bytes};
+    }
+}
+
+static void runner_free_x16(runner *r) {
+    for (int i = 0; i < r->nx16; i++) {
+        quant_x16_unregister(r->x16[i].p);
+        munmap(r->x16[i].p, r->x16[i].bytes);
+    }
+    free(r->x16);
 }
 
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
@@ -270,7 +344,14 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xq_stride = quant_act_row_bytes(kmax);
         r->xq = alloc_zeroed(T, r->xq_stride, &rc);
     }
+    if (model_any_weight(m, uses_amx)) {
+        int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
+        if (r->inter > kmax) kmax = r->inter;
+        r->xa_stride = matmul_amx_act_bytes(kmax);
+        r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
+    }
     if (rc != VLLM_OK) goto fail;
+    runner_make_x16(r);
     rope_init_inv_freq(r->inv_freq, c);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
     *out = r;
@@ -282,6 +363,7 @@ fail:
 
 void runner_free(runner *r) {
     if (!r) return;
+    runner_free_x16(r);
     threadpool_free(r->pool);
     if (r->kv) munmap(r->kv, r->kv_bytes);
     free(r->inv_freq);
@@ -295,6 +377,7 @@ void runner_free(runner *r) {
     free(r->up);
     free(r->rope);
     free(r->xq);
+    free(r->xa);
     free(r->att_scratch);
     free(r->token_seq);
     free(r);
@@ -487,14 +570,15 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
  * reuses them, or of ~MM_STREAM_BYTES at decode where each weight is read
  * once (longer sequential streams read faster), token chunks of
  * MM_TOKEN_CHUNK, halving the row chunk while there are too few items to
- * keep every thread busy. */
+ * keep every thread busy. Weights on the AMX kernel get whole 16-row tiles. */
 static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
     const matmul_args *a = &op->part[0];
     int64_t row_bytes = (int64_t)dtype_row_bytes(a->wtype, a->k) * (op->swiglu ? 2 : 1);
+    const int64_t align = uses_amx(a->wtype) ? MM_ROW_ALIGN_AMX : MM_ROW_ALIGN;
     int64_t rc = (tokens < 4 ? MM_STREAM_BYTES : MM_CHUNK_BYTES) / (row_bytes ? row_bytes : 1);
-    rc = (rc + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
-    if (rc < MM_ROW_ALIGN) rc = MM_ROW_ALIGN;
-    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS;
+    rc = (rc + align - 1) / align * align;
+    if (rc < align) rc = align;
+    if (rc > MM_MAX_ROWS) rc = MM_MAX_ROWS / align * align;
     op->tokens = tokens;
     op->num_tchunks = (tokens + MM_TOKEN_CHUNK - 1) / MM_TOKEN_CHUNK;
     for (;;) {
@@ -505,8 +589,8 @@ static void mm_plan(runner *r, mm_op *op, int64_t tokens) {
             items += (op->part[p].n + rc - 1) / rc * op->num_tchunks;
         }
         op->first_item[nparts] = items;
-        if (items >= 4 * r->nth || rc <= MM_ROW_ALIGN) break;
-        rc = (rc / 2 + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
+        if (items >= 4 * r->nth || rc <= align) break;
+        rc = (rc / 2 + align - 1) / align * align;
     }
     op->row_chunk = rc;
 }
@@ -547,17 +631,35 @@ static void stage_quantize_act(void *arg, int64_t lo, int64_t hi, int ith) {
     for (int64_t t = lo; t < hi; t++) quant_quantize_act_row(a->x + t * a->ldx, r->xq + t * r->xq_stride, a->k);
 }
 
+/* xa blocks lo..hi (4 tokens each) = the stage's input rows packed for the
+ * AMX-BF16 kernel (all parts share x). */
+static void stage_pack_amx(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    const matmul_args *a = &r->mm.part[0];
+    int64_t t1 = hi * 4 < r->mm.tokens ? hi * 4 : r->mm.tokens;
+    matmul_amx_pack_act(a->x, a->ldx, a->k, lo * 4, t1, r->xa, (int64_t)r->xa_stride);
+}
+
 /* Runs the matmul stage in r->mm; small ones (under PARALLEL_MIN_MACS) on
- * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first. */
+ * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first;
+ * BF16/F16 parts on AMX get r->xa, packed first. */
 static void run_matmul(runner *r, int64_t tokens) {
     mm_op *op = &r->mm;
-    bool act = false;
+    bool act = false, amx = false;
     for (int p = 0; p < op->nparts; p++)
         if (r->xq && quant_has_act_kernel(op->part[p].wtype)) {
             op->part[p].xq = r->xq, op->part[p].ldxq = (int64_t)r->xq_stride;
             act = true;
+        } else if (r->xa && uses_amx(op->part[p].wtype)) {
+            op->part[p].xq = r->xa, op->part[p].ldxq = (int64_t)r->xa_stride;
+            amx = true;
         }
     if (act) run_rows(r, stage_quantize_act, tokens);
+    if (amx) {
+        op->tokens = tokens;
+        threadpool_run(r->pool, stage_pack_amx, r, (tokens + 3) / 4, tokens < 64 ? (tokens + 3) / 4 : 2);
+    }
     mm_plan(r, op, tokens);
     int64_t items = op->first_item[op->swiglu ? 1 : op->nparts], macs = 0;
     for (int p = 0; p < op->nparts; p++) macs += op->part[p].n * op->part[p].k * tokens;

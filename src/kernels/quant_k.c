@@ -178,23 +178,9 @@ AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, s
             }
         } else {
             const int8_t *sc = (const int8_t *)(b + 192);
-            const __m256i m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
             scv = _mm256_setzero_si256();
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
-            for (int h = 0; h < 2; h++) {
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-                __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-                __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-                __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-                __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-                wv[4 * h] = _mm256_sub_epi8(u0, k32);
-                wv[4 * h + 1] = _mm256_sub_epi8(u1, k32);
-                wv[4 * h + 2] = _mm256_sub_epi8(u2, k32);
-                wv[4 * h + 3] = _mm256_sub_epi8(u3, k32);
-            }
+            for (int h = 0; h < 2; h++) q6_k_unpack_half_avx2(b, h, wv + 4 * h);
             /* sv[j] = [s_2j x 8 | s_2j+1 x 8] as int16: broadcast the pair, then spread it */
             __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
             const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,

@@ -154,25 +154,15 @@ AMX INLINE void unpack_q4_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
 }
 
 AMX INLINE void unpack_q6_k(const uint8_t *w, size_t stride, int R, uint8_t a[8][ROWS][32], row_scales *rs) {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
     for (int r = 0; r < R; r++) {
         const uint8_t *b = w + r * stride;
 
         rs->d[r] = _cvtsh_ss((unsigned short)(b[208] | b[209] << 8));
         _mm512_store_ps(rs->sc[r], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))));
         for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-            __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-            __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            _mm256_store_si256((__m256i *)a[4 * h][r], _mm256_sub_epi8(u0, k32)); /* signed q6 - 32 */
-            _mm256_store_si256((__m256i *)a[4 * h + 1][r], _mm256_sub_epi8(u1, k32));
-            _mm256_store_si256((__m256i *)a[4 * h + 2][r], _mm256_sub_epi8(u2, k32));
-            _mm256_store_si256((__m256i *)a[4 * h + 3][r], _mm256_sub_epi8(u3, k32));
+            __m256i wv[4];
+            q6_k_unpack_half_avx2(b, h, wv); /* signed q6 - 32 */
+            for (int i = 0; i < 4; i++) _mm256_store_si256((__m256i *)a[4 * h + i][r], wv[i]);
         }
     }
 }

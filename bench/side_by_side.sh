@@ -342,7 +342,7 @@ fi
 # (a) SN clients at once, SIN prompt + SOUT generated each; (b) PN Poisson
 # arrivals with lengths drawn from [L(1-PRR), L(1+PRR)] at a rate near
 # llama-server's capacity. Same client (vllmc bench serve) against both.
-declare -A sv_gen sv_good sv_p99 sv_idle sv_tot_a sv_tot_b
+declare -A sv_gen sv_good sv_p99 sv_idle sv_tot_a sv_tot_b sv_ok_b sv_err_b
 sf=$(gguf "$stype") ST=${stype^^}
 serve_one() { # KIND
   local k=$1 name
@@ -374,6 +374,8 @@ serve_one() { # KIND
     sv_good[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Request goodput (req/s):")
     sv_p99[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "P99 TTFT (ms):")
     sv_tot_b[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Total generated tokens:")
+    sv_ok_b[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Successful requests:")
+    sv_err_b[$k]=$(grep -m1 'requests failed' "$logs/bench-serve-b-$name.err" || true)
   fi
   if want idle; then
     sv_idle[$k]=$(idle_cpu)
@@ -400,7 +402,13 @@ if want serve; then
     [ -n "${sv_tot_a[$k]:-}" ] && [ "${sv_tot_a[$k]}" != $((SN * SOUT)) ] &&
       notes+=("the client counted ${sv_tot_a[$k]} generated tokens from $k in the $SN-client row, not $((SN * SOUT)): it missed the server's usage")
   done
-  [ -n "${sv_tot_b[llama]:-}" ] && [ -n "${sv_tot_b[ours]:-}" ] && [ "${sv_tot_b[llama]}" != "${sv_tot_b[ours]}" ] &&
+  # failed requests first: they explain a token-count gap by themselves
+  for k in llama ours; do
+    [ -n "${sv_ok_b[$k]:-}" ] && [ "${sv_ok_b[$k]}" != "$PN" ] &&
+      notes+=("Poisson row: $k completed ${sv_ok_b[$k]} of $PN requests (${sv_err_b[$k]:-no error line from the client})")
+  done
+  [ "${sv_ok_b[llama]:-}" = "$PN" ] && [ "${sv_ok_b[ours]:-}" = "$PN" ] &&
+    [ -n "${sv_tot_b[llama]:-}" ] && [ -n "${sv_tot_b[ours]:-}" ] && [ "${sv_tot_b[llama]}" != "${sv_tot_b[ours]}" ] &&
     notes+=("the client counted ${sv_tot_b[llama]} generated tokens from llama-server and ${sv_tot_b[ours]} from vllmc serve for the same Poisson requests: one of them is miscounted (TPOT, goodput)")
 fi
 if want idle; then

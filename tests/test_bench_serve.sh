@@ -124,6 +124,14 @@ if "$VLLMC" bench serve --base-url "$base" --model fake-llama-server --num-promp
    grep -Eq '^Total generated tokens: +15 *$' "$tmp/ls"
 then ok bench_serve_usage_beside_choice; else fail bench_serve_usage_beside_choice "$(cat "$tmp/ls" "$tmp/err" | tail -5)"; fi
 
+# 3c. a request that fails is left out of the counts and named on stderr (the readiness run is the
+# model's first request, so the first benchmark request is the one refused)
+if "$VLLMC" bench serve --base-url "$base" --model fake-fail-second --num-prompts 3 --random-input-len 8 \
+     --random-output-len 5 --ready-check-timeout-sec 5 >"$tmp/ff" 2>"$tmp/err" &&
+   grep -Eq '^Successful requests: +2 *$' "$tmp/ff" && grep -Eq '^Total generated tokens: +10 *$' "$tmp/ff" &&
+   grep -q '1 of 3 requests failed (first: request 0: HTTP 503: .*second request refused' "$tmp/err"
+then ok bench_serve_failed_request_reported; else fail bench_serve_failed_request_reported "$(cat "$tmp/ff" "$tmp/err" | tail -5)"; fi
+
 # 4. a wrong endpoint fails the readiness run with the server's error, status 1
 "$VLLMC" bench serve --base-url "$base" --endpoint /v1/nope --num-prompts 2 --ready-check-timeout-sec 0 \
   >"$tmp/o" 2>"$tmp/err"; rc=$?

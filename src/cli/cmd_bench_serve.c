@@ -439,6 +439,13 @@ static bool report(serve_ctx *c, double duration) {
     json_t *res = NULL;
     if (!ok) goto out;
     if (completed == 0) fprintf(stderr, "vllmc " CMD ": all requests failed (first error: %s)\n", c->reqs[0].error);
+    else if (completed < n)
+        for (int32_t i = 0; i < n; i++)
+            if (!c->reqs[i].success) {
+                fprintf(stderr, "vllmc " CMD ": %d of %d requests failed (first: request %d: %s)\n", n - completed, n,
+                        i, c->reqs[i].error[0] ? c->reqs[i].error : "no error text");
+                break;
+            }
 
     json_t *itls_json = json_array(), *ttfts = json_array(), *in_lens = json_array(), *out_lens = json_array(),
            *texts = json_array(), *errors = json_array();

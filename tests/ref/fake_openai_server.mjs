@@ -16,6 +16,8 @@
 //                              does: each chunk " the the" (two tokens, so a
 //                              re-tokenizing count is wrong), usage in the last
 //                              chunk beside an empty choice with finish_reason.
+//                              Model "fake-fail-second": that model's second
+//                              request gets a 503 with an OpenAI-style error.
 //   GET  /stats                {"requests", "max_in_flight", "prompt_lens", "max_tokens", "bodies"}
 // Anything else is a 404 with an OpenAI-style error. It exits when stdin closes.
 import http from "node:http";
@@ -49,6 +51,10 @@ const server = http.createServer(async (req, res) => {
   stats.bodies.push(body);
   stats.max_tokens.push(n);
   stats.prompt_lens.push(chat ? body.messages[0].content.length : body.prompt.length);
+  if (body.model === "fake-fail-second" && stats.bodies.filter((b) => b.model === body.model).length === 2) {
+    res.writeHead(503, { "Content-Type": "application/json" });
+    return res.end(JSON.stringify({ error: { message: "fixture: second request refused", type: "ServiceUnavailableError", code: 503 } }));
+  }
   inFlight++;
   stats.max_in_flight = Math.max(stats.max_in_flight, inFlight);
   res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });

@@ -127,6 +127,8 @@ TEST(test_quant_k_paths) {
     check_path(quant_matmul_act_range, "dispatch");
     if (kernels_cpu_has_avx2()) check_path(quant_matmul_act_range_avx2, "avx2");
     else printf("ok test_quant_k_paths_avx2 # skip: no AVX2 on this CPU\n");
+    if (kernels_cpu_has_avx512()) check_path(quant_matmul_act_range_k_avx512, "avx512");
+    else printf("ok test_quant_k_paths_avx512 # skip: no AVX-512 on this CPU\n");
     if (quant_amx_available()) check_path(quant_matmul_act_range_k_amx, "amx");
     else printf("ok test_quant_k_paths_amx # skip: no AMX-INT8 on this CPU (or not granted)\n");
 }

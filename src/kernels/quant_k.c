@@ -24,8 +24,8 @@
  * (quant_k_amx.c) compute exactly this, so every path, every token/row split
  * and every batch agree bit for bit. Dispatch (quant_matmul_act_range_k):
  * below AVX2 portable; with AMX (quant_use_amx()) groups of 4+ tokens go to
- * the tiles and the rest (single-sequence decode) to the AVX2 kernel, which
- * the AVX-512 level also runs.
+ * the tiles and the rest (single-sequence decode) to the AVX-512 VNNI kernel
+ * (quant_k_avx512.c) on the AVX-512 level, the AVX2 kernel on the AVX2 one.
  *
  * AVX2: one weight row x up to 4 tokens at a time; the row's super-block is
  * decoded once into 8 registers of 32 bytes and used for every token. Per
@@ -137,12 +137,6 @@ AVX2 INLINE __m256i hsum8x8(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
 }
 
-AVX2 INLINE float reduce8_k(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
-    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
-    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
-}
-
 /* One row x T tokens. dx: (T, nb) activation scales; xs: (T, nb) sums of xq
  * (Q4_K only); x: T activation rows, ldxq apart. */
 AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, size_t stride, int64_t nsb,
@@ -159,14 +153,8 @@ AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, s
         __m256 dvec, dmvec = _mm256_setzero_ps();
         for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
         if (type == DTYPE_Q4_K) {
-            /* the 12 scale bytes as three words: scales 0..3 = u0 & 63 per
-             * byte, 4..7 = (u2 & 15) | (u0 >> 6) << 4; mins 0..3 = u1 & 63,
-             * 4..7 = (u2 >> 4 & 15) | (u1 >> 6) << 4 (q4k_scale_min) */
-            uint32_t u[3];
-            memcpy(u, b + 4, 12);
-            const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
-            uint64_t sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
-            uint64_t m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+            uint64_t sc8, m8;
+            q4_k_scales_mins(b, &sc8, &m8);
             scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
             mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
@@ -216,7 +204,7 @@ AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, s
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) y[t * ldy] = reduce8_k(acc[t]);
+    for (int t = 0; t < T; t++) y[t * ldy] = quant_k_reduce8_avx2(acc[t]);
 }
 
 AVX2 static void prep_tokens(const uint8_t *x, int64_t ldxq, int T, int64_t nb, float *dx, int32_t *xs) {
@@ -293,5 +281,7 @@ void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *
         if (t1 - tv >= QK_AMX_MIN_TOKENS) tv = t1;
     }
     if (tv > t0) quant_matmul_act_range_k_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
-    if (tv < t1) quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
+    if (tv == t1) return;
+    if (kernels_isa_get() >= KERNELS_ISA_AVX512) quant_matmul_act_range_k_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
+    else quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
 }

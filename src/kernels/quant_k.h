@@ -9,6 +9,8 @@
 
 #include "kernels/quant.h"
 
+#include <string.h>
+
 /* quant_matmul_act_range for a K type on this process's path: AMX tiles for
  * groups of 4+ tokens when quant_use_amx(), the AVX2 kernel for the rest (and
  * on the AVX2 / AVX-512 levels), portable C below AVX2. */
@@ -20,8 +22,33 @@ void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *
 void quant_matmul_act_range_k_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
+/* The AVX-512 VNNI kernel on its own (quant_k_avx512.c), any token count.
+ * Aborts unless kernels_cpu_has_avx512() and quant_is_k(type). */
+void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* A Q4_K super-block's eight 6-bit scales (sc8) and mins (m8), one per byte,
+ * block j in byte j: the 12 scale bytes at b + 4 read as three words
+ * (scales 0..3 = u0 & 63, 4..7 = (u2 & 15) | (u0 >> 6) << 4; mins 0..3 =
+ * u1 & 63, 4..7 = (u2 >> 4 & 15) | (u1 >> 6) << 4: quant_k.c's q4k_scale_min). */
+static inline void q4_k_scales_mins(const uint8_t *b, uint64_t *sc8, uint64_t *m8) {
+    uint32_t u[3];
+    memcpy(u, b + 4, 12);
+    const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
+    *sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
+    *m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+/* The documented final sum of the eight accumulators:
+ * ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)). */
+static inline __attribute__((always_inline, target("avx2"))) float quant_k_reduce8_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* s[l] = v[l] + v[l+4] */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
 
 /* Half h (0/1) of a Q6_K super-block b as signed values q6 - 32 (-32..31):
  * w[i] = the 32 weights of activation block 4h + i (quant_k.c's layout). */

@@ -137,12 +137,8 @@ AMX INLINE void unpack_q4_k(const uint8_t *w, size_t stride, int R, uint8_t a[8]
 
         rs->d[r] = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
         rs->dmin[r] = _cvtsh_ss((unsigned short)(b[2] | b[3] << 8));
-        /* q4k_scale_min on the 12 scale bytes as three words (see quant_k.c) */
-        uint32_t u[3];
-        memcpy(u, b + 4, 12);
-        const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
-        uint64_t sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
-        uint64_t m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+        uint64_t sc8, m8;
+        q4_k_scales_mins(b, &sc8, &m8);
         __m128i sm = _mm_set_epi64x((long long)m8, (long long)sc8);
         _mm512_store_ps(rs->sc[r], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)));
         for (int p = 0; p < 4; p++) {

@@ -1,0 +1,231 @@
+/*
+ * quant_k_avx512.c - Q4_K / Q6_K weights x 8-bit activations with AVX-512
+ * VNNI: the few-token (decode) K-quant kernel on AVX-512 machines.
+ *
+ * The same integers and the same float order as quant_k.c documents, so the
+ * results are bit-identical to its portable and AVX2 kernels; only the way
+ * the eight block sums of a super-block are formed differs:
+ *
+ *   - The call's tokens (up to KX_TOKENS at a time) are first copied into
+ *     contiguous int8 rows (8 blocks x 32 per super-block, no scales in
+ *     between), with the activation scales, Q4_K's block sums of xq and Q6_K's
+ *     16-element sums times -32 (the q6 - 32 offset) beside them.
+ *   - A super-block's weights become four 64-byte vectors of unsigned values,
+ *     blocks (0,1) (2,3) (4,5) (6,7): Q4_K nibbles 0..15 (one 32-byte load
+ *     broadcast to both halves, shifted by 0 / 4), Q6_K's q6 0..63.
+ *   - vpdpbusd gives 16 int32 lanes per vector, lane i = elements 4i..4i+3
+ *     of the pair; 128-bit lane c of pair p is half-block h = 4p + c (16
+ *     elements). A 4x4 transpose-add within 128-bit lanes turns the four
+ *     vectors into the 16 half-block sums, lane 4c + p = half 4p + c.
+ *   - Q6_K: (half sum - 32 * sum of its xq) * its int8 scale, per lane.
+ *   - Halves 2j and 2j+1 (lanes 4c+p, 4c+4+p) add up to block j; a permute
+ *     puts block j in lane j of a 256-bit vector, and from there on the code
+ *     is the AVX2 kernel's: the same float operations in the same lanes.
+ *
+ * Integer sums: |sum| < 2^24 as quant_k.c bounds them, so every int32 step
+ * is exact and any grouping gives the same integer.
+ */
+#include "kernels/quant_k.h"
+
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+enum {
+    KX_TOKENS = 4,       /* tokens per pass over the rows */
+    KX_MAX_SB = 32,      /* super-blocks per piece of k (8192 elements) */
+    KX_ROWS = 64,        /* rows per chunk when k takes several pieces */
+};
+
+/* One piece of k for up to KX_TOKENS tokens, laid out for the kernel. */
+typedef struct kx_acts {
+    _Alignas(64) int8_t x[KX_TOKENS][KX_MAX_SB * 256]; /* xq without the block scales */
+    _Alignas(64) float dx[KX_TOKENS][KX_MAX_SB * 8];   /* block scales */
+    _Alignas(64) int32_t xs[KX_TOKENS][KX_MAX_SB * 16]; /* Q4_K: block sums (8 per sb); Q6_K: -32 * half sums, lane order */
+} kx_acts;
+
+static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* The sums of the eight 4-element groups of a 32-byte block, one per lane. */
+AVX512 INLINE __m256i sums4(__m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x); }
+
+AVX512 static void kx_prep(dtype type, const uint8_t *xq, int64_t ldxq, int T, int64_t nsb, kx_acts *a) {
+    for (int t = 0; t < T; t++) {
+        const uint8_t *xr = xq + t * ldxq;
+        for (int64_t i = 0; i < nsb * 8; i++) {
+            const uint8_t *xb = xr + i * QUANT_ACT_BLOCK_BYTES;
+            __m256i v = _mm256_loadu_si256((const __m256i *)(xb + 4));
+            _mm256_store_si256((__m256i *)(a->x[t] + 32 * i), v);
+            memcpy(&a->dx[t][i], xb, 4);
+            __m256i s = sums4(v); /* lanes 0..3: first 16 elements, 4..7: last 16 */
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            if (type == DTYPE_Q4_K) {
+                h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+                a->xs[t][i] = _mm_cvtsi128_si32(h);
+            } else {
+                __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
+                lo = _mm_add_epi32(lo, _mm_unpackhi_epi64(lo, lo));
+                hi = _mm_add_epi32(hi, _mm_unpackhi_epi64(hi, hi));
+                int32_t s0 = _mm_cvtsi128_si32(_mm_add_epi32(lo, _mm_shuffle_epi32(lo, 1)));
+                int32_t s1 = _mm_cvtsi128_si32(_mm_add_epi32(hi, _mm_shuffle_epi32(hi, 1)));
+                /* halves 2j, 2j+1 of the super-block (j = i % 8) at lanes
+                 * 4 * (h % 4) + h / 4 of the super-block's 16 */
+                int64_t sb = i / 8, hh = 2 * (i % 8);
+                a->xs[t][16 * sb + 4 * (hh % 4) + hh / 4] = -32 * s0;
+                a->xs[t][16 * sb + 4 * ((hh + 1) % 4) + (hh + 1) / 4] = -32 * s1;
+            }
+        }
+    }
+}
+
+/* The four pair vectors -> the 16 half-block sums, lane 4c + p = half 4p + c. */
+AVX512 INLINE __m512i halves(const __m512i p[4]) {
+    __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+/* Half sums (lane order of halves()) -> block j's sum in lane j. */
+AVX512 INLINE __m256i blocks(__m512i h) {
+    const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i b = _mm512_add_epi32(h, _mm512_shuffle_i32x4(h, h, _MM_SHUFFLE(3, 3, 1, 1))); /* c=0: +c=1, c=2: +c=3 */
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, b));
+}
+
+/* One row x T tokens over nsb super-blocks (one piece of k), acc carried in. */
+AVX512 INLINE void row_kx(const int T, const dtype type, const uint8_t *row, size_t stride, int64_t nsb,
+                          const kx_acts *a, __m256 acc[KX_TOKENS]) {
+    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sh_q4 = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
+                                            0x0004000400040004LL, 0x0004000400040004LL);
+    const __m512i sh_l = _mm512_setr_epi64(0x0004000400040004LL, 0x0004000400040004LL, 0x0004000400040004LL,
+                                           0x0004000400040004LL, 0x0002000200020002LL, 0x0002000200020002LL,
+                                           0x0002000200020002LL, 0x0002000200020002LL);
+    const __m512i sh_r = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002LL, 0x0002000200020002LL,
+                                           0x0002000200020002LL, 0x0002000200020002LL);
+    /* byte 4c + p of the 16 Q6_K scales = scale of half 4p + c */
+    const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *b = row + s * bb;
+        for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
+        __m512i w[4], scale16 = _mm512_setzero_si512();
+        __m256i scv = _mm256_setzero_si256(), mn = _mm256_setzero_si256();
+        __m256 dvec, dmvec = _mm256_setzero_ps();
+        if (type == DTYPE_Q4_K) {
+            uint64_t sc8, m8;
+            q4_k_scales_mins(b, &sc8, &m8);
+            scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
+            dmvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 2)));
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) { /* blocks 2p, 2p+1: low, high nibbles of 32 bytes */
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p)));
+                w[p] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_q4), m4);
+            }
+        } else {
+            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
+            scale16 = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), transpose));
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) { /* blocks 4h..4h+3 (q6_k_unpack_half_avx2's bits, unsigned) */
+                __m512i l = _mm512_loadu_si512(b + 64 * h);
+                __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+                w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh_l), m30));
+                w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                               _mm512_and_si512(_mm512_srlv_epi16(qh, sh_r), m30));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const int8_t *x = a->x[t] + 256 * s;
+            __m512i p[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], _mm512_load_si512(x + 64 * i));
+            __m512i h = halves(p);
+            __m256 dxv = _mm256_load_ps(a->dx[t] + 8 * s);
+            if (type == DTYPE_Q4_K) {
+                __m256i iq = _mm256_mullo_epi32(blocks(h), scv);
+                __m256i ix = _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
+                                         _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), acc[t]);
+            } else {
+                h = _mm512_mullo_epi32(_mm512_add_epi32(h, _mm512_load_si512(a->xs[t] + 16 * s)), scale16);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blocks(h)), _mm256_mul_ps(dvec, dxv), acc[t]);
+            }
+        }
+    }
+}
+
+AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int64_t k, const uint8_t *xq,
+                            int64_t ldxq, float *y, int64_t ldy, int64_t r0, int64_t r1, kx_acts *a) {
+    const size_t stride = dtype_row_bytes(type, k), bb = type == DTYPE_Q4_K ? 144 : 210;
+    const int64_t nsb = k / QUANT_QK_K;
+    if (nsb <= KX_MAX_SB) { /* one piece: prepare once, every row */
+        kx_prep(type, xq, ldxq, T, nsb, a);
+        for (int64_t r = r0; r < r1; r++) {
+            __m256 acc[KX_TOKENS];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+            row_kx(T, type, w + r * stride, stride, nsb, a, acc);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) y[t * ldy + r] = quant_k_reduce8_avx2(acc[t]);
+        }
+        return;
+    }
+    /* longer rows: chunks of KX_ROWS rows, each piece of k prepared once
+     * per chunk, the chunk's accumulators carried from piece to piece */
+    __m256 accs[KX_ROWS][KX_TOKENS];
+    for (int64_t rc = r0; rc < r1; rc += KX_ROWS) {
+        int64_t nr = r1 - rc < KX_ROWS ? r1 - rc : KX_ROWS;
+        for (int64_t i = 0; i < nr; i++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) accs[i][t] = _mm256_setzero_ps();
+        for (int64_t s0 = 0; s0 < nsb; s0 += KX_MAX_SB) {
+            int64_t n = nsb - s0 < KX_MAX_SB ? nsb - s0 : KX_MAX_SB;
+            kx_prep(type, xq + s0 * 8 * QUANT_ACT_BLOCK_BYTES, ldxq, T, n, a);
+            for (int64_t i = 0; i < nr; i++) row_kx(T, type, w + (rc + i) * stride + s0 * bb, stride, n, a, accs[i]);
+        }
+        for (int64_t i = 0; i < nr; i++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) y[t * ldy + rc + i] = quant_k_reduce8_avx2(accs[i][t]);
+    }
+}
+
+#define KX_ENTRY(name, type)                                                                                    \
+    AVX512 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,     \
+                            int64_t r0, int64_t r1, int64_t t0, int64_t t1, kx_acts *a) {                       \
+        const uint8_t *x = (const uint8_t *)xq;                                                                 \
+        for (int64_t t = t0; t < t1; t += KX_TOKENS) {                                                          \
+            const uint8_t *xt = x + t * ldxq;                                                                   \
+            float *yt = y + t * ldy;                                                                            \
+            switch (t1 - t < KX_TOKENS ? t1 - t : KX_TOKENS) {                                                  \
+            case 4: range_kx(4, type, w, k, xt, ldxq, yt, ldy, r0, r1, a); break;                               \
+            case 3: range_kx(3, type, w, k, xt, ldxq, yt, ldy, r0, r1, a); break;                               \
+            case 2: range_kx(2, type, w, k, xt, ldxq, yt, ldy, r0, r1, a); break;                               \
+            default: range_kx(1, type, w, k, xt, ldxq, yt, ldy, r0, r1, a); break;                              \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+KX_ENTRY(matmul_q4_k_avx512, DTYPE_Q4_K)
+KX_ENTRY(matmul_q6_k_avx512, DTYPE_Q6_K)
+#endif
+
+void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (!kernels_cpu_has_avx512() || !quant_is_k(type)) abort(); /* a caller bug */
+#if defined(__x86_64__)
+    kx_acts acts; /* 44 KB */
+    if (type == DTYPE_Q4_K) matmul_q4_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts);
+    else matmul_q6_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts);
+#else
+    (void)w, (void)k, (void)xq, (void)ldxq, (void)y, (void)ldy, (void)r0, (void)r1, (void)t0, (void)t1;
+#endif
+}

@@ -348,7 +348,7 @@ AVX512 INLINE void range(const dtype type, const bool block, const void *w, int6
 /* ---- the x16 layout (quant.h), block order: rows in lanes ---------------- */
 
 #ifndef X16_AHEAD
-#define X16_AHEAD 8 /* records of prefetch distance (the copy is one stream) */
+#define X16_AHEAD 8 /* records of prefetch distance, per group stream */
 #endif
 enum { X16_PIECE = 512, X16_T = 4, X16_GROUPS = 4 }; /* blocks per prep piece (k 16384); tokens, 16-row groups per pass */
 
@@ -368,45 +368,50 @@ AVX512 static void x16_prep(const dtype type, const uint8_t *xr, int64_t b0, int
     }
 }
 
-/* 16 rows (one group's records from g, blocks [0, nbk)) x T tokens: acc[t]
- * lanes = rows, += block b's term per block in order. x: the tokens' xq
- * rows at the piece's first block, ldxq apart. */
-AVX512 INLINE void x16_group(const int T, const dtype type, const uint8_t *g, int64_t nbk, const uint8_t *x,
-                             int64_t ldxq, const int32_t (*corr)[X16_PIECE], const float (*dx)[X16_PIECE],
-                             __m512 acc[X16_T]) {
+/* NG groups of 16 rows (records from g[n], blocks [0, nbk)) x T tokens,
+ * the groups' records read in turn (NG streams keep more lines in flight):
+ * acc[n][t] lanes = rows, += block b's term per block in order. x: the
+ * tokens' xq rows at the piece's first block, ldxq apart. */
+AVX512 INLINE void x16_groups(const int NG, const int T, const dtype type, const uint8_t *const *g, int64_t nbk,
+                              const uint8_t *x, int64_t ldxq, const int32_t (*corr)[X16_PIECE],
+                              const float (*dx)[X16_PIECE], __m512 (*acc)[X16_T]) {
     const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
     const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nbk; b++, g += rec) {
-        for (int i = 0; i < (int)((rec + 63) / 64); i++) /* the record X16_AHEAD on, line by line */
-            _mm_prefetch((const char *)g + X16_AHEAD * rec + 64 * i, _MM_HINT_T0);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        __m512i wv[8];
-        if (type == DTYPE_Q8_0) {
+    for (int64_t b = 0; b < nbk; b++) {
+#pragma GCC unroll 4
+        for (int n = 0; n < NG; n++) {
+            const uint8_t *gb = g[n] + b * rec;
+            for (int i = 0; i < (int)((rec + 63) / 64); i++) /* the record X16_AHEAD on, line by line */
+                _mm_prefetch((const char *)gb + X16_AHEAD * rec + 64 * i, _MM_HINT_T0);
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+            __m512i wv[8];
+            if (type == DTYPE_Q8_0) {
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(g + 32 + 64 * j), flip);
-        } else {
+                for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(gb + 32 + 64 * j), flip);
+            } else {
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                __m512i q = _mm512_loadu_si512(g + 32 + 64 * j);
-                wv[j] = _mm512_and_si512(q, m4);
-                wv[4 + j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                for (int j = 0; j < 4; j++) {
+                    __m512i q = _mm512_loadu_si512(gb + 32 + 64 * j);
+                    wv[j] = _mm512_and_si512(q, m4);
+                    wv[4 + j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                }
             }
-        }
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const uint8_t *xb = x + t * ldxq + b * QUANT_ACT_BLOCK_BYTES + 4;
-            int32_t xd[8];
-            memcpy(xd, xb, 32);
-            __m512i i0 = _mm512_set1_epi32(corr[t][b]), i1 = _mm512_setzero_si512();
-            /* Q4_0: wv[j] = elements 4j.., wv[4+j] = 16+4j..; Q8_0: wv[j] = 4j.. */
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xb = x + t * ldxq + b * QUANT_ACT_BLOCK_BYTES + 4;
+                int32_t xd[8];
+                memcpy(xd, xb, 32);
+                __m512i i0 = _mm512_set1_epi32(corr[t][b]), i1 = _mm512_setzero_si512();
+                /* Q4_0: wv[j] = elements 4j.., wv[4+j] = 16+4j..; Q8_0: wv[j] = 4j.. */
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                int e0 = type == DTYPE_Q8_0 ? 2 * j : j, e1 = type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j;
-                i0 = _mm512_dpbusd_epi32(i0, wv[type == DTYPE_Q8_0 ? 2 * j : j], _mm512_set1_epi32(xd[e0]));
-                i1 = _mm512_dpbusd_epi32(i1, wv[type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j], _mm512_set1_epi32(xd[e1]));
+                for (int j = 0; j < 4; j++) {
+                    int e0 = type == DTYPE_Q8_0 ? 2 * j : j, e1 = type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j;
+                    i0 = _mm512_dpbusd_epi32(i0, wv[type == DTYPE_Q8_0 ? 2 * j : j], _mm512_set1_epi32(xd[e0]));
+                    i1 = _mm512_dpbusd_epi32(i1, wv[type == DTYPE_Q8_0 ? 2 * j + 1 : 4 + j], _mm512_set1_epi32(xd[e1]));
+                }
+                __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+                acc[n][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b])), acc[n][t]);
             }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
-            acc[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b])), acc[t]);
         }
     }
 }
@@ -423,17 +428,25 @@ AVX512 INLINE void x16_range(const int T, const dtype type, const void *w, int64
         for (int64_t b0 = 0; b0 < nb; b0 += X16_PIECE) {
             int64_t nbk = nb - b0 < X16_PIECE ? nb - b0 : X16_PIECE;
             for (int t = 0; t < T; t++) x16_prep(type, xq + t * ldxq, b0, nbk, corr[t], dx[t]);
-            for (int64_t g = 0; g < ng; g++) {
-                __m512 acc[X16_T];
+            for (int64_t g = 0; g < ng;) {
+                const int NG = ng - g >= 4 ? 4 : ng - g >= 2 ? 2 : 1;
+                __m512 acc[4][X16_T];
+                const uint8_t *wg[4];
+                for (int n = 0; n < NG; n++) {
+                    wg[n] = (const uint8_t *)w + ((gc + g + n) * nb + b0) * rec;
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++) acc[t] = b0 == 0 ? _mm512_setzero_ps() : acc_io[g][t];
-                const uint8_t *wg = (const uint8_t *)w + ((gc + g) * nb + b0) * rec;
-                x16_group(T, type, wg, nbk, xq + b0 * QUANT_ACT_BLOCK_BYTES, ldxq, corr, dx, acc);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++) {
-                    if (b0 + nbk < nb) acc_io[g][t] = acc[t];
-                    else _mm512_storeu_ps(y + t * ldy + (gc + g) * 16, acc[t]);
+                    for (int t = 0; t < T; t++) acc[n][t] = b0 == 0 ? _mm512_setzero_ps() : acc_io[g + n][t];
                 }
+                if (NG == 4) x16_groups(4, T, type, wg, nbk, xq + b0 * QUANT_ACT_BLOCK_BYTES, ldxq, corr, dx, acc);
+                else if (NG == 2) x16_groups(2, T, type, wg, nbk, xq + b0 * QUANT_ACT_BLOCK_BYTES, ldxq, corr, dx, acc);
+                else x16_groups(1, T, type, wg, nbk, xq + b0 * QUANT_ACT_BLOCK_BYTES, ldxq, corr, dx, acc);
+                for (int n = 0; n < NG; n++)
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        if (b0 + nbk < nb) acc_io[g + n][t] = acc[n][t];
+                        else _mm512_storeu_ps(y + t * ldy + (gc + g + n) * 16, acc[n][t]);
+                    }
+                g += NG;
             }
         }
     }

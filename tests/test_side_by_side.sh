@@ -27,7 +27,7 @@ out=$("$m" --threads 2 --mb 64 --repeat 2 2>&1); rc=$?
 bw=$(sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s (2 threads, 8 streams each, 64 MiB, best of 2;.*/\1/p' <<<"$out")
 if [ $rc -eq 0 ] && awk -v b="$bw" 'BEGIN { exit !(b > 0.1 && b < 1000) }'; then echo "ok membw_runs"
 else echo "FAIL membw_runs: status $rc: $out"; fi
-for bad in "--threads 0" "--streams 0" "--streams 65" "--mb 0" "--repeat" "--frobnicate 1"; do
+for bad in "--threads 0" "--streams 0" "--streams 65" "--mb 0" "--repeat" "--prefetch -1" "--frobnicate 1"; do
   # shellcheck disable=SC2086
   "$m" $bad >/dev/null 2>&1; rc=$?
   if [ $rc -eq 2 ]; then echo "ok membw_rejects ${bad%% *}"; else echo "FAIL membw_rejects ${bad%% *}: status $rc"; fi

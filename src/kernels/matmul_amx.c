@@ -346,42 +346,50 @@ AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int6
                 }
             }
             bool first = s0 == 0, last = s1 == S;
+            /* a chunk of whole tiles takes its rows q apart: tile i = rows
+             * rc + i + r * q (r < 16), so each tile row walks q consecutive
+             * rows, a long sequential stream (16 adjacent rows would end
+             * together after one row each); the rows' order changes no output */
+            const int64_t q = (re - rc) % ROWS == 0 ? (re - rc) / ROWS : 1;
             for (int64_t n = rc; n < re;) {
                 int R = re - n < ROWS ? (int)(re - n) : ROWS, NC = NT; /* C tiles in use */
+                if (q > 1) R = ROWS;
                 configure(cur, R, T);
-                float(*cb)[ROWS][16] = cbuf[(n - rc) / ROWS];
+                float(*cb)[ROWS][16] = cbuf[q > 1 ? n - rc : (n - rc) / ROWS];
                 C_INIT(0, first, cb[0]);
                 if (NC > 1) C_INIT(1, first, cb[1]);
                 if (NC > 2) C_INIT(2, first, cb[2]);
                 if (NC > 3) C_INIT(3, first, cb[3]);
                 const uint8_t *w = (const uint8_t *)a->w + (size_t)n * rowb;
-                run_steps(wt, w, rowb, R, NT, k, s0, s1, b);
+                run_steps(wt, w, rowb * (size_t)q, R, NT, k, s0, s1, b);
+                const int64_t next = q > 1 ? (n + 1 - rc == q ? re : n + 1) : n + R;
                 if (!last) {
                     _tile_stored(0, cb[0], 64);
                     if (NC > 1) _tile_stored(1, cb[1], 64);
                     if (NC > 2) _tile_stored(2, cb[2], 64);
                     if (NC > 3) _tile_stored(3, cb[3], 64);
-                    n += R;
+                    n = next;
                     continue;
                 }
-                for (int q = 0; q < NC; q++) {
-                    switch (q) {
+                for (int j = 0; j < NC; j++) {
+                    switch (j) {
                     case 0: _tile_stored(0, out, 64); break;
                     case 1: _tile_stored(1, out, 64); break;
                     case 2: _tile_stored(2, out, 64); break;
                     default: _tile_stored(3, out, 64); break;
                     }
-                    int64_t tq = t + q * T, nq = n;
+                    int64_t tq = t + j * T;
                     for (int c = 0; c < T; c++) {
-                        float *y = a->y + (tq + c) * a->ldy + nq;
+                        float *y = a->y + (tq + c) * a->ldy;
                         for (int r = 0; r < R; r++) {
+                            int64_t row = n + r * q;
                             float dot = (out[r][3 * c + 2] + out[r][3 * c + 1]) + out[r][3 * c];
-                            if (a->bias) dot += kernels_weight_at(a->bias, a->btype, nq + r);
-                            y[r] = a->accumulate ? y[r] + dot : dot;
+                            if (a->bias) dot += kernels_weight_at(a->bias, a->btype, row);
+                            y[row] = a->accumulate ? y[row] + dot : dot;
                         }
                     }
                 }
-                n += R;
+                n = next;
             }
         }
     }

@@ -122,6 +122,13 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
                                            0x0002000200020002LL, 0x0002000200020002LL);
     /* byte 4c + p of the 16 Q6_K scales = scale of half 4p + c */
     const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    /* the accumulators in registers for the whole piece (the caller's array
+     * is indexed by a run-time gap: kept there, every fma went through memory) */
+    __m256 ra[KX_STREAMS][KX_TOKENS];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) ra[rr][t] = acc[rr * agap][t];
     for (int64_t s = 0; s < nsb; s++)
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++) {
@@ -165,15 +172,19 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
             if (type == DTYPE_Q4_K) {
                 __m256i iq = _mm256_mullo_epi32(blocks(h), scv);
                 __m256i ix = _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
-                acc[rr * agap][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[rr * agap][t]);
-                acc[rr * agap][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
-                                             _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), acc[rr * agap][t]);
+                ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
+                ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
+                                             _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), ra[rr][t]);
             } else {
                 h = _mm512_mullo_epi32(_mm512_add_epi32(h, _mm512_load_si512(a->xs[t] + 16 * s)), scale16);
-                acc[rr * agap][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blocks(h)), _mm256_mul_ps(dvec, dxv), acc[rr * agap][t]);
+                ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blocks(h)), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
             }
         }
     }
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[rr * agap][t] = ra[rr][t];
 }
 
 AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int64_t k, const uint8_t *xq,

@@ -132,6 +132,13 @@ if "$VLLMC" bench serve --base-url "$base" --model fake-fail-second --num-prompt
    grep -q '1 of 3 requests failed (first: request 0: HTTP 503: .*second request refused' "$tmp/err"
 then ok bench_serve_failed_request_reported; else fail bench_serve_failed_request_reported "$(cat "$tmp/ff" "$tmp/err" | tail -5)"; fi
 
+# 3d. a NUL in a streamed text ("\u0000", valid JSON) is a token, not a malformed chunk
+if "$VLLMC" bench serve --base-url "$base" --model fake-nul --num-prompts 3 --random-input-len 8 \
+     --random-output-len 5 --ready-check-timeout-sec 5 >"$tmp/nul" 2>"$tmp/err" &&
+   grep -Eq '^Successful requests: +3 *$' "$tmp/nul" && grep -Eq '^Total generated tokens: +15 *$' "$tmp/nul" &&
+   ! grep -q 'failed' "$tmp/err"
+then ok bench_serve_nul_in_text; else fail bench_serve_nul_in_text "$(cat "$tmp/nul" "$tmp/err" | tail -5)"; fi
+
 # 4. a wrong endpoint fails the readiness run with the server's error, status 1
 "$VLLMC" bench serve --base-url "$base" --endpoint /v1/nope --num-prompts 2 --ready-check-timeout-sec 0 \
   >"$tmp/o" 2>"$tmp/err"; rc=$?

@@ -113,7 +113,9 @@ static bool buf_append(char **buf, size_t *len, size_t *cap, const char *p, size
 static void handle_event(serve_ctx *c, serve_req *r, const char *payload, size_t n, double t) {
     if (n == 6 && !memcmp(payload, "[DONE]", 6)) return;
     json_error_t err;
-    json_t *o = json_loadb(payload, n, 0, &err);
+    /* NUL is valid JSON text ("\u0000": a byte token of a small model, as
+     * llama-server streams it); jansson refuses it unless asked */
+    json_t *o = json_loadb(payload, n, JSON_ALLOW_NUL, &err);
     if (!o) {
         r->bad_chunk = true;
         snprintf(r->error, sizeof r->error, "malformed SSE chunk: %s", err.text);

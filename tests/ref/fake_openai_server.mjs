@@ -16,6 +16,8 @@
 //                              does: each chunk " the the" (two tokens, so a
 //                              re-tokenizing count is wrong), usage in the last
 //                              chunk beside an empty choice with finish_reason.
+//                              Model "fake-nul": each text is "\u0000the"
+//                              (a NUL byte token, as llama-server sends one).
 //                              Model "fake-fail-second": that model's second
 //                              request gets a 503 with an OpenAI-style error.
 //   GET  /stats                {"requests", "max_in_flight", "prompt_lens", "max_tokens", "bodies"}
@@ -62,7 +64,7 @@ const server = http.createServer(async (req, res) => {
   const llama = body.model === "fake-llama-server";
   for (let i = 0; i < n; i++) {
     await sleep(i === 0 ? ttft : itl);
-    const text = llama ? " the the" : i === 0 ? "the" : " the";
+    const text = llama ? " the the" : body.model === "fake-nul" ? "\u0000the" : i === 0 ? "the" : " the";
     send(chat ? { choices: [{ index: 0, delta: { content: text } }] } : { choices: [{ index: 0, text }] });
   }
   if (llama)

@@ -346,29 +346,30 @@ AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int6
                 }
             }
             bool first = s0 == 0, last = s1 == S;
-            /* a chunk of whole tiles takes its rows q apart: tile i = rows
-             * rc + i + r * q (r < 16), so each tile row walks q consecutive
-             * rows, a long sequential stream (16 adjacent rows would end
-             * together after one row each); the rows' order changes no output */
-            const int64_t q = (re - rc) % ROWS == 0 ? (re - rc) / ROWS : 1;
-            for (int64_t n = rc; n < re;) {
-                int R = re - n < ROWS ? (int)(re - n) : ROWS, NC = NT; /* C tiles in use */
-                if (q > 1) R = ROWS;
+            /* Tile i's row r is row n + r * q. A chunk of whole tiles takes
+             * its rows q apart (n = rc + i, q = rows / 16), so each tile row
+             * walks q consecutive rows, a long sequential stream (16 adjacent
+             * rows would end together after one row each); otherwise tiles
+             * are 16 adjacent rows (n = rc + 16 i, q = 1), the last partial.
+             * The rows' order changes no output. */
+            const bool spread = (re - rc) % ROWS == 0;
+            const int64_t q = spread ? (re - rc) / ROWS : 1, ntiles = (re - rc + ROWS - 1) / ROWS;
+            for (int64_t i = 0; i < ntiles; i++) {
+                const int64_t n = rc + (spread ? i : i * ROWS);
+                int R = re - n < ROWS && !spread ? (int)(re - n) : ROWS, NC = NT; /* C tiles in use */
                 configure(cur, R, T);
-                float(*cb)[ROWS][16] = cbuf[q > 1 ? n - rc : (n - rc) / ROWS];
+                float(*cb)[ROWS][16] = cbuf[i];
                 C_INIT(0, first, cb[0]);
                 if (NC > 1) C_INIT(1, first, cb[1]);
                 if (NC > 2) C_INIT(2, first, cb[2]);
                 if (NC > 3) C_INIT(3, first, cb[3]);
                 const uint8_t *w = (const uint8_t *)a->w + (size_t)n * rowb;
                 run_steps(wt, w, rowb * (size_t)q, R, NT, k, s0, s1, b);
-                const int64_t next = q > 1 ? (n + 1 - rc == q ? re : n + 1) : n + R;
                 if (!last) {
                     _tile_stored(0, cb[0], 64);
                     if (NC > 1) _tile_stored(1, cb[1], 64);
                     if (NC > 2) _tile_stored(2, cb[2], 64);
                     if (NC > 3) _tile_stored(3, cb[3], 64);
-                    n = next;
                     continue;
                 }
                 for (int j = 0; j < NC; j++) {
@@ -389,7 +390,6 @@ AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int6
                         }
                     }
                 }
-                n = next;
             }
         }
     }

@@ -37,8 +37,11 @@ usage: bench/side_by_side.sh [options]
   --build DIR       vllm.c build directory (build; made with make -j2 if missing)
   --logs DIR        where every command's output goes (/tmp/vllmc-sbs-logs/<time>)
   --slo "ttft:MS tpot:MS"   goodput SLOs for the Poisson serving row ("ttft:5000 tpot:1000")
-  --rate R          Poisson request rate (default: 0.9 x llama-server's request
-                    throughput in the 16-client row, else 0.3)
+  --rate R          one Poisson request rate in req/s, instead of --rate-x
+  --rate-x LIST     Poisson request rates as multiples of llama-server's capacity
+                    (its request throughput in the 16-client row; 0.3 req/s if
+                    that row failed): "0.9,2" = one run just under it, where both
+                    servers keep up, and one at twice it, where goodput can differ
   --quick           development smoke run: small shapes, 1 repeat, Q4_0 only
   -h, --help        this text
 EOF
@@ -46,7 +49,7 @@ EOF
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
-dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" logs=""
+dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2" logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;
@@ -60,6 +63,7 @@ while [ $# -gt 0 ]; do
     --logs) logs=$2; shift ;;
     --slo) slo=$2; shift ;;
     --rate) rate=$2; shift ;;
+    --rate-x) rate_x=$2; shift ;;
     --quick) quick=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "side_by_side: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -68,6 +72,11 @@ while [ $# -gt 0 ]; do
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ && "$reps" =~ ^[1-9][0-9]*$ ]] ||
   { echo "side_by_side: --threads and --repeats take positive integers" >&2; exit 2; }
+num_re='^([0-9]+[.]?[0-9]*|[.][0-9]+)$'
+for x in $rate ${rate_x//,/ }; do
+  [[ "$x" =~ $num_re ]] && awk -v x="$x" 'BEGIN { exit !(x > 0) }' ||
+    { echo "side_by_side: --rate and --rate-x take positive numbers, not '$x'" >&2; exit 2; }
+done
 for s in ${only//,/ }; do
   case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv," in
     *",$s,"*) ;; *) echo "side_by_side: unknown --only item '$s'" >&2; exit 2 ;;
@@ -340,12 +349,30 @@ fi
 
 # ---- 6. serving, idle CPU ---------------------------------------------------
 # (a) SN clients at once, SIN prompt + SOUT generated each; (b) PN Poisson
-# arrivals with lengths drawn from [L(1-PRR), L(1+PRR)] at a rate near
-# llama-server's capacity. Same client (vllmc bench serve) against both.
+# arrivals with lengths drawn from [L(1-PRR), L(1+PRR)], at each rate of
+# rates: multiples (--rate-x) of llama-server's capacity, which (a) measures.
+# Under its capacity both servers keep up and goodput is the arrival rate;
+# above it, goodput shows which server still meets the SLOs. Same client
+# (vllmc bench serve) against both.
 declare -A sv_gen sv_good sv_p99 sv_idle sv_tot_a sv_tot_b sv_ok_b sv_err_b
+rates=() rate_note=()
 sf=$(gguf "$stype") ST=${stype^^}
+# rates from llama-server's request throughput $1 (empty if it failed)
+set_rates() {
+  if [ -n "$rate" ]; then rates=("$rate") rate_note=("given"); return; fi
+  local cap=$1 x
+  [[ "$cap" =~ ^[0-9.]+$ ]] && awk -v c="$cap" 'BEGIN { exit !(c > 0) }' || cap=""
+  for x in ${rate_x//,/ }; do
+    if [ -n "$cap" ]; then
+      rates+=("$(awk -v r="$cap" -v x="$x" 'BEGIN { printf "%.3f", x * r }')")
+      rate_note+=("${x}x llama-server's $cap req/s")
+    else
+      rates+=(0.3) rate_note+=("llama-server's capacity unknown")
+    fi
+  done
+}
 serve_one() { # KIND
-  local k=$1 name
+  local k=$1 name i
   name=$([ "$k" = llama ] && echo llama-server || echo vllmc-serve)
   server_start "$k" "$sf" "$name-$stype"
   local t0; t0=$(date +%s.%N)
@@ -359,23 +386,19 @@ serve_one() { # KIND
       --random-input-len "$SIN" --random-output-len "$SOUT" --max-concurrency "$SN" --request-rate inf
     sv_gen[$k]=$(sv_field "$logs/bench-serve-a-$name.log" "Output token throughput (tok/s):")
     sv_tot_a[$k]=$(sv_field "$logs/bench-serve-a-$name.log" "Total generated tokens:")
-    if [ -z "$rate" ]; then
-      local rt; rt=$(sv_field "$logs/bench-serve-a-$name.log" "Request throughput (req/s):")
-      if [ "$k" = llama ] && [[ "$rt" =~ ^[0-9.]+$ ]]; then
-        rate=$(awk -v r="$rt" 'BEGIN { printf "%.3f", 0.9 * r }')
-      else
-        rate=0.3
-      fi
-    fi
-    # shellcheck disable=SC2086
-    run "bench-serve-b-$name" "$vllmc" bench serve "${common[@]}" --num-prompts "$PN" \
-      --random-input-len "$SIN" --random-output-len "$SOUT" --random-range-ratio "$PRR" \
-      --request-rate "$rate" --burstiness 1 --goodput $slo
-    sv_good[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Request goodput (req/s):")
-    sv_p99[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "P99 TTFT (ms):")
-    sv_tot_b[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Total generated tokens:")
-    sv_ok_b[$k]=$(sv_field "$logs/bench-serve-b-$name.log" "Successful requests:")
-    sv_err_b[$k]=$(grep -m1 'requests failed' "$logs/bench-serve-b-$name.err" || true)
+    [ "$k" = llama ] && set_rates "$(sv_field "$logs/bench-serve-a-$name.log" "Request throughput (req/s):")"
+    for i in "${!rates[@]}"; do
+      local lg=$logs/bench-serve-b$i-$name
+      # shellcheck disable=SC2086
+      run "bench-serve-b$i-$name" "$vllmc" bench serve "${common[@]}" --num-prompts "$PN" \
+        --random-input-len "$SIN" --random-output-len "$SOUT" --random-range-ratio "$PRR" \
+        --request-rate "${rates[$i]}" --burstiness 1 --goodput $slo
+      sv_good[$k$i]=$(sv_field "$lg.log" "Request goodput (req/s):")
+      sv_p99[$k$i]=$(sv_field "$lg.log" "P99 TTFT (ms):")
+      sv_tot_b[$k$i]=$(sv_field "$lg.log" "Total generated tokens:")
+      sv_ok_b[$k$i]=$(sv_field "$lg.log" "Successful requests:")
+      sv_err_b[$k$i]=$(grep -m1 'requests failed' "$lg.err" || true)
+    done
   fi
   if want idle; then
     sv_idle[$k]=$(idle_cpu)
@@ -384,17 +407,21 @@ serve_one() { # KIND
 }
 if want serve || want idle; then
   serve_one llama
+  [ ${#rates[@]} -gt 0 ] || set_rates ""
   serve_one ours
 fi
 if want serve; then
   row "serve: $SN parallel clients x $SOUT tokens ($SIN-token prompts), $ST, generated tok/s" \
     "$(fmt "${sv_gen[llama]:-}")" "$(fmt "${sv_gen[ours]:-}")" "(≥ 1.5x)"
-  row "serve: Poisson $rate req/s, $PN requests, lengths ±$PRR, $ST, goodput req/s (${slo})" \
-    "$(fmt "${sv_good[llama]:-}")" "$(fmt "${sv_good[ours]:-}")" "≥ 1.5x at same p99 TTFT"
-  row "serve: Poisson, p99 TTFT ms (lower is better)" "$(fmt "${sv_p99[llama]:-}")" "$(fmt "${sv_p99[ours]:-}")" \
-    "ours ≤ theirs"
-fi
-if want serve; then
+  for i in "${!rates[@]}"; do
+    x=$(awk -v n="${rate_note[$i]}" 'BEGIN { print n + 0 }') # the multiple, 0 if none
+    target=$(awk -v x="$x" 'BEGIN { print (x > 1 ? "≥ 1.5x at same p99 TTFT" : x > 0 ? "(under capacity: ≈ the rate)" : "≥ 1.5x above capacity") }')
+    row "serve: Poisson ${rates[$i]} req/s (${rate_note[$i]}), $PN requests, lengths ±$PRR, $ST, goodput req/s (${slo})" \
+      "$(fmt "${sv_good[llama$i]:-}")" "$(fmt "${sv_good[ours$i]:-}")" \
+      "$target"
+    row "serve: Poisson ${rates[$i]} req/s, p99 TTFT ms (lower is better)" \
+      "$(fmt "${sv_p99[llama$i]:-}")" "$(fmt "${sv_p99[ours$i]:-}")" "ours ≤ theirs"
+  done
   # with --ignore-eos every request yields exactly its output length; a count
   # that differs means the client did not get the server's usage and
   # re-tokenized the text (then TPOT and goodput are off too)
@@ -402,14 +429,16 @@ if want serve; then
     [ -n "${sv_tot_a[$k]:-}" ] && [ "${sv_tot_a[$k]}" != $((SN * SOUT)) ] &&
       notes+=("the client counted ${sv_tot_a[$k]} generated tokens from $k in the $SN-client row, not $((SN * SOUT)): it missed the server's usage")
   done
-  # failed requests first: they explain a token-count gap by themselves
-  for k in llama ours; do
-    [ -n "${sv_ok_b[$k]:-}" ] && [ "${sv_ok_b[$k]}" != "$PN" ] &&
-      notes+=("Poisson row: $k completed ${sv_ok_b[$k]} of $PN requests (${sv_err_b[$k]:-no error line from the client})")
+  for i in "${!rates[@]}"; do
+    # failed requests first: they explain a token-count gap by themselves
+    for k in llama ours; do
+      [ -n "${sv_ok_b[$k$i]:-}" ] && [ "${sv_ok_b[$k$i]}" != "$PN" ] &&
+        notes+=("Poisson ${rates[$i]} req/s: $k completed ${sv_ok_b[$k$i]} of $PN requests (${sv_err_b[$k$i]:-no error line from the client})")
+    done
+    [ "${sv_ok_b[llama$i]:-}" = "$PN" ] && [ "${sv_ok_b[ours$i]:-}" = "$PN" ] &&
+      [ -n "${sv_tot_b[llama$i]:-}" ] && [ -n "${sv_tot_b[ours$i]:-}" ] && [ "${sv_tot_b[llama$i]}" != "${sv_tot_b[ours$i]}" ] &&
+      notes+=("the client counted ${sv_tot_b[llama$i]} generated tokens from llama-server and ${sv_tot_b[ours$i]} from vllmc serve for the same Poisson requests at ${rates[$i]} req/s: one of them is miscounted (TPOT, goodput)")
   done
-  [ "${sv_ok_b[llama]:-}" = "$PN" ] && [ "${sv_ok_b[ours]:-}" = "$PN" ] &&
-    [ -n "${sv_tot_b[llama]:-}" ] && [ -n "${sv_tot_b[ours]:-}" ] && [ "${sv_tot_b[llama]}" != "${sv_tot_b[ours]}" ] &&
-    notes+=("the client counted ${sv_tot_b[llama]} generated tokens from llama-server and ${sv_tot_b[ours]} from vllmc serve for the same Poisson requests: one of them is miscounted (TPOT, goodput)")
 fi
 if want idle; then
   row "idle server CPU % over ${IDLE} s (/proc/PID/stat)" "${sv_idle[llama]:-n/a}" "${sv_idle[ours]:-n/a}" "0% (vllm.c)" ""

@@ -19,6 +19,12 @@ else echo "FAIL sbs_bad_option: status $rc: $out"; fi
 out=$(bench/side_by_side.sh --only decode,nonsense 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "unknown --only item 'nonsense'" <<<"$out"; then echo "ok sbs_bad_only"
 else echo "FAIL sbs_bad_only: status $rc: $out"; fi
+for bad in "--rate-x 0.9,x" "--rate-x 0" "--rate -1"; do
+  # shellcheck disable=SC2086
+  out=$(bench/side_by_side.sh $bad 2>&1); rc=$?
+  if [ $rc -eq 2 ] && grep -q "take positive numbers" <<<"$out"; then echo "ok sbs_bad_rate ${bad// /=}"
+  else echo "FAIL sbs_bad_rate ${bad// /=}: status $rc: $out"; fi
+done
 out=$(bench/side_by_side.sh --threads 0 2>&1); rc=$?
 if [ $rc -eq 2 ]; then echo "ok sbs_bad_threads"; else echo "FAIL sbs_bad_threads: status $rc: $out"; fi
 

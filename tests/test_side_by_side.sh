@@ -4,8 +4,9 @@
 # tens of minutes and is never run by the suite.)
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
-for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh; do
-  if bash -n "$s" 2>/dev/null; then echo "ok syntax_$(basename "$s" .sh)"; else echo "FAIL syntax_$(basename "$s" .sh): bash -n"; fi
+for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh bench/blas/run.sh; do
+  n=$(basename "$(dirname "$s")")_$(basename "$s" .sh)
+  if bash -n "$s" 2>/dev/null; then echo "ok syntax_$n"; else echo "FAIL syntax_$n: bash -n"; fi
 done
 out=$(bench/side_by_side.sh --help 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q -- '--only LIST' <<<"$out" && grep -q -- '--quick' <<<"$out"; then

@@ -322,7 +322,7 @@ TEST(test_quant_act_batch_invariance) {
 typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
                              int64_t, int64_t, int64_t);
 static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
-    enum { KMAX = 4096 + 3 * 32, R = 70, T = 40 };
+    enum { KMAX = 4096 + 3 * 32, R = 140, T = 40 };
     static uint8_t w[R * KMAX / 32 * 34], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[KMAX], y[T * R], tmp[KMAX];
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
@@ -338,7 +338,8 @@ static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
                 quant_quantize_act_row(x, xq + tt * ldxq, k);
             }
             const int64_t spans[][4] = {{0, R, 0, T},   {3, R - 2, 1, 2}, {5, 6, 4, 7},  {1, 66, 2, 5},
-                                        {0, 16, 0, 1},  {0, 48, 0, 8},    {16, 64, 17, T}, {2, 35, 3, 22}};
+                                        {0, 16, 0, 1},  {0, 48, 0, 8},    {16, 64, 17, T}, {2, 35, 3, 22},
+                                        {0, 128, 0, 1}, {16, 128, 5, 8},  {1, 139, 0, 3}};
             const int nspans = sizeof spans / sizeof spans[0];
             int bad = 0;
             float maxabs = 0, maxdiff = 0;
@@ -368,10 +369,10 @@ static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
         }
 }
 
-/* The x16 kernels through act_range_fn: rows [0, 64) of w repacked (the
+/* The x16 kernels through act_range_fn: rows [0, X16_ROWS) of w repacked (the
  * 16-row groups inside [r0, r1) from the copy, the rest on the block-order
  * row kernel, as quant_matmul_act_range splits them). */
-enum { X16_ROWS = 64 };
+enum { X16_ROWS = 128 }; /* 8 groups: more than one pass of X16_GROUPS */
 static uint8_t x16_buf[X16_ROWS * (4096 + 3 * 32) / 32 * 34];
 static void x16_split(act_range_fn x16fn, dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                       int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {

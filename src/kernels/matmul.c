@@ -491,22 +491,27 @@ void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t
 
 /* ---- block-quantized weights (GGUF Q8_0, Q4_0, Q4_K, Q6_K) ---------------- */
 
-/* 32 tokens per call: the AMX kernel needs 16+ tokens to fill its tiles
- * (prefill Q4_0 ~1.5x faster than with 8); the stack tile is 8 KB. */
-enum { QUANT_TILE_ROWS = 64, QUANT_TILE_TOKENS = 32 };
+/* Up to 32 tokens per call: the AMX kernel needs 16+ tokens to fill its
+ * tiles (prefill Q4_0 ~1.5x faster than with 8). The 8 KB stack tile holds
+ * QUANT_TILE_FLOATS / tokens rows, a multiple of 64: at decode a whole work
+ * item in one call, so the kernel prepares the token once and streams all
+ * its rows. */
+enum { QUANT_TILE_FLOATS = 2048, QUANT_TILE_TOKENS = 32 };
+_Static_assert(QUANT_TILE_FLOATS / QUANT_TILE_TOKENS >= 64, "a full token tile keeps 64 rows");
 
 /* quant_matmul_act_range / quant_matmul_range (kernels/quant.c: one fixed
  * reduction order per output, batch invariant) into a stack tile, then the
  * shared epilogue (bias, accumulate), so quantized weights serve every call
  * site of matmul_range. */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
-    float tile[QUANT_TILE_TOKENS * QUANT_TILE_ROWS]; /* (tokens, rows) */
+    float tile[QUANT_TILE_FLOATS]; /* (tokens, rows) */
     size_t stride = dtype_row_bytes(a->wtype, a->k);
     bool act = quant_has_act_kernel(a->wtype);
     for (int64_t t = t0; t < t1; t += QUANT_TILE_TOKENS) {
         int64_t nt = t1 - t < QUANT_TILE_TOKENS ? t1 - t : QUANT_TILE_TOKENS;
-        for (int64_t n = n0; n < n1; n += QUANT_TILE_ROWS) {
-            int64_t nr = n1 - n < QUANT_TILE_ROWS ? n1 - n : QUANT_TILE_ROWS;
+        int64_t rows = QUANT_TILE_FLOATS / nt / 64 * 64;
+        for (int64_t n = n0; n < n1; n += rows) {
+            int64_t nr = n1 - n < rows ? n1 - n : rows;
             const uint8_t *w = (const uint8_t *)a->w + (size_t)n * stride;
             if (act && a->xq) {
                 quant_matmul_act_range(a->wtype, w, a->k, (const uint8_t *)a->xq + t * a->ldxq, a->ldxq, tile, nr,

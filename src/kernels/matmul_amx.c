@@ -112,6 +112,9 @@ bool matmul_amx_available(void) {
 #define INLINE static inline __attribute__((always_inline))
 
 
+#ifndef AMX_PREFETCH
+#define AMX_PREFETCH 512
+#endif
 enum {
     ROWS = 16,          /* weight rows per tile */
     TT = 4,             /* tokens per tile (x 3 parts = 12 columns) */
@@ -119,7 +122,7 @@ enum {
     STEP_BYTES = 1024,  /* one 32-k step of a 4-token block: 16 pair rows x 64 bytes */
     PIECE_STEPS = 16,   /* steps packed at a time when the caller gave no xq */
     CHUNK_ROWS = 128,   /* rows whose C tiles wait in memory between pieces */
-    PREFETCH = 512,     /* software prefetch distance into each weight row */
+    PREFETCH = AMX_PREFETCH, /* software prefetch distance into each weight row */
 };
 
 /* Splits x[32s .. 32s+32) (zero beyond k) into hi/mid/lo, each as 16 BF16

@@ -423,8 +423,12 @@ AVX512 INLINE void x16_range(const int T, const dtype type, const void *w, int64
     __m512 acc_io[X16_GROUPS][X16_T];
     const int64_t nb = k / QUANT_QK;
     const size_t rec = type == DTYPE_Q8_0 ? 544 : 288;
-    for (int64_t gc = g0; gc < g1; gc += X16_GROUPS) {
-        int64_t ng = g1 - gc < X16_GROUPS ? g1 - gc : X16_GROUPS;
+    /* One piece (k <= 32 * X16_PIECE): every group in one pass, the tokens
+     * prepared once; otherwise X16_GROUPS groups at a time, whose sums wait
+     * in acc_io between pieces. */
+    const int64_t span = nb <= X16_PIECE ? g1 - g0 : X16_GROUPS;
+    for (int64_t gc = g0; gc < g1; gc += span) {
+        int64_t ng = g1 - gc < span ? g1 - gc : span;
         for (int64_t b0 = 0; b0 < nb; b0 += X16_PIECE) {
             int64_t nbk = nb - b0 < X16_PIECE ? nb - b0 : X16_PIECE;
             for (int t = 0; t < T; t++) x16_prep(type, xq + t * ldxq, b0, nbk, corr[t], dx[t]);

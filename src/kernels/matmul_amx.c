@@ -115,6 +115,9 @@ bool matmul_amx_available(void) {
 #ifndef AMX_PREFETCH
 #define AMX_PREFETCH 512
 #endif
+#ifndef AMX_DECODE_ROWS
+#define AMX_DECODE_ROWS 8
+#endif
 enum {
     ROWS = 16,          /* weight rows per tile */
     TT = 4,             /* tokens per tile (x 3 parts = 12 columns) */
@@ -123,6 +126,7 @@ enum {
     PIECE_STEPS = 16,   /* steps packed at a time when the caller gave no xq */
     CHUNK_ROWS = 128,   /* rows whose C tiles wait in memory between pieces */
     PREFETCH = AMX_PREFETCH, /* software prefetch distance into each weight row */
+    DECODE_ROWS = AMX_DECODE_ROWS, /* rows per tile for a single token */
 };
 
 /* Splits x[32s .. 32s+32) (zero beyond k) into hi/mid/lo, each as 16 BF16
@@ -329,7 +333,7 @@ AMX INLINE void run_steps(const dtype wt, const uint8_t *w, size_t rowb, int R, 
 AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t, int NT, int T,
                           const uint8_t *const bt[GROUP], tile_shape *cur) {
     _Alignas(64) uint8_t pbuf[GROUP][PIECE_STEPS][STEP_BYTES];    /* 64 KB */
-    _Alignas(64) float cbuf[CHUNK_ROWS / ROWS][GROUP][ROWS][16];  /* 32 KB */
+    _Alignas(64) float cbuf[CHUNK_ROWS / DECODE_ROWS][GROUP][ROWS][16]; /* 64 KB */
     _Alignas(64) float out[ROWS][16];
     const int64_t k = a->k, S = (k + 31) / 32;
     const size_t rowb = (size_t)k * 2;
@@ -355,11 +359,12 @@ AMX INLINE void run_group(const dtype wt, const matmul_args *a, int64_t n0, int6
              * rows would end together after one row each); otherwise tiles
              * are 16 adjacent rows (n = rc + 16 i, q = 1), the last partial.
              * The rows' order changes no output. */
-            const bool spread = (re - rc) % ROWS == 0;
-            const int64_t q = spread ? (re - rc) / ROWS : 1, ntiles = (re - rc + ROWS - 1) / ROWS;
+            const int rows = NT == 1 && T == 1 ? DECODE_ROWS : ROWS; /* rows per tile */
+            const bool spread = (re - rc) % rows == 0;
+            const int64_t q = spread ? (re - rc) / rows : 1, ntiles = (re - rc + rows - 1) / rows;
             for (int64_t i = 0; i < ntiles; i++) {
-                const int64_t n = rc + (spread ? i : i * ROWS);
-                int R = re - n < ROWS && !spread ? (int)(re - n) : ROWS, NC = NT; /* C tiles in use */
+                const int64_t n = rc + (spread ? i : i * rows);
+                int R = re - n < rows && !spread ? (int)(re - n) : rows, NC = NT; /* C tiles in use */
                 configure(cur, R, T);
                 float(*cb)[ROWS][16] = cbuf[i];
                 C_INIT(0, first, cb[0]);

@@ -60,9 +60,9 @@ enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
     MM_ROW_ALIGN = 48,          /* row chunks are multiples of every tile height (x16 groups too) */
     MM_ROW_ALIGN_AMX = 32,      /* ... of the AMX-BF16 kernel's 16-row tiles (kernels.h) */
-    MM_MAX_ROWS = 240,          /* rows per work item at most */
+    MM_MAX_ROWS = 480,          /* rows per work item at most */
     MM_CHUNK_BYTES = 64 << 10,  /* weight bytes per work item, to stay in L2 for reuse */
-    MM_STREAM_BYTES = 256 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
+    MM_STREAM_BYTES = 512 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
     TOKEN_CHUNK = 8,            /* rows per work item of the per-token stages */
     PARALLEL_MIN_MACS = 1 << 17, /* matmul/attention stages smaller than this run on the caller */
 };

@@ -253,28 +253,33 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
  * the rows changes nothing in any output. */
 enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 16 << 10 };
 
-/* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. */
-AVX2_FN void rows_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
-                       int64_t n1, int64_t t) {
-    if (T == 1) { /* R rows q apart: R long sequential streams */
-        int64_t q = (n1 - n0) / R, n = n0;
-        for (; n < n0 + q; n++) tile_avx2(R, 1, wt, a, n, q, t, 0, a->k, NULL);
-        for (n = n0 + R * q; n < n1; n++) tile_avx2(1, 1, wt, a, n, 1, t, 0, a->k, NULL);
-        return;
+/* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. One
+ * body for both instruction sets (FN: the target attribute; TILE: the tile
+ * function; LANES: floats per accumulator; TMAX: the most tokens a tile takes). */
+#define DEFINE_ROWS(FN, NAME, TILE, LANES, TMAX)                                                              \
+    FN void NAME(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0, int64_t n1,      \
+                 int64_t t) {                                                                                 \
+        if (T == 1) { /* R rows q apart: R long sequential streams */                                         \
+            int64_t q = (n1 - n0) / R, n = n0;                                                                \
+            for (; n < n0 + q; n++) TILE(R, 1, wt, a, n, q, t, 0, a->k, NULL);                                \
+            for (n = n0 + R * q; n < n1; n++) TILE(1, 1, wt, a, n, 1, t, 0, a->k, NULL);                      \
+            return;                                                                                           \
+        }                                                                                                     \
+        _Alignas(64) float acc[BLOCK_ROWS * (TMAX) * (LANES)];                                                \
+        bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;                            \
+        int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;              \
+        for (int64_t nb = n0; nb < n1; nb += block_rows) {                                                    \
+            int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;                                         \
+            for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {                                                  \
+                int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;                                       \
+                int64_t n = nb, step = T * (LANES);                                                           \
+                for (; n + R <= ne; n += R) TILE(R, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * step);        \
+                for (; n < ne; n++) TILE(1, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * step);                \
+            }                                                                                                 \
+        }                                                                                                     \
     }
-    _Alignas(32) float acc[BLOCK_ROWS * 4 * 8];
-    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
-    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
-    for (int64_t nb = n0; nb < n1; nb += block_rows) {
-        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
-        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
-            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
-            int64_t n = nb;
-            for (; n + R <= ne; n += R) tile_avx2(R, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * T * 8);
-            for (; n < ne; n++) tile_avx2(1, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * T * 8);
-        }
-    }
-}
+
+DEFINE_ROWS(AVX2_FN, rows_avx2, tile_avx2, 8, 4)
 
 AVX2_FN void range_avx2(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
                         int64_t t1) {
@@ -423,27 +428,7 @@ AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmu
 }
 
 /* rows_avx2's cache blocking with 16-lane tiles; BLOCK_K is a multiple of 16. */
-AVX512_FN void rows_avx512(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n0,
-                           int64_t n1, int64_t t) {
-    if (T == 1) { /* R rows q apart: R long sequential streams */
-        int64_t q = (n1 - n0) / R, n = n0;
-        for (; n < n0 + q; n++) tile_avx512(R, 1, wt, a, n, q, t, 0, a->k, NULL);
-        for (n = n0 + R * q; n < n1; n++) tile_avx512(1, 1, wt, a, n, 1, t, 0, a->k, NULL);
-        return;
-    }
-    _Alignas(64) float acc[BLOCK_ROWS * 8 * 16];
-    bool blocked = (int64_t)T * a->k * (int64_t)sizeof(float) > BLOCK_X_BYTES;
-    int64_t block_k = blocked ? BLOCK_K : a->k, block_rows = blocked ? BLOCK_ROWS : n1 - n0;
-    for (int64_t nb = n0; nb < n1; nb += block_rows) {
-        int64_t ne = nb + block_rows < n1 ? nb + block_rows : n1;
-        for (int64_t k0 = 0; k0 < a->k; k0 += block_k) {
-            int64_t k1 = k0 + block_k < a->k ? k0 + block_k : a->k;
-            int64_t n = nb;
-            for (; n + R <= ne; n += R) tile_avx512(R, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * T * 16);
-            for (; n < ne; n++) tile_avx512(1, T, wt, a, n, 1, t, k0, k1, acc + (n - nb) * T * 16);
-        }
-    }
-}
+DEFINE_ROWS(AVX512_FN, rows_avx512, tile_avx512, 16, 8)
 
 /* Tiles of 8 tokens x 3 rows, the remaining tokens with as many rows as
  * fit (row counts that divide the runner's MM_ROW_ALIGN). */

@@ -6,6 +6,7 @@
 #   bench/side_by_side.sh                         full run (about 20-25 min on 2 cores)
 #   bench/side_by_side.sh --quick                 small shapes, 1 repeat, Q4_0: a smoke run
 #   bench/side_by_side.sh --only decode,prefill --repeats 5
+#   bench/side_by_side.sh --isa avx2              both engines on AVX2+FMA only (the issue's Zen3)
 #
 # The llama.cpp peer is node-llama-cpp's source bundle, built once by
 # bench/llamacpp/build.sh (npm registry only; nothing downloads at run time).
@@ -42,6 +43,9 @@ usage: bench/side_by_side.sh [options]
                     (its request throughput in the 16-client row; 0.3 req/s if
                     that row failed): "0.9,2" = one run just under it, where both
                     servers keep up, and one at twice it, where goodput can differ
+  --isa native|avx2 instruction set of both engines (native): avx2 runs llama.cpp built
+                    with AVX2+FMA+F16C only (bench/llamacpp/build.sh --isa avx2) and
+                    vllm.c with VLLM_KERNELS=avx2, as on the issue's Zen3 machine
   --quick           development smoke run: small shapes, 1 repeat, Q4_0 only
   -h, --help        this text
 EOF
@@ -49,7 +53,7 @@ EOF
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
-dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2" logs=""
+isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2" logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;
@@ -64,6 +68,7 @@ while [ $# -gt 0 ]; do
     --slo) slo=$2; shift ;;
     --rate) rate=$2; shift ;;
     --rate-x) rate_x=$2; shift ;;
+    --isa) isa=$2; shift ;;
     --quick) quick=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "side_by_side: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -77,6 +82,12 @@ for x in $rate ${rate_x//,/ }; do
   [[ "$x" =~ $num_re ]] && awk -v x="$x" 'BEGIN { exit !(x > 0) }' ||
     { echo "side_by_side: --rate and --rate-x take positive numbers, not '$x'" >&2; exit 2; }
 done
+case "$isa" in
+  native) isa_desc="GGML_NATIVE; vllm.c: the best kernels the CPU has" ;;
+  avx2) isa_desc="AVX2+FMA+F16C only: llama.cpp GGML_NATIVE=OFF, vllm.c VLLM_KERNELS=avx2"
+        export VLLM_KERNELS=avx2 ;;
+  *) echo "side_by_side: --isa takes native or avx2, not '$isa'" >&2; exit 2 ;;
+esac
 for s in ${only//,/ }; do
   case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv," in
     *",$s,"*) ;; *) echo "side_by_side: unknown --only item '$s'" >&2; exit 2 ;;
@@ -113,7 +124,7 @@ ignore_eos=""
 probe=$("$vllmc" bench throughput --ignore-eos --model /nonexistent 2>&1)
 grep -q "unknown option" <<<"$probe" || ignore_eos=--ignore-eos
 
-lbin=$(bench/llamacpp/build.sh | tail -1) || die "llama.cpp build failed (bench/llamacpp/.cache/build.log)"
+lbin=$(bench/llamacpp/build.sh --isa "$isa" | tail -1) || die "llama.cpp build failed (bench/llamacpp/.cache/build.log)"
 lsrc=$root/bench/llamacpp/.cache/src
 
 logs=${logs:-/tmp/vllmc-sbs-logs/$(date -u +%Y%m%d-%H%M%S)}
@@ -486,7 +497,7 @@ lver=$($py -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 print("build %s (%s)" % (d[0]["build_number"], d[0]["build_commit"]))' "$(ls "$logs"/llama-bench-*.log 2>/dev/null | head -1)" 2>/dev/null)
 echo
-echo "vllm.c $(git rev-parse --short HEAD 2>/dev/null) vs llama.cpp from node-llama-cpp 3.22.1 ${lver:-} (GGML_NATIVE), $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "vllm.c $(git rev-parse --short HEAD 2>/dev/null) vs llama.cpp from node-llama-cpp 3.22.1 ${lver:-} ($isa_desc), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "$cpu, $(nproc) CPUs, $threads threads, best of $reps, read bandwidth ${bw:-n/a} GB/s (bench/membw, $threads threads, 8 streams each)"
 echo "models: $dir; logs: $logs"
 echo "1-min load average before the run: $load0 (near or above 1: other work shares the CPUs, figures are unreliable)"

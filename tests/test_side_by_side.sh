@@ -26,6 +26,12 @@ for bad in "--rate-x 0.9,x" "--rate-x 0" "--rate -1"; do
   if [ $rc -eq 2 ] && grep -q "take positive numbers" <<<"$out"; then echo "ok sbs_bad_rate ${bad// /=}"
   else echo "FAIL sbs_bad_rate ${bad// /=}: status $rc: $out"; fi
 done
+out=$(bench/side_by_side.sh --isa avx512 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "takes native or avx2, not 'avx512'" <<<"$out"; then echo "ok sbs_bad_isa"
+else echo "FAIL sbs_bad_isa: status $rc: $out"; fi
+out=$(bench/llamacpp/build.sh --isa sse2 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "takes native or avx2, not 'sse2'" <<<"$out"; then echo "ok llamacpp_build_bad_isa"
+else echo "FAIL llamacpp_build_bad_isa: status $rc: $out"; fi
 out=$(bench/side_by_side.sh --threads 0 2>&1); rc=$?
 if [ $rc -eq 2 ]; then echo "ok sbs_bad_threads"; else echo "FAIL sbs_bad_threads: status $rc: $out"; fi
 

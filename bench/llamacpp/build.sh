@@ -13,12 +13,31 @@
 #     VNNI paths stay. Rebuilt when missing or when these flags change.
 # Installs the Debian packages the build needs (cmake, g++, git) if missing.
 #   bench/llamacpp/build.sh          prints the bin directory on its last line
+#   bench/llamacpp/build.sh --isa avx2   the same tools with AVX2+FMA+F16C only
+#                                    (GGML_NATIVE off, no AVX-512), into build-avx2/:
+#                                    the issue's Zen3 instruction set on a newer CPU
 #   bench/llamacpp/build.sh --fetch  only the npm packages (for run.sh / driver.c)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ver=3.22.1
 cache=$PWD/bench/llamacpp/.cache
 jobs=${VLLMC_BUILD_JOBS:-2}
+isa=native fetch_only=0
+case "${1:-}" in
+  --fetch) fetch_only=1 ;;
+  --isa) isa=${2:-} ;;
+  "") ;;
+  *) echo "llamacpp: unknown option '$1' (--fetch, --isa native|avx2)" >&2; exit 2 ;;
+esac
+case "$isa" in
+  native) build=$cache/build isa1=(-DGGML_NATIVE=ON)
+          isa2=(-DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__) ;;
+  avx2)   build=$cache/build-avx2 isa1=(-DGGML_NATIVE=OFF)
+          isa2=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                    -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+                    -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+  *) echo "llamacpp: --isa takes native or avx2, not '$isa'" >&2; exit 2 ;;
+esac
 mkdir -p "$cache"
 
 debs=(cmake g++ make git)
@@ -44,26 +63,27 @@ if [ ! -d "$cache/bins" ] || [ ! -f "$cache/src/CMakeLists.txt" ]; then
   rm -rf "$cache/package" "$cache"/*.tgz
 fi
 
-[ "${1:-}" = --fetch ] && exit 0
+[ $fetch_only -eq 1 ] && exit 0
 
-bin=$cache/build/bin
+bin=$build/bin
 tools=(llama-bench llama-batched-bench llama-server)
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+flags=(-DCMAKE_BUILD_TYPE=Release "${isa1[@]}" -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
-       -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__)
+       "${isa2[@]}")
 need=0
 for t in "${tools[@]}"; do [ -x "$bin/$t" ] || need=1; done
-[ "$(cat "$cache/build/flags" 2>/dev/null)" = "${gen[*]} ${flags[*]}" ] || need=1
+[ "$(cat "$build/flags" 2>/dev/null)" = "${gen[*]} ${flags[*]}" ] || need=1
 if [ $need -eq 1 ]; then
-  echo "llamacpp: building ${tools[*]} from the node-llama-cpp $ver source (-j$jobs, takes a while)" >&2
+  log=$build.log
+  echo "llamacpp: building ${tools[*]} ($isa) from the node-llama-cpp $ver source (-j$jobs, takes a while)" >&2
   t0=$(date +%s)
-  rm -rf "$cache/build"
-  cmake -S "$cache/src" -B "$cache/build" "${gen[@]}" "${flags[@]}" >"$cache/build.log" 2>&1 ||
-    { tail -20 "$cache/build.log" >&2; exit 1; }
-  cmake --build "$cache/build" -j "$jobs" --target "${tools[@]}" >>"$cache/build.log" 2>&1 ||
-    { tail -30 "$cache/build.log" >&2; exit 1; }
-  echo "${gen[*]} ${flags[*]}" >"$cache/build/flags"
-  echo "llamacpp: built in $(( $(date +%s) - t0 )) s (log: $cache/build.log)" >&2
+  rm -rf "$build"
+  cmake -S "$cache/src" -B "$build" "${gen[@]}" "${flags[@]}" >"$log" 2>&1 ||
+    { tail -20 "$log" >&2; exit 1; }
+  cmake --build "$build" -j "$jobs" --target "${tools[@]}" >>"$log" 2>&1 ||
+    { tail -30 "$log" >&2; exit 1; }
+  echo "${gen[*]} ${flags[*]}" >"$build/flags"
+  echo "llamacpp: built in $(( $(date +%s) - t0 )) s (log: $log)" >&2
 fi
 echo "$bin"

@@ -73,11 +73,14 @@ fi
 VLLM_AMX=f16 run mistral_f16_amx "$tmp/mistral_f16"
 VLLM_AMX=0 run llama_bf16_linear_bias_noamx "$tmp/llama_bf16_linear_bias"
 VLLM_AMX=0 run qwen3_bf16_head_dim_noamx "$tmp/qwen3_bf16_head_dim"
-for amx in 0 f16; do # test_forward's bit-for-bit batch invariance on those paths too
+# test_forward's bit-for-bit batch invariance on those paths too, and with
+# Q8_0/Q4_0 on the wide-order VNNI kernel instead of the block order
+for env in VLLM_AMX=0 VLLM_AMX=f16 VLLM_QUANT_ORDER=wide; do
+  sfx=$(tr 'A-Z=' 'a-z_' <<<"${env#VLLM_}")
   if [ -x "$build/tests/test_forward" ]; then
-    out=$(VLLM_AMX=$amx "$build/tests/test_forward" 2>&1); rc=$?
-    echo "$out" | sed -n "s/^\(ok\|FAIL\) \([A-Za-z0-9_]*\)/\1 \2_amx_$amx/p"
-    [ $rc -eq 0 ] || echo "FAIL forward_amx_$amx: test_forward exited with status $rc"
+    out=$(env "$env" "$build/tests/test_forward" 2>&1); rc=$?
+    echo "$out" | sed -n "s/^\(ok\|FAIL\) \([A-Za-z0-9_]*\)/\1 \2_$sfx/p"
+    [ $rc -eq 0 ] || echo "FAIL forward_$sfx: test_forward exited with status $rc"
   fi
 done
 # the portable (non-AVX2) kernels on the same reference

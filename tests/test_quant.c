@@ -414,8 +414,8 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
     if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
     if (quant_amx_available()) check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
-    if (quant_use_amx()) check_act_path(x16_registered, quant_dot_act_block_portable, "x16 registered");
-    else printf("ok test_quant_act_paths_x16 # skip: not an AMX process\n");
+    if (quant_use_block()) check_act_path(x16_registered, quant_dot_act_block_portable, "x16 registered");
+    else printf("ok test_quant_act_paths_x16 # skip: not a block-order process\n");
 }
 
 /* k beyond the x16 kernels' 512-block prep piece (accumulators carried
@@ -483,8 +483,8 @@ TEST(test_quant_x16_layout) {
 /* The registry: a wrong copy registered changes the outputs (so it is read),
  * unregistering restores them. */
 TEST(test_quant_x16_registry) {
-    if (!quant_use_amx()) {
-        printf("ok test_quant_x16_registry # skip: not an AMX process\n");
+    if (!quant_use_block()) {
+        printf("ok test_quant_x16_registry # skip: not a block-order process\n");
         return;
     }
     enum { R = 32, K = 64 };

@@ -20,9 +20,11 @@
  * of four int8 -> float widenings and four FMAs per token. The AVX2 kernel
  * works on 2 weight rows x up to 4 tokens (4 rows x 1 token at decode) so
  * each decoded weight block is reused and the FMA chains are independent.
- * On AVX-512 machines quant_matmul_act_range goes to quant_avx512.c (VNNI,
- * the wide order) or, with AMX-INT8, to quant_amx.c plus the block-order
- * VNNI kernel (quant_act_order() names the order the process uses).
+ * On AVX-512 machines quant_matmul_act_range uses the block order: the x16
+ * VNNI kernel (quant_avx512.c) on the runner's repacked copies, with AMX-INT8
+ * tiles (quant_amx.c) for 8+ tokens where present; VLLM_QUANT_ORDER=wide
+ * keeps the older wide-order VNNI kernel (quant_act_order() names the order
+ * the process uses).
  * Q4_K / Q6_K integer dots live in quant_k.c (one order of their own on
  * every path); the entry points here route them there.
  */
@@ -686,8 +688,19 @@ bool quant_use_amx(void) {
     return use == 1;
 }
 
+bool quant_use_block(void) {
+    static atomic_int cached = -1;
+    int use = atomic_load(&cached);
+    if (use < 0) {
+        const char *env = getenv("VLLM_QUANT_ORDER");
+        use = quant_use_amx() || (quant_use_avx512() && !(env && !strcmp(env, "wide")));
+        atomic_store(&cached, use);
+    }
+    return use == 1;
+}
+
 quant_order quant_act_order(void) {
-    return quant_use_amx() ? QUANT_ORDER_BLOCK : quant_use_avx512() ? QUANT_ORDER_WIDE : QUANT_ORDER_NARROW;
+    return quant_use_block() ? QUANT_ORDER_BLOCK : quant_use_avx512() ? QUANT_ORDER_WIDE : QUANT_ORDER_NARROW;
 }
 
 void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
@@ -717,22 +730,29 @@ void quant_quantize_act_row(const float *x, void *dst, int64_t k) {
     quant_quantize_act_row_portable(x, dst, k);
 }
 
-/* The AMX process's two block-order kernels on GGUF rows: tiles for 8+
- * tokens, VNNI for fewer. */
-static void amx_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
-                      int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+/* First token of [t0, t1) for the VNNI kernel, the ones before it on AMX
+ * tiles: 16 at a time, plus a rest of AMX_MIN_TOKENS or more; none without
+ * AMX. */
+static int64_t amx_split(int64_t t0, int64_t t1) {
+    if (!quant_use_amx()) return t0;
+    int64_t tv = t0 + (t1 - t0) / 16 * 16;
+    return t1 - tv >= AMX_MIN_TOKENS ? t1 : tv;
+}
+
+/* The block order's two kernels on GGUF rows: AMX tiles (amx_split), VNNI
+ * for the rest. */
+static void block_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                        int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (r0 >= r1) return;
-    int64_t tv = t0 + (t1 - t0) / 16 * 16; /* tokens [t0, tv) on tiles */
-    if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
+    int64_t tv = amx_split(t0, t1);
     if (tv > t0) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
     if (tv < t1) quant_matmul_act_range_avx512_block(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
 }
 
 /* The same on rows [0, n) of an x16 copy (n a multiple of 16). */
-static void amx_range_x16(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
-                          int64_t n, int64_t t0, int64_t t1) {
-    int64_t tv = t0 + (t1 - t0) / 16 * 16;
-    if (t1 - tv >= AMX_MIN_TOKENS) tv = t1;
+static void block_range_x16(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                            int64_t ldy, int64_t n, int64_t t0, int64_t t1) {
+    int64_t tv = amx_split(t0, t1);
     if (tv > t0) quant_matmul_act_range_x16_amx(type, w, k, xq, ldxq, y, ldy, 0, n, t0, tv);
     if (tv < t1) quant_matmul_act_range_x16_avx512(type, w, k, xq, ldxq, y, ldy, 0, n, tv, t1);
 }
@@ -743,21 +763,21 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
     kernels_isa isa = kernels_isa_get();
     if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
         quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    } else if (quant_use_amx()) {
+    } else if (quant_use_block()) {
         const uint8_t *w0, *x16 = x16_find(w, &w0);
         if (x16) { /* rows [a0, a1) of the matrix at w0; whole 16-row groups from the x16 copy */
             const size_t stride = dtype_row_bytes(type, k), rec = 16 * dtype_block_bytes(type);
             const int64_t base = ((const uint8_t *)w - w0) / (int64_t)stride, a0 = base + r0, a1 = base + r1;
             const int64_t m0 = (a0 + 15) / 16 * 16, m1 = a1 / 16 * 16;
             if (((const uint8_t *)w - w0) % (int64_t)stride == 0 && m0 < m1) {
-                amx_range(type, w, k, xq, ldxq, y, ldy, r0, m0 - base, t0, t1);
-                amx_range_x16(type, x16 + m0 / 16 * rec * (k / QUANT_QK), k, xq, ldxq, y + (m0 - base), ldy,
-                              m1 - m0, t0, t1);
-                amx_range(type, w, k, xq, ldxq, y, ldy, m1 - base, r1, t0, t1);
+                block_range(type, w, k, xq, ldxq, y, ldy, r0, m0 - base, t0, t1);
+                block_range_x16(type, x16 + m0 / 16 * rec * (k / QUANT_QK), k, xq, ldxq, y + (m0 - base), ldy,
+                                m1 - m0, t0, t1);
+                block_range(type, w, k, xq, ldxq, y, ldy, m1 - base, r1, t0, t1);
                 return;
             }
         }
-        amx_range(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        block_range(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);

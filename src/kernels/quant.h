@@ -51,7 +51,8 @@
  * quant_dot_act_wide_portable is that order in C.
  *
  * The AMX kernel (quant_amx.c, when the CPU has AMX-INT8 and the OS grants
- * it) uses the "block" order: one accumulator per output,
+ * it) and, on every AVX-512 process unless VLLM_QUANT_ORDER=wide, the VNNI
+ * block-order kernels use the "block" order: one accumulator per output,
  *     acc = fma((float)isum_b, dw * dx, acc) over blocks b in order, where
  *     isum_b = the whole block's int32 dot; result = acc.
  * quant_dot_act_block_portable is that order in C; the x16 kernels (weights
@@ -177,8 +178,8 @@ void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const 
                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 /* Registers x16, an x16 copy of the `bytes`-byte matrix at w (type and k as
  * the caller passes them to quant_matmul_act_range), until
- * quant_x16_unregister(x16). While registered, quant_matmul_act_range in an
- * AMX process (quant_use_amx()) reads whole 16-row groups of any range inside
+ * quant_x16_unregister(x16). While registered, quant_matmul_act_range in a
+ * block-order process (quant_use_block()) reads whole 16-row groups of any range inside
  * w from the copy: the same outputs, faster. False when the table (1024
  * matrices) is full. Thread-safe; the caller keeps both buffers alive. */
 bool quant_x16_register(const void *w, size_t bytes, const void *x16);
@@ -194,9 +195,14 @@ bool quant_use_avx2(void);
 /* True when the integer dots use the AVX-512 kernel and the wide order:
  * kernels_isa_get() >= KERNELS_ISA_AVX512. */
 bool quant_use_avx512(void);
-/* True when the integer dots use the block order, AMX tiles for 8 or more
- * tokens and the VNNI block-order kernel for fewer: quant_use_avx512(),
+/* True when the integer dots use AMX tiles for 8 or more tokens (and the
+ * VNNI block-order kernel for fewer): quant_use_avx512(),
  * quant_amx_available() and VLLM_QUANT_AMX is not "0". */
 bool quant_use_amx(void);
+/* True when Q8_0 / Q4_0 dots use the block order: AMX tiles as above, or
+ * without them every token on the VNNI block-order kernels (x16 copies where
+ * registered). On every AVX-512 level unless VLLM_QUANT_ORDER=wide, which
+ * keeps the wide-order kernel of quant_avx512.c (without AMX only). */
+bool quant_use_block(void);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * quant_avx512.c - Q8_0 / Q4_0 weights x 8-bit activations with AVX-512 VNNI
- * (vpdpbusd), the KERNELS_ISA_AVX512 path of quant_matmul_act_range.
+ * (vpdpbusd): the wide-order kernel (VLLM_QUANT_ORDER=wide) and the
+ * block-order ones (x16 copies and GGUF rows) that AVX-512 processes use.
  *
  * One zmm holds two consecutive 32-blocks (a "step" of 64 elements). vpdpbusd
  * multiplies unsigned by signed bytes, so the weights are made unsigned and

@@ -234,13 +234,13 @@ static void stage_repack(void *arg, int64_t lo, int64_t hi, int ith) {
     quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
 }
 
-/* In an AMX process, every Q8_0/Q4_0 matmul weight with rows in whole
- * 16-row groups gets an x16 copy (kernels/quant.h: the same results, rows in
+/* In a block-order process (quant_use_block(): AVX-512), every Q8_0/Q4_0
+ * matmul weight with rows in whole 16-row groups gets an x16 copy (kernels/quant.h: the same results, rows in
  * vector lanes, ~1.5-3x faster kernels), made on the pool and registered; the
  * GGUF rows stay in place for everything else. A copy that cannot be mapped
  * is simply skipped (the kernels read the rows then). */
 static void runner_make_x16(runner *r) {
-    if (!quant_use_amx()) return;
+    if (!quant_use_block()) return;
     const model_weights *w = &r->m->w;
     int max = 7 * r->n_layers + 1;
     if (!(r->x16 = calloc((size_t)max, sizeof *r->x16))) return;

@@ -114,8 +114,11 @@ TEST(test_matmul_avx512_vs_naive) {
 /* All tokens and rows at once vs one token / one row at a time vs odd
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
-    for (int d = 0; d < 2 * NUM_FLOAT_DTYPES; d++) {
-        int64_t n = 53, k = d < NUM_FLOAT_DTYPES ? 77 : 1100, T = 11;
+    /* k 16433: the tiles' x rows pass BLOCK_X_BYTES (matmul.c), so the
+     * cache-blocked path with partial sums between k blocks runs too */
+    static const int64_t kv[] = {77, 1100, 16433};
+    for (int d = 0; d < 3 * NUM_FLOAT_DTYPES; d++) {
+        int64_t n = 53, k = kv[d / NUM_FLOAT_DTYPES], T = 11;
         matmul_args a = make_args((dtype)(d % NUM_FLOAT_DTYPES), n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
         float *whole = malloc(bytes);

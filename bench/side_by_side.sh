@@ -41,8 +41,9 @@ usage: bench/side_by_side.sh [options]
   --rate R          one Poisson request rate in req/s, instead of --rate-x
   --rate-x LIST     Poisson request rates as multiples of llama-server's capacity
                     (its request throughput in the 16-client row; 0.3 req/s if
-                    that row failed): "0.9,2" = one run just under it, where both
-                    servers keep up, and one at twice it, where goodput can differ
+                    that row failed): "0.9,2,3" = one run just under it, where both
+                    servers keep up, and two past it (twice and three times), where
+                    goodput shows which server still meets the SLOs
   --isa native|avx2 instruction set of both engines (native): avx2 runs llama.cpp built
                     with AVX2+FMA+F16C only (bench/llamacpp/build.sh --isa avx2) and
                     vllm.c with VLLM_KERNELS=avx2, as on the issue's Zen3 machine
@@ -53,7 +54,7 @@ EOF
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
-isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2" logs=""
+isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2,3" logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;

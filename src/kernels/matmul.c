@@ -248,12 +248,13 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
  * 8192 with 8 tokens) x is read from L2 and each weight row is streamed
  * whole, which suits the hardware prefetcher better: on Zen 4, one thread,
  * runner-shaped items, F16, the unblocked tiles did 90-93 GFLOP/s against
- * 76-82 with 16 KB blocks (AVX2 tiles +4-5%). A single token (decode) reads every weight
- * once: its R-row tiles take rows q apart (n, n + q, ... for the range's
- * R * q rows, q = rows / R), so each of the R streams walks consecutive rows,
- * one long sequential read, instead of R adjacent rows that end together
- * after one row (F16 1.1B decode +7% here). The order of
- * the rows changes nothing in any output. */
+ * 76-82 with 16 KB blocks (AVX2 tiles +4-5%).
+ *
+ * A single token (decode) reads every weight once: its R-row tiles take
+ * rows q apart (n, n + q, ... for the range's R * q rows, q = rows / R), so
+ * each of the R streams walks consecutive rows, one long sequential read,
+ * instead of R adjacent rows that end together after one row (F16 1.1B
+ * decode +7% here). The order of the rows changes nothing in any output. */
 enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 256 << 10 };
 
 /* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. One

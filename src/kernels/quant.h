@@ -179,8 +179,8 @@ void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const 
 /* Registers x16, an x16 copy of the `bytes`-byte matrix at w (type and k as
  * the caller passes them to quant_matmul_act_range), until
  * quant_x16_unregister(x16). While registered, quant_matmul_act_range in a
- * block-order process (quant_use_block()) reads whole 16-row groups of any range inside
- * w from the copy: the same outputs, faster. False when the table (1024
+ * block-order process (quant_use_block()) reads whole 16-row groups of any
+ * range inside w from the copy: the same outputs, faster. False when the table (1024
  * matrices) is full. Thread-safe; the caller keeps both buffers alive. */
 bool quant_x16_register(const void *w, size_t bytes, const void *x16);
 void quant_x16_unregister(const void *x16);

@@ -235,9 +235,10 @@ static void stage_repack(void *arg, int64_t lo, int64_t hi, int ith) {
 }
 
 /* In a block-order process (quant_use_block(): AVX-512), every Q8_0/Q4_0
- * matmul weight with rows in whole 16-row groups gets an x16 copy (kernels/quant.h: the same results, rows in
- * vector lanes, ~1.5-3x faster kernels), made on the pool and registered; the
- * GGUF rows stay in place for everything else. A copy that cannot be mapped
+ * matmul weight with rows in whole 16-row groups gets an x16 copy
+ * (kernels/quant.h: the same results, rows in vector lanes, ~1.5-3x faster
+ * kernels), made on the pool and registered; the GGUF rows stay in place for
+ * everything else. A copy that cannot be mapped
  * is simply skipped (the kernels read the rows then). */
 static void runner_make_x16(runner *r) {
     if (!quant_use_block()) return;

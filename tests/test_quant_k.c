@@ -11,6 +11,8 @@
  *     stack cache (its portable fallback);
  *     the AMX tile kernel too (when the CPU has it), also over 1..40 tokens
  *     and row spans crossing its 16-row groups and 64-row chunks;
+ *   - saturated weights and activations (the int16 partial sums' bounds),
+ *     every path against the portable mirror and an exact sum;
  *   - batch invariance: quant_matmul_act_range over any token count (1..40:
  *     the dispatch puts 4+ tokens on AMX tiles, fewer on AVX2) and row range,
  *     and quant_matmul_act_f32_range, == the single dot.
@@ -133,6 +135,65 @@ TEST(test_quant_k_paths) {
     else printf("ok test_quant_k_paths_amx # skip: no AMX-INT8 on this CPU (or not granted)\n");
 }
 
+/* Saturated operands, where the kernels' int16 partial sums are closest to
+ * their bounds: every Q4_K nibble 15, every Q6_K q6 at 63 (and at 0, the
+ * most negative q6 - 32), largest scales, activations of +127, -127 and
+ * -128 (quantization gives -127 at most, a hand-made row may hold -128).
+ * Every path bit for bit against the portable mirror, and the mirror
+ * against an exact double sum. */
+TEST(test_quant_k_extremes) {
+    enum { K = 512, R = 5, T = 3 };
+    static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float y[T * R], dq[K];
+    const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
+    const int xv[T] = {127, -127, -128};
+    for (int tt = 0; tt < T; tt++)
+        for (int i = 0; i < K / 32; i++) {
+            uint8_t *xb = xq + tt * ldxq + i * QUANT_ACT_BLOCK_BYTES;
+            float dx = 0.5f;
+            memcpy(xb, &dx, 4);
+            memset(xb + 4, (uint8_t)(int8_t)xv[tt], 32);
+        }
+    for (int m = 0; m < 2; m++) {
+        dtype t = KT[m];
+        size_t stride = dtype_row_bytes(t, K), bb = dtype_block_bytes(t);
+        uint16_t one = f32_to_f16(1.0f);
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < K / 256; b++) {
+                uint8_t *blk = w + r * stride + b * bb;
+                if (t == DTYPE_Q4_K) { /* scales and mins 63, nibbles 15 (or 0 in row 4) */
+                    memcpy(blk, &one, 2), memcpy(blk + 2, &one, 2);
+                    memset(blk + 4, 0xff, 12);
+                    memset(blk + 16, r == 4 ? 0 : 0xff, 128);
+                } else { /* q6 63 (rows 0..2) or 0 (rows 3, 4), scales 127 or -128 */
+                    memset(blk, r < 3 ? 0xff : 0, 192);
+                    memset(blk + 192, r % 2 ? 0x80 : 0x7f, 16);
+                    memcpy(blk + 208, &one, 2);
+                }
+            }
+        act_range_fn fns[] = {quant_matmul_act_range, quant_matmul_act_range_avx2, quant_matmul_act_range_k_avx512};
+        const char *names[] = {"dispatch", "avx2", "avx512"};
+        for (int f = 0; f < 3; f++) {
+            if ((f == 1 && !kernels_cpu_has_avx2()) || (f == 2 && !kernels_cpu_has_avx512())) continue;
+            for (int ntok = 1; ntok <= T; ntok++) {
+                for (int i = 0; i < T * R; i++) y[i] = NAN;
+                fns[f](t, w, K, xq, ldxq, y, R, 0, R, 0, ntok);
+                for (int tt = 0; tt < ntok; tt++)
+                    for (int r = 0; r < R; r++) {
+                        float want = quant_dot_act_k_portable(t, w + r * stride, xq + tt * ldxq, K);
+                        CHECK(memcmp(&want, &y[tt * R + r], 4) == 0, "%s %s x=%d row %d (%d tokens): %.9g != %.9g",
+                              names[f], dtype_name(t), xv[tt], r, ntok, y[tt * R + r], want);
+                        quant_dequantize_row(t, w + r * stride, dq, K);
+                        double exact = 0;
+                        for (int i = 0; i < K; i++) exact += (double)dq[i] * 0.5 * xv[tt];
+                        CHECK(fabs(want - exact) <= 1e-6 * fabs(exact) + 1e-3, "%s x=%d row %d: %.9g vs exact %.9g",
+                              dtype_name(t), xv[tt], r, want, exact);
+                    }
+            }
+        }
+    }
+}
+
 /* The AMX kernel over 1..40 tokens (partial and several 16-token groups),
  * 70 rows (two row chunks, a partial 16-row group) and k = 5 super-blocks
  * (a partial k piece), bit for bit against the portable mirror. */
@@ -205,6 +266,7 @@ TEST(test_quant_k_batch_invariance) {
 int main(void) {
     RUN(test_quant_k_dot_vs_reference);
     RUN(test_quant_k_paths);
+    RUN(test_quant_k_extremes);
     RUN(test_quant_k_amx_tokens);
     RUN(test_quant_k_batch_invariance);
     return harness_done();

@@ -127,120 +127,211 @@ void quant_matmul_act_range_k_portable(dtype type, const void *w, int64_t k, con
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-enum { QK_MAX_BLOCKS = 1024, QK_TOKENS = 4 };
+enum {
+    QK_MAX_BLOCKS = 1024, /* activation blocks per row (k up to 32768; longer rows: portable C) */
+    QK_TOKENS = 4,        /* tokens per pass over the rows */
+    QK_STREAMS = 4,       /* single-token rows read in turn, far apart */
+    QK_AHEAD = 4,         /* super-blocks of prefetch distance within a stream */
+};
 
-/* Eight vectors of 8 int32 -> one vector, lane j = sum of v[j]'s lanes. */
-AVX2 INLINE __m256i hsum8x8(const __m256i v[8]) {
-    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d); /* [v0..v3 lo | v0..v3 hi] */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+/* What the kernel needs of the tokens' activation rows besides xq, super-
+ * block by super-block with the tokens side by side (so one row's pass over
+ * a super-block reads them from a few adjacent lines): the block scales dx,
+ * Q4_K's block sums of xq, Q6_K's 16-element half sums. */
+typedef struct qk_acts {
+    _Alignas(32) float dx[QK_MAX_BLOCKS / 8][QK_TOKENS][8];
+    _Alignas(32) int32_t xs[QK_MAX_BLOCKS / 8][QK_TOKENS][8];
+    _Alignas(32) int16_t hx[QK_MAX_BLOCKS / 8][QK_TOKENS][16];
+} qk_acts;
+
+/* Eight vectors of 32-byte blocks' pair sums -> one vector of int16, lane
+ * (128-bit half h, word j) = the sum of block j's half h (16 elements).
+ * Each step packs two int32 vectors to int16 and pair-adds them back to
+ * int32 (madd by ones); exact while every partial fits in int16, as it does
+ * for Q4_K (16 products of 15 * 128 at most: 30720). */
+AVX2 INLINE __m256i q4k_tree(const __m256i p[8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a0 = _mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), ones);
+    __m256i a1 = _mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), ones);
+    __m256i a2 = _mm256_madd_epi16(_mm256_packs_epi32(p[4], p[5]), ones);
+    __m256i a3 = _mm256_madd_epi16(_mm256_packs_epi32(p[6], p[7]), ones);
+    __m256i b0 = _mm256_madd_epi16(_mm256_packs_epi32(a0, a1), ones);
+    __m256i b1 = _mm256_madd_epi16(_mm256_packs_epi32(a2, a3), ones);
+    return _mm256_packs_epi32(b0, b1);
 }
 
-/* One row x T tokens. dx: (T, nb) activation scales; xs: (T, nb) sums of xq
- * (Q4_K only); x: T activation rows, ldxq apart. */
-AVX2 INLINE void row_k_avx2(const int T, const dtype type, const uint8_t *row, size_t stride, int64_t nsb,
-                            const uint8_t *x, int64_t ldxq, const float *dx, const int32_t *xs, float *y,
-                            int64_t ldy) {
-    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
+/* One Q4_K super-block b against T tokens (activation blocks at xb, ldxq
+ * apart; super-block s of a), into acc[0..T). The block sums come out of
+ * q4k_tree as two int16 halves per block; a permute and a byte shuffle put
+ * block j's halves side by side, and madd by (sc_j, sc_j) gives
+ * iq_j = sc_j * (sum of the block) in int32 lane j. */
+AVX2 INLINE void sb_q4_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
+                         int64_t s, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc[QK_TOKENS];
+    const __m256i pairs = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128,
+                                           4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
+    const __m256i interleave = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                                0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    uint64_t sc8, m8;
+    q4_k_scales_mins(b, &sc8, &m8);
+    const __m256i scp = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc8), pairs); /* int16 sc_j, sc_j */
+    const __m256i mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+    /* -(dmin * dx) as (-dmin) * dx: the same float (IEEE negation is exact), one negation per super-block */
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(ld16(b))), ndmv = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 2)));
+    __m256i u[8];
 #pragma GCC unroll 4
-    for (int j = 0; j < T; j++) acc[j] = _mm256_setzero_ps();
+    for (int p = 0; p < 4; p++) { /* blocks 2p, 2p+1: low, high nibbles of 32 bytes */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));
+        u[2 * p] = _mm256_and_si256(q, m4);
+        u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const uint8_t *x = xb + t * ldxq;
+        __m256i p[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            p[j] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(x + j * QUANT_ACT_BLOCK_BYTES + 4))),
+                ones);
+        __m256i g = _mm256_permute4x64_epi64(q4k_tree(p), _MM_SHUFFLE(3, 1, 2, 0));
+        __m256i iq = _mm256_madd_epi16(_mm256_shuffle_epi8(g, interleave), scp);
+        /* m_j * xs_j by madd: |xs_j| < 2^15 and 0 <= m_j < 64, so the high words add nothing */
+        __m256i ix = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(a->xs[s][t])), mn);
+        __m256 dxv = _mm256_load_ps(a->dx[s][t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dv, dxv), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix), _mm256_mul_ps(ndmv, dxv), acc[t]);
+    }
+}
+
+/* One Q6_K super-block: the unsigned q6 (0..63) meet xq in maddubs; pair
+ * sums of two (|.| <= 32256) still fit int16, so one pack step, then hadd,
+ * gives the 16 half sums U_h (A: halves 0,2,4,6 | 1,3,5,7; B: 8..14 | 9..15),
+ * times their int8 scales in int32; block j = its two halves added across
+ * the 128-bit lanes. The q6 - 32 offset comes off as 32 * (s_2j hx_2j +
+ * s_2j+1 hx_2j+1), one madd of the scales with the half sums of xq. */
+AVX2 INLINE void sb_q6_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
+                         int64_t s, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m128i evenodd = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+    const __m256i s16 = _mm256_cvtepi8_epi16(sc), scs = _mm256_castsi128_si256(_mm_shuffle_epi8(sc, evenodd));
+    const __m256i scA = _mm256_cvtepi8_epi32(_mm256_castsi256_si128(scs));
+    const __m256i scB = _mm256_cvtepi8_epi32(_mm_srli_si128(_mm256_castsi256_si128(scs), 8));
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
+    __m256i u[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* q6_k_unpack_half_avx2's bits, without the - 32 */
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        u[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+        u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const uint8_t *x = xb + t * ldxq;
+        __m256i p[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            p[j] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(x + j * QUANT_ACT_BLOCK_BYTES + 4))),
+                ones);
+        __m256i q01 = _mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), ones);
+        __m256i q23 = _mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), ones);
+        __m256i q45 = _mm256_madd_epi16(_mm256_packs_epi32(p[4], p[5]), ones);
+        __m256i q67 = _mm256_madd_epi16(_mm256_packs_epi32(p[6], p[7]), ones);
+        __m256i A = _mm256_mullo_epi32(_mm256_hadd_epi32(q01, q23), scA);
+        __m256i B = _mm256_mullo_epi32(_mm256_hadd_epi32(q45, q67), scB);
+        __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(A, B, 0x20), _mm256_permute2x128_si256(A, B, 0x31));
+        __m256i corr = _mm256_madd_epi16(s16, _mm256_load_si256((const __m256i *)(a->hx[s][t])));
+        __m256i iq = _mm256_sub_epi32(v, _mm256_slli_epi32(corr, 5));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dv, _mm256_load_ps(a->dx[s][t])), acc[t]);
+    }
+}
+
+/* R rows x T tokens over the whole of k: row rr at row + rr * gap, its
+ * outputs at y + rr * ygap. The rows' super-blocks are read in turn, so R
+ * rows far apart are R sequential streams (one per thread left single-token
+ * decode well short of the memory bandwidth). */
+AVX2 INLINE void rows_k_avx2(const int R, const int T, const dtype type, const uint8_t *row, size_t gap, int64_t nsb,
+                             const uint8_t *x, int64_t ldxq, const qk_acts *a, float *y, int64_t ldy, int64_t ygap) {
+    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
+    __m256 acc[QK_STREAMS][QK_TOKENS];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[rr][t] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
-        const uint8_t *b = row + s * bb;
-        __m256i wv[8], sv[8], mn = _mm256_setzero_si256(), scv;
-        __m256 dvec, dmvec = _mm256_setzero_ps();
-        for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
-        if (type == DTYPE_Q4_K) {
-            uint64_t sc8, m8;
-            q4_k_scales_mins(b, &sc8, &m8);
-            scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
-            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
-            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
-            dmvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 2)));
-            for (int p = 0; p < 4; p++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p));
-                wv[2 * p] = _mm256_and_si256(q, m4);
-                wv[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            }
-        } else {
-            const int8_t *sc = (const int8_t *)(b + 192);
-            scv = _mm256_setzero_si256();
-            dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
-            for (int h = 0; h < 2; h++) q6_k_unpack_half_avx2(b, h, wv + 4 * h);
-            /* sv[j] = [s_2j x 8 | s_2j+1 x 8] as int16: broadcast the pair, then spread it */
-            __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-            const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-            for (int j = 0; j < 8; j++)
-                sv[j] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(j)), spread);
-        }
-        __m256i aw[8];
-        if (type == DTYPE_Q6_K)
-            for (int j = 0; j < 8; j++) aw[j] = _mm256_abs_epi8(wv[j]);
+        const uint8_t *xb = x + s * 8 * QUANT_ACT_BLOCK_BYTES;
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const uint8_t *xb = x + t * ldxq + s * 8 * QUANT_ACT_BLOCK_BYTES;
-            __m256i p[8];
-            for (int j = 0; j < 8; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + j * QUANT_ACT_BLOCK_BYTES + 4));
-                if (type == DTYPE_Q4_K)
-                    p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], xv), ones);
-                else
-                    p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(xv, wv[j])), sv[j]);
-            }
-            __m256i iq = hsum8x8(p);
-            __m256 dxv = _mm256_loadu_ps(dx + t * QK_MAX_BLOCKS + 8 * s);
-            if (type == DTYPE_Q4_K) {
-                iq = _mm256_mullo_epi32(iq, scv);
-                __m256i ix = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(xs + t * QK_MAX_BLOCKS + 8 * s)), mn);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
-                                         _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), acc[t]);
-            } else {
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), acc[t]);
-            }
+        for (int rr = 0; rr < R; rr++) {
+            const uint8_t *b = row + rr * gap + s * bb;
+            for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + QK_AHEAD * bb + c, _MM_HINT_T0);
+            if (type == DTYPE_Q4_K) sb_q4_k(T, b, xb, ldxq, a, s, acc[rr]);
+            else sb_q6_k(T, b, xb, ldxq, a, s, acc[rr]);
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) y[t * ldy] = quant_k_reduce8_avx2(acc[t]);
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) y[t * ldy + rr * ygap] = quant_k_reduce8_avx2(acc[rr][t]);
 }
 
-AVX2 static void prep_tokens(const uint8_t *x, int64_t ldxq, int T, int64_t nb, float *dx, int32_t *xs) {
+AVX2 static void prep_tokens(dtype type, const uint8_t *x, int64_t ldxq, int T, int64_t nb, qk_acts *a) {
     const __m256i one8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
     for (int t = 0; t < T; t++)
         for (int64_t i = 0; i < nb; i++) {
             const uint8_t *xb = x + t * ldxq + i * QUANT_ACT_BLOCK_BYTES;
-            memcpy(&dx[t * QK_MAX_BLOCKS + i], xb, 4);
+            memcpy(&a->dx[i / 8][t][i % 8], xb, 4);
             __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(xb + 4))), ones);
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-            h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-            xs[t * QK_MAX_BLOCKS + i] = _mm_cvtsi128_si32(h);
+            if (type == DTYPE_Q4_K) {
+                h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+                a->xs[i / 8][t][i % 8] = _mm_cvtsi128_si32(h);
+            } else { /* the two 16-element halves: lanes 0..3 and 4..7 of v */
+                __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+                lo = _mm_hadd_epi32(lo, hi);
+                lo = _mm_hadd_epi32(lo, lo); /* lane 0: first half, lane 1: second */
+                a->hx[i / 8][t][2 * (i % 8)] = (int16_t)_mm_cvtsi128_si32(lo);
+                a->hx[i / 8][t][2 * (i % 8) + 1] = (int16_t)_mm_extract_epi32(lo, 1);
+            }
         }
+}
+
+AVX2 INLINE void range_k_avx2(const int T, const dtype type, const uint8_t *w, int64_t k, const uint8_t *x,
+                              int64_t ldxq, float *y, int64_t ldy, int64_t r0, int64_t r1, qk_acts *a) {
+    const size_t stride = dtype_row_bytes(type, k);
+    const int64_t nsb = k / QUANT_QK_K;
+    prep_tokens(type, x, ldxq, T, k / QUANT_QK, a);
+    if (T > 1) { /* a row's super-block decoded once for T tokens: compute-bound, one stream is enough */
+        for (int64_t r = r0; r < r1; r++) rows_k_avx2(1, T, type, w + r * stride, 0, nsb, x, ldxq, a, y + r, ldy, 0);
+        return;
+    }
+    /* rows r, r + q, r + 2q, r + 3q in turn, then the rest one at a time */
+    const int64_t q = (r1 - r0) / QK_STREAMS;
+    for (int64_t r = r0; r < r0 + q; r++)
+        rows_k_avx2(QK_STREAMS, 1, type, w + r * stride, (size_t)q * stride, nsb, x, ldxq, a, y + r, ldy, q);
+    for (int64_t r = r0 + QK_STREAMS * q; r < r1; r++)
+        rows_k_avx2(1, 1, type, w + r * stride, 0, nsb, x, ldxq, a, y + r, ldy, 0);
 }
 
 #define K_RANGE(name, type)                                                                                     \
     AVX2 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,        \
                           int64_t r0, int64_t r1, int64_t t0, int64_t t1) {                                     \
-        _Alignas(32) float dx[QK_TOKENS * QK_MAX_BLOCKS];                                                       \
-        _Alignas(32) int32_t xs[QK_TOKENS * QK_MAX_BLOCKS];                                                     \
-        size_t stride = dtype_row_bytes(type, k);                                                               \
-        int64_t nb = k / QUANT_QK, nsb = k / QUANT_QK_K;                                                        \
+        qk_acts a; /* 48 KB */                                                                                  \
         for (int64_t t = t0; t < t1; t += QK_TOKENS) {                                                          \
-            int T = t1 - t < QK_TOKENS ? (int)(t1 - t) : QK_TOKENS;                                             \
             const uint8_t *x = (const uint8_t *)xq + t * ldxq;                                                  \
-            prep_tokens(x, ldxq, T, nb, dx, xs);                                                                \
-            for (int64_t r = r0; r < r1; r++) {                                                                 \
-                const uint8_t *row = (const uint8_t *)w + r * stride;                                          \
-                float *yr = y + t * ldy + r;                                                                    \
-                switch (T) {                                                                                    \
-                case 4: row_k_avx2(4, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
-                case 3: row_k_avx2(3, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
-                case 2: row_k_avx2(2, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                 \
-                default: row_k_avx2(1, type, row, stride, nsb, x, ldxq, dx, xs, yr, ldy); break;                \
-                }                                                                                               \
+            float *yt = y + t * ldy;                                                                            \
+            switch (t1 - t < QK_TOKENS ? t1 - t : QK_TOKENS) {                                                  \
+            case 4: range_k_avx2(4, type, w, k, x, ldxq, yt, ldy, r0, r1, &a); break;                           \
+            case 3: range_k_avx2(3, type, w, k, x, ldxq, yt, ldy, r0, r1, &a); break;                           \
+            case 2: range_k_avx2(2, type, w, k, x, ldxq, yt, ldy, r0, r1, &a); break;                           \
+            default: range_k_avx2(1, type, w, k, x, ldxq, yt, ldy, r0, r1, &a); break;                          \
             }                                                                                                   \
         }                                                                                                       \
     }

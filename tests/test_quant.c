@@ -374,23 +374,30 @@ static void check_act_path(act_range_fn fn, act_dot_fn dot, const char *name) {
  * row kernel, as quant_matmul_act_range splits them). */
 enum { X16_ROWS = 128 }; /* 8 groups: more than one pass of X16_GROUPS */
 static uint8_t x16_buf[X16_ROWS * (4096 + 3 * 32) / 32 * 34];
-static void x16_split(act_range_fn x16fn, dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
-                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+static void x16_split(act_range_fn x16fn, act_range_fn rowfn, dtype t, const void *w, int64_t k, const void *xq,
+                      int64_t ldxq, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     quant_repack_x16(t, w, x16_buf, 0, X16_ROWS / 16, k);
     int64_t m0 = (r0 + 15) / 16 * 16, m1 = r1 / 16 * 16 < X16_ROWS ? r1 / 16 * 16 : X16_ROWS;
     if (m0 >= m1) m0 = m1 = r1;
-    if (r0 < m0) quant_matmul_act_range_avx512_block(t, w, k, xq, ldxq, y, ldy, r0, m0, t0, t1);
+    if (r0 < m0) rowfn(t, w, k, xq, ldxq, y, ldy, r0, m0, t0, t1);
     if (m0 < m1)
         x16fn(t, x16_buf + m0 / 16 * 16 * dtype_row_bytes(t, k), k, xq, ldxq, y + m0, ldy, 0, m1 - m0, t0, t1);
-    if (m1 < r1) quant_matmul_act_range_avx512_block(t, w, k, xq, ldxq, y, ldy, m1, r1, t0, t1);
+    if (m1 < r1) rowfn(t, w, k, xq, ldxq, y, ldy, m1, r1, t0, t1);
 }
 static void x16_avx512(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
                        int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    x16_split(quant_matmul_act_range_x16_avx512, t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    x16_split(quant_matmul_act_range_x16_avx512, quant_matmul_act_range_avx512_block, t, w, k, xq, ldxq, y, ldy, r0,
+              r1, t0, t1);
 }
 static void x16_amx(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
                     int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    x16_split(quant_matmul_act_range_x16_amx, t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    x16_split(quant_matmul_act_range_x16_amx, quant_matmul_act_range_avx512_block, t, w, k, xq, ldxq, y, ldy, r0, r1,
+              t0, t1);
+}
+static void x16_avx2(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                     int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    x16_split(quant_matmul_act_range_x16_avx2, quant_matmul_act_range_avx2_block, t, w, k, xq, ldxq, y, ldy, r0, r1,
+              t0, t1);
 }
 /* quant_matmul_act_range with rows [0, 64) of w registered as repacked (the
  * row range split is quant.c's own). */
@@ -410,6 +417,10 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
     if (kernels_cpu_has_avx512())
         check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
+    if (kernels_cpu_has_avx2()) {
+        check_act_path(quant_matmul_act_range_avx2_block, quant_dot_act_block_portable, "avx2 block");
+        check_act_path(x16_avx2, quant_dot_act_block_portable, "x16 avx2");
+    }
     if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
     else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
     if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
@@ -419,15 +430,16 @@ TEST(test_quant_act_paths) {
 }
 
 /* k beyond the x16 kernels' 512-block prep piece (accumulators carried
- * across pieces), 1..5 tokens, vs the block order's portable mirror. */
+ * across pieces), 1..5 tokens, vs the block order's portable mirror; on
+ * the AVX-512 and the AVX2 kernel. */
 TEST(test_quant_x16_long_k) {
-    enum { R = 32, K = 512 * 32 + 3 * 32, T = 5 };
+    enum { R = 160, K = 512 * 32 + 3 * 32, T = 5 }; /* 10 groups: more than a chunk of either kernel */
     static uint8_t w[R * K / 32 * 34], p[R * K / 32 * 34], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
     static float tmp[K], y[T * R];
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
     const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
-    if (!kernels_cpu_has_avx512()) {
-        printf("ok test_quant_x16_long_k # skip: no AVX-512 VNNI on this CPU\n");
+    if (!kernels_cpu_has_avx2()) {
+        printf("ok test_quant_x16_long_k # skip: no AVX2 on this CPU\n");
         return;
     }
     for (int t = 0; t < T; t++) {
@@ -439,16 +451,20 @@ TEST(test_quant_x16_long_k) {
         size_t stride = dtype_row_bytes(ty, K);
         for (int r = 0; r < R; r++) make_row(ty, w + r * stride, K, tmp);
         quant_repack_x16(ty, w, p, 0, R / 16, K);
-        for (int nt = 1; nt <= T; nt++) {
-            quant_matmul_act_range_x16_avx512(ty, p, K, xq, ldxq, y, R, 0, R, 0, nt);
-            int bad = 0;
-            for (int t = 0; t < nt; t++)
-                for (int r = 0; r < R; r++) {
-                    float want = quant_dot_act_block_portable(ty, w + r * stride, xq + t * ldxq, K);
-                    bad += memcmp(&want, &y[t * R + r], 4) != 0;
-                }
-            CHECK(bad == 0, "%s %d tokens: %d outputs differ from the block mirror", dtype_name(ty), nt, bad);
-        }
+        for (int path = 0; path < 2; path++)
+            for (int nt = 1; nt <= T; nt++) {
+                if (path == 0 && !kernels_cpu_has_avx512()) continue;
+                (path == 0 ? quant_matmul_act_range_x16_avx512 : quant_matmul_act_range_x16_avx2)(ty, p, K, xq, ldxq, y,
+                                                                                                   R, 0, R, 0, nt);
+                int bad = 0;
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < R; r++) {
+                        float want = quant_dot_act_block_portable(ty, w + r * stride, xq + t * ldxq, K);
+                        bad += memcmp(&want, &y[t * R + r], 4) != 0;
+                    }
+                CHECK(bad == 0, "%s %s %d tokens: %d outputs differ from the block mirror", path ? "avx2" : "avx512",
+                      dtype_name(ty), nt, bad);
+            }
     }
 }
 

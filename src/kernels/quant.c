@@ -20,11 +20,13 @@
  * of four int8 -> float widenings and four FMAs per token. The AVX2 kernel
  * works on 2 weight rows x up to 4 tokens (4 rows x 1 token at decode) so
  * each decoded weight block is reused and the FMA chains are independent.
- * On AVX-512 machines quant_matmul_act_range uses the block order: the x16
- * VNNI kernel (quant_avx512.c) on the runner's repacked copies, with AMX-INT8
- * tiles (quant_amx.c) for 8+ tokens where present; VLLM_QUANT_ORDER=wide
- * keeps the older wide-order VNNI kernel (quant_act_order() names the order
- * the process uses).
+ * On AVX2 and AVX-512 machines quant_matmul_act_range uses the block order:
+ * the x16 kernels (quant_avx512.c with VNNI, quant_block_avx2.c with AVX2
+ * only) on the runner's repacked copies, with AMX-INT8 tiles (quant_amx.c)
+ * for 8+ tokens where present; VLLM_QUANT_ORDER=wide (AVX-512) or narrow
+ * (AVX2) keeps the row kernels above (quant_act_order() names the order the
+ * process uses). Rows without a copy (outside whole 16-row groups) take the
+ * same level's block-order row kernel: one process keeps one order.
  * Q4_K / Q6_K integer dots live in quant_k.c (one order of their own on
  * every path); the entry points here route them there.
  */
@@ -693,7 +695,8 @@ bool quant_use_block(void) {
     int use = atomic_load(&cached);
     if (use < 0) {
         const char *env = getenv("VLLM_QUANT_ORDER");
-        use = quant_use_amx() || (quant_use_avx512() && !(env && !strcmp(env, "wide")));
+        bool rows = env && (!strcmp(env, "wide") || !strcmp(env, "narrow")); /* the row kernels' orders */
+        use = quant_use_amx() || (quant_use_avx2() && !rows);
         atomic_store(&cached, use);
     }
     return use == 1;
@@ -739,11 +742,15 @@ static int64_t amx_split(int64_t t0, int64_t t1) {
     return t1 - tv >= AMX_MIN_TOKENS ? t1 : tv;
 }
 
-/* The block order's two kernels on GGUF rows: AMX tiles (amx_split), VNNI
- * for the rest. */
+/* The block order's kernels on GGUF rows: AMX tiles (amx_split), VNNI for
+ * the rest; AVX2 below the AVX-512 level. */
 static void block_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
                         int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (r0 >= r1) return;
+    if (!quant_use_avx512()) {
+        quant_matmul_act_range_avx2_block(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
     int64_t tv = amx_split(t0, t1);
     if (tv > t0) quant_matmul_act_range_amx(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, tv);
     if (tv < t1) quant_matmul_act_range_avx512_block(type, w, k, xq, ldxq, y, ldy, r0, r1, tv, t1);
@@ -752,6 +759,10 @@ static void block_range(dtype type, const void *w, int64_t k, const void *xq, in
 /* The same on rows [0, n) of an x16 copy (n a multiple of 16). */
 static void block_range_x16(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                             int64_t ldy, int64_t n, int64_t t0, int64_t t1) {
+    if (!quant_use_avx512()) {
+        quant_matmul_act_range_x16_avx2(type, w, k, xq, ldxq, y, ldy, 0, n, t0, t1);
+        return;
+    }
     int64_t tv = amx_split(t0, t1);
     if (tv > t0) quant_matmul_act_range_x16_amx(type, w, k, xq, ldxq, y, ldy, 0, n, t0, tv);
     if (tv < t1) quant_matmul_act_range_x16_avx512(type, w, k, xq, ldxq, y, ldy, 0, n, tv, t1);

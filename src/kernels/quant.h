@@ -51,7 +51,8 @@
  * quant_dot_act_wide_portable is that order in C.
  *
  * The AMX kernel (quant_amx.c, when the CPU has AMX-INT8 and the OS grants
- * it) and, on every AVX-512 process unless VLLM_QUANT_ORDER=wide, the VNNI
+ * it) and, on every AVX2 or AVX-512 process unless VLLM_QUANT_ORDER is wide
+ * or narrow, the VNNI (quant_avx512.c) or AVX2 (quant_block_avx2.c)
  * block-order kernels use the "block" order: one accumulator per output,
  *     acc = fma((float)isum_b, dw * dx, acc) over blocks b in order, where
  *     isum_b = the whole block's int32 dot; result = acc.
@@ -176,6 +177,13 @@ void quant_matmul_act_range_x16_avx512(dtype type, const void *w, int64_t k, con
                                        int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_x16_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The same two kernels with AVX2 only (quant_block_avx2.c: the block order
+ * of an AVX2 process): the x16 one (r0, r1 multiples of 16, w the copy's
+ * start) and one on GGUF rows. Both abort() without AVX2. */
+void quant_matmul_act_range_x16_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                     int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_avx2_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                       int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 /* Registers x16, an x16 copy of the `bytes`-byte matrix at w (type and k as
  * the caller passes them to quant_matmul_act_range), until
  * quant_x16_unregister(x16). While registered, quant_matmul_act_range in a
@@ -200,9 +208,11 @@ bool quant_use_avx512(void);
  * quant_amx_available() and VLLM_QUANT_AMX is not "0". */
 bool quant_use_amx(void);
 /* True when Q8_0 / Q4_0 dots use the block order: AMX tiles as above, or
- * without them every token on the VNNI block-order kernels (x16 copies where
- * registered). On every AVX-512 level unless VLLM_QUANT_ORDER=wide, which
- * keeps the wide-order kernel of quant_avx512.c (without AMX only). */
+ * without them every token on the VNNI (AVX-512) or AVX2 block-order kernels
+ * (x16 copies where registered). On the AVX2 and AVX-512 levels unless
+ * VLLM_QUANT_ORDER is "wide" or "narrow", which keeps the row kernel of the
+ * level (wide order on AVX-512, narrow on AVX2) and no x16 copies (without
+ * AMX only). */
 bool quant_use_block(void);
 
 #endif

@@ -234,7 +234,7 @@ static void stage_repack(void *arg, int64_t lo, int64_t hi, int ith) {
     quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
 }
 
-/* In a block-order process (quant_use_block(): AVX-512), every Q8_0/Q4_0
+/* In a block-order process (quant_use_block(): AVX2 or AVX-512), every Q8_0/Q4_0
  * matmul weight with rows in whole 16-row groups gets an x16 copy
  * (kernels/quant.h: the same results, rows in vector lanes, ~1.5-3x faster
  * kernels), made on the pool and registered; the GGUF rows stay in place for

@@ -18,6 +18,7 @@
 #                   activations sit on a rounding tie that our F32 and the
 #                   float64 reference resolve differently (Q8_0 files show the
 #                   same ~1e-2 there); test_quant_k checks the dots to 2e-6.
+#   gguf_*_avx2     the quantized act-quant checks again with VLLM_KERNELS=avx2.
 #   gguf_stories260K_greedy  the F32 GGUF of stories260K, tokenizer embedded,
 #                   reproduces models/stories260K/reference_bos_greedy200.json.
 #   gguf_tokenizer_*  the GGUF-embedded tokenizer gives the HF tokenizer.json's
@@ -83,6 +84,18 @@ PY
       --tol $tol --name "${name}_vs_torch_dequantized"
     [ $type = bf16 ] || $py tests/ref/torch_forward.py "$tmp/deq_$type" "$tmp/$type.bin" --tol 5e-2 --name "${name}_vs_torch_f32_activations"
   fi
+done
+
+# the AVX2 kernels on the same references (the default path is AVX-512 where
+# the CPU has it): Q8_0/Q4_0 in the AVX2 block order through the runner's x16
+# copies, the K-quants' AVX2 kernel
+for type in q8_0 q4_0 q4_k q6_k; do
+  name=gguf_${type}_avx2
+  [ -f "$tmp/$type.gguf" ] && [ -d "$tmp/deq_$type" ] || { echo "FAIL $name: no $type model from the loop above"; continue; }
+  if ! err=$(VLLM_KERNELS=avx2 dump "$tmp/$type.gguf" "$tmp/${type}_avx2.bin"); then echo "FAIL $name: dump_logits: $err"; continue; fi
+  tol=1e-4; case $type in q4_k|q6_k) tol=2e-2;; esac
+  $py tests/ref/torch_forward.py "$tmp/deq_$type" "$tmp/${type}_avx2.bin" --act-quant "$tmp/deq_$type/act_quant.json" \
+    --tol $tol --name "${name}_vs_torch_dequantized"
 done
 
 # stories260K with its tokenizer embedded

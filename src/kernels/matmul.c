@@ -213,6 +213,9 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             __m256 xv = _mm256_loadu_ps(xr[j] + i);
+            /* one load per token and step: left alone, gcc folds the load
+             * into each of the R FMAs (R loads of the same vector) */
+            __asm__("" : "+x"(xv));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
         }
@@ -395,6 +398,7 @@ AVX512_FN void tile_avx512(const int R, const int T, const dtype wt, const matmu
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
             __m512 xv = _mm512_loadu_ps(xr[j] + i);
+            __asm__("" : "+v"(xv)); /* one load, not one per FMA (tile_avx2) */
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
         }

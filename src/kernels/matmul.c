@@ -247,18 +247,21 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
  * are taken BLOCK_ROWS at a time and k BLOCK_K at a time, so the tokens'
  * BLOCK_K slice of x stays in L1 while every row tile of the block streams
  * past it; the partial accumulators wait in acc (on the stack,
- * (BLOCK_ROWS, T, 8)). Up to BLOCK_X_BYTES (every TinyLlama shape up to k
- * 8192 with 8 tokens) x is read from L2 and each weight row is streamed
- * whole, which suits the hardware prefetcher better: on Zen 4, one thread,
- * runner-shaped items, F16, the unblocked tiles did 90-93 GFLOP/s against
- * 76-82 with 16 KB blocks (AVX2 tiles +4-5%).
+ * (BLOCK_ROWS, T, 8)). Below BLOCK_X_BYTES x is read from L2 and each
+ * weight row is streamed whole. The machines disagree: on Zen 4 (one
+ * thread, runner-shaped items, F16) unblocked tiles did 90-93 GFLOP/s
+ * against 76-82 with 16 KB blocks, so the threshold was 256 KB (no TinyLlama
+ * shape blocked); on Zen 5 (2 threads, 1.1B F16 prefill 512, alternated)
+ * blocking past 32 KB gives the AVX-512 tiles +7-8% (182 -> 196 tok/s) and
+ * leaves AVX2 and 16-sequence decode unchanged. 32 KB it is: also the L1 of
+ * the issue's Zen3, where 4 tokens' rows of x at k 2048 fill it already.
  *
  * A single token (decode) reads every weight once: its R-row tiles take
  * rows q apart (n, n + q, ... for the range's R * q rows, q = rows / R), so
  * each of the R streams walks consecutive rows, one long sequential read,
  * instead of R adjacent rows that end together after one row (F16 1.1B
  * decode +7% here). The order of the rows changes nothing in any output. */
-enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 256 << 10 };
+enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 32 << 10 };
 
 /* Rows n0..n1 for tokens t..t+T-1: full R-row tiles, then single rows. One
  * body for both instruction sets (FN: the target attribute; TILE: the tile

@@ -22,10 +22,13 @@
  *     puts block j in lane j of a 256-bit vector, and from there on the code
  *     is the AVX2 kernel's: the same float operations in the same lanes.
  *
- * Rows are read KX_STREAMS at a time, far apart (r, r + q, r + 2q, ... of a
- * range of 4q rows), super-block by super-block in turn: one sequential
- * stream per thread left decode well below the bandwidth the machine gives
- * to several (Q4_K 1.1B decode +20-28% here).
+ * Single-token calls read rows KX_STREAMS at a time, far apart (r, r + q,
+ * r + 2q, ... of a range of 4q rows), super-block by super-block in turn: one
+ * sequential stream per thread left decode well below the bandwidth the
+ * machine gives to several (Q4_K 1.1B decode +20-28% here). With more tokens
+ * the kernel is compute-bound and takes one row at a time: four rows' worth
+ * of accumulators spilled to the stack (Zen 5, 1.1B prefill 512, 2 threads:
+ * Q6_K 153 -> 186 tok/s, Q4_K unchanged).
  *
  * Integer sums: |sum| < 2^24 as quant_k.c bounds them, so every int32 step
  * is exact and any grouping gives the same integer.
@@ -171,7 +174,8 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
             __m256 dxv = _mm256_load_ps(a->dx[t] + 8 * s);
             if (type == DTYPE_Q4_K) {
                 __m256i iq = _mm256_mullo_epi32(blocks(h), scv);
-                __m256i ix = _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
+                /* m_j * xs_j by madd: |xs_j| < 2^15, 0 <= m_j < 64 (quant_k.c) */
+                __m256i ix = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
                                              _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), ra[rr][t]);
@@ -194,7 +198,7 @@ AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int
     if (nsb <= KX_MAX_SB) { /* one piece: prepare once, every row */
         kx_prep(type, xq, ldxq, T, nsb, a);
         /* rows r, r + q, r + 2q, ... in turn: KX_STREAMS streams far apart */
-        const int64_t q = (r1 - r0) / KX_STREAMS;
+        const int64_t q = T == 1 ? (r1 - r0) / KX_STREAMS : 0; /* streams at decode only */
         for (int64_t r = r0; r < r1;) {
             const int R = r < r0 + q ? KX_STREAMS : 1;
             __m256 acc[KX_STREAMS][KX_TOKENS];
@@ -222,7 +226,7 @@ AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int
         for (int64_t s0 = 0; s0 < nsb; s0 += KX_MAX_SB) {
             int64_t n = nsb - s0 < KX_MAX_SB ? nsb - s0 : KX_MAX_SB;
             kx_prep(type, xq + s0 * 8 * QUANT_ACT_BLOCK_BYTES, ldxq, T, n, a);
-            const int64_t q = nr / KX_STREAMS; /* as above, within the chunk */
+            const int64_t q = T == 1 ? nr / KX_STREAMS : 0; /* as above, within the chunk */
             for (int64_t i = 0; i < nr;) {
                 const uint8_t *wr = w + (rc + i) * stride + s0 * bb;
                 if (i < q) rows_kx(KX_STREAMS, T, type, wr, stride, (size_t)q * stride, n, a, accs + i, q);

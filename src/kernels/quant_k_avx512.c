@@ -146,7 +146,7 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
             scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
             mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
-            dmvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 2)));
+            dmvec = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 2))); /* -dmin: (-dmin) * dx == -(dmin * dx) exactly */
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) { /* blocks 2p, 2p+1: low, high nibbles of 32 bytes */
                 __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p)));
@@ -178,7 +178,7 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
                 __m256i ix = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
-                                             _mm256_xor_ps(_mm256_mul_ps(dmvec, dxv), _mm256_set1_ps(-0.0f)), ra[rr][t]);
+                                             _mm256_mul_ps(dmvec, dxv), ra[rr][t]);
             } else {
                 h = _mm512_mullo_epi32(_mm512_add_epi32(h, _mm512_load_si512(a->xs[t] + 16 * s)), scale16);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blocks(h)), _mm256_mul_ps(dvec, dxv), ra[rr][t]);

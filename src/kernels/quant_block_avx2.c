@@ -58,6 +58,14 @@ typedef struct xa_prep {
 
 static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
+/* The int32 sum of a vector's 8 lanes. */
+AVX2 INLINE int32_t hsum_i32(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+    return _mm_cvtsi128_si32(h);
+}
+
 AVX2 static void xa_prep_tokens(const uint8_t *xq, int64_t ldxq, int T, int64_t b0, int64_t nbk, xa_prep *p) {
     const __m256i one8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
     for (int t = 0; t < T; t++)
@@ -65,10 +73,7 @@ AVX2 static void xa_prep_tokens(const uint8_t *xq, int64_t ldxq, int T, int64_t 
             const uint8_t *xb = xq + t * ldxq + (b0 + i) * QUANT_ACT_BLOCK_BYTES;
             memcpy(&p->dx[i][t], xb, 4);
             __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(xb + 4))), ones);
-            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-            h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-            p->corr[i][t] = -8 * _mm_cvtsi128_si32(h);
+            p->corr[i][t] = -8 * hsum_i32(v);
         }
 }
 
@@ -206,14 +211,6 @@ XA_ENTRY(x16_q8_0_avx2, DTYPE_Q8_0)
 XA_ENTRY(x16_q4_0_avx2, DTYPE_Q4_0)
 
 /* ---- GGUF rows, block order ------------------------------------------------ */
-
-/* The int32 sum of a vector's 8 lanes. */
-AVX2 INLINE int32_t hsum_i32(__m256i v) {
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-    return _mm_cvtsi128_si32(h);
-}
 
 /* One row x T tokens: block by block, isum = sum w * x (|w| against
  * sign-adjusted x, as the narrow kernel), acc = fma((float)isum, dw * dx, acc). */

@@ -27,14 +27,17 @@
  * the tiles and the rest (single-sequence decode) to the AVX-512 VNNI kernel
  * (quant_k_avx512.c) on the AVX-512 level, the AVX2 kernel on the AVX2 one.
  *
- * AVX2: one weight row x up to 4 tokens at a time; the row's super-block is
- * decoded once into 8 registers of 32 bytes and used for every token. Per
- * activation block, maddubs (unsigned nibble x signed xq for Q4_K; |w| x
- * sign-adjusted xq for Q6_K) then madd (by ones, or by the two 16-element
- * scales for Q6_K) give 8 int32 partial sums; a hadd tree turns the 8 blocks'
- * vectors into one vector with block j's integer in lane j. The activation
- * scales dx and Q4_K's sums of xq are gathered once per token group into
- * stack arrays (k up to QK_MAX_BLOCKS * 32; longer rows use portable C).
+ * AVX2: one weight row x up to 4 tokens at a time (single tokens: four rows
+ * far apart in turn, four memory streams); the row's super-block is decoded
+ * once into 8 registers of 32 unsigned bytes (Q4_K nibbles, Q6_K q6 0..63)
+ * and used for every token. Per activation block, maddubs then madd by ones
+ * give 8 int32 partial sums; int16 pack/madd steps (every partial fits
+ * int16: test_quant_k_extremes) bring the 8 blocks together, block j's
+ * integer in lane j, the scales applied by madd (Q4_K) or on the 16 half
+ * sums (Q6_K, whose -32 offset comes off as 32 * the scales against the
+ * half sums of xq). The activation scales dx, Q4_K's block sums and Q6_K's
+ * half sums of xq are gathered once per token group into stack arrays (k up
+ * to QK_MAX_BLOCKS * 32; longer rows use portable C).
  */
 #include "kernels/quant_k.h"
 
@@ -144,20 +147,31 @@ typedef struct qk_acts {
     _Alignas(32) int16_t hx[QK_MAX_BLOCKS / 8][QK_TOKENS][16];
 } qk_acts;
 
+/* p[j] = the unsigned weights u[j] of block j against activation block j at
+ * x (xq rows, scales between blocks): maddubs, then madd by ones, so 8 int32
+ * lanes of 4-element sums (lanes 0..3: elements 0..15, 4..7: 16..31). */
+AVX2 INLINE void block_pairs8(const __m256i u[8], const uint8_t *x, __m256i p[8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        p[j] = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(x + j * QUANT_ACT_BLOCK_BYTES + 4))),
+            ones);
+}
+
 /* Eight vectors of 32-byte blocks' pair sums -> one vector of int16, lane
  * (128-bit half h, word j) = the sum of block j's half h (16 elements).
  * Each step packs two int32 vectors to int16 and pair-adds them back to
  * int32 (madd by ones); exact while every partial fits in int16, as it does
  * for Q4_K (16 products of 15 * 128 at most: 30720). */
+AVX2 INLINE __m256i pack_pair(__m256i a, __m256i b) {
+    return _mm256_madd_epi16(_mm256_packs_epi32(a, b), _mm256_set1_epi16(1));
+}
+
 AVX2 INLINE __m256i q4k_tree(const __m256i p[8]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i a0 = _mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), ones);
-    __m256i a1 = _mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), ones);
-    __m256i a2 = _mm256_madd_epi16(_mm256_packs_epi32(p[4], p[5]), ones);
-    __m256i a3 = _mm256_madd_epi16(_mm256_packs_epi32(p[6], p[7]), ones);
-    __m256i b0 = _mm256_madd_epi16(_mm256_packs_epi32(a0, a1), ones);
-    __m256i b1 = _mm256_madd_epi16(_mm256_packs_epi32(a2, a3), ones);
-    return _mm256_packs_epi32(b0, b1);
+    __m256i a0 = pack_pair(p[0], p[1]), a1 = pack_pair(p[2], p[3]);
+    __m256i a2 = pack_pair(p[4], p[5]), a3 = pack_pair(p[6], p[7]);
+    return _mm256_packs_epi32(pack_pair(a0, a1), pack_pair(a2, a3));
 }
 
 /* One Q4_K super-block b against T tokens (activation blocks at xb, ldxq
@@ -167,7 +181,7 @@ AVX2 INLINE __m256i q4k_tree(const __m256i p[8]) {
  * iq_j = sc_j * (sum of the block) in int32 lane j. */
 AVX2 INLINE void sb_q4_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
                          int64_t s, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(15);
     const __m256i pairs = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128,
                                            4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
     const __m256i interleave = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
@@ -189,11 +203,7 @@ AVX2 INLINE void sb_q4_k(const int T, const uint8_t *b, const uint8_t *xb, int64
     for (int t = 0; t < T; t++) {
         const uint8_t *x = xb + t * ldxq;
         __m256i p[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            p[j] = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(x + j * QUANT_ACT_BLOCK_BYTES + 4))),
-                ones);
+        block_pairs8(u, x, p);
         __m256i g = _mm256_permute4x64_epi64(q4k_tree(p), _MM_SHUFFLE(3, 1, 2, 0));
         __m256i iq = _mm256_madd_epi16(_mm256_shuffle_epi8(g, interleave), scp);
         /* m_j * xs_j by madd: |xs_j| < 2^15 and 0 <= m_j < 64, so the high words add nothing */
@@ -212,7 +222,7 @@ AVX2 INLINE void sb_q4_k(const int T, const uint8_t *b, const uint8_t *xb, int64
  * s_2j+1 hx_2j+1), one madd of the scales with the half sums of xq. */
 AVX2 INLINE void sb_q6_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
                          int64_t s, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     const __m128i evenodd = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
     const __m256i s16 = _mm256_cvtepi8_epi16(sc), scs = _mm256_castsi128_si256(_mm_shuffle_epi8(sc, evenodd));
@@ -235,17 +245,9 @@ AVX2 INLINE void sb_q6_k(const int T, const uint8_t *b, const uint8_t *xb, int64
     for (int t = 0; t < T; t++) {
         const uint8_t *x = xb + t * ldxq;
         __m256i p[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            p[j] = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(x + j * QUANT_ACT_BLOCK_BYTES + 4))),
-                ones);
-        __m256i q01 = _mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), ones);
-        __m256i q23 = _mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), ones);
-        __m256i q45 = _mm256_madd_epi16(_mm256_packs_epi32(p[4], p[5]), ones);
-        __m256i q67 = _mm256_madd_epi16(_mm256_packs_epi32(p[6], p[7]), ones);
-        __m256i A = _mm256_mullo_epi32(_mm256_hadd_epi32(q01, q23), scA);
-        __m256i B = _mm256_mullo_epi32(_mm256_hadd_epi32(q45, q67), scB);
+        block_pairs8(u, x, p);
+        __m256i A = _mm256_mullo_epi32(_mm256_hadd_epi32(pack_pair(p[0], p[1]), pack_pair(p[2], p[3])), scA);
+        __m256i B = _mm256_mullo_epi32(_mm256_hadd_epi32(pack_pair(p[4], p[5]), pack_pair(p[6], p[7])), scB);
         __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(A, B, 0x20), _mm256_permute2x128_si256(A, B, 0x31));
         __m256i corr = _mm256_madd_epi16(s16, _mm256_load_si256((const __m256i *)(a->hx[s][t])));
         __m256i iq = _mm256_sub_epi32(v, _mm256_slli_epi32(corr, 5));

@@ -548,14 +548,6 @@ AVX2 static void quantize_act_avx2(const float *x, void *dst, int64_t k) {
     }
 }
 
-/* 32 signed weights of a block in one register, element i in byte i. */
-AVX2 static inline __m256i weights_avx2(dtype t, const uint8_t *b) {
-    if (t == DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
-    __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2));
-    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
-}
-
 /* int32 lane l = sum_{j<4} w[4l+j] * x[4l+j], as float (exact: |.| < 2^17). */
 AVX2 static inline __m256 isum_avx2(__m256i aw, __m256i w, const uint8_t *xb) {
     __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 4));
@@ -600,7 +592,7 @@ AVX2 static inline __attribute__((always_inline)) void tile_act_avx2(
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * stride + i * bb;
             _mm_prefetch((const char *)b + R * stride, _MM_HINT_T0);
-            __m256i wv = weights_avx2(type, b), aw = _mm256_abs_epi8(wv);
+            __m256i wv = quant_weights_avx2(type, b), aw = _mm256_abs_epi8(wv);
             float dw = _cvtsh_ss(load_u16(b));
 #pragma GCC unroll 4
             for (int j = 0; j < T; j++) {

@@ -215,4 +215,17 @@ bool quant_use_amx(void);
  * AMX only). */
 bool quant_use_block(void);
 
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* The 32 signed weights of a Q8_0 / Q4_0 block at b in one register, element
+ * i in byte i (Q4_0: nibble - 8); the AVX2 kernels' shared unpack. */
+static inline __attribute__((always_inline, target("avx2"))) __m256i quant_weights_avx2(dtype t, const uint8_t *b) {
+    if (t == DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2));
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+}
+#endif
+
 #endif

@@ -221,14 +221,7 @@ AVX2 INLINE void row_block(const int T, const dtype type, const uint8_t *row, in
     float acc[XA_T] = {0};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *b = row + i * bb;
-        __m256i wv;
-        if (type == DTYPE_Q8_0) {
-            wv = _mm256_loadu_si256((const __m256i *)(b + 2));
-        } else {
-            __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2));
-            wv = _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1);
-            wv = _mm256_sub_epi8(_mm256_and_si256(wv, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
-        }
+        const __m256i wv = quant_weights_avx2(type, b);
         const __m256i aw = _mm256_abs_epi8(wv);
         const float dw = _cvtsh_ss(ld16(b));
 #pragma GCC unroll 4

@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/kv_cache_manager.h"
@@ -86,11 +87,7 @@ struct vllm_engine {
     int32_t cap_outs, cap_events;
 };
 
-double vllm_monotonic_time(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double vllm_monotonic_time(void) { return clock_now(); }
 
 void vllm_engine_args_init(vllm_engine_args *a) {
     memset(a, 0, sizeof *a);

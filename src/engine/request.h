@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "engine/block_pool.h"
-#include "engine/list.h"
+#include "base/list.h"
 #include "sample/sampler.h"
 #include "vllm/vllm.h"
 

@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "engine/kv_cache_manager.h"
-#include "engine/list.h"
+#include "base/list.h"
 #include "engine/request.h"
 #include "vllm/vllm.h"
 

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "metrics/process.h"
@@ -115,12 +116,6 @@ struct metrics {
     pthread_mutex_t log_mu;
     pthread_cond_t log_cv;
 };
-
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void metrics_config_init(metrics_config *c) {
     memset(c, 0, sizeof *c);
@@ -470,7 +465,7 @@ vllm_status metrics_create(const metrics_config *c, metrics **out) {
     pthread_cond_init(&m->log_cv, &ca);
     pthread_condattr_destroy(&ca);
     stats_iteration_init(&m->it);
-    m->last_log_time = mono_now();
+    m->last_log_time = clock_now();
     if (!m->model_name || !m->cache_dtype || !m->hash_algo ||
         (c->show_hidden_metrics_for_version && !m->hidden_version)) {
         metrics_free(m);
@@ -771,19 +766,19 @@ void metrics_log_stats(metrics *m, double now) {
 static void *logger_main(void *arg) {
     metrics *m = arg;
     double interval = m->cfg.log_stats_interval;
-    double next = mono_now() + interval;
+    double next = clock_now() + interval;
     pthread_mutex_lock(&m->log_mu);
     while (!m->logger_stop) {
         struct timespec ts = {.tv_sec = (time_t)next,
                               .tv_nsec = (long)((next - floor(next)) * 1e9)};
         int rc = pthread_cond_timedwait(&m->log_cv, &m->log_mu, &ts);
         if (m->logger_stop) break;
-        if (rc != ETIMEDOUT && mono_now() < next) continue; /* spurious wake-up */
+        if (rc != ETIMEDOUT && clock_now() < next) continue; /* spurious wake-up */
         pthread_mutex_unlock(&m->log_mu);
-        metrics_log_stats(m, mono_now());
+        metrics_log_stats(m, clock_now());
         pthread_mutex_lock(&m->log_mu);
         next += interval;
-        double now = mono_now();
+        double now = clock_now();
         if (next < now) next = now + interval; /* fell behind (suspended): no burst */
     }
     pthread_mutex_unlock(&m->log_mu);
@@ -792,7 +787,7 @@ static void *logger_main(void *arg) {
 
 vllm_status metrics_logger_start(metrics *m) {
     if (!m->cfg.log_stats || m->logger_running) return VLLM_OK;
-    m->last_log_time = mono_now();
+    m->last_log_time = clock_now();
     if (pthread_create(&m->logger, NULL, logger_main, m) != 0)
         return vllm_error(VLLM_ERR_NOMEM, "metrics: cannot start the stats logger thread");
     m->logger_running = true;

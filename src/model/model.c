@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "model/gguf.h"
@@ -346,8 +347,7 @@ static vllm_status load_gguf(model *m, const char *path) {
 }
 
 vllm_status model_load(const char *dir, model **out) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = clock_now();
     *out = NULL;
     vllm_status rc;
     model *m = calloc(1, sizeof *m);
@@ -372,7 +372,6 @@ vllm_status model_load(const char *dir, model **out) {
         model_free(m);
         return rc;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     const model_config *c = &m->config;
     log_info("Loaded %s (%s): %d layers, hidden %d, %d heads / %d KV heads x %d, vocab %d, "
              "%.2f GiB of %s weights in %d file%s, %.3f s",
@@ -380,7 +379,7 @@ vllm_status model_load(const char *dir, model **out) {
              c->num_key_value_heads, c->head_dim, c->vocab_size, (double)weight_bytes(m) / (1 << 30),
              dtype_name(m->w.layers[0].q_proj.type), m->num_files + (m->gguf != NULL),
              m->num_files + (m->gguf != NULL) == 1 ? "" : "s",
-             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+             clock_now() - t0);
     *out = m;
     return VLLM_OK;
 }

@@ -51,6 +51,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -98,12 +99,6 @@ struct http_server {
     http_request *live;
     int num_live;
 };
-
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void request_free(http_request *r) {
     pthread_mutex_destroy(&r->mu);
@@ -382,7 +377,7 @@ static http_request *request_create(http_server *s, struct MHD_Connection *c, co
     atomic_init(&r->refs, 1);
     r->srv = s;
     r->conn = c;
-    r->t0 = mono_now();
+    r->t0 = clock_now();
     r->method = strdup(method);
     r->path = strdup(url);
     if (!r->method || !r->path) {
@@ -512,7 +507,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (fn) fn(arg, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (s->cfg.access_log) access_log(r, toe);
     if (s->cfg.on_end)
-        s->cfg.on_end(s->cfg.handler_ud, r->method, r->path, r->status, mono_now() - r->t0,
+        s->cfg.on_end(s->cfg.handler_ud, r->method, r->path, r->status, clock_now() - r->t0,
                       r->body_len, r->bytes_out);
     pthread_mutex_lock(&s->mu);
     if (r->prev) r->prev->next = r->next;

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "metrics/metrics.h"
@@ -40,12 +41,6 @@ typedef struct call_box {
 } call_box;
 
 static call_box *box_of(serving_call *c) { return (call_box *)c; }
-
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void serving_respond_error(http_request *http, const openai_error *e) {
     char *body = openai_error_body(e);
@@ -411,7 +406,7 @@ static void on_delta(void *ud, const frontend_delta *d) {
         if (!append(&ch->text, &ch->text_len, &ch->text_cap, d->text, d->text_len))
             log_error("%s: out of memory accumulating output text", c->id);
         /* A suspended connection cannot tell us its client left; look now and then. */
-        double t = now_mono();
+        double t = clock_now();
         if (t - c->last_probe > 1.0) {
             c->last_probe = t;
             if (http_request_peer_closed(c->http)) atomic_store(&c->http_gone, true);
@@ -492,7 +487,7 @@ void serving_submit(serving_call *c) {
     b->added_ok = calloc(2 * (size_t)c->num_prompts, sizeof *b->added_ok);
     b->metered = b->added_ok ? b->added_ok + c->num_prompts : NULL;
     c->streaming = c->req.stream;
-    c->last_probe = now_mono();
+    c->last_probe = clock_now();
     http_request_defer(c->http);
     if (!c->choices || !b->added_ok) {
         openai_error e;

@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "tokenizer/strbuf.h"
+#include "base/strbuf.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/utf8.h"
 

@@ -22,7 +22,7 @@
 
 #include <stdio.h>
 
-#include "tokenizer/strbuf.h"
+#include "base/strbuf.h"
 #include "tokenizer/utf8.h"
 
 bool jsregex_is_space(uint32_t cp) {

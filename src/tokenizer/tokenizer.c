@@ -46,7 +46,7 @@
 
 #include "base/error.h"
 #include "tokenizer/jsregex.h"
-#include "tokenizer/strbuf.h"
+#include "base/strbuf.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/utf8.h"
 

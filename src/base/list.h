@@ -1,5 +1,6 @@
 /*
- * list.h - intrusive circular doubly linked lists (the scheduler's queues).
+ * list.h - intrusive circular doubly linked lists (the scheduler's queues,
+ * the engine's finished requests).
  *
  * A list is a sentinel node whose next/prev are the head and tail; an element
  * embeds a list_node and is recovered with list_entry(). Nothing allocates:
@@ -11,8 +12,8 @@
  *         seq *s = list_entry(n, seq, node); ...
  *     }
  */
-#ifndef VLLM_ENGINE_LIST_H
-#define VLLM_ENGINE_LIST_H
+#ifndef VLLM_BASE_LIST_H
+#define VLLM_BASE_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>

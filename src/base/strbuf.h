@@ -1,14 +1,16 @@
 /*
- * strbuf.h - a growable, always NUL-terminated byte buffer for the tokenizer's
- * per-call scratch (header-only: three tiny functions). Zero-initialise;
- * free(b.s) when done. Out of memory is an error value, never an abort.
+ * strbuf.h - a growable, always NUL-terminated byte buffer (buf.h's growth
+ * for text): the tokenizer's and template engine's per-call scratch.
+ * Zero-initialise; free(b.s) when done. Out of memory is an error value,
+ * never an abort.
  */
-#ifndef VLLM_TOKENIZER_STRBUF_H
-#define VLLM_TOKENIZER_STRBUF_H
+#ifndef VLLM_BASE_STRBUF_H
+#define VLLM_BASE_STRBUF_H
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 
 typedef struct strbuf {
@@ -17,14 +19,7 @@ typedef struct strbuf {
 } strbuf;
 
 static inline vllm_status sb_reserve(strbuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return VLLM_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", cap);
-    b->s = s;
-    b->cap = cap;
-    return VLLM_OK;
+    return buf_grow((void **)&b->s, &b->cap, b->len + extra + 1, 1);
 }
 
 static inline vllm_status sb_add(strbuf *b, const char *s, size_t n) {

@@ -1,0 +1,16 @@
+/*
+ * clock.h - the one monotonic clock of the process.
+ *
+ * Every timestamp that is compared with another (engine events, metrics
+ * intervals, HTTP durations, benchmark timings) comes from clock_now(), so
+ * the front end and the engine core agree on time (mission.md §8: intervals
+ * are only meaningful within one process's monotonic clock). The public API
+ * exposes the same clock as vllm_monotonic_time().
+ */
+#ifndef VLLM_BASE_CLOCK_H
+#define VLLM_BASE_CLOCK_H
+
+/* Seconds on CLOCK_MONOTONIC (arbitrary origin, never goes back). */
+double clock_now(void);
+
+#endif

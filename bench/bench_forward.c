@@ -118,9 +118,9 @@ int main(int argc, char **argv) {
             }
         }
         qsl[batch] = T;
-        runner_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .slot_mapping = slots,
                           .num_seqs = batch, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
-                          .max_blocks_per_seq = max_blocks, .num_logits = batch, .logits_indices = lidx};
+                          .max_blocks_per_seq = max_blocks, .num_scored = batch, .scored_indices = lidx};
         double t0 = now_s(), c0 = cpu_s();
         if (runner_forward(r, &b, logits) != VLLM_OK) {
             fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());

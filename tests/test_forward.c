@@ -180,9 +180,9 @@ static vllm_status sim_run(runner *r, int32_t vocab, sim_seq *seqs, int n, int32
             owner[ns] = s;
             qsl[++ns] = nt;
         }
-        runner_batch b = {.num_tokens = nt, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+        step_batch b = {.num_tokens = nt, .token_ids = ids, .positions = pos, .slot_mapping = slots,
                           .num_seqs = ns, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
-                          .max_blocks_per_seq = MAX_BLOCKS, .num_logits = nt, .logits_indices = lidx};
+                          .max_blocks_per_seq = MAX_BLOCKS, .num_scored = nt, .scored_indices = lidx};
         vllm_status rc = runner_forward(r, &b, logits);
         if (rc != VLLM_OK) return rc;
         for (int i = 0; i < ns; i++) {
@@ -301,12 +301,12 @@ TEST(test_invalid_batches) {
             lidx[1] = {2};
     int64_t slots[3] = {9 * 16, 9 * 16 + 1, 9 * 16 + 2};
     float logits[97];
-    runner_batch good = {.num_tokens = 3, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
+    step_batch good = {.num_tokens = 3, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
                          .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
-                         .max_blocks_per_seq = MAX_BLOCKS, .num_logits = 1, .logits_indices = lidx};
+                         .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = lidx};
     CHECK(runner_forward(r, &good, logits) == VLLM_OK, "%s", vllm_errmsg());
 
-    typedef struct bad_batch { const char *what; runner_batch b; } bad_batch;
+    typedef struct bad_batch { const char *what; step_batch b; } bad_batch;
     bad_batch bad[16];
     int nbad = 0;
 #define BAD(desc, field, value) bad[nbad] = (bad_batch){desc, good}, bad[nbad++].b.field = value
@@ -319,11 +319,11 @@ TEST(test_invalid_batches) {
     BAD("seq_len shorter than the new tokens", seq_lens, lens_bad);
     BAD("block id outside the pool", block_tables, table_bad);
     BAD("slot not where the block table says", slot_mapping, slots_bad);
-    BAD("logits index >= num_tokens", logits_indices, lidx_bad);
+    BAD("logits index >= num_tokens", scored_indices, lidx_bad);
     BAD("too many tokens", num_tokens, 513);
     BAD("negative tokens", num_tokens, -1);
     BAD("too many sequences", num_seqs, MAX_SEQS + 1);
-    BAD("too many logits", num_logits, 513);
+    BAD("too many logits", num_scored, 513);
     BAD("no block table", block_tables, NULL);
     BAD("max_blocks_per_seq too small for seq_len", max_blocks_per_seq, 0);
 #undef BAD
@@ -352,18 +352,18 @@ TEST(test_copy_block) {
     int64_t slots[20];
     for (int i = 0; i < 20; i++) ids[i] = i + 1, pos[i] = i, slots[i] = (i < 16 ? 3 * 16 : 4 * 16 - 16) + i;
     float a[97], b2[97];
-    runner_batch b = {.num_tokens = 20, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
+    step_batch b = {.num_tokens = 20, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
                       .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
-                      .max_blocks_per_seq = MAX_BLOCKS, .num_logits = 1, .logits_indices = lidx};
+                      .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = lidx};
     CHECK(runner_forward(r, &b, a) == VLLM_OK, "%s", vllm_errmsg());
     /* decode position 20 with block 3 copied to 7 */
     CHECK(runner_copy_block(r, 3, 7) == VLLM_OK, "%s", vllm_errmsg());
     int32_t id1[1] = {42}, pos1[1] = {20}, qsl1[2] = {0, 1}, len1[1] = {21}, t1[MAX_BLOCKS] = {3, 4}, t2[MAX_BLOCKS] = {7, 4},
             li[1] = {0};
     int64_t s1[1] = {4 * 16 + 4};
-    runner_batch d = {.num_tokens = 1, .token_ids = id1, .positions = pos1, .slot_mapping = s1, .num_seqs = 1,
+    step_batch d = {.num_tokens = 1, .token_ids = id1, .positions = pos1, .slot_mapping = s1, .num_seqs = 1,
                       .query_start_loc = qsl1, .seq_lens = len1, .block_tables = t1, .max_blocks_per_seq = MAX_BLOCKS,
-                      .num_logits = 1, .logits_indices = li};
+                      .num_scored = 1, .scored_indices = li};
     CHECK(runner_forward(r, &d, a) == VLLM_OK, "%s", vllm_errmsg());
     d.block_tables = t2;
     CHECK(runner_forward(r, &d, b2) == VLLM_OK, "%s", vllm_errmsg());
@@ -406,9 +406,9 @@ TEST(test_stories260K_greedy_golden) {
     for (int i = 0; i < 200; i++) {
         int32_t pos = i, qsl[2] = {0, 1}, len = i + 1, li = 0;
         int64_t slot = (int64_t)table[i / BLOCK_SIZE] * BLOCK_SIZE + i % BLOCK_SIZE;
-        runner_batch b = {.num_tokens = 1, .token_ids = &seq[i], .positions = &pos, .slot_mapping = &slot,
+        step_batch b = {.num_tokens = 1, .token_ids = &seq[i], .positions = &pos, .slot_mapping = &slot,
                           .num_seqs = 1, .query_start_loc = qsl, .seq_lens = &len, .block_tables = table,
-                          .max_blocks_per_seq = MAX_BLOCKS, .num_logits = 1, .logits_indices = &li};
+                          .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = &li};
         CHECK(runner_forward(r, &b, decode_logits + (size_t)i * vocab) == VLLM_OK, "%s", vllm_errmsg());
         seq[i + 1] = argmax(decode_logits + (size_t)i * vocab, vocab);
         if (seq[i + 1] != want[i] && first_bad < 0) first_bad = i;
@@ -434,6 +434,121 @@ TEST(test_stories260K_greedy_golden) {
     CHECK(same_chunked, "logits of the chunked, batched prefill differ from decoding");
 }
 
+/* The KV accessors: a sequence's blocks read out layer by layer and written
+ * into other blocks serve the same attention as the originals (what a KV
+ * connector does between instances); bad layers and blocks are refused. */
+TEST(test_kv_read_write_blocks) {
+    fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
+    runner *r = make_runner(&f->m, 1);
+    CHECK(r, "runner_create");
+    int32_t ids[20], pos[20], qsl[2] = {0, 20}, lens[1] = {20}, table[MAX_BLOCKS] = {3, 4}, lidx[1] = {19};
+    int64_t slots[20];
+    for (int i = 0; i < 20; i++) ids[i] = i + 1, pos[i] = i, slots[i] = (i < 16 ? 3 * 16 : 4 * 16 - 16) + i;
+    float a[97], b[97];
+    step_batch pre = {.num_tokens = 20, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
+                      .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                      .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = lidx};
+    CHECK(runner_forward(r, &pre, a) == VLLM_OK, "%s", vllm_errmsg());
+    size_t bytes = runner_kv_block_bytes(r);
+    CHECK(bytes == (size_t)f->m.config.num_key_value_heads * 16 * (size_t)f->m.config.head_dim * sizeof(float),
+          "%zu bytes per block and layer", bytes);
+    float *k = malloc(bytes), *v = malloc(bytes);
+    CHECK(k && v);
+    for (int32_t l = 0; l < runner_num_layers(r); l++)
+        for (int32_t j = 0; j < 2; j++) {
+            CHECK(runner_read_kv(r, l, 3 + j, k, v) == VLLM_OK, "%s", vllm_errmsg());
+            CHECK(runner_write_kv(r, l, 7 + j, k, v) == VLLM_OK, "%s", vllm_errmsg());
+        }
+    int32_t id1[1] = {42}, pos1[1] = {20}, qsl1[2] = {0, 1}, len1[1] = {21}, t1[MAX_BLOCKS] = {3, 4},
+            t2[MAX_BLOCKS] = {7, 8}, li[1] = {0};
+    int64_t s1[1] = {4 * 16 + 4}, s2[1] = {8 * 16 + 4};
+    step_batch d = {.num_tokens = 1, .token_ids = id1, .positions = pos1, .slot_mapping = s1, .num_seqs = 1,
+                    .query_start_loc = qsl1, .seq_lens = len1, .block_tables = t1, .max_blocks_per_seq = MAX_BLOCKS,
+                    .num_scored = 1, .scored_indices = li};
+    CHECK(runner_forward(r, &d, a) == VLLM_OK, "%s", vllm_errmsg());
+    d.block_tables = t2;
+    d.slot_mapping = s2;
+    CHECK(runner_forward(r, &d, b) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(!memcmp(a, b, sizeof a), "logits through the moved blocks differ");
+    CHECK(runner_read_kv(r, runner_num_layers(r), 0, k, v) == VLLM_ERR_INVALID, "layer past the last");
+    CHECK(runner_read_kv(r, 0, NUM_BLOCKS, k, v) == VLLM_ERR_INVALID, "block outside the pool");
+    CHECK(runner_write_kv(r, -1, 0, k, v) == VLLM_ERR_INVALID, "negative layer");
+    free(k);
+    free(v);
+    runner_free(r);
+    fake_model_free(f);
+}
+
+/* A step_batch's block copies run before its forward, in order. */
+TEST(test_batch_copies_before_forward) {
+    fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
+    runner *r = make_runner(&f->m, 1);
+    CHECK(r, "runner_create");
+    int32_t ids[20], pos[20], qsl[2] = {0, 20}, lens[1] = {20}, table[MAX_BLOCKS] = {3, 4}, lidx[1] = {19};
+    int64_t slots[20];
+    for (int i = 0; i < 20; i++) ids[i] = i + 1, pos[i] = i, slots[i] = (i < 16 ? 3 * 16 : 4 * 16 - 16) + i;
+    float a[97], b[97];
+    step_batch pre = {.num_tokens = 20, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
+                      .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                      .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = lidx};
+    CHECK(runner_forward(r, &pre, a) == VLLM_OK, "%s", vllm_errmsg());
+    /* decode with block 4 copied to 9 (then 9 to 10) by the batch itself */
+    int32_t copies[4] = {4, 9, 9, 10}, id1[1] = {42}, pos1[1] = {20}, qsl1[2] = {0, 1}, len1[1] = {21},
+            t1[MAX_BLOCKS] = {3, 4}, t2[MAX_BLOCKS] = {3, 10}, li[1] = {0};
+    int64_t s1[1] = {4 * 16 + 4}, s2[1] = {10 * 16 + 4};
+    step_batch d = {.num_tokens = 1, .token_ids = id1, .positions = pos1, .slot_mapping = s1, .num_seqs = 1,
+                    .query_start_loc = qsl1, .seq_lens = len1, .block_tables = t1, .max_blocks_per_seq = MAX_BLOCKS,
+                    .num_scored = 1, .scored_indices = li};
+    CHECK(runner_forward(r, &d, a) == VLLM_OK, "%s", vllm_errmsg());
+    d.block_tables = t2;
+    d.slot_mapping = s2;
+    d.num_copies = 2;
+    d.copies = copies;
+    CHECK(runner_forward(r, &d, b) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(!memcmp(a, b, sizeof a), "the copies did not run before the forward, or not in order");
+    int32_t bad[2] = {4, NUM_BLOCKS};
+    d.num_copies = 1;
+    d.copies = bad;
+    CHECK(runner_forward(r, &d, b) == VLLM_ERR_INVALID && strstr(vllm_errmsg(), "copy"), "%s", vllm_errmsg());
+    runner_free(r);
+    fake_model_free(f);
+}
+
+/* The step builder flattens sequences as step_batch.h says (values worked
+ * by hand, block size 4) and refuses what does not fit. */
+TEST(test_step_builder) {
+    step_builder *b;
+    step_builder_config c = {.max_tokens = 5, .max_seqs = 2, .max_scored = 3, .max_copies = 1,
+                             .max_blocks_per_seq = 3, .block_size = 4};
+    CHECK(step_builder_create(&c, &b) == VLLM_OK, "%s", vllm_errmsg());
+    int32_t ta[3] = {5, 6, 7}, blocks_a[2] = {9, 3}, tb[1] = {8}, blocks_b[2] = {1, 2};
+    CHECK(step_builder_add_copy(b, 4, 9) == VLLM_OK);
+    CHECK(step_builder_add_copy(b, 4, 9) == VLLM_ERR_INVALID, "a second copy past max_copies");
+    CHECK(step_builder_add_seq(b, ta, 3, 2, blocks_a, 2, 2, 0) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(step_builder_add_seq(b, tb, 1, 7, blocks_b, 2, 1, 5) == VLLM_OK, "%s", vllm_errmsg());
+    const step_batch *x = step_builder_batch(b);
+    int64_t want_slots[4] = {9 * 4 + 2, 9 * 4 + 3, 3 * 4 + 0, 2 * 4 + 3};
+    CHECK(x->num_tokens == 4 && x->num_seqs == 2 && x->num_scored == 3 && x->num_copies == 1);
+    CHECK(!memcmp(x->slot_mapping, want_slots, sizeof want_slots), "slots %lld %lld %lld %lld",
+          (long long)x->slot_mapping[0], (long long)x->slot_mapping[1], (long long)x->slot_mapping[2],
+          (long long)x->slot_mapping[3]);
+    CHECK(x->positions[0] == 2 && x->positions[2] == 4 && x->positions[3] == 7);
+    CHECK(x->query_start_loc[1] == 3 && x->query_start_loc[2] == 4 && x->seq_lens[0] == 5 && x->seq_lens[1] == 8);
+    CHECK(x->scored_start[1] == 2 && x->scored_start[2] == 3 && x->scored_indices[0] == 1 &&
+          x->scored_indices[1] == 2 && x->scored_indices[2] == 3, "scored rows: the last 2 of a, the last of b");
+    CHECK(x->block_tables[0] == 9 && x->block_tables[1] == 3 && x->block_tables[3] == 1 && x->block_tables[4] == 2);
+    CHECK(x->lora_ids && x->lora_ids[0] == 0 && x->lora_ids[1] == 5 && x->copies[0] == 4 && x->copies[1] == 9);
+    CHECK(step_builder_add_seq(b, tb, 1, 0, blocks_b, 2, 1, 0) == VLLM_ERR_INVALID, "a third sequence");
+    step_builder_reset(b);
+    CHECK(x->num_tokens == 0 && x->num_seqs == 0 && x->num_copies == 0 && x->lora_ids == NULL);
+    int32_t six[6] = {1, 2, 3, 4, 5, 6};
+    CHECK(step_builder_add_seq(b, six, 6, 0, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "6 tokens > 5");
+    CHECK(step_builder_add_seq(b, six, 4, 6, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "position 9 past 2 blocks");
+    CHECK(step_builder_add_seq(b, six, 2, 0, blocks_a, 2, 3, 0) == VLLM_ERR_INVALID, "3 scored of 2 new");
+    CHECK(x->num_tokens == 0 && x->num_seqs == 0, "a refused sequence leaves nothing behind");
+    step_builder_free(b);
+}
+
 int main(void) {
     RUN(test_invariance_llama_f32_untied);
     RUN(test_invariance_qwen2_bf16);
@@ -442,6 +557,9 @@ int main(void) {
     RUN(test_invariance_llama_q4_0_gguf_tied);
     RUN(test_invalid_batches);
     RUN(test_copy_block);
+    RUN(test_kv_read_write_blocks);
+    RUN(test_batch_copies_before_forward);
+    RUN(test_step_builder);
     RUN(test_stories260K_greedy_golden);
     return harness_done();
 }

@@ -149,9 +149,9 @@ int main(int argc, char **argv) {
         }
         if (!pending) break;
         if (!nt) continue;
-        runner_batch b = {.num_tokens = nt, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+        step_batch b = {.num_tokens = nt, .token_ids = ids, .positions = pos, .slot_mapping = slots,
                           .num_seqs = ns, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
-                          .max_blocks_per_seq = max_blocks, .num_logits = nt, .logits_indices = lidx};
+                          .max_blocks_per_seq = max_blocks, .num_scored = nt, .scored_indices = lidx};
         if (runner_forward(r, &b, logits) != VLLM_OK) {
             fprintf(stderr, "dump_logits: step %d: %s\n", step, vllm_errmsg());
             return 1;

@@ -15,7 +15,8 @@
  *   hb = silu(xb Wg^T) * (xb Wu^T)                            one dispatch
  *   x += hb Wd^T
  *
- * then the final norm and lm_head only for the logits_indices rows.
+ * then the final norm and lm_head only for the scored_indices rows (the
+ * last token of each sequence that samples, and its draft positions).
  *
  * KV pool: one anonymous mapping of floats (zero pages the kernel hands out
  * on first touch, so start-up does not write gigabytes), per layer K then V, each
@@ -123,7 +124,7 @@ struct runner {
     size_t xa_stride;           /* matmul_amx_act_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
-    const runner_batch *b;
+    const step_batch *b;
     int32_t *token_seq;         /* (T) sequence of each token of the batch */
     int32_t layer;
     mm_op mm;
@@ -397,9 +398,47 @@ vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block) {
     return VLLM_OK;
 }
 
+/* ---- the KV pool, block by block ------------------------------------------- */
+
+size_t runner_kv_block_bytes(const runner *r) { return r->kv_block_floats * sizeof(float); }
+
+int32_t runner_num_layers(const runner *r) { return r->n_layers; }
+
+threadpool *runner_threadpool(runner *r) { return r->pool; }
+
+/* The K array of (layer, block); V follows kv_half_floats later. */
+static float *kv_block(const runner *r, int32_t layer, int32_t block) {
+    return r->kv + (size_t)(2 * layer) * r->kv_half_floats + (size_t)block * r->kv_block_floats;
+}
+
+static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block) {
+    if (layer < 0 || layer >= r->n_layers || block < 0 || block >= r->cfg.num_blocks)
+        return vllm_error(VLLM_ERR_INVALID, "runner: KV of layer %d, block %d: outside %d layers x %d blocks",
+                          layer, block, r->n_layers, r->cfg.num_blocks);
+    return VLLM_OK;
+}
+
+vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v) {
+    vllm_status rc = check_kv_block(r, layer, block);
+    if (rc != VLLM_OK) return rc;
+    const float *kb = kv_block(r, layer, block);
+    memcpy(k, kb, runner_kv_block_bytes(r));
+    memcpy(v, kb + r->kv_half_floats, runner_kv_block_bytes(r));
+    return VLLM_OK;
+}
+
+vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v) {
+    vllm_status rc = check_kv_block(r, layer, block);
+    if (rc != VLLM_OK) return rc;
+    float *kb = kv_block(r, layer, block);
+    memcpy(kb, k, runner_kv_block_bytes(r));
+    memcpy(kb + r->kv_half_floats, v, runner_kv_block_bytes(r));
+    return VLLM_OK;
+}
+
 /* ---- batch validation -------------------------------------------------------- */
 
-static vllm_status check_batch(const runner *r, const runner_batch *b) {
+static vllm_status check_batch(const runner *r, const step_batch *b) {
     const runner_config *c = &r->cfg;
     int32_t bs = c->block_size;
     if (b->num_tokens < 0 || b->num_tokens > c->max_num_batched_tokens)
@@ -408,15 +447,15 @@ static vllm_status check_batch(const runner *r, const runner_batch *b) {
     if (b->num_seqs < 0 || b->num_seqs > c->max_num_seqs)
         return vllm_error(VLLM_ERR_INVALID, "runner: num_seqs %d outside 0..max_num_seqs %d", b->num_seqs,
                           c->max_num_seqs);
-    if (b->num_logits < 0 || b->num_logits > c->max_num_batched_tokens)
-        return vllm_error(VLLM_ERR_INVALID, "runner: num_logits %d outside 0..%d", b->num_logits,
+    if (b->num_scored < 0 || b->num_scored > c->max_num_batched_tokens)
+        return vllm_error(VLLM_ERR_INVALID, "runner: num_scored %d outside 0..%d", b->num_scored,
                           c->max_num_batched_tokens);
     if (b->num_tokens == 0) {
-        if (b->num_logits) return vllm_error(VLLM_ERR_INVALID, "runner: logits requested for an empty batch");
+        if (b->num_scored) return vllm_error(VLLM_ERR_INVALID, "runner: logits requested for an empty batch");
         return VLLM_OK;
     }
     if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start_loc || !b->seq_lens ||
-        !b->block_tables || (b->num_logits && !b->logits_indices))
+        !b->block_tables || (b->num_scored && !b->scored_indices))
         return vllm_error(VLLM_ERR_INVALID, "runner: batch array missing (NULL)");
     if (b->num_seqs < 1 || b->max_blocks_per_seq < 1)
         return vllm_error(VLLM_ERR_INVALID, "runner: %d tokens but num_seqs %d, max_blocks_per_seq %d",
@@ -456,10 +495,20 @@ static vllm_status check_batch(const runner *r, const runner_batch *b) {
                                   b->token_ids[t], r->vocab);
         }
     }
-    for (int32_t i = 0; i < b->num_logits; i++)
-        if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->num_tokens)
-            return vllm_error(VLLM_ERR_INVALID, "runner: logits_indices[%d] = %d outside 0..%d", i,
-                              b->logits_indices[i], b->num_tokens - 1);
+    for (int32_t i = 0; i < b->num_scored; i++)
+        if (b->scored_indices[i] < 0 || b->scored_indices[i] >= b->num_tokens)
+            return vllm_error(VLLM_ERR_INVALID, "runner: scored_indices[%d] = %d outside 0..%d", i,
+                              b->scored_indices[i], b->num_tokens - 1);
+    return VLLM_OK;
+}
+
+static vllm_status check_copies(const runner *r, const step_batch *b) {
+    if (b->num_copies < 0 || (b->num_copies > 0 && !b->copies))
+        return vllm_error(VLLM_ERR_INVALID, "runner: %d block copies without an array", b->num_copies);
+    for (int32_t c = 0; c < 2 * b->num_copies; c++)
+        if (b->copies[c] < 0 || b->copies[c] >= r->cfg.num_blocks)
+            return vllm_error(VLLM_ERR_INVALID, "runner: block copy %d names block %d outside the pool of %d",
+                              c / 2, b->copies[c], r->cfg.num_blocks);
     return VLLM_OK;
 }
 
@@ -472,7 +521,7 @@ static void run_rows(runner *r, threadpool_fn fn, int64_t n) { threadpool_run(r-
 /* x[t] = embed_tokens[token_ids[t]]; rope[t] = cos/sin of positions[t]. */
 static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
-    const runner_batch *b = r->b;
+    const step_batch *b = r->b;
     const tensor *e = &r->m->w.embed_tokens;
     int32_t half = r->head_dim / 2;
     for (int64_t t = lo; t < hi; t++) {
@@ -499,19 +548,19 @@ static void stage_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     stage_norm(r, lo, hi, &r->m->w.layers[r->layer].post_attention_layernorm);
 }
 
-/* xb[i] = norm(x[logits_indices[i]]): the rows that get logits. */
+/* xb[i] = norm(x[scored_indices[i]]): the rows that get logits. */
 static void stage_final_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const tensor *w = &r->m->w.norm;
     for (int64_t i = lo; i < hi; i++)
-        norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->logits_indices[i] * r->dim, w->data, w->type, r->dim,
+        norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->scored_indices[i] * r->dim, w->data, w->type, r->dim,
                  r->eps);
 }
 
 /* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
 static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
-    const runner_batch *b = r->b;
+    const step_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
     int32_t hd = r->head_dim, half = hd / 2;
     float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
@@ -535,7 +584,7 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
 /* Items: (token, kv head), i = token * n_kv + head. */
 static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
-    const runner_batch *b = r->b;
+    const step_batch *b = r->b;
     attention_args a = {
         .k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats,
         .kv_heads = r->n_kv,
@@ -670,7 +719,7 @@ static void run_matmul(runner *r, int64_t tokens) {
 /* Runs the attention stage; chunks of one (token, kv head) unless the whole
  * stage is small (under PARALLEL_MIN_MACS). */
 static void run_attention(runner *r) {
-    const runner_batch *b = r->b;
+    const step_batch *b = r->b;
     int64_t items = (int64_t)b->num_tokens * r->n_kv, ctx = 0;
     for (int32_t t = 0; t < b->num_tokens; t++) ctx += b->positions[t] + 1;
     int64_t macs = 2 * ctx * r->n_heads * r->head_dim;
@@ -679,10 +728,13 @@ static void run_attention(runner *r) {
 
 /* ---- the forward pass ---------------------------------------------------- */
 
-vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
+vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
     vllm_status rc = check_batch(r, b);
-    if (rc != VLLM_OK || b->num_tokens == 0) return rc;
-    if (b->num_logits && !logits) return vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
+    if (rc == VLLM_OK) rc = check_copies(r, b);
+    if (rc == VLLM_OK && b->num_scored && !logits) rc = vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
+    if (rc != VLLM_OK) return rc;
+    for (int32_t c = 0; c < b->num_copies; c++) runner_copy_block(r, b->copies[2 * c], b->copies[2 * c + 1]);
+    if (b->num_tokens == 0) return VLLM_OK;
     const model_weights *w = &r->m->w;
     int64_t T = b->num_tokens;
     r->b = b;
@@ -719,11 +771,11 @@ vllm_status runner_forward(runner *r, const runner_batch *b, float *logits) {
         r->mm.part[0] = mm_args(r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, true);
         run_matmul(r, T);
     }
-    if (b->num_logits) {
-        run_rows(r, stage_final_norm, b->num_logits);
+    if (b->num_scored) {
+        run_rows(r, stage_final_norm, b->num_scored);
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
-        run_matmul(r, b->num_logits);
+        run_matmul(r, b->num_scored);
     }
     r->b = NULL;
     return VLLM_OK;

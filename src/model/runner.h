@@ -1,30 +1,21 @@
 /*
  * runner.h - the model runner: one batched forward pass over paged KV.
  *
- * The engine core flattens every token it schedules this step, from all
- * requests, into one "super-sequence" with no padding (mission.md §3):
+ * The input is one step_batch (model/step_batch.h): every token the engine
+ * scheduled this step, flattened with its position, K/V slot and sequence,
+ * the rows to score, and the block copies to make first.
  *
- *   token_ids[t], positions[t]          for t in [0, num_tokens)
- *   slot_mapping[t]                     where token t's K/V are written:
- *                                       block_id * block_size + position % block_size
- *   query_start_loc[s] .. [s+1]         the tokens of sequence s (s < num_seqs)
- *   seq_lens[s]                         sequence s's context length after this step
- *                                       (cached tokens + new tokens)
- *   block_tables + s*max_blocks_per_seq sequence s's block table (physical block ids)
- *   logits_indices[i]                   which token rows get logits (i < num_logits)
- *
- * A token at position p attends to positions 0..p of its own sequence, read
- * through the block table. K/V of earlier steps are already in the pool.
- *
- * Batch invariance (engine issue): every kernel reduces in an order that
- * depends only on the token's own data, never on how many tokens share the
- * batch or how a prompt was chunked. Matmuls split work over output rows
- * and tokens, never over the reduction dimension; attention scans a token's
- * context in position order. So a request's logits are bit-identical alone,
- * in a batch of 64, or prefilled in chunks of 1.
+ * Batch invariance: every kernel reduces in an order that depends only on
+ * the token's own data, never on how many tokens share the batch or how a
+ * prompt was chunked. Matmuls split work over output rows and tokens, never
+ * over the reduction dimension; attention scans a token's context in
+ * position order. So a request's logits are bit-identical alone, in a batch
+ * of 64, or prefilled in chunks of 1, and a draft token scored in a step of
+ * k + 1 positions gets the logits it would get decoded alone.
  *
  * Threads: the runner owns a thread pool whose workers sleep between ops.
- * One thread at a time may call runner_forward / runner_copy_block.
+ * One thread at a time may call runner_forward, runner_copy_block and the
+ * KV accessors.
  * Memory: the KV pool and scratch for max_num_batched_tokens are allocated at
  * create time; runner_forward allocates nothing.
  *
@@ -37,7 +28,9 @@
 
 #include <stdint.h>
 
+#include "base/threadpool.h"
 #include "model/model.h"
+#include "model/step_batch.h"
 
 typedef struct runner_config {
     int32_t num_blocks;              /* KV pool size in blocks */
@@ -46,20 +39,6 @@ typedef struct runner_config {
     int32_t max_num_seqs;            /* sequences per forward */
     int32_t num_threads;             /* 0 = number of online CPUs */
 } runner_config;
-
-typedef struct runner_batch {
-    int32_t num_tokens;
-    const int32_t *token_ids;        /* (num_tokens) */
-    const int32_t *positions;        /* (num_tokens) */
-    const int64_t *slot_mapping;     /* (num_tokens) */
-    int32_t num_seqs;
-    const int32_t *query_start_loc;  /* (num_seqs + 1) */
-    const int32_t *seq_lens;         /* (num_seqs) */
-    const int32_t *block_tables;     /* (num_seqs, max_blocks_per_seq) */
-    int32_t max_blocks_per_seq;
-    int32_t num_logits;
-    const int32_t *logits_indices;   /* (num_logits) token rows to project to the vocab */
-} runner_batch;
 
 typedef struct runner runner;
 
@@ -71,13 +50,27 @@ void runner_free(runner *r);
 /* Bytes of KV per block across all layers (for sizing the pool from a budget). */
 size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
 
-/* Runs the forward pass; writes logits (num_logits, vocab_size) row-major in
- * F32. Returns VLLM_ERR_INVALID (and does nothing) if the batch exceeds the
- * capacities given at create time or names a slot/block outside the pool. */
-vllm_status runner_forward(runner *r, const runner_batch *b, float *logits);
+/* Makes the batch's block copies, then runs the forward pass; writes logits
+ * (num_scored, vocab_size) row-major in F32. Returns VLLM_ERR_INVALID (and
+ * does nothing) if the batch exceeds the capacities given at create time or
+ * names a slot/block outside the pool. */
+vllm_status runner_forward(runner *r, const step_batch *b, float *logits);
 
 /* Copies one block's K/V (all layers) to another: copy-on-write for n > 1.
  * VLLM_ERR_INVALID (nothing copied) if either block is outside the pool. */
 vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block);
+
+/* The KV pool, one block and one layer at a time (what a KV connector moves
+ * between instances or tiers). K and V of a block are each
+ * runner_kv_block_bytes() bytes, in the pool's layout (the KV layout below,
+ * F32). Reading and writing back gives the same attention bit for bit.
+ * VLLM_ERR_INVALID (nothing touched) for a layer or block outside the pool. */
+size_t runner_kv_block_bytes(const runner *r);
+int32_t runner_num_layers(const runner *r);
+vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v);
+vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v);
+
+/* The runner's worker threads, idle between forwards (the sampler borrows them). */
+threadpool *runner_threadpool(runner *r);
 
 #endif

@@ -1,0 +1,141 @@
+/*
+ * step_batch.c - the step builder: flattens scheduled sequences into a
+ * step_batch (see step_batch.h). All arrays are allocated at create time;
+ * adding a sequence is a few stores per token.
+ */
+#include "model/step_batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+struct step_builder {
+    step_builder_config cfg;
+    step_batch batch;                /* points into the arrays below */
+    int32_t *token_ids, *positions, *query_start_loc, *seq_lens, *block_tables, *scored_start,
+        *scored_indices, *copies, *lora_ids;
+    int64_t *slot_mapping;
+};
+
+void step_builder_free(step_builder *b) {
+    if (!b) return;
+    free(b->token_ids);
+    free(b->positions);
+    free(b->slot_mapping);
+    free(b->query_start_loc);
+    free(b->seq_lens);
+    free(b->block_tables);
+    free(b->scored_start);
+    free(b->scored_indices);
+    free(b->copies);
+    free(b->lora_ids);
+    free(b);
+}
+
+vllm_status step_builder_create(const step_builder_config *cfg, step_builder **out) {
+    *out = NULL;
+    if (cfg->max_tokens < 1 || cfg->max_seqs < 1 || cfg->max_scored < 0 || cfg->max_copies < 0 ||
+        cfg->max_blocks_per_seq < 1 || cfg->block_size < 1)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "step builder: bad capacities (tokens %d, seqs %d, scored %d, copies %d, "
+                          "blocks per seq %d, block size %d)",
+                          cfg->max_tokens, cfg->max_seqs, cfg->max_scored, cfg->max_copies,
+                          cfg->max_blocks_per_seq, cfg->block_size);
+    step_builder *b = calloc(1, sizeof *b);
+    if (!b) return vllm_error(VLLM_ERR_NOMEM, "step builder: out of memory");
+    b->cfg = *cfg;
+    size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
+    b->token_ids = malloc(T * sizeof *b->token_ids);
+    b->positions = malloc(T * sizeof *b->positions);
+    b->slot_mapping = malloc(T * sizeof *b->slot_mapping);
+    b->query_start_loc = malloc((S + 1) * sizeof *b->query_start_loc);
+    b->seq_lens = malloc(S * sizeof *b->seq_lens);
+    b->block_tables = malloc(S * (size_t)cfg->max_blocks_per_seq * sizeof *b->block_tables);
+    b->scored_start = malloc((S + 1) * sizeof *b->scored_start);
+    b->scored_indices = malloc(((size_t)cfg->max_scored + 1) * sizeof *b->scored_indices);
+    b->copies = malloc(2 * ((size_t)cfg->max_copies + 1) * sizeof *b->copies);
+    b->lora_ids = malloc(S * sizeof *b->lora_ids);
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start_loc || !b->seq_lens ||
+        !b->block_tables || !b->scored_start || !b->scored_indices || !b->copies || !b->lora_ids) {
+        step_builder_free(b);
+        return vllm_error(VLLM_ERR_NOMEM, "step builder: out of memory for %d tokens, %d sequences",
+                          cfg->max_tokens, cfg->max_seqs);
+    }
+    b->batch = (step_batch){
+        .token_ids = b->token_ids,
+        .positions = b->positions,
+        .slot_mapping = b->slot_mapping,
+        .query_start_loc = b->query_start_loc,
+        .seq_lens = b->seq_lens,
+        .block_tables = b->block_tables,
+        .max_blocks_per_seq = cfg->max_blocks_per_seq,
+        .scored_start = b->scored_start,
+        .scored_indices = b->scored_indices,
+        .copies = b->copies,
+    };
+    step_builder_reset(b);
+    *out = b;
+    return VLLM_OK;
+}
+
+void step_builder_reset(step_builder *b) {
+    b->batch.num_tokens = b->batch.num_seqs = b->batch.num_scored = b->batch.num_copies = 0;
+    b->query_start_loc[0] = 0;
+    b->scored_start[0] = 0;
+    b->batch.lora_ids = NULL;
+}
+
+vllm_status step_builder_add_seq(step_builder *b, const int32_t *new_tokens, int32_t num_new, int32_t first_pos,
+                                 const int32_t *block_ids, int32_t num_blocks, int32_t num_scored,
+                                 int32_t lora_id) {
+    step_batch *x = &b->batch;
+    const step_builder_config *c = &b->cfg;
+    int32_t bs = c->block_size, end = first_pos + num_new;
+    if (num_new < 0 || first_pos < 0 || num_scored < 0 || num_scored > num_new)
+        return vllm_error(VLLM_ERR_INVALID, "step builder: %d new tokens from position %d, %d scored", num_new,
+                          first_pos, num_scored);
+    if (x->num_seqs == c->max_seqs || x->num_tokens + num_new > c->max_tokens ||
+        x->num_scored + num_scored > c->max_scored)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "step builder: a sequence of %d tokens (%d scored) does not fit: %d/%d sequences, "
+                          "%d/%d tokens, %d/%d scored rows",
+                          num_new, num_scored, x->num_seqs, c->max_seqs, x->num_tokens, c->max_tokens,
+                          x->num_scored, c->max_scored);
+    if (num_blocks > c->max_blocks_per_seq || (int64_t)num_blocks * bs < end)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "step builder: %d blocks (at most %d) cannot hold positions up to %d", num_blocks,
+                          c->max_blocks_per_seq, end - 1);
+    int32_t s = x->num_seqs, t = x->num_tokens;
+    for (int32_t i = 0; i < num_new; i++, t++) {
+        int32_t p = first_pos + i;
+        b->token_ids[t] = new_tokens[i];
+        b->positions[t] = p;
+        b->slot_mapping[t] = (int64_t)block_ids[p / bs] * bs + p % bs;
+    }
+    memcpy(b->block_tables + (size_t)s * (size_t)c->max_blocks_per_seq, block_ids,
+           (size_t)num_blocks * sizeof *block_ids);
+    for (int32_t k = num_scored; k > 0; k--) b->scored_indices[x->num_scored++] = t - k;
+    b->seq_lens[s] = end;
+    b->lora_ids[s] = lora_id;
+    if (lora_id != 0) {
+        x->lora_ids = b->lora_ids;
+    }
+    x->num_tokens = t;
+    x->num_seqs = s + 1;
+    b->query_start_loc[s + 1] = t;
+    b->scored_start[s + 1] = x->num_scored;
+    return VLLM_OK;
+}
+
+vllm_status step_builder_add_copy(step_builder *b, int32_t src, int32_t dst) {
+    step_batch *x = &b->batch;
+    if (x->num_copies == b->cfg.max_copies)
+        return vllm_error(VLLM_ERR_INVALID, "step builder: more than %d block copies in one step", b->cfg.max_copies);
+    b->copies[2 * x->num_copies] = src;
+    b->copies[2 * x->num_copies + 1] = dst;
+    x->num_copies++;
+    return VLLM_OK;
+}
+
+const step_batch *step_builder_batch(const step_builder *b) { return &b->batch; }

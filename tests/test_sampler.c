@@ -3,7 +3,10 @@
  * vLLM's semantics), run at test time: processed probability vectors, raw
  * logprobs and top-N on a few hundred random cases; chi-square of seeded
  * draws; plus hand-worked cases (ties, penalties, min_tokens, top-k/top-p
- * edges), seeding, validation messages and a timing report on a 128k vocab.
+ * edges), seeding, validation messages and a timing report on a 128k vocab;
+ * the step's batch: draft verification by hand (greedy rows with known
+ * argmaxes), seeded rows equal to drawing them one by one, grammar masks,
+ * shared rows, and the pool-split batch equal to the serial one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -13,6 +16,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "base/threadpool.h"
 #include "harness.h"
 #include "sample/sampler.h"
 
@@ -646,6 +650,184 @@ TEST(test_speed_128k_vocab) {
     free(base), free(work), free(scratch);
 }
 
+/* ---- the step's batch ------------------------------------------------------ */
+
+/* Greedy rows whose argmax is known: row j peaks at token peak[j]. */
+static void peaked_rows(float *rows, int32_t nrows, int32_t V, const int32_t *peak) {
+    for (int32_t j = 0; j < nrows; j++)
+        for (int32_t i = 0; i < V; i++) rows[(size_t)j * V + i] = i == peak[j] ? 5.0f : (float)(i % 7) * 0.1f;
+}
+
+TEST(test_batch_drafts_accepted_while_equal) {
+    enum { V = 64 };
+    sampler *s;
+    CHECK(sampler_create(V, (int32_t[]){1}, 1, NULL, &s) == VLLM_OK);
+    vllm_sampling_params p;
+    vllm_sampling_params_init(&p);
+    p.temperature = 0;
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 1);
+    /* prompt 3 tokens, 1 output; drafts 10 11 12 13; the rows' argmaxes 10 11 40 13 14:
+     * drafts 10 and 11 accepted, 12 rejected for 40 (13 never looked at) */
+    int32_t tokens[9] = {7, 8, 9, 20, 10, 11, 12, 13}, peak[5] = {10, 11, 40, 13, 14}, out[5];
+    float rows[5 * V];
+    peaked_rows(rows, 5, V, peak);
+    sample_seq q = {.params = &p, .rng = &rng, .tokens = tokens, .num_prompt = 3, .num_tokens = 4,
+                    .num_drafts = 4, .logits = rows, .out_tokens = out};
+    CHECK(sampler_sample_batch(s, &q, 1) == VLLM_OK);
+    CHECK(q.num_out == 3 && out[0] == 10 && out[1] == 11 && out[2] == 40, "got %d: %d %d %d", q.num_out, out[0],
+          out[1], out[2]);
+    /* every draft right: all 4 and the bonus token 14 */
+    int32_t peak2[5] = {10, 11, 12, 13, 14};
+    peaked_rows(rows, 5, V, peak2);
+    CHECK(sampler_sample_batch(s, &q, 1) == VLLM_OK);
+    CHECK(q.num_out == 5 && out[3] == 13 && out[4] == 14, "got %d tokens", q.num_out);
+    /* no drafts: one token */
+    q.num_drafts = 0;
+    peaked_rows(rows, 1, V, (int32_t[]){33});
+    CHECK(sampler_sample_batch(s, &q, 1) == VLLM_OK && q.num_out == 1 && out[0] == 33);
+    sampler_free(s);
+}
+
+/* Seeded random rows: drafts equal to what one-row-at-a-time sampling gives
+ * are all accepted, the tokens and logprobs are that sampling's, and the
+ * generator ends where that sampling leaves it. Penalties see the drafts
+ * accepted before them as output. */
+TEST(test_batch_seeded_rows_equal_sequential) {
+    enum { V = 300, K = 4 };
+    sampler *s;
+    CHECK(sampler_create(V, (int32_t[]){2}, 1, NULL, &s) == VLLM_OK);
+    vllm_sampling_params p;
+    vllm_sampling_params_init(&p);
+    p.temperature = 0.8f;
+    p.top_p = 0.95f;
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.5f;
+    p.logprobs = 2;
+    float rows[(K + 1) * V], work[V];
+    uint64_t x = 7;
+    for (int32_t i = 0; i < (K + 1) * V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        rows[i] = (float)((x >> 40) % 1000) / 150.0f;
+    }
+    int32_t tokens[16] = {5, 6, 7, 8}, n = 4;
+    sampler_rng seq_rng, batch_rng;
+    sampler_rng_seed(&seq_rng, 42);
+    batch_rng = seq_rng;
+    void *scratch = malloc(sampler_scratch_bytes(V));
+    sample_logprob tops[K + 1][2];
+    float want_lp[K + 1];
+    for (int32_t j = 0; j <= K; j++) { /* the reference: one row at a time, history growing */
+        memcpy(work, rows + (size_t)j * V, sizeof work);
+        sample_history h = {tokens, 4, tokens + 4, n - 4};
+        sample_result r = {.top = tops[j]};
+        CHECK(sampler_sample(&p, &h, (int32_t[]){2}, 1, work, V, &seq_rng, scratch, &r) == VLLM_OK);
+        tokens[n++] = r.token_id;
+        want_lp[j] = r.logprob;
+    }
+    int32_t out[K + 1];
+    sample_result res[K + 1];
+    sample_logprob btops[K + 1][2];
+    for (int32_t j = 0; j <= K; j++) res[j].top = btops[j];
+    sample_seq q = {.params = &p, .rng = &batch_rng, .tokens = tokens, .num_prompt = 4, .num_tokens = 5,
+                    .num_drafts = K - 1, .logits = rows + V, .out_tokens = out, .out_results = res};
+    /* rows + V: the batch's first row is the reference's second (one output already committed) */
+    sampler_rng_seed(&batch_rng, 42);
+    memcpy(work, rows, sizeof work);
+    sample_history h0 = {tokens, 4, tokens + 4, 0};
+    sample_result r0 = {.top = NULL};
+    CHECK(sampler_sample(&p, &h0, (int32_t[]){2}, 1, work, V, &batch_rng, scratch, &r0) == VLLM_OK);
+    CHECK(sampler_sample_batch(s, &q, 1) == VLLM_OK);
+    CHECK(q.num_out == K, "%d of %d accepted+1", q.num_out, K);
+    for (int32_t j = 0; j < K; j++) {
+        CHECK(out[j] == tokens[5 + j], "row %d: token %d, sequential %d", j, out[j], tokens[5 + j]);
+        CHECK(res[j].logprob == want_lp[j + 1] && res[j].num_top == 2 && !memcmp(btops[j], tops[j + 1], sizeof tops[0]),
+              "row %d: logprobs differ", j);
+    }
+    CHECK(!memcmp(&batch_rng, &seq_rng, sizeof seq_rng), "one draw per committed token");
+    free(scratch);
+    sampler_free(s);
+}
+
+TEST(test_batch_grammar_mask_and_shared_rows) {
+    enum { V = 70 }; /* three mask words, the last partial */
+    sampler *s;
+    CHECK(sampler_create(V, (int32_t[]){1}, 1, NULL, &s) == VLLM_OK);
+    vllm_sampling_params p;
+    vllm_sampling_params_init(&p);
+    p.temperature = 0;
+    p.logprobs = 0;
+    float row[V];
+    for (int32_t i = 0; i < V; i++) row[i] = (float)i; /* argmax 69, then 68, ... */
+    uint32_t mask[3] = {0, 0, 0};
+    mask[40 / 32] |= 1u << (40 % 32);
+    mask[65 / 32] |= 1u << (65 % 32);
+    int32_t tokens[2] = {3, 4}, out[2][1];
+    sampler_rng rng[2];
+    sampler_rng_seed(&rng[0], 1);
+    sampler_rng_seed(&rng[1], 2);
+    sample_result res[2];
+    sample_seq q[2] = {
+        {.params = &p, .rng = &rng[0], .tokens = tokens, .num_prompt = 2, .num_tokens = 2, .logits = row,
+         .shared_logits = true, .allowed = mask, .out_tokens = out[0], .out_results = &res[0]},
+        {.params = &p, .rng = &rng[1], .tokens = tokens, .num_prompt = 2, .num_tokens = 2, .logits = row,
+         .shared_logits = true, .out_tokens = out[1], .out_results = &res[1]},
+    };
+    res[0].top = res[1].top = NULL;
+    CHECK(sampler_sample_batch(s, q, 2) == VLLM_OK);
+    CHECK(out[0][0] == 65, "masked: only 40 and 65 allowed, got %d", out[0][0]);
+    CHECK(out[1][0] == 69, "the shared row must stay unmasked for the second sequence, got %d", out[1][0]);
+    /* the logprob is over the masked row: log(e^65 / (e^40 + e^65)) */
+    double want = 65.0 - log(exp(40.0) + exp(65.0));
+    CHECK(fabs(res[0].logprob - want) < 1e-6, "logprob %g, want %g", res[0].logprob, want);
+    for (int32_t i = 0; i < V; i++) CHECK(row[i] == (float)i, "shared row modified at %d", i);
+    uint32_t none[3] = {0, 0, 0};
+    q[0].allowed = none;
+    CHECK(sampler_sample_batch(s, q, 1) == VLLM_ERR_INVALID && q[0].rc == VLLM_ERR_INVALID,
+          "a mask that allows nothing is an error");
+    sampler_free(s);
+}
+
+TEST(test_batch_on_pool_equals_serial) {
+    enum { V = 500, N = 40 };
+    threadpool *pool;
+    CHECK(threadpool_create(2, &pool) == VLLM_OK);
+    sampler *par, *ser;
+    CHECK(sampler_create(V, (int32_t[]){2}, 1, pool, &par) == VLLM_OK);
+    CHECK(sampler_create(V, (int32_t[]){2}, 1, NULL, &ser) == VLLM_OK);
+    static float rows[2][N * 3 * V];
+    uint64_t x = 3;
+    for (int32_t i = 0; i < N * 3 * V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        rows[0][i] = rows[1][i] = (float)((x >> 40) % 1000) / 120.0f;
+    }
+    vllm_sampling_params p[N];
+    sampler_rng rng[2][N];
+    int32_t tokens[N][8], out[2][N][3];
+    sample_seq q[2][N];
+    for (int32_t i = 0; i < N; i++) {
+        vllm_sampling_params_init(&p[i]);
+        p[i].temperature = i % 3 ? 1.0f : 0.0f;
+        p[i].top_k = i % 5 ? 0 : 20;
+        for (int32_t t = 0; t < 8; t++) tokens[i][t] = (i * 7 + t * 13) % V;
+        for (int32_t c = 0; c < 2; c++) {
+            sampler_rng_seed(&rng[c][i], 100 + (uint64_t)i);
+            q[c][i] = (sample_seq){.params = &p[i], .rng = &rng[c][i], .tokens = tokens[i], .num_prompt = 4,
+                                   .num_tokens = 6, .num_drafts = i % 3, .logits = rows[c] + (size_t)i * 3 * V,
+                                   .out_tokens = out[c][i]};
+        }
+    }
+    CHECK(sampler_sample_batch(par, q[0], N) == VLLM_OK && sampler_sample_batch(ser, q[1], N) == VLLM_OK);
+    for (int32_t i = 0; i < N; i++) {
+        CHECK(q[0][i].num_out == q[1][i].num_out && !memcmp(out[0][i], out[1][i], sizeof(int32_t) * (size_t)q[0][i].num_out),
+              "sequence %d differs between the pool and the calling thread", i);
+        CHECK(!memcmp(&rng[0][i], &rng[1][i], sizeof rng[0][i]));
+    }
+    sampler_free(par);
+    sampler_free(ser);
+    threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_probs_match_reference);
     RUN(test_logprobs_match_reference);
@@ -660,6 +842,10 @@ int main(void) {
     RUN(test_defaults_are_vllms);
     RUN(test_validation_messages);
     RUN(test_logit_bias_vocab_check);
+    RUN(test_batch_drafts_accepted_while_equal);
+    RUN(test_batch_seeded_rows_equal_sequential);
+    RUN(test_batch_grammar_mask_and_shared_rows);
+    RUN(test_batch_on_pool_equals_serial);
     RUN(test_speed_128k_vocab);
     free_reference();
     return harness_done();

@@ -36,6 +36,13 @@
  * Scratch layout (sampler_scratch_bytes): raw (vocab floats) | candidates
  * (vocab x {float value; int32 id}); the candidate area is also the penalty
  * counters (before candidates exist) and the top_k heap (at its far end).
+ *
+ * A step's batch (sampler_sample_batch) is a loop of sampler_sample over
+ * each sequence's rows, stopping at the first row whose token is not the
+ * draft (sampler.h). The sequences are independent -- own rows, generator,
+ * history, output -- so a large batch is split over the engine's idle
+ * worker threads, each with its own scratch, and the result does not depend
+ * on which thread took which sequence.
  */
 #include "sample/sampler.h"
 
@@ -650,5 +657,110 @@ vllm_status sampler_probs(const vllm_sampling_params *p, const sample_history *h
         for (int32_t i = 0; i < vocab_size; i++) probs[i] = (float)(pr.dense[i] / pr.mass);
     else
         for (int32_t i = 0; i < pr.n; i++) probs[pr.c[i].id] = (float)(pr.c[i].v / pr.mass);
+    return VLLM_OK;
+}
+
+/* ---- a step's batch ------------------------------------------------------- */
+
+enum {
+    BATCH_PARALLEL_MIN = 16, /* sequences in a step before the pool is woken */
+    BATCH_CHUNK = 4,         /* sequences per work item */
+};
+
+struct sampler {
+    int32_t vocab;
+    int32_t eos[8];
+    int32_t num_eos;
+    threadpool *pool;                /* borrowed, or NULL */
+    int nth;
+    size_t scratch_bytes;            /* per thread, 8-byte multiple */
+    char *scratch;                   /* (nth, scratch_bytes) */
+    float *rows;                     /* (nth, vocab): a shared row's private copy */
+};
+
+vllm_status sampler_create(int32_t vocab_size, const int32_t *eos_ids, int32_t num_eos, threadpool *pool,
+                           sampler **out) {
+    *out = NULL;
+    if (vocab_size < 1 || num_eos < 0 || num_eos > 8)
+        return vllm_error(VLLM_ERR_INVALID, "sampler: vocabulary %d, %d EOS ids (at most 8)", vocab_size, num_eos);
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return vllm_error(VLLM_ERR_NOMEM, "sampler: out of memory");
+    s->vocab = vocab_size;
+    s->num_eos = num_eos;
+    if (num_eos) memcpy(s->eos, eos_ids, (size_t)num_eos * sizeof *eos_ids);
+    s->pool = pool;
+    s->nth = pool ? threadpool_num_threads(pool) : 1;
+    s->scratch_bytes = (sampler_scratch_bytes(vocab_size) + 7) & ~(size_t)7;
+    s->scratch = malloc((size_t)s->nth * s->scratch_bytes);
+    s->rows = malloc((size_t)s->nth * (size_t)vocab_size * sizeof *s->rows);
+    if (!s->scratch || !s->rows) {
+        int nth = s->nth;
+        sampler_free(s);
+        return vllm_error(VLLM_ERR_NOMEM, "sampler: out of memory for %d threads' scratch", nth);
+    }
+    *out = s;
+    return VLLM_OK;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->scratch);
+    free(s->rows);
+    free(s);
+}
+
+/* Tokens whose bit is clear in mask get -inf. */
+static void apply_allowed(float *logits, const uint32_t *mask, int32_t vocab_size) {
+    for (int32_t w = 0; w * 32 < vocab_size; w++) {
+        uint32_t m = mask[w];
+        if (m == UINT32_MAX) continue;
+        int32_t end = w * 32 + 32 < vocab_size ? w * 32 + 32 : vocab_size;
+        for (int32_t i = w * 32; i < end; i++)
+            if (!(m >> (i - w * 32) & 1u)) logits[i] = -INFINITY;
+    }
+}
+
+static void sample_seq_rows(sampler *s, sample_seq *q, int ith) {
+    int32_t V = s->vocab, words = (V + 31) / 32;
+    void *scratch = s->scratch + (size_t)ith * s->scratch_bytes;
+    q->num_out = 0;
+    q->rc = VLLM_OK;
+    for (int32_t j = 0; j <= q->num_drafts; j++) {
+        float *x = q->logits + (size_t)j * (size_t)V;
+        if (q->shared_logits) {
+            float *copy = s->rows + (size_t)ith * (size_t)V;
+            memcpy(copy, x, (size_t)V * sizeof *x);
+            x = copy;
+        }
+        if (q->allowed) apply_allowed(x, q->allowed + (size_t)j * (size_t)words, V);
+        sample_history h = {.prompt_ids = q->tokens,
+                            .num_prompt = q->num_prompt,
+                            .output_ids = q->tokens + q->num_prompt,
+                            .num_output = q->num_tokens + j - q->num_prompt};
+        sample_result none = {.top = NULL}, *res = q->out_results ? &q->out_results[j] : &none;
+        if ((q->rc = sampler_sample(q->params, &h, s->eos, s->num_eos, x, V, q->rng, scratch, res)) != VLLM_OK)
+            return;
+        q->out_tokens[j] = res->token_id;
+        q->num_out = j + 1;
+        if (j == q->num_drafts || res->token_id != q->tokens[q->num_tokens + j]) return;
+    }
+}
+
+typedef struct batch_job { sampler *s; sample_seq *seqs; } batch_job;
+
+static void stage_sample(void *arg, int64_t lo, int64_t hi, int ith) {
+    batch_job *j = arg;
+    for (int64_t i = lo; i < hi; i++) sample_seq_rows(j->s, &j->seqs[i], ith);
+}
+
+vllm_status sampler_sample_batch(sampler *s, sample_seq *seqs, int32_t num_seqs) {
+    batch_job job = {s, seqs};
+    if (s->pool && num_seqs >= BATCH_PARALLEL_MIN)
+        threadpool_run(s->pool, stage_sample, &job, num_seqs, BATCH_CHUNK);
+    else
+        stage_sample(&job, 0, num_seqs, 0);
+    for (int32_t i = 0; i < num_seqs; i++)
+        if (seqs[i].rc != VLLM_OK) /* the message was set on whichever thread ran it: set it here */
+            return seqs[i].rc == VLLM_ERR_INVALID ? no_token_left() : vllm_error(seqs[i].rc, "sampler failed");
     return VLLM_OK;
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/threadpool.h"
 #include "vllm/vllm.h"
 
 /* Per-sequence generator state (xoshiro256**; 32 bytes, embedded by value). */
@@ -96,6 +97,57 @@ vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *
 vllm_status sampler_probs(const vllm_sampling_params *p, const sample_history *h,
                           const int32_t *eos_ids, int32_t num_eos, float *logits,
                           int32_t vocab_size, void *scratch, float *probs);
+
+/* ---- a step's sampling, batched ------------------------------------------ */
+
+/* One sequence's draws in a step. Its logits rows belong to positions
+ * num_tokens - 1 .. num_tokens - 1 + num_drafts: row j is the distribution
+ * of the token after tokens[0 .. num_tokens + j), i.e. after the drafts
+ * before it. Rows are sampled in order with the steps above (the history
+ * includes the drafts accepted so far): while row j's token equals draft j,
+ * the draft is accepted and row j + 1 is sampled; the first token that
+ * differs, or the one after the last draft, ends the sequence's turn. So a
+ * step commits the accepted drafts plus one token, the generator makes
+ * exactly one draw per committed token, and the tokens are exactly those
+ * that decoding one token per step would give (greedy or seeded): the
+ * drafts only save forwards. (vLLM's rejection sampler accepts by
+ * probability ratios when a draft model supplies its own distribution;
+ * that is a second verifier with this same shape.)
+ *
+ * Grammar masks: allowed, when set, holds one bitmask per row over the
+ * vocabulary (bit i of word i / 32 set = token i may be sampled); masked
+ * tokens get -inf before anything else (vLLM's apply_grammar_bitmask). */
+typedef struct sample_seq {
+    /* in */
+    const vllm_sampling_params *params;
+    sampler_rng *rng;                /* the sequence's own, advanced by each draw */
+    const int32_t *tokens;           /* prompt, outputs, then num_drafts drafts */
+    int32_t num_prompt;
+    int32_t num_tokens;              /* prompt + outputs (committed) */
+    int32_t num_drafts;
+    float *logits;                   /* (num_drafts + 1, vocab); rows are scratch unless shared_logits */
+    bool shared_logits;              /* another sample_seq samples the same rows (n > 1): work on a copy */
+    const uint32_t *allowed;         /* (num_drafts + 1, (vocab + 31) / 32) or NULL */
+    /* out */
+    int32_t *out_tokens;             /* (num_drafts + 1): accepted drafts, then the sampled token */
+    sample_result *out_results;      /* (num_drafts + 1) or NULL; each .top caller-provided as in
+                                        sampler_sample */
+    int32_t num_out;                 /* 1 .. num_drafts + 1 */
+    vllm_status rc;
+} sample_seq;
+
+/* Per-engine sampling state: scratch per thread and the threads to share
+ * the rows with (borrowed; NULL = the calling thread only). */
+typedef struct sampler sampler;
+vllm_status sampler_create(int32_t vocab_size, const int32_t *eos_ids, int32_t num_eos, threadpool *pool,
+                           sampler **out);
+void sampler_free(sampler *s);
+
+/* Samples every sequence of a step (a big batch shares the rows out over the
+ * pool; each sequence's result depends only on its own rows, history and
+ * generator). Fails with the first failing sequence's error (each one's rc
+ * says which). */
+vllm_status sampler_sample_batch(sampler *s, sample_seq *seqs, int32_t num_seqs);
 
 /* Testing: caps the partition rounds of top_k/top_p selection before they
  * fall back to sorting (0 = default, 1 = sort at once), so tests can check

@@ -13,13 +13,22 @@
  *    the tail, its output equals the cold run, another cache salt gets no hits;
  *  - priority scheduling with preemption: the most important request is never
  *    preempted and is never overtaken;
- *  - abort / stop_sequence, events and stats, bad input.
+ *  - abort / stop_sequence, events and stats, bad input;
+ *  - speculative decoding through the engine: with a proposer that is right
+ *    three times in four and the exact verifier, the 64 requests give the
+ *    same tokens and logprobs, bit for bit, as one token per step (also with
+ *    a tiny pool and a small budget); with a fake proposer and a fake
+ *    verifier that accepts a prefix of the drafts, the committed tokens are
+ *    exactly the accepted ones plus the verifier's own, the KV pool empties,
+ *    and no prompt that continues a sequence with its rejected drafts ever
+ *    hits the prefix cache past the committed tokens.
  */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "harness.h"
 #include "vllm/vllm.h"
 
@@ -51,7 +60,7 @@ typedef struct req_result {
 } req_result;
 
 typedef struct run_stats {
-    int64_t steps, preemptions, queries, hits, tokens;
+    int64_t steps, preemptions, queries, hits, tokens, multi_token_outputs;
     int32_t max_tokens_step, max_seqs_step, blocks_total, blocks_free;
 } run_stats;
 
@@ -71,11 +80,17 @@ static vllm_engine_args base_args(void) {
     return a;
 }
 
+static const spec_config *run_spec; /* speculative decoding for run_all, or NULL */
+
 /* Adds all specs at once, steps to the end, collects outputs and stats. */
 static bool run_all(const vllm_engine_args *args, const req_spec *specs, const int32_t *which,
                     int32_t count, req_result *res, run_stats *st) {
     vllm_engine *e;
     CHECK_OR(false, vllm_engine_create(args, &e) == VLLM_OK, "%s", vllm_errmsg());
+    if (run_spec && engine_set_spec(e, run_spec) != VLLM_OK) {
+        vllm_engine_free(e);
+        CHECK_OR(false, false, "engine_set_spec: %s", vllm_errmsg());
+    }
     memset(st, 0, sizeof *st);
     bool ok = true;
     for (int32_t i = 0; i < count && ok; i++) {
@@ -113,6 +128,7 @@ static bool run_all(const vllm_engine_args *args, const req_spec *specs, const i
                 if (o->events[k].type == VLLM_EVENT_SCHEDULED && r->first_scheduled == 0)
                     r->first_scheduled = o->events[k].timestamp;
             }
+            st->multi_token_outputs += o->num_new_tokens > 1 && o->index == 0 ? 1 : 0;
             for (int32_t t = 0; t < o->num_new_tokens; t++) {
                 CHECK_OR(false, q->n < MAX_OUT, "too many tokens");
                 q->ids[q->n] = o->new_token_ids[t];
@@ -216,6 +232,25 @@ TEST(test_greedy_bos_matches_llama2c) {
     json_decref(ref);
 }
 
+/* A proposer that knows the answer (the one-token-per-step run) and lies
+ * one time in four, so drafts are accepted and rejected at every depth. */
+typedef struct oracle {
+    const req_result *truth;
+    uint64_t calls;
+} oracle;
+
+static int32_t oracle_propose(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts) {
+    oracle *o = ud;
+    const seq_result *t = &o->truth[atoi(q->request_id)].seqs[q->index];
+    int32_t done = q->num_tokens - q->num_prompt;
+    for (int32_t j = 0; j < max_drafts; j++) {
+        uint64_t h = (++o->calls * 0x9e3779b97f4a7c15ULL) >> 40;
+        int32_t truth = done + j < t->n ? t->ids[done + j] : (int32_t)(h % 512);
+        drafts[j] = h % 4 == 0 ? (truth + 1 + (int32_t)(h % 7)) % 512 : truth;
+    }
+    return max_drafts;
+}
+
 TEST(test_batch_invariance) {
     static req_spec specs[NREQ];
     static req_result alone[NREQ], batch[NREQ];
@@ -233,22 +268,33 @@ TEST(test_batch_invariance) {
         bool caching;
         int32_t threshold, budget, blocks;
         bool expect_preempt;
+        int32_t spec_k;
     } cfgs[] = {
-        {"batch, prefix cache on", true, 0, 0, 0, false},
-        {"batch, prefix cache off", false, 0, 0, 0, false},
-        {"threshold 1", true, 1, 0, 0, false},
-        {"threshold 7", true, 7, 0, 0, false},
-        {"threshold 64, budget 96", true, 64, 96, 0, false},
-        {"tiny KV pool (preemption)", true, 0, 0, 20, true},
-        {"tiny KV pool, no cache, budget 64", false, 0, 64, 18, true},
+        {"batch, prefix cache on", true, 0, 0, 0, false, 0},
+        {"batch, prefix cache off", false, 0, 0, 0, false, 0},
+        {"threshold 1", true, 1, 0, 0, false, 0},
+        {"threshold 7", true, 7, 0, 0, false, 0},
+        {"threshold 64, budget 96", true, 64, 96, 0, false, 0},
+        {"tiny KV pool (preemption)", true, 0, 0, 20, true, 0},
+        {"tiny KV pool, no cache, budget 64", false, 0, 64, 18, true, 0},
+        {"speculative k=3", true, 0, 0, 0, false, 3},
+        {"speculative k=4, tiny KV pool", true, 0, 0, 20, true, 4},
+        {"speculative k=2, threshold 7, budget 96", false, 7, 96, 0, false, 2},
     };
+    oracle orc = {.truth = alone};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         a = base_args();
         a.enable_prefix_caching = cfgs[c].caching;
         a.long_prefill_token_threshold = cfgs[c].threshold;
         a.max_num_batched_tokens = cfgs[c].budget;
         a.num_gpu_blocks_override = cfgs[c].blocks;
-        if (!run_all(&a, specs, all, NREQ, batch, &st)) return;
+        spec_config sc = {.num_speculative_tokens = cfgs[c].spec_k, .proposer = {oracle_propose, &orc}};
+        run_spec = cfgs[c].spec_k ? &sc : NULL;
+        bool ran = run_all(&a, specs, all, NREQ, batch, &st);
+        run_spec = NULL;
+        if (!ran) return;
+        if (cfgs[c].spec_k) CHECK(st.multi_token_outputs > 100, "%s: only %lld steps committed several tokens",
+                                  cfgs[c].name, (long long)st.multi_token_outputs);
         for (int32_t i = 0; i < NREQ; i++)
             if (!same_result(&alone[i], &batch[i], specs[i].sp.n, cfgs[c].name, i)) return;
         CHECK(st.blocks_free == st.blocks_total, "%s: %d of %d blocks free at the end", cfgs[c].name,
@@ -444,6 +490,145 @@ TEST(test_abort_stop_events) {
     vllm_engine_free(e);
 }
 
+/* Fake proposer and verifier: the proposer's k drafts are arbitrary ids
+ * (once in a while one outside the vocabulary, which ends the drafts); the
+ * verifier accepts a pseudo-random prefix of them and adds a token of its
+ * own that differs from the first rejected draft, recording what it
+ * committed per request (the prompt's first token names the request) and,
+ * for the rejections, the sequence's tokens with its rejected drafts. */
+#define FAKE_REQS 6
+#define FAKE_PROBES 64
+typedef struct fake_spec {
+    uint64_t h;
+    int32_t expect[FAKE_REQS][MAX_OUT];
+    int32_t num_expect[FAKE_REQS];
+    int32_t probe[FAKE_PROBES][128];
+    int32_t probe_len[FAKE_PROBES], probe_committed[FAKE_PROBES];
+    int32_t num_probes;
+    int64_t drafts, accepted;
+} fake_spec;
+
+static uint64_t fake_next(fake_spec *f) {
+    f->h = f->h * 6364136223846793005ULL + 1442695040888963407ULL;
+    return f->h >> 33;
+}
+
+static int32_t fake_propose(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts) {
+    fake_spec *f = ud;
+    for (int32_t j = 0; j < max_drafts; j++) drafts[j] = 40 + (int32_t)(fake_next(f) % 400);
+    if (fake_next(f) % 16 == 0) drafts[fake_next(f) % (uint64_t)max_drafts] = 100000;
+    return max_drafts;
+}
+
+static vllm_status fake_verify(void *ud, sample_seq *seqs, int32_t n) {
+    fake_spec *f = ud;
+    for (int32_t i = 0; i < n; i++) {
+        sample_seq *x = &seqs[i];
+        int32_t a = (int32_t)(fake_next(f) % (uint64_t)(x->num_drafts + 1));
+        const int32_t *drafts = x->tokens + x->num_tokens;
+        for (int32_t j = 0; j < a; j++) x->out_tokens[j] = drafts[j];
+        int32_t own = 40 + (int32_t)(fake_next(f) % 400);
+        if (a < x->num_drafts && own == drafts[a]) own++;
+        x->out_tokens[a] = own;
+        x->num_out = a + 1;
+        x->rc = VLLM_OK;
+        f->drafts += x->num_drafts;
+        f->accepted += a;
+        int32_t r = x->tokens[0] - 10;
+        for (int32_t j = 0; j <= a && r >= 0 && r < FAKE_REQS; j++)
+            if (f->num_expect[r] < MAX_OUT) f->expect[r][f->num_expect[r]++] = x->out_tokens[j];
+        int32_t len = x->num_tokens + x->num_drafts;
+        if (a < x->num_drafts && f->num_probes < FAKE_PROBES && len <= 128) {
+            /* the drafts as proposed, or the verifier's token in place of the first rejected one */
+            bool own_token = f->num_probes % 2;
+            memcpy(f->probe[f->num_probes], x->tokens, (size_t)len * sizeof *x->tokens);
+            if (own_token) f->probe[f->num_probes][x->num_tokens + a] = own;
+            f->probe_len[f->num_probes] = len;
+            f->probe_committed[f->num_probes++] = x->num_tokens + a + own_token;
+        }
+    }
+    return VLLM_OK;
+}
+
+TEST(test_spec_fake_proposer_and_verifier) {
+    static fake_spec f;
+    memset(&f, 0, sizeof f);
+    f.h = 99;
+    vllm_engine_args a = base_args();
+    a.block_size = 4; /* drafts often fill whole blocks */
+    vllm_engine *e;
+    CHECK(vllm_engine_create(&a, &e) == VLLM_OK, "%s", vllm_errmsg());
+    spec_config sc = {.num_speculative_tokens = 4,
+                      .proposer = {fake_propose, &f},
+                      .verify = fake_verify,
+                      .verify_ud = &f};
+    CHECK(engine_set_spec(e, &sc) == VLLM_OK, "%s", vllm_errmsg());
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    sp.temperature = 0;
+    sp.ignore_eos = true;
+    int32_t prompts[FAKE_REQS][24];
+    for (int32_t r = 0; r < FAKE_REQS; r++) {
+        for (int32_t t = 0; t < 10 + r * 2; t++) prompts[r][t] = t ? 50 + (r * 13 + t * 7) % 400 : 10 + r;
+        sp.max_tokens = 20 + 4 * r;
+        char id[8];
+        snprintf(id, sizeof id, "f%d", r);
+        CHECK(vllm_engine_add_request(e, id, prompts[r], 10 + r * 2, &sp, NULL) == VLLM_OK, "%s", vllm_errmsg());
+    }
+    CHECK(engine_set_spec(e, NULL) == VLLM_ERR_INVALID, "speculation changed under running requests");
+    int32_t got[FAKE_REQS][MAX_OUT], num_got[FAKE_REQS] = {0};
+    const vllm_step_output *so = NULL;
+    while (vllm_engine_has_unfinished(e)) {
+        CHECK(vllm_engine_step(e, &so) == VLLM_OK, "%s", vllm_errmsg());
+        for (int32_t j = 0; j < so->num_outputs; j++) {
+            const vllm_seq_output *o = &so->outputs[j];
+            int32_t r = o->request_id[1] - '0';
+            for (int32_t t = 0; t < o->num_new_tokens && num_got[r] < MAX_OUT; t++)
+                got[r][num_got[r]++] = o->new_token_ids[t];
+        }
+    }
+    CHECK(f.accepted > 0 && f.accepted < f.drafts, "%lld of %lld drafts accepted", (long long)f.accepted,
+          (long long)f.drafts);
+    for (int32_t r = 0; r < FAKE_REQS; r++) {
+        CHECK(num_got[r] == 20 + 4 * r, "request %d: %d tokens", r, num_got[r]);
+        CHECK(f.num_expect[r] == num_got[r] && !memcmp(f.expect[r], got[r], (size_t)num_got[r] * sizeof(int32_t)),
+              "request %d: committed tokens are not exactly the verifier's", r);
+    }
+    CHECK(so && so->stats.num_blocks_free == so->stats.num_blocks_total && so->stats.kv_cache_usage == 0.0f,
+          "KV usage after every request finished: %d of %d blocks free", so ? so->stats.num_blocks_free : -1,
+          so ? so->stats.num_blocks_total : -1);
+    /* every rejection: the sequence's tokens with its rejected drafts (or its
+     * own token, then the drafts after it) as a prompt hits the cache for at
+     * most its committed tokens' full blocks, and gets the logprobs a cold
+     * engine gives it */
+    CHECK(engine_set_spec(e, NULL) == VLLM_OK);
+    a.enable_prefix_caching = false;
+    vllm_engine *cold;
+    CHECK(vllm_engine_create(&a, &cold) == VLLM_OK, "%s", vllm_errmsg());
+    sp.max_tokens = 1;
+    sp.logprobs = 0;
+    int64_t hit = 0;
+    CHECK(f.num_probes >= 20, "only %d rejections recorded", f.num_probes);
+    for (int32_t i = 0; i < f.num_probes; i++) {
+        const int32_t *pp[1] = {f.probe[i]};
+        vllm_request_result *res, *ref;
+        CHECK(vllm_engine_generate(e, 1, pp, &f.probe_len[i], &sp, NULL, &res) == VLLM_OK, "%s", vllm_errmsg());
+        CHECK(vllm_engine_generate(cold, 1, pp, &f.probe_len[i], &sp, NULL, &ref) == VLLM_OK, "%s", vllm_errmsg());
+        int32_t cached = res[0].num_cached_tokens, limit = f.probe_committed[i] / 4 * 4;
+        bool same = res[0].seqs[0].token_ids[0] == ref[0].seqs[0].token_ids[0] &&
+                    !memcmp(res[0].seqs[0].logprobs, ref[0].seqs[0].logprobs, sizeof(float));
+        vllm_request_results_free(res, 1);
+        vllm_request_results_free(ref, 1);
+        CHECK(cached <= limit, "probe %d: %d tokens hit, but only %d were committed (%d in full blocks)", i,
+              cached, f.probe_committed[i], limit);
+        CHECK(same, "probe %d: a prefix-cache hit changed the logprobs", i);
+        hit += cached;
+    }
+    CHECK(hit > 0, "the committed prefixes should hit the cache");
+    vllm_engine_free(cold);
+    vllm_engine_free(e);
+}
+
 TEST(test_bad_input) {
     vllm_engine_args a = base_args();
     vllm_engine *e;
@@ -496,6 +681,7 @@ int main(void) {
     RUN(test_prefix_cache_ten_blocks);
     RUN(test_priority_with_preemption);
     RUN(test_abort_stop_events);
+    RUN(test_spec_fake_proposer_and_verifier);
     RUN(test_bad_input);
     return harness_done();
 }

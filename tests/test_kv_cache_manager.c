@@ -1,6 +1,7 @@
 /* test_kv_cache_manager.c - block hashes chain (parent, tokens, extra keys),
  * allocate_slots fails without side effects, cached chains survive
- * duplicate computation, hits are capped below the prompt length. */
+ * duplicate computation, hits are capped below the prompt length, draft
+ * tokens' blocks are never cached and are trimmed after a rejection. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,49 +64,93 @@ TEST(test_duplicate_chains_and_hits) {
     /* a third request finds the whole 12-token prefix, whichever physical blocks hold it */
     request *c = make("c", p, 13, NULL);
     int32_t hits[8];
-    int64_t q0 = m->num_queries, h0 = m->num_hits;
     int32_t nh = kv_cache_manager_find_longest_cache_hit(m, &c->seqs[0], hits);
     CHECK(nh == 3, "got %d hit blocks", nh);
-    CHECK(m->num_queries - q0 == 13 && m->num_hits - h0 == 12);
+    CHECK(kv_cache_manager_hit_tokens(m, &c->seqs[0], 3) == 12);
     /* a prompt of exactly 12 tokens hits all 3 blocks, but only 11 tokens:
      * its last token is computed, into a copy of the third block */
     request *d = make("d", p, 12, NULL);
-    q0 = m->num_queries, h0 = m->num_hits;
     CHECK(kv_cache_manager_find_longest_cache_hit(m, &d->seqs[0], hits) == 3);
-    CHECK(m->num_queries - q0 == 12 && m->num_hits - h0 == 11);
     CHECK(kv_cache_manager_hit_tokens(m, &d->seqs[0], 3) == 11 && kv_cache_manager_hit_tokens(m, &d->seqs[0], 2) == 8);
     {
-        int32_t free_d = block_pool_num_free(m->pool), ndc = 0;
+        int32_t free_d = block_pool_num_free(kv_cache_manager_pool(m)), ndc = 0;
         block_copy dc[2];
         CHECK(kv_cache_manager_allocate_slots(m, &d->seqs[0], 1, hits, 3, dc, &ndc) == VLLM_OK);
         CHECK(ndc == 1 && dc[0].src == hits[2] && dc[0].dst == d->seqs[0].block_ids[2]);
         CHECK(d->seqs[0].num_blocks == 3 && d->seqs[0].block_ids[0] == hits[0] && d->seqs[0].block_ids[1] == hits[1]);
-        CHECK(block_pool_ref_count(m->pool, hits[2]) == 1, "hits[2] back to its earlier holder only");
-        CHECK(block_pool_num_free(m->pool) == free_d - 1, "one new block (the copy)");
+        CHECK(block_pool_ref_count(kv_cache_manager_pool(m), hits[2]) == 1, "hits[2] back to its earlier holder only");
+        CHECK(block_pool_num_free(kv_cache_manager_pool(m)) == free_d - 1, "one new block (the copy)");
         kv_cache_manager_free_blocks(m, &d->seqs[0]);
-        CHECK(block_pool_num_free(m->pool) == free_d);
+        CHECK(block_pool_num_free(kv_cache_manager_pool(m)) == free_d);
     }
     request *e = make("e", p, 13, "tenant");
     CHECK(kv_cache_manager_find_longest_cache_hit(m, &e->seqs[0], hits) == 0, "salted: no hit");
 
     /* allocate_slots: all-or-nothing */
-    int32_t free0 = block_pool_num_free(m->pool), nc = 0;
+    int32_t free0 = block_pool_num_free(kv_cache_manager_pool(m)), nc = 0;
     block_copy copies[2];
     request *big = make("big", p, 13, NULL);
     big->seqs[0].num_tokens = 13;
     CHECK(kv_cache_manager_allocate_slots(m, &big->seqs[0], 4 * 100, NULL, 0, copies, &nc) ==
               VLLM_ERR_FULL);
-    CHECK(block_pool_num_free(m->pool) == free0 && big->seqs[0].num_blocks == 0);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(m)) == free0 && big->seqs[0].num_blocks == 0);
     kv_cache_manager_free_blocks(m, &a->seqs[0]);
     kv_cache_manager_free_blocks(m, &b->seqs[0]);
-    CHECK(block_pool_num_free(m->pool) == 32 && block_pool_check(m->pool) == VLLM_OK);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(m)) == 32 && block_pool_check(kv_cache_manager_pool(m)) == VLLM_OK);
     request_free(a); request_free(b); request_free(c); request_free(d); request_free(e);
     request_free(big);
+    kv_cache_manager_free(m);
+}
+
+/* A sequence with 8 committed tokens (7 computed) and 5 drafts: slots for
+ * positions 7..12 (4 blocks); even with every fed position computed, only
+ * the 2 blocks of committed tokens are cached; after the drafts are all
+ * rejected and one token committed (9 tokens), the 4th block goes back. */
+TEST(test_draft_blocks_never_cached_and_trimmed) {
+    kv_cache_manager *m;
+    CHECK(kv_cache_manager_create(16, BS, true, &m) == VLLM_OK);
+    const block_pool *pool = kv_cache_manager_pool(m);
+    int32_t p[8] = {11, 12, 13, 14, 15, 16, 17, 18}, copies_n = 0;
+    request *r = make("r", p, 6, NULL);
+    seq *q = &r->seqs[0];
+    block_copy copies[2];
+    CHECK(kv_cache_manager_allocate_slots(m, q, 6, NULL, 0, copies, &copies_n) == VLLM_OK);
+    q->num_computed_tokens = 6;
+    CHECK(seq_append_token(q, 17) == VLLM_OK && seq_append_token(q, 18) == VLLM_OK && q->num_tokens == 8);
+    q->num_computed_tokens = 7;
+    CHECK(seq_reserve(q, 8 + 5) == VLLM_OK);
+    for (int32_t j = 0; j < 5; j++) q->tokens[8 + j] = 90 + j;
+    q->num_drafts = 5;
+    CHECK(kv_cache_manager_allocate_slots(m, q, 1 + 5, NULL, 0, copies, &copies_n) == VLLM_OK);
+    CHECK(q->num_blocks == 4 && copies_n == 0, "positions 0..12 take 4 blocks, got %d", q->num_blocks);
+    q->num_computed_tokens = 13; /* every fed position, drafts included */
+    kv_cache_manager_cache_blocks(m, q);
+    CHECK(block_pool_is_cached(pool, q->block_ids[0]) && block_pool_is_cached(pool, q->block_ids[1]));
+    CHECK(!block_pool_is_cached(pool, q->block_ids[2]) && !block_pool_is_cached(pool, q->block_ids[3]),
+          "a block of draft tokens was offered to the prefix cache");
+    int32_t free_before = block_pool_num_free(pool), fourth = q->block_ids[3];
+    CHECK(seq_append_token(q, 77) == VLLM_OK); /* all 5 rejected, one token of the target's */
+    q->num_computed_tokens = 8;
+    q->num_drafts = 0;
+    kv_cache_manager_trim(m, q, (q->num_tokens + BS - 1) / BS);
+    CHECK(q->num_blocks == 3 && block_pool_num_free(pool) == free_before + 1 && block_pool_ref_count(pool, fourth) == 0,
+          "the block of rejected drafts only was not released");
+    kv_cache_manager_cache_blocks(m, q);
+    CHECK(!block_pool_is_cached(pool, q->block_ids[2]), "block 2 holds 1 committed token: not full");
+    /* a new prompt equal to the committed tokens plus the rejected drafts hits only the committed blocks */
+    int32_t probe[13] = {11, 12, 13, 14, 15, 16, 17, 18, 90, 91, 92, 93, 94}, hits[4];
+    request *x = make("x", probe, 13, NULL);
+    CHECK(kv_cache_manager_find_longest_cache_hit(m, &x->seqs[0], hits) == 2);
+    kv_cache_manager_free_blocks(m, q);
+    CHECK(block_pool_num_free(pool) == 16 && block_pool_check(pool) == VLLM_OK);
+    request_free(r);
+    request_free(x);
     kv_cache_manager_free(m);
 }
 
 int main(void) {
     RUN(test_hash_chain);
     RUN(test_duplicate_chains_and_hits);
+    RUN(test_draft_blocks_never_cached_and_trimmed);
     return harness_done();
 }

@@ -65,9 +65,10 @@ static request *fx_add(fixture *f, int32_t prompt_len, int32_t base, int32_t max
 static const scheduler_output *fx_step(fixture *f, int32_t tok) {
     f->now += 1;
     const scheduler_output *o = scheduler_schedule(f->s, f->now);
-    int32_t sampled[64];
+    int32_t sampled[64], counts[64];
     for (int32_t i = 0; i < 64; i++) sampled[i] = tok;
-    scheduler_update(f->s, sampled, f->now);
+    for (int32_t i = 0; i < o->num_seqs; i++) counts[i] = o->seqs[i].num_out;
+    CHECK_OR(o, scheduler_update(f->s, sampled, counts, f->now) == VLLM_OK);
     for (seq *q = scheduler_take_news(f->s), *next; q; q = next) {
         next = q->news_next;
         seq_clear_news(q);
@@ -86,18 +87,18 @@ TEST(test_chunked_prefill_within_budget) {
     if (!fx_init(&f, 64, false, 4, 16, 0, VLLM_SCHEDULING_FCFS)) return;
     request *a = fx_add(&f, 40, 0, 3, 1, 0, NULL);
     const scheduler_output *o = fx_step(&f, 50);
-    CHECK(o->num_seqs == 1 && o->seqs[0].num_new_tokens == 16 && o->seqs[0].num_logits == 0);
-    CHECK(o->num_samples == 0 && a->seqs[0].num_tokens == 40, "a partial prefill samples nothing");
+    CHECK(o->num_seqs == 1 && o->seqs[0].num_new_tokens == 16 && o->seqs[0].num_scored == 0);
+    CHECK(o->num_out == 0 && a->seqs[0].num_tokens == 40, "a partial prefill samples nothing");
     o = fx_step(&f, 50);
     CHECK(o->seqs[0].num_computed == 16 && o->seqs[0].num_new_tokens == 16);
     o = fx_step(&f, 50);
-    CHECK(o->seqs[0].num_new_tokens == 8 && o->seqs[0].num_logits == 1 && o->seqs[0].num_samples == 1);
+    CHECK(o->seqs[0].num_new_tokens == 8 && o->seqs[0].num_scored == 1 && o->seqs[0].num_samples == 1);
     CHECK(a->seqs[0].num_tokens == 41 && a->seqs[0].num_computed_tokens == 40);
     o = fx_step(&f, 51);
     CHECK(o->num_tokens == 1 && a->seqs[0].num_tokens == 42, "then one token per decode step");
     fx_step(&f, 52);
     CHECK(a->seqs[0].status == SEQ_STATUS_FINISHED && a->seqs[0].finish_reason == VLLM_FINISH_LENGTH);
-    CHECK(scheduler_pop_finished(f.s) == a && block_pool_num_free(f.kv->pool) == 64);
+    CHECK(scheduler_pop_finished(f.s) == a && block_pool_num_free(kv_cache_manager_pool(f.kv)) == 64);
     fx_done(&f);
 }
 
@@ -133,7 +134,7 @@ TEST(test_fcfs_preempts_last_running) {
     request *a = fx_add(&f, 11, 0, 3, 1, 0, NULL);
     request *b = fx_add(&f, 11, 40, 8, 1, 0, NULL);
     const scheduler_output *o = fx_step(&f, 50); /* both prefill: 3 blocks each, pool full */
-    CHECK(o->num_seqs == 2 && block_pool_num_free(f.kv->pool) == 0);
+    CHECK(o->num_seqs == 2 && block_pool_num_free(kv_cache_manager_pool(f.kv)) == 0);
     request *c = fx_add(&f, 3, 80, 2, 1, 0, NULL);
     /* a decodes token 12 into its 3rd block; the next token needs a 4th: b (last) goes */
     o = fx_step(&f, 51);
@@ -156,7 +157,7 @@ TEST(test_fcfs_preempts_last_running) {
           "recompute resumes after the 2 cached blocks (computed %d)", e ? e->num_computed : -1);
     CHECK(b->seqs[0].num_cached_tokens == 0, "num_cached_tokens is set at the first schedule");
     while (scheduler_has_unfinished(f.s)) fx_step(&f, 55);
-    CHECK(block_pool_num_free(f.kv->pool) == 6 && block_pool_check(f.kv->pool) == VLLM_OK);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 6 && block_pool_check(kv_cache_manager_pool(f.kv)) == VLLM_OK);
     fx_done(&f);
 }
 
@@ -171,7 +172,7 @@ TEST(test_priority_preempts_max_priority_then_arrival) {
     f.now = 3;
     request *mid = fx_add(&f, 3, 60, 20, 1, 1, NULL);
     const scheduler_output *o = fx_step(&f, 50); /* 3 + 2 + 2 + 1 = 8 of 9 blocks */
-    CHECK(o->num_seqs == 4 && block_pool_num_free(f.kv->pool) == 1);
+    CHECK(o->num_seqs == 4 && block_pool_num_free(kv_cache_manager_pool(f.kv)) == 1);
     /* the victim is the max (priority, arrival): lo_new, though mid is last */
     int32_t steps = 0;
     while (lo_new->seqs[0].status == SEQ_STATUS_RUNNING && steps++ < 20) {
@@ -192,7 +193,7 @@ TEST(test_priority_preempts_max_priority_then_arrival) {
     CHECK(list_entry(w->next, seq, node) == &lo_old->seqs[0]);
     CHECK(list_entry(w->next->next, seq, node) == &lo_new->seqs[0]);
     while (scheduler_has_unfinished(f.s)) fx_step(&f, 52);
-    CHECK(block_pool_num_free(f.kv->pool) == 9);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 9);
     fx_done(&f);
 }
 
@@ -221,8 +222,8 @@ TEST(test_fork_shares_blocks_and_copies_on_write) {
     const scheduler_output *o = scheduler_schedule(f.s, f.now);
     CHECK(o->num_seqs == 1 && o->seqs[0].num_samples == 3,
           "seq 0 holds 3 seats; n=2 does not fit in the 4th");
-    int32_t sampled[3] = {60, 61, 62};
-    scheduler_update(f.s, sampled, f.now);
+    int32_t sampled[3] = {60, 61, 62}, counts[1] = {3};
+    CHECK(scheduler_update(f.s, sampled, counts, f.now) == VLLM_OK);
     CHECK(r->forked && scheduler_num_running(f.s) == 3);
     for (int32_t k = 0; k < 3; k++) {
         const seq *q = &r->seqs[k];
@@ -231,20 +232,20 @@ TEST(test_fork_shares_blocks_and_copies_on_write) {
               q->block_ids[1] == r->seqs[0].block_ids[1]);
     }
     int32_t shared_last = r->seqs[0].block_ids[1];
-    CHECK(block_pool_ref_count(f.kv->pool, r->seqs[0].block_ids[0]) == 3);
-    CHECK(block_pool_ref_count(f.kv->pool, shared_last) == 3);
+    CHECK(block_pool_ref_count(kv_cache_manager_pool(f.kv), r->seqs[0].block_ids[0]) == 3);
+    CHECK(block_pool_ref_count(kv_cache_manager_pool(f.kv), shared_last) == 3);
     /* each writes position 6 into the shared partial block: two copy, the last writes in place */
     o = scheduler_schedule(f.s, ++f.now);
     CHECK(o->num_seqs == 3 && o->num_copies == 2, "got %d copies", o->num_copies);
     CHECK(o->copies[0].src == shared_last && o->copies[1].src == shared_last);
     CHECK(r->seqs[0].block_ids[1] != shared_last && r->seqs[1].block_ids[1] != shared_last);
-    CHECK(r->seqs[2].block_ids[1] == shared_last && block_pool_ref_count(f.kv->pool, shared_last) == 1);
-    CHECK(block_pool_ref_count(f.kv->pool, r->seqs[0].block_ids[0]) == 3, "full block stays shared");
-    int32_t s2[3] = {70, 71, 72};
-    scheduler_update(f.s, s2, f.now);
+    CHECK(r->seqs[2].block_ids[1] == shared_last && block_pool_ref_count(kv_cache_manager_pool(f.kv), shared_last) == 1);
+    CHECK(block_pool_ref_count(kv_cache_manager_pool(f.kv), r->seqs[0].block_ids[0]) == 3, "full block stays shared");
+    int32_t s2[3] = {70, 71, 72}, c2[3] = {1, 1, 1};
+    CHECK(scheduler_update(f.s, s2, c2, f.now) == VLLM_OK);
     while (scheduler_has_unfinished(f.s)) fx_step(&f, 80);
     CHECK(other->seqs[1].status == SEQ_STATUS_FINISHED);
-    CHECK(block_pool_num_free(f.kv->pool) == 32 && block_pool_check(f.kv->pool) == VLLM_OK);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 32 && block_pool_check(kv_cache_manager_pool(f.kv)) == VLLM_OK);
     fx_done(&f);
 }
 
@@ -270,10 +271,10 @@ TEST(test_prefix_cache_hits_and_salt) {
           (long long)o->prefix_cache_hits, o->num_tokens);
     CHECK(o->num_copies == 1 && o->copies[0].dst == c->seqs[0].block_ids[10], "the hit last block is copied");
     cached10 = o->num_copies == 1 ? o->copies[0].src : -1;
-    CHECK(cached10 != c->seqs[0].block_ids[10] && block_pool_ref_count(f.kv->pool, cached10) == 0,
+    CHECK(cached10 != c->seqs[0].block_ids[10] && block_pool_ref_count(kv_cache_manager_pool(f.kv), cached10) == 0,
           "the cached block stays unreferenced in the cache");
-    int32_t s5[4] = {5, 5, 5, 5};
-    scheduler_update(f.s, s5, f.now);
+    int32_t s5[4] = {5, 5, 5, 5}, c5[4] = {1, 1, 1, 1};
+    CHECK(scheduler_update(f.s, s5, c5, f.now) == VLLM_OK);
     for (seq *q = scheduler_take_news(f.s), *next; q; q = next) {
         next = q->news_next;
         seq_clear_news(q);
@@ -316,7 +317,7 @@ TEST(test_shared_prompt_burst) {
     }
     while (scheduler_has_unfinished(f.s)) fx_step(&f, 5);
     CHECK(other->seqs[0].status == SEQ_STATUS_FINISHED);
-    CHECK(block_pool_num_free(f.kv->pool) == 64 && block_pool_check(f.kv->pool) == VLLM_OK);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 64 && block_pool_check(kv_cache_manager_pool(f.kv)) == VLLM_OK);
     fx_done(&f);
 }
 
@@ -336,7 +337,7 @@ TEST(test_abort_and_stop_rules) {
     fx_step(&f, 2);
     CHECK(b->seqs[0].finish_reason == VLLM_FINISH_STOP && b->seqs[0].stop_token_id == 2);
     CHECK(b->seqs[0].tokens[b->seqs[0].num_tokens - 1] == 2);
-    CHECK(block_pool_num_free(f.kv->pool) == 16);
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 16);
 
     /* seq_check_stop directly: min_tokens, ignore_eos, stop ids, length */
     vllm_sampling_params sp;

@@ -13,7 +13,16 @@
  *
  * Workload: random arrivals (prompts built from a few shared prefixes so the
  * prefix cache hits), lengths, max_tokens, n in {1,2,3}, priorities, salts,
- * EOS and stop tokens, aborts and front-end stops, tiny pools.
+ * EOS and stop tokens, aborts and front-end stops, tiny pools; with spec_k,
+ * speculative drafts: after each step every decoding sequence gets up to
+ * spec_k drafts, each the token the fake model will really produce there
+ * (its generator peeked) or a random one, and the next step scores them
+ * all and accepts drafts while they equal what the fake model samples, as
+ * the real verifier does. A rejected draft's K/V left in a block, cached or
+ * read back as the sequence's own, shows up as a wrong slot; some rejections
+ * come back as new prompts (the sequence with its rejected drafts, or with
+ * its own token and the drafts after it), so a block cached under tokens
+ * its K/V do not hold is found by the next one to hit it.
  * Checked every step: token budget and seat cap; chunk threshold; entries
  * well formed; every block's ref_cnt equals the number of block tables
  * naming it, and a block named twice is a shared prefix (same logical index,
@@ -32,6 +41,7 @@
 #define VOCAB 12
 #define MAX_MODEL_LEN 96
 #define MAX_REQS 4096
+#define MAX_PROBES 4
 
 typedef struct sim_cfg {
     const char *name;
@@ -41,6 +51,7 @@ typedef struct sim_cfg {
     int32_t steps;
     uint64_t seed;
     int32_t arrival_div;            /* 1..3 arrivals with probability 1/arrival_div per step */
+    int32_t spec_k;                 /* drafts per decoding sequence per step (0: none) */
 } sim_cfg;
 
 static uint64_t rng_state;
@@ -77,7 +88,11 @@ typedef struct sim {
     int32_t *refs;                  /* per block, recomputed each step */
     const seq **owner;              /* a first owner per block */
     int32_t *owner_idx;
-    int64_t preemptions, hits, tokens_computed;
+    int64_t preemptions, hits, tokens_computed, drafts, accepted;
+    int32_t probes[MAX_PROBES][MAX_MODEL_LEN]; /* prompts of rejections, added after the step */
+    int32_t probe_len[MAX_PROBES];
+    bool probe_salted[MAX_PROBES];
+    int32_t num_probes, total_probes;
     int32_t max_tokens_step, max_seqs_step;
 } sim;
 
@@ -87,16 +102,9 @@ static const int32_t prefixes[3][40] = {
     {5, 9, 2, 7, 1, 8, 3, 6, 4, 10, 11, 5, 9, 2, 7, 1, 8, 3, 6, 4, 10, 11, 5, 9, 2, 7, 1, 8, 3, 6, 4, 10, 11, 5, 9, 2, 7, 1, 8, 3},
 };
 
-static bool add_random_request(sim *m, int32_t step) {
-    int32_t prompt[MAX_MODEL_LEN];
-    int32_t np = 0, which = rnd_int(0, 3);
-    if (which < 3) {
-        int32_t plen = rnd_int(0, 40);
-        memcpy(prompt, prefixes[which], (size_t)plen * sizeof *prompt);
-        np = plen;
-    }
-    int32_t tail = rnd_int(1, rnd() % 4 == 0 ? 50 : 12);
-    for (int32_t i = 0; i < tail && np < MAX_MODEL_LEN; i++) prompt[np++] = rnd_int(1, VOCAB - 1);
+/* Adds a request for prompt with random sampling settings; salt NULL, or
+ * "salt" half the time. */
+static bool add_request(sim *m, int32_t step, const int32_t *prompt, int32_t np, const char *salt) {
     vllm_sampling_params sp;
     memset(&sp, 0, sizeof sp);
     sp.n = rnd() % 4 == 0 ? rnd_int(2, 3) : 1;
@@ -109,8 +117,7 @@ static bool add_random_request(sim *m, int32_t step) {
     }
     sp.has_seed = true;
     sp.seed = rnd();
-    vllm_request_opts opts = {.priority = rnd_int(0, 3), .arrival_time = step,
-                              .cache_salt = rnd() % 5 == 0 ? "salt" : NULL};
+    vllm_request_opts opts = {.priority = rnd_int(0, 3), .arrival_time = step, .cache_salt = salt};
     char id[32];
     snprintf(id, sizeof id, "r%d", m->num_added);
     request *r;
@@ -124,8 +131,47 @@ static bool add_random_request(sim *m, int32_t step) {
     return true;
 }
 
+static bool add_random_request(sim *m, int32_t step) {
+    int32_t prompt[MAX_MODEL_LEN];
+    int32_t np = 0, which = rnd_int(0, 3);
+    if (which < 3) {
+        int32_t plen = rnd_int(0, 40);
+        memcpy(prompt, prefixes[which], (size_t)plen * sizeof *prompt);
+        np = plen;
+    }
+    int32_t tail = rnd_int(1, rnd() % 4 == 0 ? 50 : 12);
+    for (int32_t i = 0; i < tail && np < MAX_MODEL_LEN; i++) prompt[np++] = rnd_int(1, VOCAB - 1);
+    return add_request(m, step, prompt, np, rnd() % 5 == 0 ? "salt" : NULL);
+}
+
 static int32_t fake_sample(seq *q, uint64_t ctx) {
     return (int32_t)(mix(ctx, sampler_rng_next(&q->rng)) % VOCAB);
+}
+
+/* Up to spec_k drafts for every decoding sequence (the engine's rules:
+ * forked, only its last token uncomputed, room under max_tokens and
+ * max_model_len for every draft plus one): each one the token the fake
+ * model will sample there (a peek at the generator), or half the time a
+ * random one. */
+static void propose_drafts(sim *m) {
+    uint64_t ph[MAX_MODEL_LEN + 1];
+    for (const list_node *n = scheduler_running(m->s)->next; n != scheduler_running(m->s); n = n->next) {
+        seq *q = list_entry(n, seq, node);
+        if (!q->req->forked || q->num_computed_tokens != q->num_tokens - 1) continue;
+        int32_t k = rnd_int(0, m->cfg.spec_k);
+        int32_t room_out = q->req->max_tokens - seq_num_output_tokens(q) - 1;
+        int32_t room_len = MAX_MODEL_LEN - q->num_tokens - 1;
+        if (k > room_out) k = room_out;
+        if (k > room_len) k = room_len;
+        if (k <= 0 || seq_reserve(q, q->num_tokens + k) != VLLM_OK) continue;
+        sampler_rng peek = q->rng;
+        for (int32_t j = 0; j < k; j++) {
+            prefix_hashes(q->tokens, q->num_tokens + j, ph);
+            int32_t truth = (int32_t)(mix(ph[q->num_tokens + j - 1], sampler_rng_next(&peek)) % VOCAB);
+            q->tokens[q->num_tokens + j] = rnd() % 2 ? truth : rnd_int(0, VOCAB - 1);
+        }
+        q->num_drafts = k;
+    }
 }
 
 static int64_t slot_of(const seq *q, int32_t pos) {
@@ -178,12 +224,12 @@ static bool check_ownership(sim *m) {
         }
     }
     for (int32_t b = 0; b < nb; b++)
-        CHECK_OR(false, m->refs[b] == block_pool_ref_count(m->kv->pool, b),
-                 "block %d: ref_cnt %d, named by %d tables", b, block_pool_ref_count(m->kv->pool, b),
+        CHECK_OR(false, m->refs[b] == block_pool_ref_count(kv_cache_manager_pool(m->kv), b),
+                 "block %d: ref_cnt %d, named by %d tables", b, block_pool_ref_count(kv_cache_manager_pool(m->kv), b),
                  m->refs[b]);
-    CHECK_OR(false, block_pool_num_free(m->kv->pool) == nb - used, "free %d, used %d of %d",
-             block_pool_num_free(m->kv->pool), used, nb);
-    CHECK_OR(false, block_pool_check(m->kv->pool) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK_OR(false, block_pool_num_free(kv_cache_manager_pool(m->kv)) == nb - used, "free %d, used %d of %d",
+             block_pool_num_free(kv_cache_manager_pool(m->kv)), used, nb);
+    CHECK_OR(false, block_pool_check(kv_cache_manager_pool(m->kv)) == VLLM_OK, "%s", vllm_errmsg());
     return true;
 }
 
@@ -215,25 +261,31 @@ static bool run_step(sim *m, int32_t step) {
         const seq *q = e->seq;
         CHECK_OR(false, q->status == SEQ_STATUS_RUNNING);
         CHECK_OR(false, e->num_new_tokens >= 1 && e->num_computed == q->num_computed_tokens);
-        CHECK_OR(false, e->num_computed + e->num_new_tokens <= q->num_tokens);
+        int32_t end = e->num_computed + e->num_new_tokens;
+        CHECK_OR(false, (e->num_drafts == q->num_drafts && end == q->num_tokens + q->num_drafts) ||
+                            (e->num_drafts == 0 && end < q->num_tokens),
+                 "%s/%d: fed up to %d of %d tokens + %d drafts", q->req->id, q->index, end, q->num_tokens,
+                 q->num_drafts);
         CHECK_OR(false, c->threshold == 0 || e->num_new_tokens <= c->threshold, "chunk %d > %d",
                  e->num_new_tokens, c->threshold);
-        bool last = e->num_computed + e->num_new_tokens == q->num_tokens;
-        CHECK_OR(false, e->num_logits == (last ? 1 : 0));
+        bool last = end >= q->num_tokens;
+        CHECK_OR(false, e->num_scored == (last ? e->num_drafts + 1 : 0));
         CHECK_OR(false, e->num_samples == (last ? seq_num_seats(q) : 0));
-        CHECK_OR(false, e->sample_offset == samples);
-        CHECK_OR(false, (e->num_computed + e->num_new_tokens + BS - 1) / BS <= q->num_blocks);
+        CHECK_OR(false, e->num_drafts == 0 || (e->num_samples == 1 && q->req->forked), "drafts on a fork");
+        CHECK_OR(false, e->out_offset == samples);
+        CHECK_OR(false, (end + BS - 1) / BS <= q->num_blocks);
         for (int32_t j = 0; j < i; j++) CHECK_OR(false, o->seqs[j].seq != q, "scheduled twice");
         sum += e->num_new_tokens;
-        samples += e->num_samples;
+        samples += e->num_out;
+        m->drafts += e->num_drafts;
     }
-    CHECK_OR(false, sum == o->num_tokens && samples == o->num_samples);
+    CHECK_OR(false, sum == o->num_tokens && samples == o->num_out);
     if (!check_ownership(m)) return false;
 
     /* the fake forward */
     for (int32_t i = 0; i < o->num_copies; i++) {
         block_copy bc = o->copies[i];
-        CHECK_OR(false, block_pool_ref_count(m->kv->pool, bc.dst) == 1, "copy into shared block");
+        CHECK_OR(false, block_pool_ref_count(kv_cache_manager_pool(m->kv), bc.dst) == 1, "copy into shared block");
         memcpy(&m->slots[(size_t)bc.dst * BS], &m->slots[(size_t)bc.src * BS],
                BS * sizeof *m->slots);
     }
@@ -241,31 +293,70 @@ static bool run_step(sim *m, int32_t step) {
     for (int32_t i = 0; i < o->num_seqs; i++) {
         const scheduled_seq *e = &o->seqs[i];
         const seq *q = e->seq;
-        prefix_hashes(q->tokens, q->num_tokens, ph);
+        prefix_hashes(q->tokens, q->num_tokens + q->num_drafts, ph);
         for (int32_t p = e->num_computed; p < e->num_computed + e->num_new_tokens; p++) {
             int32_t b = q->block_ids[p / BS];
-            CHECK_OR(false, block_pool_ref_count(m->kv->pool, b) == 1,
+            CHECK_OR(false, block_pool_ref_count(kv_cache_manager_pool(m->kv), b) == 1,
                      "%s/%d writes position %d into shared block %d", q->req->id, q->index, p, b);
             m->slots[slot_of(q, p)] = ph[p];
         }
     }
-    static int32_t sampled[1024];
+    static int32_t committed[1024], num_committed[256];
     for (int32_t i = 0; i < o->num_seqs; i++) {
         const scheduled_seq *e = &o->seqs[i];
-        const seq *q = e->seq;
+        seq *q = e->seq;
         int32_t end = e->num_computed + e->num_new_tokens;
         prefix_hashes(q->tokens, end, ph);
         for (int32_t p = 0; p < end; p++)
             CHECK_OR(false, m->slots[slot_of(q, p)] == ph[p],
                      "step %d: %s/%d reads wrong K/V at position %d (block %d)", step, q->req->id,
                      q->index, p, q->block_ids[p / BS]);
-        uint64_t ctx = m->slots[slot_of(q, end - 1)];
-        for (int32_t k = 0; k < e->num_samples; k++) {
-            seq *sq = e->num_samples > 1 ? &q->req->seqs[k] : e->seq;
-            sampled[e->sample_offset + k] = fake_sample(sq, ctx);
+        num_committed[i] = 0;
+        if (e->num_scored == 0) continue;
+        if (e->num_samples > 1) { /* a fork: one token per sequence from the one row */
+            uint64_t ctx = m->slots[slot_of(q, end - 1)];
+            for (int32_t k = 0; k < e->num_samples; k++)
+                committed[e->out_offset + k] = fake_sample(scheduler_entry_seq(e, k), ctx);
+            num_committed[i] = e->num_samples;
+            continue;
+        }
+        /* rows: the last committed token, then each draft; accept while equal */
+        for (int32_t j = 0; j <= e->num_drafts; j++) {
+            int32_t p = q->num_tokens - 1 + j, t = fake_sample(q, m->slots[slot_of(q, p)]);
+            committed[e->out_offset + j] = t;
+            num_committed[i] = j + 1;
+            if (j == e->num_drafts) break;
+            if (t != q->tokens[q->num_tokens + j]) {
+                /* a probe for later: the sequence with its rejected drafts, or
+                 * with its own token in place of the first rejected one and the
+                 * drafts after it */
+                if (m->num_probes < MAX_PROBES && m->total_probes < 300 && rnd() % 8 == 0) {
+                    m->total_probes++;
+                    int32_t len = q->num_tokens + e->num_drafts, *pr = m->probes[m->num_probes];
+                    memcpy(pr, q->tokens, (size_t)len * sizeof *pr);
+                    if (rnd() % 2) pr[q->num_tokens + j] = t;
+                    m->probe_len[m->num_probes] = len;
+                    m->probe_salted[m->num_probes++] = q->req->salt != NULL;
+                }
+                break;
+            }
+            m->accepted++;
         }
     }
-    scheduler_update(m->s, sampled, step);
+    CHECK_OR(false, scheduler_update(m->s, committed, num_committed, step) == VLLM_OK, "%s", vllm_errmsg());
+    for (int32_t i = 0; i < o->num_seqs; i++) {
+        const seq *q = o->seqs[i].seq;
+        CHECK_OR(false, q->num_drafts == 0, "drafts survive their step");
+        CHECK_OR(false, q->status != SEQ_STATUS_RUNNING || q->num_computed_tokens < q->num_tokens,
+                 "%s/%d: %d computed of %d tokens", q->req->id, q->index, q->num_computed_tokens, q->num_tokens);
+        CHECK_OR(false, q->status != SEQ_STATUS_RUNNING || q->num_blocks <= (q->num_tokens + BS - 1) / BS,
+                 "%s/%d keeps %d blocks for %d tokens: a rejected draft's block", q->req->id, q->index,
+                 q->num_blocks, q->num_tokens);
+    }
+    if (c->spec_k > 0) propose_drafts(m);
+    for (int32_t i = 0; i < m->num_probes && m->num_added < MAX_REQS; i++)
+        if (!add_request(m, step, m->probes[i], m->probe_len[i], m->probe_salted[i] ? "salt" : NULL)) return false;
+    m->num_probes = 0;
 
     for (seq *q = scheduler_take_news(m->s), *next; q; q = next) {
         next = q->news_next;
@@ -347,17 +438,17 @@ static void run_sim(const sim_cfg *cfg) {
                 const seq *q = list_entry(n, seq, node);
                 printf("#  wait %s/%d prio %d tokens %d seats %d\n", q->req->id, q->index, q->req->priority, q->num_tokens, seq_num_seats(q));
             }
-            static int32_t z[1024];
-            scheduler_update(m.s, z, step);
+            static int32_t z[1024], nz[256];
+            scheduler_update(m.s, z, nz, step);
         }
     }
     if (ok) {
         CHECK(m.num_live == 0, "%s: %d requests still unfinished after %d steps", cfg->name,
               m.num_live, step);
         CHECK(!scheduler_has_unfinished(m.s));
-        CHECK(block_pool_num_free(m.kv->pool) == cfg->num_blocks, "%s: %d of %d blocks free at end",
-              cfg->name, block_pool_num_free(m.kv->pool), cfg->num_blocks);
-        CHECK(block_pool_check(m.kv->pool) == VLLM_OK, "%s", vllm_errmsg());
+        CHECK(block_pool_num_free(kv_cache_manager_pool(m.kv)) == cfg->num_blocks, "%s: %d of %d blocks free at end",
+              cfg->name, block_pool_num_free(kv_cache_manager_pool(m.kv)), cfg->num_blocks);
+        CHECK(block_pool_check(kv_cache_manager_pool(m.kv)) == VLLM_OK, "%s", vllm_errmsg());
         if (cfg->policy == VLLM_SCHEDULING_FCFS)
             for (int32_t i = 1; i < m.num_added; i++)
                 CHECK(m.first_sched_step[i] < 0 || m.first_sched_step[i - 1] < 0 ||
@@ -366,9 +457,12 @@ static void run_sim(const sim_cfg *cfg) {
                       cfg->name, i, m.first_sched_step[i], i - 1, m.first_sched_step[i - 1]);
         CHECK(m.preemptions > 0, "%s: the pool is meant to be tight enough to preempt", cfg->name);
         if (cfg->caching) CHECK(m.hits > 0, "%s: shared prefixes should hit the cache", cfg->name);
-        printf("# %s: %d steps, %d requests, %lld preemptions, %lld hit tokens, %lld computed\n",
+        if (cfg->spec_k) CHECK(m.accepted > 0 && m.accepted < m.drafts, "%s: %lld of %lld drafts accepted",
+                               cfg->name, (long long)m.accepted, (long long)m.drafts);
+        printf("# %s: %d steps, %d requests, %lld preemptions, %lld hit tokens, %lld computed, "
+               "%lld of %lld drafts accepted\n",
                cfg->name, step, m.num_added, (long long)m.preemptions, (long long)m.hits,
-               (long long)m.tokens_computed);
+               (long long)m.tokens_computed, (long long)m.accepted, (long long)m.drafts);
     }
     for (int32_t i = 0; i < m.num_live; i++) request_free(m.live[i]);
     scheduler_free(m.s);
@@ -380,19 +474,25 @@ static void run_sim(const sim_cfg *cfg) {
 }
 
 TEST(test_sim_fcfs_caching) {
-    run_sim(&(sim_cfg){"fcfs+cache", VLLM_SCHEDULING_FCFS, true, 40, 8, 32, 0, 4000, 1, 3});
+    run_sim(&(sim_cfg){"fcfs+cache", VLLM_SCHEDULING_FCFS, true, 40, 8, 32, 0, 4000, 1, 3, 0});
 }
 TEST(test_sim_fcfs_no_caching_threshold) {
-    run_sim(&(sim_cfg){"fcfs+threshold7", VLLM_SCHEDULING_FCFS, false, 30, 6, 16, 7, 4000, 2, 8});
+    run_sim(&(sim_cfg){"fcfs+threshold7", VLLM_SCHEDULING_FCFS, false, 30, 6, 16, 7, 4000, 2, 8, 0});
 }
 TEST(test_sim_priority_caching) {
-    run_sim(&(sim_cfg){"priority+cache", VLLM_SCHEDULING_PRIORITY, true, 32, 8, 24, 0, 4000, 3, 4});
+    run_sim(&(sim_cfg){"priority+cache", VLLM_SCHEDULING_PRIORITY, true, 32, 8, 24, 0, 4000, 3, 4, 0});
 }
 TEST(test_sim_priority_threshold1_tiny) {
-    run_sim(&(sim_cfg){"priority+threshold1", VLLM_SCHEDULING_PRIORITY, true, 26, 4, 8, 1, 3000, 4, 30});
+    run_sim(&(sim_cfg){"priority+threshold1", VLLM_SCHEDULING_PRIORITY, true, 26, 4, 8, 1, 3000, 4, 30, 0});
 }
 TEST(test_sim_big_budget) {
-    run_sim(&(sim_cfg){"fcfs+big", VLLM_SCHEDULING_FCFS, true, 64, 16, 256, 0, 3000, 5, 2});
+    run_sim(&(sim_cfg){"fcfs+big", VLLM_SCHEDULING_FCFS, true, 64, 16, 256, 0, 3000, 5, 2, 0});
+}
+TEST(test_sim_spec_fcfs_caching) {
+    run_sim(&(sim_cfg){"spec4+fcfs+cache", VLLM_SCHEDULING_FCFS, true, 40, 8, 32, 0, 4000, 6, 3, 4});
+}
+TEST(test_sim_spec_priority_threshold) {
+    run_sim(&(sim_cfg){"spec3+priority+threshold5", VLLM_SCHEDULING_PRIORITY, true, 30, 6, 16, 5, 4000, 7, 4, 3});
 }
 
 int main(void) {
@@ -401,5 +501,7 @@ int main(void) {
     RUN(test_sim_priority_caching);
     RUN(test_sim_priority_threshold1_tiny);
     RUN(test_sim_big_budget);
+    RUN(test_sim_spec_fcfs_caching);
+    RUN(test_sim_spec_priority_threshold);
     return harness_done();
 }

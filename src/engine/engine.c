@@ -1,23 +1,29 @@
 /*
- * engine.c - the engine core: scheduler + model runner + sampler behind the
+ * engine.c - the engine core: scheduler, executor and sampler behind the
  * public vllm_engine_* API (include/vllm/vllm.h).
  *
  * One step:
  *   1. free the requests whose finish the previous step reported (outputs
  *      borrowed their ids and token arrays until now);
- *   2. scheduler_schedule: which sequences run, how many tokens each;
- *   3. copy-on-write block copies, then one runner_forward over the
- *      flattened batch (token ids, positions, slot mapping, block tables),
- *      logits only for the sequences that sample;
- *   4. sampler_sample per sampled token, each sequence with its own
- *      generator (an n > 1 request's first tokens all come from one row);
- *   5. scheduler_update: computed counts, prefix caching, tokens, stops;
- *   6. the step output: every sequence with news, plus scheduler stats.
+ *   2. scheduler_schedule: which sequences run, how many tokens each (their
+ *      drafts included), which rows to score, which blocks to copy;
+ *   3. the step batch: each scheduled sequence flattened by the step builder
+ *      (model/step_batch.h), then executor_execute: block copies, one forward,
+ *      the logits of the scored rows;
+ *   4. one sampler_sample_batch (or a speculative verifier) over every
+ *      sequence that samples: its rows, generator, history and drafts give
+ *      its committed tokens (an n > 1 request's first tokens all come from
+ *      seq 0's one row);
+ *   5. scheduler_update: commit the tokens, computed counts, prefix caching,
+ *      stops, rejected drafts' blocks back;
+ *   6. drafts for the next step, if a proposer is set (spec/spec.h);
+ *   7. the step output: every sequence with news, plus scheduler stats.
  *
- * Memory: everything a step touches (batch arrays, logits, sampler scratch,
- * logprob slots) is sized at create time from max_num_batched_tokens,
- * max_num_seqs and max_model_len. The output array grows (doubling) only
- * when more sequences have news in one step than ever before.
+ * Memory: everything a step touches (the step builder, logits, sampler
+ * scratch, committed-token and logprob slots) is sized at create time from
+ * max_num_batched_tokens, max_num_seqs, max_model_len and the number of
+ * speculative tokens. The output arrays grow (buf_grow) only when more
+ * sequences have news in one step than ever before.
  *
  * KV pool size: --num-gpu-blocks-override, else --kv-cache-memory-bytes,
  * else 40% of MemAvailable capped at what max_num_seqs sequences of
@@ -25,24 +31,28 @@
  * sequence of max_model_len tokens, as vLLM requires.
  *
  * Threading: not thread-safe; one thread drives an engine (the server runs
- * it on its engine thread).
+ * it on its engine thread). The executor's worker threads, idle between
+ * forwards, also sample a large batch.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/map.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
-#include "model/runner.h"
+#include "model/step_batch.h"
 #include "sample/sampler.h"
+#include "spec/spec.h"
 #include "vllm/vllm.h"
 
 #define DEFAULT_MAX_NUM_SEQS 256
@@ -53,38 +63,42 @@ struct vllm_engine {
     vllm_engine_args args;           /* strings owned (copies) */
     vllm_engine_info info;
     model *model;
-    runner *runner;
+    executor *exec;
     kv_cache_manager *kv;
     scheduler *sched;
+    sampler *sampler;
+    step_builder *builder;
     bool dead;
     int32_t vocab;
     int32_t max_blocks_per_seq;
     generation_defaults gen;
     uint64_t next_serial;
+    spec_config spec;                /* num_speculative_tokens 0: off */
 
-    /* request-id map: chained through request.map_next */
-    request **buckets;
-    size_t num_buckets, num_in_map;
+    map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
     vllm_kv_cache_report kv_report;  /* accumulated by build_output */
 
-    /* step scratch (sized at create) */
-    int32_t *token_ids, *positions, *query_start_loc, *seq_lens, *block_tables, *logits_indices;
-    int64_t *slot_mapping;
-    float *logits;                   /* (max_num_seqs, vocab) */
-    float *row;                      /* (vocab) a logits row copy for forks */
-    void *sample_scratch;
-    int32_t *sampled;                /* (max_num_seqs) */
-    vllm_token_logprobs *lps;        /* (max_num_seqs) per sample slot */
-    int32_t *top_ids;                /* (max_num_seqs, VLLM_MAX_LOGPROBS) */
+    /* step scratch (sized at create, or by engine_set_spec) */
+    int32_t max_scored;              /* rows of logits per step */
+    float *logits;                   /* (max_scored, vocab) */
+    int32_t max_out;                 /* committed-token slots per step */
+    int32_t *committed;              /* (max_out) the scheduler's out slots */
+    int32_t *num_committed;          /* (max_num_seqs) per entry */
+    sample_seq *samples;             /* (max_num_seqs) */
+    seq **sampled_seqs;              /* (max_num_seqs) whose each sample_seq is */
+    sample_result *results;          /* (max_out) */
+    sample_logprob *tops;            /* (max_out, VLLM_MAX_LOGPROBS) the sampler's top lists */
+    vllm_token_logprobs *lps;        /* (max_out) the same, as the public API has them */
+    int32_t *top_ids;                /* (max_out, VLLM_MAX_LOGPROBS) */
     float *top_lps;
-    sample_logprob *top_tmp;         /* (VLLM_MAX_LOGPROBS) */
+    int32_t *drafts;                 /* (num_speculative_tokens) a proposer's answer */
 
     /* step output */
     vllm_step_output out;
     vllm_seq_output *outs;
     vllm_event *events;
-    int32_t cap_outs, cap_events;
+    size_t cap_outs, cap_events;
 };
 
 double vllm_monotonic_time(void) { return clock_now(); }
@@ -98,50 +112,15 @@ void vllm_engine_args_init(vllm_engine_args *a) {
     a->generation_config = "auto";
 }
 
-/* ---- request-id map ----------------------------------------------------- */
-
-static size_t id_bucket(const vllm_engine *e, const char *id) {
-    return (size_t)XXH3_64bits(id, strlen(id)) & (e->num_buckets - 1);
+static request *find_request(const vllm_engine *e, const char *id) {
+    map_node *n = map_find(&e->requests, id);
+    return n ? map_entry(n, request, by_id) : NULL;
 }
 
-static request *map_find(const vllm_engine *e, const char *id) {
-    for (request *r = e->buckets[id_bucket(e, id)]; r; r = r->map_next)
-        if (!strcmp(r->id, id)) return r;
-    return NULL;
-}
-
-static vllm_status map_insert(vllm_engine *e, request *r) {
-    if (e->num_in_map + 1 > e->num_buckets) {
-        size_t nb = e->num_buckets * 2;
-        request **b = calloc(nb, sizeof *b);
-        if (!b) return vllm_error(VLLM_ERR_NOMEM, "engine: out of memory for the request map");
-        for (size_t i = 0; i < e->num_buckets; i++)
-            for (request *x = e->buckets[i], *next; x; x = next) {
-                next = x->map_next;
-                size_t k = (size_t)XXH3_64bits(x->id, strlen(x->id)) & (nb - 1);
-                x->map_next = b[k];
-                b[k] = x;
-            }
-        free(e->buckets);
-        e->buckets = b;
-        e->num_buckets = nb;
-    }
-    request **head = &e->buckets[id_bucket(e, r->id)];
-    r->map_next = *head;
-    *head = r;
-    r->in_map = true;
-    e->num_in_map++;
-    return VLLM_OK;
-}
-
-static void map_remove(vllm_engine *e, request *r) {
+static void forget_request(vllm_engine *e, request *r) {
     if (!r->in_map) return;
-    request **link = &e->buckets[id_bucket(e, r->id)];
-    while (*link != r) link = &(*link)->map_next;
-    *link = r->map_next;
-    r->map_next = NULL;
+    map_remove(&e->requests, &r->by_id);
     r->in_map = false;
-    e->num_in_map--;
 }
 
 /* ---- create / free ------------------------------------------------------ */
@@ -239,6 +218,57 @@ static void *alloc_array(size_t n, size_t size, vllm_status *rc) {
     return p;
 }
 
+static void free_step_scratch(vllm_engine *e) {
+    step_builder_free(e->builder);
+    e->builder = NULL;
+    free(e->logits);
+    free(e->committed);
+    free(e->num_committed);
+    free(e->samples);
+    free(e->sampled_seqs);
+    free(e->results);
+    free(e->tops);
+    free(e->lps);
+    free(e->top_ids);
+    free(e->top_lps);
+    free(e->drafts);
+    e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = NULL;
+    e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
+}
+
+/* The step's arrays for the current speculative setting: k + 1 scored rows
+ * per sequence at most (within the token budget), and committed-token slots
+ * for those rows plus one per sibling of a fork. */
+static vllm_status alloc_step_scratch(vllm_engine *e) {
+    free_step_scratch(e);
+    const vllm_engine_info *info = &e->info;
+    int64_t S = info->max_num_seqs, rows = S * (1 + (int64_t)e->spec.num_speculative_tokens);
+    if (rows > info->max_num_batched_tokens) rows = info->max_num_batched_tokens;
+    if (rows < S) rows = S;
+    e->max_scored = (int32_t)rows;
+    e->max_out = (int32_t)(rows + S);
+    step_builder_config bc = {.max_tokens = info->max_num_batched_tokens,
+                              .max_seqs = info->max_num_seqs,
+                              .max_scored = e->max_scored,
+                              .max_copies = info->max_num_seqs,
+                              .max_blocks_per_seq = e->max_blocks_per_seq,
+                              .block_size = info->block_size};
+    vllm_status rc = step_builder_create(&bc, &e->builder);
+    size_t O = (size_t)e->max_out;
+    e->logits = alloc_array((size_t)e->max_scored * (size_t)e->vocab, sizeof(float), &rc);
+    e->committed = alloc_array(O, sizeof(int32_t), &rc);
+    e->num_committed = alloc_array((size_t)S, sizeof(int32_t), &rc);
+    e->samples = alloc_array((size_t)S, sizeof *e->samples, &rc);
+    e->sampled_seqs = alloc_array((size_t)S, sizeof *e->sampled_seqs, &rc);
+    e->results = alloc_array(O, sizeof *e->results, &rc);
+    e->tops = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof *e->tops, &rc);
+    e->lps = alloc_array(O, sizeof *e->lps, &rc);
+    e->top_ids = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
+    e->top_lps = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
+    e->drafts = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    return rc;
+}
+
 vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) {
     *out = NULL;
     vllm_status rc = check_args(args);
@@ -294,7 +324,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .max_num_batched_tokens = info->max_num_batched_tokens,
                           .max_num_seqs = info->max_num_seqs,
                           .num_threads = args->num_threads};
-    if ((rc = runner_create(e->model, &rcfg, &e->runner)) != VLLM_OK) goto fail;
+    if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if ((rc = kv_cache_manager_create(num_blocks, args->block_size, args->enable_prefix_caching,
                                       &e->kv)) != VLLM_OK)
@@ -307,26 +337,11 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                            .num_eos = mc->num_eos_token_ids};
     memcpy(sc.eos_ids, mc->eos_token_ids, sizeof sc.eos_ids);
     if ((rc = scheduler_create(&sc, e->kv, &e->sched)) != VLLM_OK) goto fail;
-
-    size_t T = (size_t)info->max_num_batched_tokens, S = (size_t)info->max_num_seqs;
-    e->token_ids = alloc_array(T, sizeof(int32_t), &rc);
-    e->positions = alloc_array(T, sizeof(int32_t), &rc);
-    e->slot_mapping = alloc_array(T, sizeof(int64_t), &rc);
-    e->query_start_loc = alloc_array(S + 1, sizeof(int32_t), &rc);
-    e->seq_lens = alloc_array(S, sizeof(int32_t), &rc);
-    e->block_tables = alloc_array(S * (size_t)e->max_blocks_per_seq, sizeof(int32_t), &rc);
-    e->logits_indices = alloc_array(S, sizeof(int32_t), &rc);
-    e->logits = alloc_array(S * (size_t)e->vocab, sizeof(float), &rc);
-    e->row = alloc_array((size_t)e->vocab, sizeof(float), &rc);
-    e->sample_scratch = alloc_array(sampler_scratch_bytes(e->vocab), 1, &rc);
-    e->sampled = alloc_array(S, sizeof(int32_t), &rc);
-    e->lps = alloc_array(S, sizeof *e->lps, &rc);
-    e->top_ids = alloc_array(S * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
-    e->top_lps = alloc_array(S * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
-    e->top_tmp = alloc_array(VLLM_MAX_LOGPROBS, sizeof *e->top_tmp, &rc);
-    e->num_buckets = 64;
-    e->buckets = alloc_array(e->num_buckets, sizeof *e->buckets, &rc);
-    if (rc != VLLM_OK) goto fail;
+    if ((rc = sampler_create(e->vocab, mc->eos_token_ids, mc->num_eos_token_ids, executor_threadpool(e->exec),
+                             &e->sampler)) != VLLM_OK)
+        goto fail;
+    map_init(&e->requests);
+    if ((rc = alloc_step_scratch(e)) != VLLM_OK) goto fail;
 
     log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB); maximum concurrency "
              "for %d tokens per request: %.2fx",
@@ -355,42 +370,29 @@ static void free_requests_in(list_node *head) {
 
 void vllm_engine_free(vllm_engine *e) {
     if (!e) return;
-    /* every live request is in the map; finished ones are on lists */
-    if (e->buckets)
-        for (size_t i = 0; i < e->num_buckets; i++)
-            for (request *r = e->buckets[i], *next; r; r = next) {
-                next = r->map_next;
-                if (e->sched) scheduler_abort_request(e->sched, r);
-                list_remove(&r->node);
-                request_free(r);
-            }
+    /* every unfinished request is in the map; finished ones are on lists */
+    for (map_node *n = map_first(&e->requests), *next; n; n = next) {
+        next = map_next(&e->requests, n);
+        request *r = map_entry(n, request, by_id);
+        forget_request(e, r);
+        if (e->sched) scheduler_abort_request(e->sched, r);
+        list_remove(&r->node);
+        request_free(r);
+    }
     if (e->sched)
         for (request *r; (r = scheduler_pop_finished(e->sched));)
             if (!r->in_map) request_free(r);
     free_requests_in(&e->reported);
+    map_deinit(&e->requests);
+    free_step_scratch(e);
+    sampler_free(e->sampler);
     scheduler_free(e->sched);
     kv_cache_manager_free(e->kv);
-    runner_free(e->runner);
+    executor_free(e->exec);
     model_free(e->model);
     free((char *)e->args.model);
     free((char *)e->args.tokenizer);
     free((char *)e->args.generation_config);
-    free(e->token_ids);
-    free(e->positions);
-    free(e->slot_mapping);
-    free(e->query_start_loc);
-    free(e->seq_lens);
-    free(e->block_tables);
-    free(e->logits_indices);
-    free(e->logits);
-    free(e->row);
-    free(e->sample_scratch);
-    free(e->sampled);
-    free(e->lps);
-    free(e->top_ids);
-    free(e->top_lps);
-    free(e->top_tmp);
-    free(e->buckets);
     free(e->outs);
     free(e->events);
     free(e);
@@ -418,7 +420,28 @@ void vllm_engine_get_kv_cache_report(const vllm_engine *e, vllm_kv_cache_report 
 
 void vllm_engine_reset_kv_cache_report(vllm_engine *e) { e->kv_report = (vllm_kv_cache_report){0}; }
 
-void vllm_engine_reset_prefix_cache(vllm_engine *e) { block_pool_reset_cache(e->kv->pool); }
+void vllm_engine_reset_prefix_cache(vllm_engine *e) { kv_cache_manager_reset_prefix_cache(e->kv); }
+
+executor *engine_executor(vllm_engine *e) { return e->exec; }
+
+const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e) { return e->kv; }
+
+vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
+    if (vllm_engine_has_unfinished(e))
+        return vllm_error(VLLM_ERR_INVALID, "speculative decoding can only change while no request is running");
+    spec_config off = {0};
+    if (!cfg || cfg->num_speculative_tokens <= 0 || !cfg->proposer.propose) cfg = &off;
+    if (cfg->num_speculative_tokens > e->info.max_model_len)
+        return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d",
+                          cfg->num_speculative_tokens, e->info.max_model_len);
+    e->spec = *cfg;
+    vllm_status rc = alloc_step_scratch(e);
+    if (rc != VLLM_OK) {
+        e->spec = off;
+        e->dead = alloc_step_scratch(e) != VLLM_OK;
+    }
+    return rc;
+}
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -428,7 +451,7 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
     if (!request_id || !request_id[0])
         return vllm_error(VLLM_ERR_INVALID, "request_id must be a non-empty string");
-    if (map_find(e, request_id))
+    if (find_request(e, request_id))
         return vllm_error(VLLM_ERR_INVALID, "request_id '%s' is already in use", request_id);
     int32_t L = e->info.max_model_len;
     if (!prompt_ids || num_prompt_ids < 1)
@@ -460,26 +483,27 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L,
                              e->info.block_size, e->args.seed, e->next_serial, &r)) != VLLM_OK)
         return rc;
-    if ((rc = map_insert(e, r)) != VLLM_OK) {
+    if ((rc = map_insert(&e->requests, &r->by_id, r->id)) != VLLM_OK) {
         request_free(r);
         return rc;
     }
+    r->in_map = true;
     e->next_serial++;
     scheduler_add_request(e->sched, r, now);
     return VLLM_OK;
 }
 
 vllm_status vllm_engine_abort_request(vllm_engine *e, const char *request_id) {
-    request *r = request_id ? map_find(e, request_id) : NULL;
+    request *r = request_id ? find_request(e, request_id) : NULL;
     if (!r) return vllm_error(VLLM_ERR_NOT_FOUND, "request '%s' is unknown or finished",
                               request_id ? request_id : "(null)");
-    map_remove(e, r);
+    forget_request(e, r);
     scheduler_abort_request(e->sched, r);
     return VLLM_OK;
 }
 
 vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, int32_t index) {
-    request *r = request_id ? map_find(e, request_id) : NULL;
+    request *r = request_id ? find_request(e, request_id) : NULL;
     if (!r) return vllm_error(VLLM_ERR_NOT_FOUND, "request '%s' is unknown or finished",
                               request_id ? request_id : "(null)");
     if (index < 0 || index >= r->n)
@@ -495,111 +519,140 @@ bool vllm_engine_has_unfinished(const vllm_engine *e) {
 
 /* ---- one step ----------------------------------------------------------- */
 
-/* Forward pass and sampling for a schedule; fills e->sampled and logprob slots. */
-static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
-    vllm_status rc;
-    for (int32_t i = 0; i < so->num_copies; i++)
-        if ((rc = runner_copy_block(e->runner, so->copies[i].src, so->copies[i].dst)) != VLLM_OK)
-            return rc;
-    int32_t bs = e->info.block_size, mb = e->max_blocks_per_seq, T = 0, nl = 0;
+/* Step 4: one sample_seq per sequence that samples, over its entry's rows;
+ * then each entry's committed count and the public form of the logprobs. */
+static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
+    int32_t ns = 0;
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
-        const seq *q = en->seq;
-        e->query_start_loc[i] = T;
-        for (int32_t p = en->num_computed; p < en->num_computed + en->num_new_tokens; p++, T++) {
-            e->token_ids[T] = q->tokens[p];
-            e->positions[T] = p;
-            e->slot_mapping[T] = (int64_t)q->block_ids[p / bs] * bs + p % bs;
-        }
-        e->seq_lens[i] = en->num_computed + en->num_new_tokens;
-        memcpy(e->block_tables + (size_t)i * (size_t)mb, q->block_ids,
-               (size_t)q->num_blocks * sizeof *q->block_ids);
-        for (int32_t k = en->num_logits; k > 0; k--) e->logits_indices[nl++] = T - k;
-    }
-    e->query_start_loc[so->num_seqs] = T;
-    runner_batch b = {.num_tokens = T,
-                      .token_ids = e->token_ids,
-                      .positions = e->positions,
-                      .slot_mapping = e->slot_mapping,
-                      .num_seqs = so->num_seqs,
-                      .query_start_loc = e->query_start_loc,
-                      .seq_lens = e->seq_lens,
-                      .block_tables = e->block_tables,
-                      .max_blocks_per_seq = mb,
-                      .num_logits = nl,
-                      .logits_indices = e->logits_indices};
-    if ((rc = runner_forward(e->runner, &b, e->logits)) != VLLM_OK) return rc;
-
-    const int32_t *eos = e->info.eos_token_ids;
-    int32_t neos = e->info.num_eos_token_ids, row = 0;
-    for (int32_t i = 0; i < so->num_seqs; i++) {
-        const scheduled_seq *en = &so->seqs[i];
-        if (en->num_logits == 0) continue;
-        float *logits = e->logits + (size_t)row++ * (size_t)e->vocab;
+        if (en->num_scored == 0) continue;
+        float *rows = e->logits + (size_t)b->scored_start[i] * (size_t)e->vocab;
         for (int32_t k = 0; k < en->num_samples; k++) {
-            /* a fork samples every sibling from seq 0's one row */
-            seq *q = en->num_samples > 1 ? &en->seq->req->seqs[k] : en->seq;
+            seq *q = scheduler_entry_seq(en, k);
             const request *r = q->req;
-            float *x = logits;
-            if (en->num_samples > 1) {
-                memcpy(e->row, logits, (size_t)e->vocab * sizeof *logits);
-                x = e->row;
+            int32_t slot = en->out_offset + (en->num_samples > 1 ? k : 0);
+            bool want_lps = r->params.logprobs >= 0;
+            for (int32_t j = 0; want_lps && j <= en->num_drafts; j++)
+                e->results[slot + j].top = e->tops + (size_t)(slot + j) * VLLM_MAX_LOGPROBS;
+            q->step_slot = slot;
+            e->sampled_seqs[ns] = q;
+            e->samples[ns++] = (sample_seq){
+                .params = &r->params,
+                .rng = &q->rng,
+                .tokens = q->tokens,
+                .num_prompt = r->num_prompt_tokens,
+                .num_tokens = q->num_tokens,
+                .num_drafts = en->num_drafts,
+                .logits = rows,
+                .shared_logits = en->num_samples > 1,
+                .out_tokens = e->committed + slot,
+                .out_results = want_lps ? e->results + slot : NULL,
+            };
+        }
+    }
+    vllm_status rc = e->spec.verify ? e->spec.verify(e->spec.verify_ud, e->samples, ns)
+                                    : sampler_sample_batch(e->sampler, e->samples, ns);
+    if (rc != VLLM_OK) {
+        for (int32_t i = 0; i < ns; i++)
+            if (e->samples[i].rc != VLLM_OK) {
+                vllm_error_prefix("request '%s'", e->sampled_seqs[i]->req->id);
+                break;
             }
-            sample_history h = {.prompt_ids = q->tokens,
-                                .num_prompt = r->num_prompt_tokens,
-                                .output_ids = q->tokens + r->num_prompt_tokens,
-                                .num_output = seq_num_output_tokens(q)};
-            sample_result res = {.top = e->top_tmp};
-            if ((rc = sampler_sample(&r->params, &h, eos, neos, x, e->vocab, &q->rng,
-                                     e->sample_scratch, &res)) != VLLM_OK) {
-                vllm_error_prefix("request '%s'", r->id);
-                return rc;
+        return rc;
+    }
+    ns = 0;
+    for (int32_t i = 0; i < so->num_seqs; i++) {
+        const scheduled_seq *en = &so->seqs[i];
+        e->num_committed[i] = 0;
+        for (int32_t k = 0; k < en->num_samples; k++, ns++) {
+            const sample_seq *x = &e->samples[ns];
+            e->num_committed[i] += x->num_out;
+            for (int32_t j = 0; x->out_results && j < x->num_out; j++) {
+                const sample_result *res = &x->out_results[j];
+                size_t slot = (size_t)(x->out_results - e->results) + (size_t)j;
+                int32_t *ids = e->top_ids + slot * VLLM_MAX_LOGPROBS;
+                float *lps = e->top_lps + slot * VLLM_MAX_LOGPROBS;
+                for (int32_t t = 0; t < res->num_top; t++) {
+                    ids[t] = res->top[t].token_id;
+                    lps[t] = res->top[t].logprob;
+                }
+                e->lps[slot] = (vllm_token_logprobs){.token_id = res->token_id,
+                                                     .logprob = res->logprob,
+                                                     .rank = res->rank,
+                                                     .num_top = res->num_top,
+                                                     .top_ids = ids,
+                                                     .top_logprobs = lps};
             }
-            int32_t slot = en->sample_offset + k;
-            e->sampled[slot] = res.token_id;
-            q->sample_slot = slot;
-            int32_t *ids = e->top_ids + (size_t)slot * VLLM_MAX_LOGPROBS;
-            float *lps = e->top_lps + (size_t)slot * VLLM_MAX_LOGPROBS;
-            for (int32_t t = 0; t < res.num_top; t++) {
-                ids[t] = res.top[t].token_id;
-                lps[t] = res.top[t].logprob;
-            }
-            e->lps[slot] = (vllm_token_logprobs){.token_id = res.token_id,
-                                                 .logprob = res.logprob,
-                                                 .rank = res.rank,
-                                                 .num_top = res.num_top,
-                                                 .top_ids = ids,
-                                                 .top_logprobs = lps};
         }
     }
     return VLLM_OK;
 }
 
-static vllm_status grow(void **p, int32_t *cap, int32_t need, size_t size) {
-    if (need <= *cap) return VLLM_OK;
-    int32_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, (size_t)n * size);
-    if (!q) return vllm_error(VLLM_ERR_NOMEM, "engine: out of memory for step outputs");
-    *p = q;
-    *cap = n;
-    return VLLM_OK;
+/* Steps 3 and 4: the step batch, the forward, the sampling. */
+static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
+    step_builder *b = e->builder;
+    step_builder_reset(b);
+    vllm_status rc;
+    for (int32_t c = 0; c < so->num_copies; c++)
+        if ((rc = step_builder_add_copy(b, so->copies[c].src, so->copies[c].dst)) != VLLM_OK) return rc;
+    for (int32_t i = 0; i < so->num_seqs; i++) {
+        const scheduled_seq *en = &so->seqs[i];
+        const seq *q = en->seq;
+        if ((rc = step_builder_add_seq(b, q->tokens + en->num_computed, en->num_new_tokens, en->num_computed,
+                                       q->block_ids, q->num_blocks, en->num_scored, q->req->lora_id)) != VLLM_OK)
+            return rc;
+    }
+    const step_batch *batch = step_builder_batch(b);
+    if ((rc = executor_execute(e->exec, batch, e->logits)) != VLLM_OK) return rc;
+    return sample(e, so, batch);
+}
+
+/* Step 6: drafts for every running sequence that decodes, to be scored in
+ * the next step. At most k, and never past max_tokens or max_model_len:
+ * every draft could be committed, plus one token. A proposer's id outside
+ * the vocabulary ends its drafts there. */
+static void propose(vllm_engine *e) {
+    const list_node *running = scheduler_running(e->sched);
+    for (const list_node *n = running->next; n != running; n = n->next) {
+        seq *q = list_entry(n, seq, node);
+        const request *r = q->req;
+        if (!r->forked || q->num_drafts || q->num_computed_tokens != q->num_tokens - 1) continue;
+        int32_t m = e->spec.num_speculative_tokens;
+        int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
+        int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
+        if (m > room_out) m = room_out;
+        if (m > room_len) m = room_len;
+        if (m <= 0) continue;
+        spec_seq_view view = {.request_id = r->id,
+                              .index = q->index,
+                              .tokens = q->tokens,
+                              .num_tokens = q->num_tokens,
+                              .num_prompt = r->num_prompt_tokens};
+        int32_t got = e->spec.proposer.propose(e->spec.proposer.ud, &view, m, e->drafts);
+        if (got > m) got = m;
+        int32_t ok = 0;
+        while (ok < got && e->drafts[ok] >= 0 && e->drafts[ok] < e->vocab) ok++;
+        if (ok <= 0 || seq_reserve(q, q->num_tokens + ok) != VLLM_OK) continue;
+        memcpy(q->tokens + q->num_tokens, e->drafts, (size_t)ok * sizeof *e->drafts);
+        q->num_drafts = ok;
+    }
 }
 
 /* Turns the scheduler's news into the step output and hands finished
  * requests to the reported list. */
 static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
-    int32_t nouts = 0, nevents = 0;
+    size_t nouts = 0, nevents = 0;
     seq *news = scheduler_take_news(e->sched);
     for (seq *q = news; q; q = q->news_next) {
         nouts++;
-        nevents += q->num_events;
+        nevents += (size_t)q->num_events;
     }
     vllm_status rc;
-    if ((rc = grow((void **)&e->outs, &e->cap_outs, nouts, sizeof *e->outs)) != VLLM_OK ||
-        (rc = grow((void **)&e->events, &e->cap_events, nevents, sizeof *e->events)) != VLLM_OK) {
+    if ((rc = buf_grow((void **)&e->outs, &e->cap_outs, nouts, sizeof *e->outs)) != VLLM_OK ||
+        (rc = buf_grow((void **)&e->events, &e->cap_events, nevents, sizeof *e->events)) != VLLM_OK) {
         for (seq *q = news, *next; q; q = next) { /* drop the news rather than keep stale pointers */
             next = q->news_next;
+            q->step_slot = -1;
             seq_clear_news(q);
         }
         return rc;
@@ -616,9 +669,7 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
             .index = q->index,
             .num_new_tokens = nnew,
             .new_token_ids = q->tokens + q->num_tokens - nnew,
-            .new_logprobs = nnew > 0 && r->params.logprobs >= 0 && q->sample_slot >= 0
-                                ? &e->lps[q->sample_slot]
-                                : NULL,
+            .new_logprobs = nnew > 0 && r->params.logprobs >= 0 && q->step_slot >= 0 ? &e->lps[q->step_slot] : NULL,
             .finish_reason = q->status == SEQ_STATUS_FINISHED ? q->finish_reason : VLLM_FINISH_NONE,
             .stop_token_id = q->stop_token_id,
             .num_prompt_tokens = r->num_prompt_tokens,
@@ -627,32 +678,32 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
             .events = q->num_events ? e->events + ev : NULL,
         };
         ev += q->num_events;
-        q->sample_slot = -1;
+        q->step_slot = -1;
         seq_clear_news(q);
     }
     for (request *r; (r = scheduler_pop_finished(e->sched));) {
-        map_remove(e, r);
+        forget_request(e, r);
         list_push_back(&e->reported, &r->node);
     }
     vllm_step_output *out = &e->out;
     out->timestamp = vllm_monotonic_time();
-    out->num_outputs = nouts;
+    out->num_outputs = (int32_t)nouts;
     out->outputs = e->outs;
-    block_pool *pool = e->kv->pool;
+    int32_t total = kv_cache_manager_num_blocks(e->kv), free_blocks = kv_cache_manager_num_free_blocks(e->kv);
     out->stats = (vllm_scheduler_stats){
         .num_running = scheduler_num_running(e->sched),
         .num_waiting = scheduler_num_waiting(e->sched),
-        .kv_cache_usage = block_pool_usage(pool),
+        .kv_cache_usage = kv_cache_manager_usage(e->kv),
         .prefix_cache_queries = so ? so->prefix_cache_queries : 0,
         .prefix_cache_hits = so ? so->prefix_cache_hits : 0,
         .num_preemptions = so ? so->num_preemptions : 0,
         .num_scheduled_tokens = so ? so->num_tokens : 0,
         .num_scheduled_seqs = so ? so->num_seqs : 0,
-        .num_blocks_total = block_pool_num_blocks(pool),
-        .num_blocks_free = block_pool_num_free(pool),
+        .num_blocks_total = total,
+        .num_blocks_free = free_blocks,
         .num_kv_slots_empty = scheduler_num_empty_slots(e->sched),
     };
-    int32_t used_blocks = out->stats.num_blocks_total - out->stats.num_blocks_free;
+    int32_t used_blocks = total - free_blocks;
     out->stats.num_kv_slots_used = (int64_t)used_blocks * e->info.block_size;
     if (so && so->num_seqs > 0) {
         vllm_kv_cache_report *k = &e->kv_report;
@@ -667,6 +718,12 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     return VLLM_OK;
 }
 
+static vllm_status step_failed(vllm_engine *e, vllm_status rc) {
+    e->dead = true;
+    log_error("engine step failed: %s", vllm_errmsg());
+    return rc;
+}
+
 vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     *out = NULL;
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
@@ -675,15 +732,11 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     if (scheduler_has_unfinished(e->sched)) {
         double now = vllm_monotonic_time();
         so = scheduler_schedule(e->sched, now);
-        if (so->num_seqs > 0) {
-            vllm_status rc = execute(e, so);
-            if (rc != VLLM_OK) {
-                e->dead = true;
-                log_error("engine step failed: %s", vllm_errmsg());
-                return rc;
-            }
-        }
-        scheduler_update(e->sched, e->sampled, now);
+        vllm_status rc;
+        if (so->num_seqs > 0 && (rc = execute(e, so)) != VLLM_OK) return step_failed(e, rc);
+        if ((rc = scheduler_update(e->sched, e->committed, e->num_committed, now)) != VLLM_OK)
+            return step_failed(e, rc);
+        if (e->spec.num_speculative_tokens > 0) propose(e);
     }
     vllm_status rc = build_output(e, so);
     if (rc != VLLM_OK) return rc;

@@ -14,6 +14,12 @@
  * connector can name blocks by hash). Correctness does not depend on it. */
 #define KV_HASH_SEED 0x766c6c6d2e63ULL /* "vllm.c" */
 
+struct kv_cache_manager {
+    block_pool *pool;
+    int32_t block_size;
+    bool enable_caching;
+};
+
 vllm_status kv_cache_manager_create(int32_t num_blocks, int32_t block_size, bool enable_caching,
                                     kv_cache_manager **out) {
     *out = NULL;
@@ -35,6 +41,13 @@ void kv_cache_manager_free(kv_cache_manager *m) {
     block_pool_free(m->pool);
     free(m);
 }
+
+int32_t kv_cache_manager_block_size(const kv_cache_manager *m) { return m->block_size; }
+bool kv_cache_manager_caching_enabled(const kv_cache_manager *m) { return m->enable_caching; }
+int32_t kv_cache_manager_num_blocks(const kv_cache_manager *m) { return block_pool_num_blocks(m->pool); }
+int32_t kv_cache_manager_num_free_blocks(const kv_cache_manager *m) { return block_pool_num_free(m->pool); }
+const block_pool *kv_cache_manager_pool(const kv_cache_manager *m) { return m->pool; }
+void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m) { block_pool_reset_cache(m->pool); }
 
 block_hash kv_cache_manager_hash_block(const block_hash *parent, const int32_t *tokens,
                                        int32_t block_size, int32_t lora_id,
@@ -106,8 +119,6 @@ int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int
         parent = id;
         pgen = block_pool_generation(m->pool, id);
     }
-    m->num_queries += q->num_tokens;
-    m->num_hits += kv_cache_manager_hit_tokens(m, q, n);
     return n;
 }
 
@@ -136,7 +147,10 @@ vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t
     if (need + (cow ? 1 : 0) > block_pool_num_free(m->pool) - evictable)
         return vllm_error(VLLM_ERR_FULL, "kv cache: %d blocks needed, %d free",
                           need + (cow ? 1 : 0), block_pool_num_free(m->pool) - evictable);
-    if (have + need > q->max_blocks) abort(); /* tables are sized to max tokens: a bug */
+    /* seq_reserve sizes the table for every committed and draft token, and
+     * nothing schedules past them: a table too short is a bug that would
+     * write past its end */
+    if (have + need > q->max_blocks) abort();
 
     for (int32_t i = 0; i < num_hits; i++) {
         block_pool_touch(m->pool, hits[i]);
@@ -163,7 +177,8 @@ vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t
 
 void kv_cache_manager_cache_blocks(kv_cache_manager *m, seq *q) {
     if (!m->enable_caching) return;
-    int32_t full = q->num_computed_tokens / m->block_size;
+    int32_t known = q->num_computed_tokens < q->num_tokens ? q->num_computed_tokens : q->num_tokens;
+    int32_t full = known / m->block_size;
     if (full > q->num_blocks) full = q->num_blocks;
     if (full <= q->num_cached_blocks) return;
     ensure_hashes(m, q, full);
@@ -200,6 +215,12 @@ void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child) {
     child->num_cached_blocks = parent->num_cached_blocks;
     child->cache_parent = parent->cache_parent;
     child->cache_parent_gen = parent->cache_parent_gen;
+}
+
+void kv_cache_manager_trim(kv_cache_manager *m, seq *q, int32_t num_blocks) {
+    if (num_blocks < 0) num_blocks = 0;
+    for (int32_t i = q->num_blocks - 1; i >= num_blocks; i--) block_pool_release(m->pool, q->block_ids[i]);
+    if (q->num_blocks > num_blocks) q->num_blocks = num_blocks;
 }
 
 void kv_cache_manager_free_blocks(kv_cache_manager *m, seq *q) {

@@ -23,8 +23,14 @@
  *
  * Copy-on-write: only a fork shares a partially filled block. When a sequence
  * is about to write into a last block whose ref_cnt > 1, allocate_slots gives
- * it a fresh block and returns the (src, dst) pair, which the engine copies
- * (runner_copy_block) before the forward.
+ * it a fresh block and returns the (src, dst) pair, which the step batch
+ * carries to the executor (copied before the forward).
+ *
+ * Draft tokens (speculative decoding) get slots like any scheduled token,
+ * but a block is offered to the prefix cache only once every token in it is
+ * committed *and* computed (cache_blocks looks at min(num_computed_tokens,
+ * num_tokens)): a rejected draft's K/V are never cached. After a step's
+ * verification the scheduler trims blocks that held only rejected drafts.
  */
 #ifndef VLLM_ENGINE_KV_CACHE_MANAGER_H
 #define VLLM_ENGINE_KV_CACHE_MANAGER_H
@@ -39,17 +45,20 @@ typedef struct block_copy {
     int32_t src, dst;
 } block_copy;
 
-typedef struct kv_cache_manager {
-    /* read-only */
-    block_pool *pool;
-    int32_t block_size;
-    bool enable_caching;
-    int64_t num_queries, num_hits;   /* prefix cache: tokens looked up / found, cumulative */
-} kv_cache_manager;
+typedef struct kv_cache_manager kv_cache_manager;
 
 vllm_status kv_cache_manager_create(int32_t num_blocks, int32_t block_size, bool enable_caching,
                                     kv_cache_manager **out);
 void kv_cache_manager_free(kv_cache_manager *m);
+
+int32_t kv_cache_manager_block_size(const kv_cache_manager *m);
+bool kv_cache_manager_caching_enabled(const kv_cache_manager *m);
+int32_t kv_cache_manager_num_blocks(const kv_cache_manager *m);
+int32_t kv_cache_manager_num_free_blocks(const kv_cache_manager *m);
+/* The pool, for statistics and tests (block_pool_check, ref counts). */
+const block_pool *kv_cache_manager_pool(const kv_cache_manager *m);
+/* Drops every cached prefix block (vLLM's reset_prefix_cache). */
+void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m);
 
 /* The chained hash of a full block; parent is NULL for block 0, which also
  * takes the extra keys. Exposed for tests. */
@@ -60,8 +69,8 @@ block_hash kv_cache_manager_hash_block(const block_hash *parent, const int32_t *
 /* For a sequence with no blocks: the longest run of cached full blocks that
  * matches its tokens from the start (all of them at most). Writes their ids
  * to hits (capacity q->max_blocks) and returns how many. Takes no references
- * (allocate_slots does). Counts queries and hit tokens
- * (kv_cache_manager_hit_tokens); returns 0 when prefix caching is off. */
+ * (allocate_slots does) and counts nothing (the scheduler counts a lookup
+ * when it admits the sequence); returns 0 when prefix caching is off. */
 int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int32_t *hits);
 
 /* Tokens that num_hits hit blocks spare q: num_hits * block_size, capped at
@@ -83,8 +92,13 @@ vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t
                                             const int32_t *hits, int32_t num_hits,
                                             block_copy *copies, int32_t *num_copies);
 
-/* Offers q's newly full, computed blocks to the prefix cache. */
+/* Offers q's newly full blocks of committed, computed tokens to the prefix
+ * cache. */
 void kv_cache_manager_cache_blocks(kv_cache_manager *m, seq *q);
+
+/* Releases q's blocks past the first num_blocks (last first): the blocks
+ * that held only rejected drafts. */
+void kv_cache_manager_trim(kv_cache_manager *m, seq *q, int32_t num_blocks);
 
 /* child takes parent's block table, every block's ref_cnt raised. */
 void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child);

@@ -51,6 +51,7 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         }
     }
     r->serial = serial;
+    r->block_size = block_size;
     r->forked = r->n == 1;
     r->num_unfinished = r->n;
 
@@ -72,7 +73,7 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         q->num_tokens = num_prompt_ids;
         q->cache_parent = -1;
         q->stop_token_id = -1;
-        q->sample_slot = -1;
+        q->step_slot = -1;
         sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
     }
     *out = r;
@@ -90,10 +91,38 @@ int seq_compare(const seq *a, const seq *b, bool use_priority) {
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-void seq_append_token(seq *q, int32_t token_id) {
-    if (q->num_tokens >= q->cap_tokens) abort(); /* capacity is sized to max_tokens: a bug */
+/* *p grown to n elements of size bytes (contents kept); false if out of memory. */
+static bool grow_to(void **p, int32_t n, size_t size) {
+    void *x = realloc(*p, (size_t)n * size);
+    if (!x) return false;
+    *p = x;
+    return true;
+}
+
+vllm_status seq_reserve(seq *q, int32_t num_tokens) {
+    int32_t bs = q->req->block_size, blocks = (num_tokens + bs - 1) / bs;
+    if (num_tokens > q->cap_tokens) {
+        int32_t cap = q->cap_tokens * 2 > num_tokens ? q->cap_tokens * 2 : num_tokens;
+        if (!grow_to((void **)&q->tokens, cap, sizeof *q->tokens))
+            return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory for %d tokens", q->req->id, cap);
+        q->cap_tokens = cap;
+        blocks = (cap + bs - 1) / bs;
+    }
+    if (blocks > q->max_blocks) {
+        if (!grow_to((void **)&q->block_ids, blocks, sizeof *q->block_ids) ||
+            !grow_to((void **)&q->block_hashes, blocks, sizeof *q->block_hashes))
+            return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory for %d blocks", q->req->id, blocks);
+        q->max_blocks = blocks;
+    }
+    return VLLM_OK;
+}
+
+vllm_status seq_append_token(seq *q, int32_t token_id) {
+    vllm_status rc = seq_reserve(q, q->num_tokens + 1);
+    if (rc != VLLM_OK) return rc;
     q->tokens[q->num_tokens++] = token_id;
     q->num_new_output++;
+    return VLLM_OK;
 }
 
 vllm_finish_reason seq_check_stop(const seq *q, int32_t max_model_len, const int32_t *eos_ids,

@@ -13,8 +13,12 @@
  * recomputed and finished independently.
  *
  * Every sequence has its own copy of the token ids (prompt + outputs), sized
- * at creation to the most it can ever hold, so appending never allocates and
- * pointers into it stay valid for the request's life.
+ * at creation for the prompt and max_tokens, so appending does not allocate
+ * on the common path. Draft tokens of speculative decoding (spec/) sit right
+ * after the committed ones, tokens[num_tokens .. num_tokens + num_drafts),
+ * until the step that scores them accepts some (they become outputs) or
+ * rejects them (overwritten). Capacity grows (seq_reserve) when drafts or a
+ * caller need more; pointers into tokens are valid until the next append.
  *
  * Lifetime: request_create allocates the request, its sequences and their
  * arrays; request_free releases them (the engine frees a finished request one
@@ -26,8 +30,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/block_pool.h"
 #include "base/list.h"
+#include "base/map.h"
+#include "engine/block_pool.h"
 #include "sample/sampler.h"
 #include "vllm/vllm.h"
 
@@ -50,8 +55,9 @@ typedef struct seq {
     int32_t index;                   /* 0..n-1 */
     seq_status status;
 
-    int32_t *tokens;                 /* (cap_tokens) prompt ids, then output ids */
-    int32_t num_tokens, cap_tokens;
+    int32_t *tokens;                 /* (cap_tokens) prompt ids, output ids, then drafts */
+    int32_t num_tokens, cap_tokens;  /* committed tokens: prompt + outputs */
+    int32_t num_drafts;              /* proposed tokens after them, to verify in the next step */
     int32_t num_computed_tokens;     /* tokens whose K/V are in the pool */
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache, first schedule */
     bool scheduled_once;
@@ -66,7 +72,7 @@ typedef struct seq {
     uint64_t cache_parent_gen;
 
     sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
-    int32_t sample_slot;             /* engine: this step's slot in its sampled arrays, or -1 */
+    int32_t step_slot;               /* engine: this step's first logprob slot, or -1 */
 
     /* news for the next step output, kept by the scheduler */
     struct seq *news_next;
@@ -80,7 +86,7 @@ typedef struct seq {
 
 struct request {
     list_node node;                  /* on the scheduler's finished list, then the engine's */
-    struct request *map_next;        /* engine: chain in the request-id map */
+    map_node by_id;                  /* engine: in its request-id map while unfinished */
     bool in_map;
     char *id;
     int32_t num_prompt_tokens;
@@ -91,14 +97,15 @@ struct request {
     uint64_t serial;                 /* order of arrival at the engine: the last tie-break */
     block_pool_salt *salt;           /* NULL = none (one reference) */
     int32_t lora_id;                 /* 0 = none; part of the first block's cache key */
+    int32_t block_size;              /* of the KV pool the block tables index */
     int32_t n;
     bool forked;                     /* siblings split off seq 0 (always true for n == 1) */
     int32_t num_unfinished;          /* sequences not yet finished */
     seq *seqs;                       /* (n) */
 };
 
-/* Allocates a request and its n sequences, each able to hold the prompt plus
- * its max tokens (capped by max_model_len) and the blocks for that. Sequence
+/* Allocates a request and its n sequences, each with room for the prompt
+ * plus its max tokens (capped by max_model_len) and the blocks for that. Sequence
  * i's generator is seeded by sampler_rng_seed_request (params.seed + i, or
  * default_seed, the request id and i). Inputs are assumed validated
  * (engine_add_request does that); only allocation can fail. */
@@ -120,8 +127,12 @@ static inline int32_t seq_num_seats(const seq *q) { return q->req->forked ? 1 : 
  * index) ascending; < 0 when a goes first. FCFS drops priority. */
 int seq_compare(const seq *a, const seq *b, bool use_priority);
 
-/* Appends a sampled token (capacity is guaranteed by construction). */
-void seq_append_token(seq *q, int32_t token_id);
+/* Makes room in q's token array and block tables for num_tokens tokens
+ * (committed and drafts). VLLM_ERR_NOMEM leaves q as it was. */
+vllm_status seq_reserve(seq *q, int32_t num_tokens);
+
+/* Appends a committed token (growing if needed) and counts it as news. */
+vllm_status seq_append_token(seq *q, int32_t token_id);
 
 /* vLLM's check_stop, after a token was appended: LENGTH when num_tokens
  * reaches max_model_len or the outputs reach max_tokens; then, past

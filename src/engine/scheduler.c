@@ -9,6 +9,8 @@
  *
  * All per-step arrays (entries, copies, hit scratch) are sized at create
  * time from max_num_seqs and max_model_len; scheduling allocates nothing.
+ * (Appending committed tokens may grow a sequence's token array, and only
+ * when a caller asked for more than its max_tokens' room: seq_reserve.)
  */
 #include "engine/scheduler.h"
 
@@ -55,7 +57,8 @@ vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, 
     list_init(&s->running);
     list_init(&s->finished);
     s->news_tail = &s->news_head;
-    int32_t max_blocks = (cfg->max_model_len + 1 + kv->block_size - 1) / kv->block_size;
+    int32_t bs = kv_cache_manager_block_size(kv);
+    int32_t max_blocks = (cfg->max_model_len + 1 + bs - 1) / bs;
     s->out.seqs = calloc((size_t)cfg->max_num_seqs, sizeof *s->out.seqs);
     s->out.copies = calloc((size_t)cfg->max_num_seqs, sizeof *s->out.copies);
     s->copy_owner = calloc((size_t)cfg->max_num_seqs, sizeof *s->copy_owner);
@@ -87,7 +90,7 @@ int64_t scheduler_num_empty_slots(const scheduler *s) {
     int64_t empty = 0;
     for (const list_node *n = s->running.next; n != &s->running; n = n->next) {
         const seq *q = list_entry(n, seq, node);
-        int64_t slots = (int64_t)q->num_blocks * s->kv->block_size;
+        int64_t slots = (int64_t)q->num_blocks * kv_cache_manager_block_size(s->kv);
         if (slots > q->num_computed_tokens) empty += slots - q->num_computed_tokens;
     }
     return empty;
@@ -153,16 +156,21 @@ void scheduler_add_request(scheduler *s, request *r, double now) {
 
 /* ---- scheduling ------------------------------------------------------- */
 
+/* Schedules num_new tokens of q: its committed ones not yet computed, then
+ * as many of its drafts as fit (the rest are dropped). */
 static void add_entry(scheduler *s, seq *q, int32_t num_new) {
     scheduler_output *o = &s->out;
     scheduled_seq *e = &o->seqs[o->num_seqs++];
-    bool last = q->num_computed_tokens + num_new == q->num_tokens;
+    int32_t end = q->num_computed_tokens + num_new;
+    q->num_drafts = end > q->num_tokens ? end - q->num_tokens : 0;
+    bool scored = end >= q->num_tokens;
     *e = (scheduled_seq){
         .seq = q,
         .num_computed = q->num_computed_tokens,
         .num_new_tokens = num_new,
-        .num_logits = last ? 1 : 0,
-        .num_samples = last ? seq_num_seats(q) : 0,
+        .num_drafts = q->num_drafts,
+        .num_scored = scored ? q->num_drafts + 1 : 0,
+        .num_samples = scored ? seq_num_seats(q) : 0,
     };
     o->num_tokens += num_new;
 }
@@ -204,6 +212,7 @@ static void preempt(scheduler *s, seq *q, int32_t *budget, double now) {
     s->running_seats -= seq_num_seats(q);
     kv_cache_manager_free_blocks(s->kv, q);
     q->num_computed_tokens = 0;
+    q->num_drafts = 0;
     q->status = SEQ_STATUS_PREEMPTED;
     if (use_priority(s)) waiting_insert_sorted(s, q);
     else list_push_front(&s->waiting, &q->node);
@@ -237,17 +246,19 @@ static vllm_status allocate(scheduler *s, seq *q, int32_t num_new, int32_t num_h
  * cannot get blocks, it stops the loop for this step, so FCFS order holds. */
 static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
     const scheduler_output *o = &s->out;
+    int32_t bs = kv_cache_manager_block_size(s->kv);
     block_hash h;
-    if (!s->kv->enable_caching || o->num_seqs == 0 || !kv_cache_manager_block_hash(s->kv, q, num_hits, &h))
+    if (!kv_cache_manager_caching_enabled(s->kv) || o->num_seqs == 0 ||
+        !kv_cache_manager_block_hash(s->kv, q, num_hits, &h))
         return false;
     for (int32_t i = 0; i < o->num_seqs; i++) {
         const scheduled_seq *e = &o->seqs[i];
         block_hash g;
-        /* e fills block num_hits this step, so it is cached after the step
-         * (equal 128-bit hashes are taken as equal blocks here: a collision
-         * would only delay q by a step, the lookup itself is exact) */
-        if ((e->num_computed + e->num_new_tokens) / s->kv->block_size > num_hits &&
-            e->num_computed / s->kv->block_size <= num_hits &&
+        /* e fills block num_hits with committed tokens this step, so it is
+         * cached after the step (equal 128-bit hashes are taken as equal
+         * blocks here: a collision would only delay q by a step, the lookup
+         * itself is exact) */
+        if ((e->num_computed + e->num_new_tokens - e->num_drafts) / bs > num_hits && e->num_computed / bs <= num_hits &&
             kv_cache_manager_block_hash(s->kv, e->seq, num_hits, &g) && g.lo == h.lo && g.hi == h.hi)
             return true;
     }
@@ -256,22 +267,27 @@ static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
 
 const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     scheduler_output *o = &s->out;
-    o->num_seqs = o->num_tokens = o->num_logits = o->num_samples = 0;
+    o->num_seqs = o->num_tokens = o->num_scored = o->num_out = 0;
     o->num_copies = o->num_preemptions = 0;
-    int64_t queries0 = s->kv->num_queries, hits0 = s->kv->num_hits;
+    o->prefix_cache_queries = o->prefix_cache_hits = 0;
     int32_t budget = s->cfg.max_num_batched_tokens;
 
-    /* 1. running sequences: decodes and partial prefills */
+    /* 1. running sequences: decodes (with their drafts) and partial prefills */
     list_node *n = s->running.next;
     while (n != &s->running && budget > 0) {
         seq *q = list_entry(n, seq, node);
-        int32_t num_new = cap_new_tokens(s, q->num_tokens - q->num_computed_tokens, budget);
+        int32_t num_new = cap_new_tokens(s, q->num_tokens + q->num_drafts - q->num_computed_tokens, budget);
         if (num_new <= 0) {
             n = n->next;
             continue;
         }
         bool preempted_self = false;
         while (allocate(s, q, num_new, 0) != VLLM_OK) {
+            int32_t without_drafts = q->num_tokens - q->num_computed_tokens;
+            if (num_new > without_drafts) { /* give up the drafts before anyone's blocks */
+                num_new = without_drafts;
+                continue;
+            }
             seq *victim = pick_victim(s);
             preempt(s, victim, &budget, now);
             if (victim == q) {
@@ -290,20 +306,15 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         seq *q = list_entry(s->waiting.next, seq, node);
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
-        int64_t queries = s->kv->num_queries, hits = s->kv->num_hits;
         int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q, s->hits);
-        if (prefix_in_flight(s, q, num_hits)) {
-            s->kv->num_queries = queries;
-            s->kv->num_hits = hits;
-            break;
-        }
+        if (prefix_in_flight(s, q, num_hits)) break;
         int32_t computed = kv_cache_manager_hit_tokens(s->kv, q, num_hits);
         int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);
-        if (allocate(s, q, num_new, num_hits) != VLLM_OK) {
-            /* count a lookup once, when the sequence is admitted */
-            s->kv->num_queries = queries;
-            s->kv->num_hits = hits;
-            break;
+        if (allocate(s, q, num_new, num_hits) != VLLM_OK) break;
+        /* a lookup counts once, when its sequence is admitted */
+        if (kv_cache_manager_caching_enabled(s->kv)) {
+            o->prefix_cache_queries += q->num_tokens;
+            o->prefix_cache_hits += computed;
         }
         list_remove(&q->node);
         s->num_waiting--;
@@ -322,13 +333,17 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     }
 
     for (int32_t i = 0; i < o->num_seqs; i++) {
-        o->seqs[i].sample_offset = o->num_samples;
-        o->num_samples += o->seqs[i].num_samples;
-        o->num_logits += o->seqs[i].num_logits;
+        scheduled_seq *e = &o->seqs[i];
+        e->out_offset = o->num_out;
+        e->num_out = e->num_samples > 1 ? e->num_samples : e->num_scored;
+        o->num_out += e->num_out;
+        o->num_scored += e->num_scored;
     }
-    o->prefix_cache_queries = s->kv->num_queries - queries0;
-    o->prefix_cache_hits = s->kv->num_hits - hits0;
     return o;
+}
+
+seq *scheduler_entry_seq(const scheduled_seq *e, int32_t k) {
+    return e->num_samples > 1 ? &e->seq->req->seqs[k] : e->seq;
 }
 
 /* ---- after the forward ------------------------------------------------ */
@@ -350,6 +365,7 @@ void scheduler_finish_seq(scheduler *s, seq *q, vllm_finish_reason reason) {
     default: break;
     }
     kv_cache_manager_free_blocks(s->kv, q);
+    q->num_drafts = 0;
     q->status = SEQ_STATUS_FINISHED;
     q->finish_reason = reason;
     add_news(s, q);
@@ -371,20 +387,17 @@ void scheduler_abort_request(scheduler *s, request *r) {
     for (int32_t i = 0; i < r->n; i++) scheduler_finish_seq(s, &r->seqs[i], VLLM_FINISH_ABORT);
 }
 
-static void append_and_check(scheduler *s, seq *q, int32_t token) {
-    seq_append_token(q, token);
+/* Appends one committed token; *why = the stop rule it triggers (NONE to go on). */
+static vllm_status append_and_check(scheduler *s, seq *q, int32_t token, vllm_finish_reason *why) {
+    vllm_status rc = seq_append_token(q, token);
+    if (rc != VLLM_OK) return rc;
     add_news(s, q);
-    int32_t stop_id;
-    vllm_finish_reason why =
-        seq_check_stop(q, s->cfg.max_model_len, s->cfg.eos_ids, s->cfg.num_eos, &stop_id);
-    if (why != VLLM_FINISH_NONE) {
-        q->stop_token_id = stop_id;
-        scheduler_finish_seq(s, q, why);
-    }
+    *why = seq_check_stop(q, s->cfg.max_model_len, s->cfg.eos_ids, s->cfg.num_eos, &q->stop_token_id);
+    return VLLM_OK;
 }
 
 /* Seq 0 of an n > 1 request sampled its first n tokens: split off the rest. */
-static void fork_siblings(scheduler *s, seq *q0, const int32_t *tokens) {
+static vllm_status fork_siblings(scheduler *s, seq *q0, const int32_t *tokens) {
     request *r = q0->req;
     r->forked = true;
     s->running_seats -= r->n - 1; /* seq 0 keeps one seat; each sibling takes its own */
@@ -399,25 +412,59 @@ static void fork_siblings(scheduler *s, seq *q0, const int32_t *tokens) {
         list_push_back(&s->running, &c->node);
         s->num_running++;
         s->running_seats++;
-        append_and_check(s, c, tokens[k]);
+        vllm_finish_reason why;
+        vllm_status rc = append_and_check(s, c, tokens[k], &why);
+        if (rc != VLLM_OK) return rc;
+        if (why != VLLM_FINISH_NONE) scheduler_finish_seq(s, c, why);
     }
+    return VLLM_OK;
 }
 
-void scheduler_update(scheduler *s, const int32_t *sampled, double now) {
+/* Commits n tokens of an entry: appends them while no stop rule fires, then
+ * sets what is computed. Of the positions fed this step, those holding
+ * committed tokens have valid K/V: every committed token but the last is
+ * the token that was fed at its position (the prompt, or an accepted
+ * draft), and the last one was sampled, not fed. Blocks past the committed
+ * tokens held only rejected drafts and go back to the pool. */
+static vllm_status commit(scheduler *s, const scheduled_seq *e, const int32_t *tokens, int32_t n) {
+    seq *q = e->seq;
+    int32_t fed_end = e->num_computed + e->num_new_tokens, bs = kv_cache_manager_block_size(s->kv);
+    vllm_finish_reason why = VLLM_FINISH_NONE;
+    for (int32_t j = 0; j < n && why == VLLM_FINISH_NONE; j++) {
+        vllm_status rc = append_and_check(s, q, tokens[j], &why);
+        if (rc != VLLM_OK) return rc;
+    }
+    int32_t valid = e->num_scored > 0 ? q->num_tokens - 1 : fed_end;
+    q->num_computed_tokens = fed_end < valid ? fed_end : valid;
+    q->num_drafts = 0;
+    kv_cache_manager_cache_blocks(s->kv, q);
+    kv_cache_manager_trim(s->kv, q, (q->num_tokens + bs - 1) / bs);
+    if (why != VLLM_FINISH_NONE) scheduler_finish_seq(s, q, why);
+    return VLLM_OK;
+}
+
+vllm_status scheduler_update(scheduler *s, const int32_t *committed, const int32_t *num_committed, double now) {
     (void)now;
     const scheduler_output *o = &s->out;
-    for (int32_t i = 0; i < o->num_seqs; i++) {
+    vllm_status rc = VLLM_OK;
+    for (int32_t i = 0; i < o->num_seqs && rc == VLLM_OK; i++) {
         const scheduled_seq *e = &o->seqs[i];
         seq *q = e->seq;
         if (q->status != SEQ_STATUS_RUNNING) continue;
-        q->num_computed_tokens += e->num_new_tokens;
-        kv_cache_manager_cache_blocks(s->kv, q);
-        if (e->num_samples == 0) continue;
-        const int32_t *tok = sampled + e->sample_offset;
-        if (!q->req->forked) {
+        const int32_t *tok = committed + e->out_offset;
+        int32_t n = e->num_out > 0 ? num_committed[i] : 0;
+        if (n > e->num_out) n = e->num_out;
+        if (e->num_samples > 1) { /* fork: one token each for seq 0 and its siblings */
+            q->num_computed_tokens += e->num_new_tokens;
+            kv_cache_manager_cache_blocks(s->kv, q);
             add_news(s, q); /* seq 0's output goes before its siblings' */
-            fork_siblings(s, q, tok);
+            if ((rc = fork_siblings(s, q, tok)) != VLLM_OK) break;
+            vllm_finish_reason why;
+            if ((rc = append_and_check(s, q, tok[0], &why)) != VLLM_OK) break;
+            if (why != VLLM_FINISH_NONE) scheduler_finish_seq(s, q, why);
+            continue;
         }
-        append_and_check(s, q, tok[0]);
+        rc = commit(s, e, tok, n);
     }
+    return rc;
 }

@@ -6,12 +6,14 @@
  * (max_num_batched_tokens) and a sequence cap (max_num_seqs):
  *   1. Running sequences first, in queue order: each gets the tokens it has
  *      not computed yet (1 for a decode, the next chunk for a partial
- *      prefill), capped by long_prefill_token_threshold and the budget left.
- *      If its blocks cannot be allocated, the lowest-priority running
- *      sequence -- the last one under FCFS, the max (priority, arrival) under
- *      the priority policy -- is preempted (blocks freed, back to the front of
- *      the waiting queue, K/V to be recomputed) until it fits or preempts
- *      itself.
+ *      prefill) plus its draft tokens, if a proposer gave it any, capped by
+ *      long_prefill_token_threshold and the budget left (drafts that do not
+ *      fit are dropped; so are all of them before anyone is preempted for
+ *      their blocks). If its blocks cannot be allocated, the lowest-priority
+ *      running sequence -- the last one under FCFS, the max (priority,
+ *      arrival) under the priority policy -- is preempted (blocks freed, back
+ *      to the front of the waiting queue, K/V to be recomputed) until it fits
+ *      or preempts itself.
  *   2. Then, only if nothing was preempted this step, waiting sequences in
  *      queue order (FCFS: arrival; priority: lower value, then arrival) while
  *      budget and seats last: prefix-cache lookup, then as much of the prompt
@@ -20,18 +22,21 @@
  *      does one whose next uncached block another sequence of this step is
  *      computing: next step it hits that block in the prefix cache (a burst
  *      of requests with one prompt computes the prompt once).
- * A sequence samples only when this step computes its last known token.
+ * A sequence is scored (its logits computed) only when this step computes
+ * its last committed token: one row for it, plus one per scheduled draft.
  *
- * After the forward, scheduler_update advances computed counts, offers newly
- * full blocks to the prefix cache, appends sampled tokens (splitting an n > 1
- * request into its sequences on its first sample), applies the stop
- * conditions and frees finished sequences' blocks.
+ * After the forward and the sampler, scheduler_update takes each entry's
+ * committed tokens (the accepted drafts and one sampled token; for an
+ * n > 1 request's first sample, one token per sequence, splitting the
+ * siblings off), appends them with the stop conditions checked after each
+ * (tokens after a stop are dropped), sets the computed count to what the
+ * committed tokens cover, offers newly full blocks to the prefix cache,
+ * releases blocks that held only rejected drafts, and frees finished
+ * sequences' blocks.
  *
- * Room to grow without a rewrite: speculative decoding puts draft tokens in
- * num_new_tokens and asks for num_logits = drafts + 1 rows, then accepts a
- * prefix in update; structured outputs attach a mask per entry that samples;
- * LoRA ids ride on the request (and in the block hash); a KV connector adds
- * per-step lists of blocks to load and save beside the block copies.
+ * Plug points: LoRA ids ride on the request (and in the block hash); a KV
+ * connector adds per-step lists of blocks to load and save beside the block
+ * copies; structured outputs attach a mask per scored row in the sampler.
  *
  * Events (QUEUED, SCHEDULED, PREEMPTED) and new tokens are recorded on the
  * sequences and listed as "news" for the engine's step output; the scheduler
@@ -43,8 +48,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/kv_cache_manager.h"
 #include "base/list.h"
+#include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "vllm/vllm.h"
 
@@ -64,18 +69,21 @@ typedef struct scheduler_config {
 typedef struct scheduled_seq {
     seq *seq;
     int32_t num_computed;            /* tokens with K/V before this step = first new position */
-    int32_t num_new_tokens;          /* tokens fed: positions [num_computed, num_computed + num_new_tokens) */
-    int32_t num_logits;              /* rows of logits needed: the last num_logits new tokens (0 or 1) */
-    int32_t num_samples;             /* tokens to sample from them: 0, 1, or n when seq 0 forks */
-    int32_t sample_offset;           /* first slot in the step's sampled-token array */
+    int32_t num_new_tokens;          /* tokens fed: positions [num_computed, num_computed + num_new_tokens),
+                                        the last num_drafts of them drafts */
+    int32_t num_drafts;              /* drafts scheduled (seq->num_drafts after scheduling) */
+    int32_t num_scored;              /* rows of logits: the last num_scored new tokens (0, or drafts + 1) */
+    int32_t num_samples;             /* sequences that sample from them: 0, 1, or n when seq 0 forks */
+    int32_t out_offset;              /* first of this entry's slots in the step's committed tokens: */
+    int32_t num_out;                 /* num_scored slots, or n for a fork (0 when nothing is scored) */
 } scheduled_seq;
 
 typedef struct scheduler_output {
     int32_t num_seqs;
     scheduled_seq *seqs;             /* (num_seqs) running ones first, then newly admitted */
     int32_t num_tokens;              /* sum of num_new_tokens */
-    int32_t num_logits;              /* sum of num_logits */
-    int32_t num_samples;             /* sum of num_samples */
+    int32_t num_scored;              /* sum of num_scored */
+    int32_t num_out;                 /* sum of num_out */
     int32_t num_copies;
     block_copy *copies;              /* copy-on-write: run in order, before the forward */
     int32_t num_preemptions;         /* this step */
@@ -98,10 +106,17 @@ void scheduler_add_request(scheduler *s, request *r, double now);
  * next schedule; an empty step has num_seqs == 0. */
 const scheduler_output *scheduler_schedule(scheduler *s, double now);
 
-/* Applies the last schedule's results. sampled[out->seqs[i].sample_offset + k]
- * is the k-th token sampled for entry i (k < num_samples; for a fork, the
- * token of sequence k). */
-void scheduler_update(scheduler *s, const int32_t *sampled, double now);
+/* The k-th sequence that samples from entry e's rows (k < e->num_samples):
+ * the entry's own sequence, or for a fork seq 0's sibling k. */
+seq *scheduler_entry_seq(const scheduled_seq *e, int32_t k);
+
+/* Applies the last schedule's results: entry i committed num_committed[i]
+ * tokens, committed[seqs[i].out_offset ...] (for a fork, n tokens, one per
+ * sequence k; otherwise its accepted drafts then one sampled token, at most
+ * num_scored). Entries with no scored rows commit nothing. Fails only on
+ * VLLM_ERR_NOMEM (a token array could not grow); the step's results are then
+ * partly applied and the engine must stop. */
+vllm_status scheduler_update(scheduler *s, const int32_t *committed, const int32_t *num_committed, double now);
 
 /* Finishes one sequence now (abort, or a stop string seen by the front end):
  * takes it out of its queue and frees its blocks. No-op if already finished.

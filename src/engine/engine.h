@@ -1,0 +1,25 @@
+/*
+ * engine.h - the engine core's internal extras, beside the public
+ * vllm_engine_* API (include/vllm/vllm.h): what other subsystems of this
+ * library (and tests) plug into an engine but users do not set directly.
+ */
+#ifndef VLLM_ENGINE_ENGINE_H
+#define VLLM_ENGINE_ENGINE_H
+
+#include "engine/executor.h"
+#include "engine/kv_cache_manager.h"
+#include "spec/spec.h"
+#include "vllm/vllm.h"
+
+/* Turns speculative decoding on (k > 0, a proposer) or off (NULL or k 0).
+ * Only while the engine has no unfinished request (VLLM_ERR_INVALID
+ * otherwise); sizes the step's logits for k + 1 rows per sequence. The
+ * proposer's and verifier's ud are borrowed. */
+vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg);
+
+/* Where the engine's steps run and its KV lives (a KV connector's way in). */
+executor *engine_executor(vllm_engine *e);
+/* The engine's block tables and prefix cache, for statistics and tests. */
+const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * spec.h - speculative decoding's plug points in the engine core (vLLM's
+ * vllm/v1/spec_decode and the rejection sampler's place in the step).
+ *
+ * After each step, the engine asks the proposer for up to k draft tokens for
+ * every running sequence that is decoding (its prompt computed, one token
+ * per step otherwise). The drafts ride on the sequence (request.h) into the
+ * next step, which schedules them like any token (KV slots in its blocks)
+ * and scores k + 1 positions in one forward (model/step_batch.h). The
+ * verifier then turns those rows into committed tokens: the accepted drafts
+ * and one token of its own (sample/sampler.h, sampler_sample_batch: exact,
+ * the tokens one-token decoding gives). The scheduler commits them, computes
+ * what the accepted tokens cover, and gives back the blocks of the rejected
+ * ones, which the prefix cache never sees.
+ *
+ * A proposer is anything that guesses the continuation of a token sequence:
+ * n-gram prompt lookup, a small draft model, EAGLE/Medusa heads.
+ */
+#ifndef VLLM_SPEC_SPEC_H
+#define VLLM_SPEC_SPEC_H
+
+#include <stdint.h>
+
+#include "sample/sampler.h"
+#include "vllm/status.h"
+
+/* What a proposer sees of one sequence; borrowed for the call. */
+typedef struct spec_seq_view {
+    const char *request_id;
+    int32_t index;                   /* 0..n-1 */
+    const int32_t *tokens;           /* (num_tokens): prompt then outputs */
+    int32_t num_tokens;
+    int32_t num_prompt;
+} spec_seq_view;
+
+typedef struct spec_proposer {
+    /* Writes up to max_drafts token ids (>= 1) that may follow the
+     * sequence's tokens to drafts and returns how many (0: none). Ids must
+     * be in the vocabulary. */
+    int32_t (*propose)(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts);
+    void *ud;
+} spec_proposer;
+
+/* The step's sampling when drafts are scored: fills each sequence's
+ * out_tokens / num_out (accepted drafts, then one token) and out_results'
+ * logprobs when asked, as sampler_sample_batch does. */
+typedef vllm_status (*spec_verify_fn)(void *ud, sample_seq *seqs, int32_t num_seqs);
+
+typedef struct spec_config {
+    int32_t num_speculative_tokens;  /* k: drafts per sequence per step at most (0 = off) */
+    spec_proposer proposer;
+    spec_verify_fn verify;           /* NULL: sampler_sample_batch */
+    void *verify_ud;
+} spec_config;
+
+#endif

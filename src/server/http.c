@@ -318,23 +318,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     return n;
 }
 
-static const char *status_phrase(int status) {
-    switch (status) {
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 413: return "Request Entity Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
-    }
-}
-
 /* FastAPI-style error body for failures at the HTTP layer itself. */
 static enum MHD_Result queue_error(http_request *r, int status, const char *msg) {
     char body[512];
     int n = snprintf(body, sizeof body,
                      "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%d}}",
-                     msg, status_phrase(status), status);
+                     msg, MHD_get_reason_phrase_for((unsigned)status), status);
     r->status = status;
     r->bytes_out = (size_t)n;
     return queue_buffer(r, status, "application/json", body, (size_t)n);
@@ -454,21 +443,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return serve_deferred(r);
 }
 
-static const char *reason_phrase(int status) {
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Request Entity Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "";
-    }
-}
-
 /* uvicorn's access line: 127.0.0.1:50000 - "GET /v1/models HTTP/1.1" 200 OK */
 static void access_log(http_request *r, enum MHD_RequestTerminationCode toe) {
     char host[INET6_ADDRSTRLEN + 8] = "-";
@@ -488,7 +462,7 @@ static void access_log(http_request *r, enum MHD_RequestTerminationCode toe) {
         }
     }
     log_info("%s:%d - \"%s %s %s\" %d %s%s", host, port, r->method, r->path, r->version,
-             r->status, reason_phrase(r->status),
+             r->status, MHD_get_reason_phrase_for((unsigned)r->status),
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client disconnected)");
 }
 

@@ -45,8 +45,8 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
-#include "tokenizer/jsregex.h"
 #include "base/strbuf.h"
+#include "tokenizer/jsregex.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/utf8.h"
 

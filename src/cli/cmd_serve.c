@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/cli.h"
@@ -83,15 +84,10 @@ static char *read_file(const char *path) {
     size_t len = 0, cap = 0, n;
     char chunk[8192];
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
+        if (buf_grow((void **)&buf, &cap, len + n + 1, 1) != VLLM_OK) {
+            free(buf);
+            fclose(f);
+            return NULL;
         }
         memcpy(buf + len, chunk, n);
         len += n;

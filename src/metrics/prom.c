@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 
 struct prom_series {
@@ -59,17 +60,8 @@ struct prom_registry {
 
 static bool buf_reserve(prom_buf *b, size_t extra) {
     if (b->oom) return false;
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
+    if (buf_grow((void **)&b->data, &b->cap, b->len + extra + 1, 1) != VLLM_OK) b->oom = true;
+    return !b->oom;
 }
 
 void prom_buf_append(prom_buf *b, const char *s, size_t n) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 
 typedef struct seq_state {
@@ -59,19 +60,21 @@ void stats_iteration_deinit(stats_iteration *it) {
     memset(it, 0, sizeof *it);
 }
 
-static vllm_status iteration_reserve(stats_iteration *it, int32_t cap) {
-    if (cap <= it->cap) return VLLM_OK;
-    double *ttft = realloc(it->ttft, (size_t)cap * sizeof *ttft);
-    if (ttft) it->ttft = ttft;
-    double *itl = realloc(it->itl, (size_t)cap * sizeof *itl);
-    if (itl) it->itl = itl;
-    stats_finished *fin = realloc(it->finished, (size_t)cap * sizeof *fin);
-    if (fin) it->finished = fin;
-    stats_group *grp = realloc(it->groups, (size_t)cap * sizeof *grp);
-    if (grp) it->groups = grp;
-    if (!ttft || !itl || !fin || !grp)
-        return vllm_error(VLLM_ERR_NOMEM, "stats: iteration arrays for %d outputs", cap);
-    it->cap = cap;
+/* The four arrays grow together (buf_grow from the same capacity gives the
+ * same new one); on failure the ones already grown just stay larger. */
+static vllm_status iteration_reserve(stats_iteration *it, int32_t need) {
+    void **arrays[4] = {(void **)&it->ttft, (void **)&it->itl, (void **)&it->finished, (void **)&it->groups};
+    const size_t sizes[4] = {sizeof *it->ttft, sizeof *it->itl, sizeof *it->finished, sizeof *it->groups};
+    size_t cap = (size_t)it->cap;
+    for (int i = 0; i < 4; i++) {
+        cap = (size_t)it->cap;
+        vllm_status rc = buf_grow(arrays[i], &cap, (size_t)need, sizes[i]);
+        if (rc != VLLM_OK) {
+            vllm_error_prefix("stats: iteration arrays for %d outputs", need);
+            return rc;
+        }
+    }
+    it->cap = (int32_t)cap;
     return VLLM_OK;
 }
 

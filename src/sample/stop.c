@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 
 vllm_status stop_matcher_init(stop_matcher *m, const char *const *stops, int32_t num_stops,
@@ -99,13 +100,10 @@ vllm_status stop_matcher_feed(stop_matcher *m, const char *piece, size_t len, bo
     out->stop_index = -1;
     if (m->stopped) return vllm_error(VLLM_ERR_INVALID, "stop: the output already ended at a stop string");
     compact(m);
-    if (m->len + len > m->cap) {
-        size_t cap = m->cap ? m->cap : 64;
-        while (cap < m->len + len) cap *= 2;
-        char *b = realloc(m->buf, cap);
-        if (!b) return vllm_error(VLLM_ERR_NOMEM, "stop: out of memory growing the text window to %zu bytes", cap);
-        m->buf = b;
-        m->cap = cap;
+    vllm_status rc = buf_grow((void **)&m->buf, &m->cap, m->len + len, 1);
+    if (rc != VLLM_OK) {
+        vllm_error_prefix("stop: the text window");
+        return rc;
     }
     if (len) memcpy(m->buf + m->len, piece, len);
     size_t old_len = m->len;

@@ -51,6 +51,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -259,13 +260,7 @@ bool http_request_write(http_request *r, const char *data, size_t len) {
                 r->slen -= r->soff;
                 r->soff = 0;
             }
-            size_t cap = r->scap ? r->scap : 4096;
-            while (cap < r->slen + len) cap *= 2;
-            char *nb = cap > r->scap ? realloc(r->sbuf, cap) : r->sbuf;
-            if (nb) {
-                r->sbuf = nb;
-                r->scap = cap;
-            }
+            buf_grow((void **)&r->sbuf, &r->scap, r->slen + len, 1); /* else: the check below */
         }
         if (r->slen + len <= r->scap) {
             memcpy(r->sbuf + r->slen, data, len);
@@ -408,14 +403,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             r->body_len = r->body_cap = 0;
             return MHD_YES;
         }
-        if (r->body_len + n + 1 > r->body_cap) {
-            size_t cap = r->body_cap ? r->body_cap : 4096;
-            while (cap < r->body_len + n + 1) cap *= 2;
-            char *nb = realloc(r->body, cap);
-            if (!nb) return MHD_NO;
-            r->body = nb;
-            r->body_cap = cap;
-        }
+        if (buf_grow((void **)&r->body, &r->body_cap, r->body_len + n + 1, 1) != VLLM_OK) return MHD_NO;
         memcpy(r->body + r->body_len, upload, n);
         r->body_len += n;
         r->body[r->body_len] = 0;

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 #include "base/strbuf.h"
 #include "tokenizer/jsregex.h"
@@ -58,14 +59,13 @@ typedef struct piece_list {
 } piece_list;
 
 static vllm_status pl_add(piece_list *pl, const char *s, size_t n) {
-    if (pl->n == pl->cap) {
-        size_t cap = pl->cap ? pl->cap * 2 : 32;
-        size_t *o = realloc(pl->off, cap * sizeof *o);
-        if (o) pl->off = o;
-        size_t *l = realloc(pl->len, cap * sizeof *l);
-        if (l) pl->len = l;
-        if (!o || !l) return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory for pieces");
-        pl->cap = cap;
+    if (pl->n == pl->cap) { /* both arrays grow together, as buf_grow gives both the same capacity */
+        size_t c = pl->cap, d = pl->cap;
+        vllm_status rc;
+        if ((rc = buf_grow((void **)&pl->off, &c, pl->n + 1, sizeof *pl->off)) != VLLM_OK ||
+            (rc = buf_grow((void **)&pl->len, &d, pl->n + 1, sizeof *pl->len)) != VLLM_OK)
+            return rc;
+        pl->cap = c;
     }
     pl->off[pl->n] = pl->text.len;
     pl->len[pl->n] = n;

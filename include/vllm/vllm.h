@@ -155,7 +155,7 @@ typedef struct vllm_seq_output {
     const vllm_event *events;        /* QUEUED/SCHEDULED/PREEMPTED since the last output */
 } vllm_seq_output;
 
-/* Scheduler stats of one step (the metrics issue consumes these). */
+/* Scheduler stats of one step (what the metrics and the stats log line are built from). */
 typedef struct vllm_scheduler_stats {
     int32_t num_running, num_waiting;
     float kv_cache_usage;            /* used blocks / total blocks */
@@ -185,7 +185,7 @@ typedef struct vllm_step_output {
  * After a failed forward the engine is dead: every later step fails too. */
 vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out);
 
-/* ---- additions (engine helper) ------------------------------------------ */
+/* ---- what the engine was built with, its KV pool, LLM.generate ----------- */
 
 /* What the engine was built with (for /v1/models, cache_config_info, logs). */
 typedef struct vllm_engine_info {

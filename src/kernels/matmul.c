@@ -254,7 +254,7 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
  * shape blocked); on Zen 5 (2 threads, 1.1B F16 prefill 512, alternated)
  * blocking past 32 KB gives the AVX-512 tiles +7-8% (182 -> 196 tok/s) and
  * leaves AVX2 and 16-sequence decode unchanged. 32 KB it is: also the L1 of
- * the issue's Zen3, where 4 tokens' rows of x at k 2048 fill it already.
+ * a Zen 3 core (AVX2 only), where 4 tokens' rows of x at k 2048 fill it already.
  *
  * A single token (decode) reads every weight once: its R-row tiles take
  * rows q apart (n, n + q, ... for the range's R * q rows, q = rows / R), so

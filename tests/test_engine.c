@@ -400,6 +400,11 @@ TEST(test_prefix_cache_ten_blocks) {
     CHECK(vllm_engine_generate(warm, 1, pbp, &len, &sp, &other, &rw_b) == VLLM_OK);
     CHECK(rw_b[0].num_cached_tokens == 0, "another salt must not hit");
     vllm_request_results_free(rw_b, 1);
+    /* reset_prefix_cache forgets every cached block */
+    vllm_engine_reset_prefix_cache(warm);
+    CHECK(vllm_engine_generate(warm, 1, pbp, &len, &sp, &salted, &rw_b) == VLLM_OK);
+    CHECK(rw_b[0].num_cached_tokens == 0, "a hit after reset_prefix_cache: %d", rw_b[0].num_cached_tokens);
+    vllm_request_results_free(rw_b, 1);
     vllm_request_results_free(rc_b, 1);
     vllm_request_results_free(rw_a, 1);
     vllm_engine_free(cold);
@@ -597,6 +602,18 @@ TEST(test_spec_fake_proposer_and_verifier) {
     CHECK(so && so->stats.num_blocks_free == so->stats.num_blocks_total && so->stats.kv_cache_usage == 0.0f,
           "KV usage after every request finished: %d of %d blocks free", so ? so->stats.num_blocks_free : -1,
           so ? so->stats.num_blocks_total : -1);
+    CHECK(block_pool_check(kv_cache_manager_pool(engine_kv_cache_manager(e))) == VLLM_OK, "%s", vllm_errmsg());
+    /* the KV pool through the executor, as a KV connector reads it */
+    executor *ex = engine_executor(e);
+    size_t kvb = executor_kv_block_bytes(ex);
+    float *kb = malloc(kvb), *vb = malloc(kvb);
+    CHECK(kb && vb && kvb == 4 * 4 * 8 * sizeof(float), "%zu bytes: 4 KV heads x 4 slots x 8 dims", kvb);
+    /* (a block read and written back in place: the cached blocks' K/V must
+     * stay what their tokens say, the probes below check that) */
+    CHECK(executor_num_layers(ex) == 5 && executor_read_kv(ex, 4, 1, kb, vb) == VLLM_OK &&
+          executor_write_kv(ex, 4, 1, kb, vb) == VLLM_OK && executor_read_kv(ex, 5, 0, kb, vb) == VLLM_ERR_INVALID);
+    free(kb);
+    free(vb);
     /* every rejection: the sequence's tokens with its rejected drafts (or its
      * own token, then the drafts after it) as a prompt hits the cache for at
      * most its committed tokens' full blocks, and gets the logprobs a cold

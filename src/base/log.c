@@ -10,7 +10,6 @@
 
 static log_level min_level = (log_level)-1;
 
-void log_set_level(log_level level) { min_level = level; }
 
 static log_level level_from_env(void) {
     const char *s = getenv("VLLM_LOGGING_LEVEL");

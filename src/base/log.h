@@ -9,7 +9,6 @@
 
 typedef enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERROR } log_level;
 
-void log_set_level(log_level level);
 void log_write(log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -98,7 +98,6 @@ static void buf_escape(prom_buf *b, const char *s, bool quote) {
     }
 }
 
-void prom_buf_escape_label(prom_buf *b, const char *s) { buf_escape(b, s, true); }
 
 /* ---- numbers -------------------------------------------------------------- */
 
@@ -358,17 +357,6 @@ void prom_counter_add(prom_series *s, double v) {
 }
 
 void prom_gauge_set(prom_series *s, double v) { s->vals[0] = v; }
-
-double prom_value(const prom_series *s) { return s->vals[0]; }
-double prom_sum(const prom_series *s) {
-    const prom_family *f = s->fam;
-    return s->vals[f->num_vals - 2];
-}
-double prom_count(const prom_series *s) {
-    const prom_family *f = s->fam;
-    return s->vals[f->num_vals - 1];
-}
-double prom_bucket(const prom_series *s, int32_t i) { return s->vals[i]; }
 
 void prom_observe(prom_series *s, double v) {
     const prom_family *f = s->fam;

@@ -67,9 +67,6 @@ void prom_buf_append(prom_buf *b, const char *s, size_t n);
  * exponent form ("1.234567e+06"). buf must hold 32 bytes; returns buf. */
 char *prom_format_double(char buf[32], double v);
 
-/* Appends s with label-value escaping (\\, \", \n). */
-void prom_buf_escape_label(prom_buf *b, const char *s);
-
 vllm_status prom_registry_create(prom_registry **out);
 /* Frees the registry, its families and series. NULL is a no-op. */
 void prom_registry_free(prom_registry *r);
@@ -99,13 +96,6 @@ void prom_counter_add(prom_series *s, double v); /* v < 0 or NaN is ignored */
 void prom_gauge_set(prom_series *s, double v);
 /* Histogram: counts v in the first bucket with v <= le; summary: count and sum. */
 void prom_observe(prom_series *s, double v);
-
-/* Reads (lock held): a counter or gauge value, a histogram/summary count and
- * sum, a histogram's non-cumulative count in bucket i (i == num_buckets is +Inf). */
-double prom_value(const prom_series *s);
-double prom_count(const prom_series *s);
-double prom_sum(const prom_series *s);
-double prom_bucket(const prom_series *s, int32_t i);
 
 /* Appends every family in the exposition format. Takes the lock only to
  * copy the values. */

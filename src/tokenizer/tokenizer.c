@@ -688,19 +688,6 @@ vllm_status tokenizer_load_json(json_t *root, json_t *cfg, const char *tokenizer
     const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
     t->bos_id = bos ? token_id(t, bos, strlen(bos)) : -1;
     t->eos_id = eos ? token_id(t, eos, strlen(eos)) : -1;
-    json_t *ct = json_object_get(cfg, "chat_template");
-    if (json_is_array(ct)) { /* [{name, template}]: the "default" one */
-        json_t *x, *pick = NULL;
-        size_t i;
-        json_array_foreach(ct, i, x) {
-            if (jstr(x, "name") && !strcmp(jstr(x, "name"), "default")) pick = json_object_get(x, "template");
-        }
-        ct = pick;
-    }
-    if (json_is_string(ct) && (t->chat_template = strdup(json_string_value(ct))) == NULL) {
-        rc = vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory");
-        goto fail;
-    }
     init_byte_level(t);
     json_decref(root);
     json_decref(cfg);
@@ -764,7 +751,6 @@ void tokenizer_free(tokenizer *t) {
         free(t->dec.post[k].pat);
         free(t->dec.post[k].content);
     }
-    free(t->chat_template);
     free(t);
 }
 
@@ -773,7 +759,6 @@ void tokenizer_free(tokenizer *t) {
 int32_t tokenizer_vocab_size(const tokenizer *t) { return t->vocab_size; }
 int32_t tokenizer_bos_id(const tokenizer *t) { return t->bos_id; }
 int32_t tokenizer_eos_id(const tokenizer *t) { return t->eos_id; }
-const char *tokenizer_chat_template(const tokenizer *t) { return t->chat_template; }
 
 bool tokenizer_is_special(const tokenizer *t, int32_t id) {
     return id >= 0 && id < t->vocab_size && (t->id_flags[id] & ID_SPECIAL);

@@ -60,8 +60,6 @@ int32_t tokenizer_vocab_size(const tokenizer *t);  /* highest id + 1, added toke
 int32_t tokenizer_bos_id(const tokenizer *t);      /* -1 if none */
 int32_t tokenizer_eos_id(const tokenizer *t);      /* -1 if none */
 bool tokenizer_is_special(const tokenizer *t, int32_t id);
-/* The chat template from tokenizer_config.json, or NULL. Borrowed. */
-const char *tokenizer_chat_template(const tokenizer *t);
 /* The raw token string of an id (e.g. "▁the", "Ġthe", "<s>"), or NULL. Borrowed. */
 const char *tokenizer_id_to_piece(const tokenizer *t, int32_t id);
 /* The id of an exact piece/added token, or -1. */

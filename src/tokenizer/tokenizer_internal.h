@@ -108,7 +108,6 @@ struct tokenizer {
     bool llama_legacy_off;  /* LlamaTokenizer with legacy=false (transformers.js rewrite) */
     bool cleanup_spaces;    /* clean_up_tokenization_spaces */
     int32_t bos_id, eos_id;
-    char *chat_template;
 
     uint16_t cp_to_byte[324];  /* byte-level: unicode char (< 0x144) -> byte + 1, 0 = none */
     uint16_t byte_to_cp[256];

@@ -355,7 +355,7 @@ static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vll
     }
     delta_end_text(op, d, oom);
 
-    memcpy(op->toks + op->num_toks, o->new_token_ids, (size_t)kept * sizeof *op->toks);
+    if (kept > 0) memcpy(op->toks + op->num_toks, o->new_token_ids, (size_t)kept * sizeof *op->toks);
     op->num_toks += (size_t)kept;
     d->num_tokens = kept;
     if (r->logprobs >= 0 && o->new_logprobs) {

@@ -54,7 +54,7 @@ static void generate_usage(FILE *f) {
             "                                  min_p, seed, stop, stop_token_ids, ignore_eos, logprobs,\n"
             "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
             "                                  repetition_penalty, include_stop_str_in_output,\n"
-            "                                  skip_special_tokens, priority, cache_salt)\n"
+            "                                  skip_special_tokens, logit_bias, priority, cache_salt)\n"
             "Sampling (defaults: the model's generation_config.json, then vLLM's):\n"
             "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
@@ -282,6 +282,19 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
                     if (!add_stop(r, json_string_value(x), "stop")) return false;
                 }
             } else if (!json_is_null(v)) LINE_ERR("\"stop\" must be a string or a list of strings");
+        } else if (!strcmp(key, "logit_bias") && json_is_object(v)) {
+            if (json_object_size(v) > VLLM_MAX_LOGIT_BIAS) LINE_ERR("at most %d logit_bias entries", VLLM_MAX_LOGIT_BIAS);
+            sp->num_logit_bias = 0;
+            const char *tid;
+            json_t *x;
+            json_object_foreach(v, tid, x) {
+                char *end;
+                long id = strtol(tid, &end, 10);
+                if (!*tid || *end || id < 0 || id > INT32_MAX || !json_is_number(x))
+                    LINE_ERR("logit_bias: \"%s\" must be a token id with a number", tid);
+                sp->logit_bias_ids[sp->num_logit_bias] = (int32_t)id;
+                sp->logit_bias_values[sp->num_logit_bias++] = (float)json_number_value(x);
+            }
         } else if (!strcmp(key, "stop_token_ids") && json_is_array(v)) {
             if (json_array_size(v) > VLLM_MAX_STOP_TOKEN_IDS)
                 LINE_ERR("at most %d stop_token_ids", VLLM_MAX_STOP_TOKEN_IDS);

@@ -89,7 +89,6 @@ typedef struct fe_batch {
 
 struct frontend {
     vllm_engine *engine; /* engine thread only */
-    const tokenizer *tok;
     pthread_t engine_thread, output_thread;
     bool threads_started;
 
@@ -544,7 +543,6 @@ vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend 
         return rc;
     }
     f->engine = engine;
-    f->tok = tok;
     const char *delay = getenv("VLLMC_DEBUG_STEP_DELAY_US");
     if (delay && *delay) {
         f->step_delay_us = atol(delay);

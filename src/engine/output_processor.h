@@ -37,7 +37,10 @@
  *     generation_config.json's eos_token_id list other than the tokenizer's
  *     EOS are stop_token_ids in vLLM, so they report their id, here too).
  *   - Stop strings: the output ends at the first stop string completed in
- *     text from tokens past min_tokens (earliest completion, see stop.h);
+ *     text from tokens past min_tokens (earliest completion, see stop.h;
+ *     checked token by token, where vLLM checks a step's text at once and
+ *     takes the first listed string found: the two differ only when one
+ *     step completes two stop strings);
  *     the text is cut before it (after it with include_stop_str_in_output);
  *     finish_reason "stop", stop_reason the string, whatever the engine said
  *     in that step. The token whose text completed the match is the last of
@@ -49,7 +52,11 @@
  *     this is a deliberate difference.) If the engine still runs the
  *     sequence, it is listed in output_result.stops: the caller stops it
  *     there (vllm_engine_stop_sequence, or the frontend's stop command).
- *   - Other finishes (LENGTH, ABORT) release the text held back.
+ *   - Other finishes (LENGTH, ABORT) release the text held back (by the
+ *     stop matcher, and the detokenizer's unfinished tail, as U+FFFD).
+ *   - A delta goes out for an engine output with new tokens or a finish
+ *     (an output with only events, e.g. a prefill chunk, gives none), even
+ *     if its text is empty for now.
  *   - Once a sequence's final delta is out, later engine outputs for it
  *     (tokens made before the engine heard of the stop) give no delta.
  *   - Logprobs (request logprobs >= 0): per token, vLLM V1's dict order: the
@@ -168,7 +175,8 @@ vllm_status output_processor_process(output_processor *op, const vllm_step_outpu
                                      const output_result **res);
 
 /* Ends every live request here (the engine died or is gone): an ABORT delta
- * for each sequence without a final delta, then every request is done. */
+ * for each sequence without a final delta, with no text (what was held back
+ * is dropped: nothing more will come), then every request is done. */
 vllm_status output_processor_abort_all(output_processor *op, const output_result **res);
 
 /* Live requests (registered, not yet done). */

@@ -57,6 +57,11 @@ EOF
 }
 check_tp bench_throughput_token_totals 80 40 5 --input-len 16 --output-len 8
 check_tp bench_throughput_n2_prefix 100 80 5 --input-len 16 --output-len 8 --n 2 --prefix-len 4
+# vLLM's --disable-detokenize: the same totals without text
+check_tp bench_throughput_disable_detokenize 80 40 5 --input-len 16 --output-len 8 --disable-detokenize
+if "$VLLMC" bench latency --input-len 8 --output-len 8 --batch-size 2 --num-iters-warmup 0 --num-iters 2 \
+     --disable-detokenize >"$tmp/lat.out" 2>"$tmp/err" && grep -q '^Avg latency: ' "$tmp/lat.out"
+then ok bench_latency_disable_detokenize; else fail bench_latency_disable_detokenize "$(tail -3 "$tmp/err")"; fi
 
 # 3. range ratio: totals within the drawn bounds, and not all equal to the mean
 if "$VLLMC" bench throughput --num-prompts 20 --input-len 20 --output-len 10 --random-range-ratio 0.5 \
@@ -76,6 +81,7 @@ bad=
 for args in "latency --input-len 0" "throughput --dataset-name sharegpt" "throughput --random-range-ratio x" \
             "latency --bogus" "serve --request-rate 0" "serve --goodput ttft" "serve --backend hf" \
             "serve --backend openai-chat" "serve --metric-percentiles 100" "throughput --num-prompts 0" \
+            "throughput --disable-detokenize=1" \
             "throughput --n=x" "latency --num-iters" "serve --max-concurrency 0" "serve --top-k -2"; do
   # shellcheck disable=SC2086
   "$VLLMC" bench $args >"$tmp/o" 2>"$tmp/e"; rc=$?

@@ -46,7 +46,7 @@ static void on_added(void *ud, vllm_status rc, const char *error) {
     pthread_mutex_unlock(&r->mu);
 }
 
-static void on_delta(void *ud, const frontend_delta *d) {
+static void on_delta(void *ud, const output_delta *d) {
     rec *r = ud;
     pthread_mutex_lock(&r->mu);
     int i = d->index;

@@ -122,6 +122,9 @@ typedef enum vllm_finish_reason {
     VLLM_FINISH_ABORT,
 } vllm_finish_reason;
 
+/* vLLM's finish_reason names: "stop", "length", "abort"; NULL for NONE. */
+const char *vllm_finish_reason_str(vllm_finish_reason r);
+
 typedef enum vllm_event_type {
     VLLM_EVENT_QUEUED = 1,
     VLLM_EVENT_SCHEDULED,

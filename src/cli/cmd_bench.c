@@ -10,10 +10,13 @@
  *   serve       a load generator against an OpenAI-compatible server
  *               (cmd_bench_serve.c).
  *
- * latency and throughput use the public engine API (vllm_engine_generate)
- * in-process, as vLLM's use LLM.generate; every request has ignore_eos,
- * temperature 1 and top_p 1 as in vLLM, so output lengths are exact. The timed
- * region is generation only: prompts are made and the engine is built first.
+ * latency and throughput run the public engine API in-process with the
+ * output processor after every step (bench_generate), as vLLM's run
+ * LLM.generate: outputs are detokenized unless --disable-detokenize, as
+ * vLLM's benchmarks. Every request has ignore_eos, temperature 1 and top_p 1
+ * as in vLLM, so output lengths are exact. The timed region is generation
+ * and output processing: prompts are made, the tokenizer loaded and the
+ * engine built first.
  */
 #include "cli/cmd_bench.h"
 
@@ -24,11 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "bench/bench_dataset.h"
 #include "bench/bench_rng.h"
 #include "bench/bench_stats.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "engine/output_processor.h"
+#include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
 
 /* ---- shared helpers ----------------------------------------------------- */
@@ -155,7 +161,81 @@ static int parse_common(const char *cmd, vllm_engine_args *args, int argc, char 
 
 static void engine_usage(FILE *f) {
     engine_args_usage(f);
-    fprintf(f, "  --threads N                     worker threads (default: online CPUs)\n");
+    fprintf(f, "  --threads N                     worker threads (default: online CPUs)\n"
+               "  --disable-detokenize            do not detokenize outputs (vLLM's benchmarks do by\n"
+               "                                  default)\n");
+}
+
+/* The engine and the output processor of a latency/throughput run. */
+typedef struct bench_engine {
+    vllm_engine *engine;
+    tokenizer *tok;
+    output_processor *op;
+} bench_engine;
+
+static bool bench_engine_create(const char *cmd, const vllm_engine_args *args, bench_engine *b) {
+    memset(b, 0, sizeof *b);
+    if (tokenizer_load(args->tokenizer ? args->tokenizer : args->model, &b->tok) != VLLM_OK ||
+        output_processor_create(b->tok, &b->op) != VLLM_OK || vllm_engine_create(args, &b->engine) != VLLM_OK) {
+        fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
+        return false;
+    }
+    return true;
+}
+
+static void bench_engine_free(bench_engine *b) {
+    vllm_engine_free(b->engine);
+    output_processor_free(b->op);
+    tokenizer_free(b->tok);
+}
+
+/* vLLM's LLM.generate for the benchmarks: every prompt enters the engine at
+ * once (ids "bench-<i>"), and every step's outputs go through the output
+ * processor (text unless !detokenize). *num_output_tokens counts the tokens
+ * of every sequence's output. On failure nothing is left in the engine or
+ * the processor. */
+static vllm_status bench_generate(bench_engine *b, int32_t num_prompts, const int32_t *const *prompts,
+                                  const int32_t *lens, const vllm_sampling_params *sps, bool detokenize,
+                                  int64_t *num_output_tokens) {
+    *num_output_tokens = 0;
+    vllm_status rc = VLLM_OK;
+    char id[32];
+    int32_t added = 0;
+    for (; added < num_prompts && rc == VLLM_OK; added++) {
+        snprintf(id, sizeof id, "bench-%d", added);
+        if ((rc = vllm_engine_add_request(b->engine, id, prompts[added], lens[added], &sps[added], NULL)) != VLLM_OK)
+            break;
+        output_request q = {.request_id = id, .prompt_ids = prompts[added], .num_prompt_ids = lens[added],
+                            .sp = &sps[added], .skip_special_tokens = true, .detokenize = detokenize};
+        if ((rc = output_processor_add_request(b->op, &q)) != VLLM_OK) {
+            vllm_engine_abort_request(b->engine, id);
+            break;
+        }
+    }
+    while (rc == VLLM_OK && vllm_engine_has_unfinished(b->engine)) {
+        const vllm_step_output *so;
+        const output_result *res;
+        if ((rc = vllm_engine_step(b->engine, &so)) != VLLM_OK ||
+            (rc = output_processor_process(b->op, so, &res)) != VLLM_OK)
+            break;
+        for (int32_t i = 0; i < res->num_stops; i++)
+            vllm_engine_stop_sequence(b->engine, res->stops[i].request_id, res->stops[i].index);
+        for (int32_t i = 0; i < res->num_deltas; i++) *num_output_tokens += res->deltas[i].num_tokens;
+    }
+    if (rc != VLLM_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", vllm_errmsg());
+        for (int32_t i = 0; i < added; i++) {
+            snprintf(id, sizeof id, "bench-%d", i);
+            vllm_engine_abort_request(b->engine, id);
+        }
+        const vllm_step_output *so; /* flush the aborts; a dead engine stays dead */
+        while (vllm_engine_has_unfinished(b->engine) && vllm_engine_step(b->engine, &so) == VLLM_OK) {}
+        const output_result *res;
+        output_processor_abort_all(b->op, &res);
+        vllm_error(rc, "%s", msg);
+    }
+    return rc;
 }
 
 static bool write_json_file(const char *cmd, const char *path, json_t *o) {
@@ -181,6 +261,14 @@ static void latency_usage(FILE *f) {
     engine_usage(f);
 }
 
+/* --disable-detokenize (latency and throughput): 1 if argv[*i] is it, else 0. */
+static int parse_detokenize(const char *name, const char *iv, int *i, bool *detokenize) {
+    if (strcmp(name, "--disable-detokenize") || iv) return 0;
+    *detokenize = false;
+    (*i)++;
+    return 1;
+}
+
 int cmd_bench_latency(int argc, char **argv) {
     const char *cmd = "bench latency";
     vllm_engine_args args;
@@ -188,6 +276,7 @@ int cmd_bench_latency(int argc, char **argv) {
     args.model = cli_default_model_dir();
     int32_t input_len = 32, output_len = 128, batch = 8, n = 1, warmup = 10, iters = 30;
     const char *output_json = NULL;
+    bool detokenize = true;
     for (int i = 1; i < argc;) {
         int r = parse_common(cmd, &args, argc, argv, &i);
         if (r == 2) {
@@ -203,6 +292,7 @@ int cmd_bench_latency(int argc, char **argv) {
             {"--n", &n, 1}, {"--num-iters-warmup", &warmup, 0}, {"--num-iters", &iters, 1}};
         int got = bench_parse_int_flag(cmd, ints, sizeof ints / sizeof *ints, name, iv, argc, argv, &i);
         bool found = got != 0, ok = got >= 0;
+        if (!found) found = parse_detokenize(name, iv, &i, &detokenize);
         if (!found && !strcmp(name, "--ignore-eos") && !iv) { /* always on */
             found = true;
             i++;
@@ -220,15 +310,13 @@ int cmd_bench_latency(int argc, char **argv) {
     }
 
     int status = 1;
-    vllm_engine *e = NULL;
+    bench_engine be;
     int32_t *allowed = NULL, **prompts = NULL, *lens = NULL;
     vllm_sampling_params *sps = NULL;
     double *lat = NULL;
     json_t *out = NULL;
-    if (vllm_engine_create(&args, &e) != VLLM_OK) {
-        fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
-        goto done;
-    }
+    if (!bench_engine_create(cmd, &args, &be)) goto done;
+    vllm_engine *e = be.engine;
     vllm_engine_info info;
     vllm_engine_get_info(e, &info);
     if ((int64_t)input_len + output_len > info.max_model_len) { /* vLLM asserts the same */
@@ -260,18 +348,17 @@ int cmd_bench_latency(int argc, char **argv) {
     printf("Warming up...\n");
     fflush(stdout);
     for (int32_t it = -warmup; it < iters; it++) {
-        vllm_request_result *res;
         if (it == 0) {
             printf("Profiling iterations...\n");
             fflush(stdout);
         }
+        int64_t num_out;
         double t0 = vllm_monotonic_time();
-        if (vllm_engine_generate(e, batch, (const int32_t *const *)prompts, lens, sps, NULL, &res) != VLLM_OK) {
+        if (bench_generate(&be, batch, (const int32_t *const *)prompts, lens, sps, detokenize, &num_out) != VLLM_OK) {
             fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
             goto done;
         }
         double dt = vllm_monotonic_time() - t0;
-        vllm_request_results_free(res, batch);
         if (it >= 0) lat[it] = dt;
     }
     static const int pcts[] = {10, 25, 50, 75, 90, 99};
@@ -308,7 +395,7 @@ done:
     free(sps);
     free(lat);
     free(allowed);
-    vllm_engine_free(e);
+    bench_engine_free(&be);
     return status;
 }
 
@@ -341,6 +428,7 @@ int cmd_bench_throughput(int argc, char **argv) {
     bench_random_config cfg = {.num_prompts = 1000, .input_len = 1024, .output_len = 128};
     int32_t n = 1;
     const char *output_json = NULL;
+    bool detokenize = true;
     for (int i = 1; i < argc;) {
         int r = parse_common(cmd, &args, argc, argv, &i);
         if (r == 2) {
@@ -356,7 +444,7 @@ int cmd_bench_throughput(int argc, char **argv) {
             {"--num-prompts", &cfg.num_prompts, 1}, {"--n", &n, 1}, {"--prefix-len", &cfg.prefix_len, 0}};
         int got = bench_parse_int_flag(cmd, ints, sizeof ints / sizeof *ints, name, iv, argc, argv, &i);
         if (got < 0) return 2;
-        if (got > 0) continue;
+        if (got > 0 || parse_detokenize(name, iv, &i, &detokenize)) continue;
         const char *v = NULL;
         if (!strcmp(name, "--random-range-ratio")) {
             if (!(v = bench_flag_value(cmd, name, iv, argc, argv, &i)) ||
@@ -381,18 +469,15 @@ int cmd_bench_throughput(int argc, char **argv) {
     }
 
     int status = 1;
-    vllm_engine *e = NULL;
+    bench_engine be;
     bench_request *reqs = NULL;
     int32_t *allowed = NULL, *lens = NULL;
     const int32_t **prompts = NULL;
     vllm_sampling_params *sps = NULL;
-    vllm_request_result *res = NULL;
     json_t *out = NULL;
     int32_t np = cfg.num_prompts, num_allowed;
-    if (vllm_engine_create(&args, &e) != VLLM_OK) {
-        fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
-        goto done;
-    }
+    if (!bench_engine_create(cmd, &args, &be)) goto done;
+    vllm_engine *e = be.engine;
     bench_rng rng;
     bench_rng_seed(&rng, args.seed);
     if (!(allowed = allowed_ids(e, &num_allowed))) goto nomem;
@@ -418,14 +503,12 @@ int cmd_bench_throughput(int argc, char **argv) {
     }
     vllm_engine_reset_kv_cache_report(e);
     double t0 = vllm_monotonic_time();
-    if (vllm_engine_generate(e, np, prompts, lens, sps, NULL, &res) != VLLM_OK) {
+    /* output_tokens: what was generated (= sum of output lengths x n under ignore_eos) */
+    if (bench_generate(&be, np, prompts, lens, sps, detokenize, &output_tokens) != VLLM_OK) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
         goto done;
     }
     double elapsed = vllm_monotonic_time() - t0;
-    /* what was generated (= sum of output lengths x n under ignore_eos) */
-    for (int32_t k = 0; k < np; k++)
-        for (int32_t s = 0; s < res[k].n; s++) output_tokens += res[k].seqs[s].num_tokens;
     int64_t total = prompt_tokens + output_tokens;
     printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", np / elapsed,
            (double)total / elapsed, (double)output_tokens / elapsed);
@@ -458,13 +541,12 @@ nomem:
     fprintf(stderr, "vllmc %s: out of memory\n", cmd);
 done:
     json_decref(out);
-    if (res) vllm_request_results_free(res, np);
     bench_dataset_free(reqs, np);
     free(prompts);
     free(lens);
     free(sps);
     free(allowed);
-    vllm_engine_free(e);
+    bench_engine_free(&be);
     return status;
 }
 

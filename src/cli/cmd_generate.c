@@ -11,16 +11,19 @@
  * model's generation_config.json (vLLM's --generation-config auto), then the
  * flags, then per-line overrides.
  *
- * This is the front end: the engine works on token ids; here each sequence
- * gets an incremental detokenizer and a stop-string matcher (sample/stop.h).
- * When a stop string completes, the sequence is finished in the engine with
- * vllm_engine_stop_sequence before the next step, so no token is wasted.
+ * This is the front end: the engine works on token ids; the output
+ * processor (engine/output_processor.h, the server's too) turns each step
+ * into text, finishes and logprobs. When a stop string completes, the
+ * sequence is finished in the engine with vllm_engine_stop_sequence before
+ * the next step, so no token is wasted.
  *
  * Output: plain text (one request with n = 1 streams as it generates), or with
  * --json one object per request on stdout in input order:
  *   {"prompt_token_ids":[...],"outputs":[{"index":0,"text":"...","token_ids":[...],
  *    "finish_reason":"stop|length","stop_reason":...,"logprobs":null|[{"<id>":
  *    {"logprob":..,"rank":..,"decoded_token":".."},...},...]}]}
+ * (vLLM's RequestOutput: the logprobs dicts in V1's order, sampled token
+ * first.)
  * --stats prints one JSON object on stderr at the end (see print_stats).
  */
 #include <errno.h>
@@ -31,9 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
-#include "sample/stop.h"
+#include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
 
@@ -50,7 +54,7 @@ static void generate_usage(FILE *f) {
             "                                  min_p, seed, stop, stop_token_ids, ignore_eos, logprobs,\n"
             "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
             "                                  repetition_penalty, include_stop_str_in_output,\n"
-            "                                  priority, cache_salt)\n"
+            "                                  skip_special_tokens, logit_bias, priority, cache_salt)\n"
             "Sampling (defaults: the model's generation_config.json, then vLLM's):\n"
             "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
@@ -120,16 +124,12 @@ bad:
 /* ---- per-request state -------------------------------------------------- */
 
 typedef struct out_seq {
-    char *text;
+    char *text;                      /* NUL-terminated */
     size_t len, cap;
     int32_t *ids;
-    int32_t num_ids, cap_ids;
+    size_t num_ids, cap_ids;
     json_t *logprobs;                /* array, or NULL */
-    detokenizer *detok;
-    stop_matcher stop;
-    bool stop_inited;
-    bool finished;
-    const char *finish_reason;
+    vllm_finish_reason finish_reason;
     json_t *stop_reason;
 } out_seq;
 
@@ -142,43 +142,18 @@ typedef struct gen_request {
     char *stops[MAX_STOPS];
     int32_t num_stops;
     bool include_stop;
+    bool keep_special;               /* skip_special_tokens false */
     out_seq *seqs;                   /* (sp.n) */
 } gen_request;
 
 typedef struct gen_ctx {
     const tokenizer *tok;
     vllm_engine *engine;
+    output_processor *op;
     gen_request *reqs;
     int32_t num_reqs, cap_reqs;
     bool stream;                     /* one request, n = 1, plain text */
 } gen_ctx;
-
-static bool text_append(out_seq *s, const char *p, size_t n) {
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        while (cap < s->len + n + 1) cap *= 2;
-        char *t = realloc(s->text, cap);
-        if (!t) return false;
-        s->text = t;
-        s->cap = cap;
-    }
-    memcpy(s->text + s->len, p, n);
-    s->len += n;
-    s->text[s->len] = 0;
-    return true;
-}
-
-static bool ids_append(out_seq *s, int32_t id) {
-    if (s->num_ids == s->cap_ids) {
-        int32_t cap = s->cap_ids ? s->cap_ids * 2 : 64;
-        int32_t *t = realloc(s->ids, (size_t)cap * sizeof *t);
-        if (!t) return false;
-        s->ids = t;
-        s->cap_ids = cap;
-    }
-    s->ids[s->num_ids++] = id;
-    return true;
-}
 
 static void request_deinit(gen_request *r) {
     if (r->seqs)
@@ -188,8 +163,6 @@ static void request_deinit(gen_request *r) {
             free(s->ids);
             json_decref(s->logprobs);
             json_decref(s->stop_reason);
-            detokenizer_free(s->detok);
-            if (s->stop_inited) stop_matcher_deinit(&s->stop);
         }
     free(r->seqs);
     free(r->prompt);
@@ -291,6 +264,8 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
         } else if (!strcmp(key, "ignore_eos") && json_is_boolean(v)) sp->ignore_eos = json_is_true(v);
         else if (!strcmp(key, "include_stop_str_in_output") && json_is_boolean(v))
             r->include_stop = json_is_true(v);
+        else if (!strcmp(key, "skip_special_tokens") && json_is_boolean(v))
+            r->keep_special = !json_is_true(v);
         else if (!strcmp(key, "cache_salt") && json_is_string(v)) {
             free(r->cache_salt);
             if (!(r->cache_salt = strdup(json_string_value(v)))) LINE_ERR("out of memory");
@@ -307,6 +282,19 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
                     if (!add_stop(r, json_string_value(x), "stop")) return false;
                 }
             } else if (!json_is_null(v)) LINE_ERR("\"stop\" must be a string or a list of strings");
+        } else if (!strcmp(key, "logit_bias") && json_is_object(v)) {
+            if (json_object_size(v) > VLLM_MAX_LOGIT_BIAS) LINE_ERR("at most %d logit_bias entries", VLLM_MAX_LOGIT_BIAS);
+            sp->num_logit_bias = 0;
+            const char *tid;
+            json_t *x;
+            json_object_foreach(v, tid, x) {
+                char *end;
+                long id = strtol(tid, &end, 10);
+                if (!*tid || *end || id < 0 || id > INT32_MAX || !json_is_number(x))
+                    LINE_ERR("logit_bias: \"%s\" must be a token id with a number", tid);
+                sp->logit_bias_ids[sp->num_logit_bias] = (int32_t)id;
+                sp->logit_bias_values[sp->num_logit_bias++] = (float)json_number_value(x);
+            }
         } else if (!strcmp(key, "stop_token_ids") && json_is_array(v)) {
             if (json_array_size(v) > VLLM_MAX_STOP_TOKEN_IDS)
                 LINE_ERR("at most %d stop_token_ids", VLLM_MAX_STOP_TOKEN_IDS);
@@ -366,106 +354,71 @@ static bool read_prompts_file(gen_ctx *c, const char *path, const gen_request *d
 
 /* ---- output handling ---------------------------------------------------- */
 
-static bool start_sequences(gen_ctx *c, gen_request *r) {
+/* The request's output state, and its registration with the processor
+ * (after the engine accepted it as request id). */
+static bool start_request(gen_ctx *c, gen_request *r, const char *id) {
     int32_t n = r->sp.n;
     if (!(r->seqs = calloc((size_t)n, sizeof *r->seqs))) return false;
-    for (int32_t k = 0; k < n; k++) {
-        out_seq *s = &r->seqs[k];
-        s->finish_reason = NULL;
-        if (detokenizer_create(c->tok, r->prompt, r->num_prompt, true, &s->detok) != VLLM_OK) return false;
-        if (stop_matcher_init(&s->stop, (const char *const *)r->stops, r->num_stops, r->include_stop) !=
-            VLLM_OK)
-            return false;
-        s->stop_inited = true;
-        if (r->sp.logprobs >= 0 && !(s->logprobs = json_array())) return false;
-        if (!text_append(s, "", 0)) return false;
-    }
+    for (int32_t k = 0; k < n; k++)
+        if (r->sp.logprobs >= 0 && !(r->seqs[k].logprobs = json_array())) return false;
+    output_request q = {
+        .request_id = id,
+        .prompt_ids = r->prompt,
+        .num_prompt_ids = r->num_prompt,
+        .sp = &r->sp,
+        .stop = (const char *const *)r->stops,
+        .num_stop = r->num_stops,
+        .include_stop_str_in_output = r->include_stop,
+        .skip_special_tokens = !r->keep_special,
+        .detokenize = true,
+        .ud = r,
+    };
+    return output_processor_add_request(c->op, &q) == VLLM_OK;
+}
+
+static bool text_append(out_seq *s, const char *p, size_t n) {
+    if (buf_grow((void **)&s->text, &s->cap, s->len + n + 1, 1) != VLLM_OK) return false;
+    memcpy(s->text + s->len, p, n);
+    s->len += n;
+    s->text[s->len] = 0;
     return true;
 }
 
-static void emit(gen_ctx *c, out_seq *s, const stop_update *u) {
-    text_append(s, u->text, u->len);
-    if (c->stream && u->len) {
-        fwrite(u->text, 1, u->len, stdout);
+/* One position's logprobs as vLLM's dict {"<id>": {logprob, rank, decoded_token}}. */
+static json_t *logprobs_json(const output_token_logprobs *lp) {
+    json_t *d = json_object();
+    for (int32_t k = 0; k < lp->num_entries; k++) {
+        const output_logprob *e = &lp->entries[k];
+        char key[16];
+        snprintf(key, sizeof key, "%d", e->token_id);
+        json_t *x = json_object(), *t = json_stringn(e->text ? e->text : "", e->text_len);
+        json_object_set_new(x, "logprob", json_real(e->logprob));
+        json_object_set_new(x, "rank", json_integer(e->rank));
+        json_object_set_new(x, "decoded_token", t ? t : json_null());
+        json_object_set_new(d, key, x);
+    }
+    return d;
+}
+
+/* One delta of one sequence. Returns false when out of memory. */
+static bool handle_delta(gen_ctx *c, const output_delta *d) {
+    gen_request *r = d->ud;
+    out_seq *s = &r->seqs[d->index];
+    if (!text_append(s, d->text, d->text_len)) return false;
+    if (c->stream && d->text_len) {
+        fwrite(d->text, 1, d->text_len, stdout);
         fflush(stdout);
     }
-}
-
-static json_t *logprob_entry(const tokenizer *tok, int32_t id, float lp, int32_t rank) {
-    char *text = NULL;
-    size_t len = 0;
-    json_t *e = json_object();
-    json_object_set_new(e, "logprob", json_real(lp));
-    json_object_set_new(e, "rank", json_integer(rank));
-    if (tokenizer_decode(tok, &id, 1, false, &text, &len) == VLLM_OK) {
-        json_t *t = json_stringn(text, len);
-        json_object_set_new(e, "decoded_token", t ? t : json_null());
-    }
-    free(text);
-    return e;
-}
-
-static const char *reason_name(vllm_finish_reason r) {
-    return r == VLLM_FINISH_STOP ? "stop" : r == VLLM_FINISH_LENGTH ? "length" : "abort";
-}
-
-/* One sequence's news from a step. Returns false on a fatal error. */
-static bool handle_output(gen_ctx *c, gen_request *r, const vllm_seq_output *o, const char *id) {
-    out_seq *s = &r->seqs[o->index];
-    if (s->finished) return true; /* the STOP we asked for, after a stop string */
-    for (int32_t t = 0; t < o->num_new_tokens; t++) {
-        int32_t tokid = o->new_token_ids[t];
-        if (!ids_append(s, tokid)) return false;
-        if (s->logprobs && o->new_logprobs) {
-            const vllm_token_logprobs *lp = &o->new_logprobs[t];
-            json_t *d = json_object();
-            char key[16];
-            snprintf(key, sizeof key, "%d", lp->token_id);
-            json_object_set_new(d, key, logprob_entry(c->tok, lp->token_id, lp->logprob, lp->rank));
-            for (int32_t m = 0; m < lp->num_top; m++) {
-                snprintf(key, sizeof key, "%d", lp->top_ids[m]);
-                if (!json_object_get(d, key))
-                    json_object_set_new(d, key, logprob_entry(c->tok, lp->top_ids[m], lp->top_logprobs[m], m + 1));
-            }
-            json_array_append_new(s->logprobs, d);
-        }
-        const char *piece;
-        size_t len;
-        if (detokenizer_push(s->detok, tokid, &piece, &len) != VLLM_OK) {
-            fprintf(stderr, "vllmc generate: request %s: %s\n", id, vllm_errmsg());
-            return false;
-        }
-        stop_update u;
-        if (stop_matcher_feed(&s->stop, piece, len, s->num_ids > r->sp.min_tokens, &u) != VLLM_OK) return false;
-        emit(c, s, &u);
-        if (u.stop_index >= 0) {
-            s->finished = true;
-            s->finish_reason = "stop";
-            s->stop_reason = json_string(r->stops[u.stop_index]);
-            vllm_engine_stop_sequence(c->engine, id, o->index);
-            return true;
-        }
-    }
-    if (o->finish_reason != VLLM_FINISH_NONE) {
-        const char *piece;
-        size_t len;
-        stop_update u;
-        if (detokenizer_flush(s->detok, &piece, &len) == VLLM_OK && len) {
-            if (stop_matcher_feed(&s->stop, piece, len, s->num_ids > r->sp.min_tokens, &u) == VLLM_OK) {
-                emit(c, s, &u);
-                if (u.stop_index >= 0) {
-                    s->finished = true;
-                    s->finish_reason = "stop";
-                    s->stop_reason = json_string(r->stops[u.stop_index]);
-                    return true;
-                }
-            }
-        }
-        stop_matcher_finish(&s->stop, &u);
-        emit(c, s, &u);
-        s->finished = true;
-        s->finish_reason = reason_name(o->finish_reason);
-        s->stop_reason = o->stop_token_id >= 0 ? json_integer(o->stop_token_id) : json_null();
+    if (buf_grow((void **)&s->ids, &s->cap_ids, s->num_ids + (size_t)d->num_tokens, sizeof *s->ids) != VLLM_OK)
+        return false;
+    memcpy(s->ids + s->num_ids, d->token_ids, (size_t)d->num_tokens * sizeof *s->ids);
+    s->num_ids += (size_t)d->num_tokens;
+    if (s->logprobs && d->logprobs)
+        for (int32_t t = 0; t < d->num_tokens; t++) json_array_append_new(s->logprobs, logprobs_json(&d->logprobs[t]));
+    if (d->finish_reason != VLLM_FINISH_NONE) {
+        s->finish_reason = d->finish_reason;
+        s->stop_reason = d->stop_str ? json_string(d->stop_str)
+                         : d->stop_token_id >= 0 ? json_integer(d->stop_token_id) : json_null();
     }
     return true;
 }
@@ -478,11 +431,12 @@ static bool print_json(const gen_request *r) {
         const out_seq *s = &r->seqs[k];
         json_t *x = json_object(), *ids = json_array();
         json_object_set_new(x, "index", json_integer(k));
-        json_t *t = json_stringn(s->text, s->len);
+        json_t *t = json_stringn(s->text ? s->text : "", s->len);
         json_object_set_new(x, "text", t ? t : json_stringn_nocheck(s->text, s->len));
-        for (int32_t i = 0; i < s->num_ids; i++) json_array_append_new(ids, json_integer(s->ids[i]));
+        for (size_t i = 0; i < s->num_ids; i++) json_array_append_new(ids, json_integer(s->ids[i]));
         json_object_set_new(x, "token_ids", ids);
-        json_object_set_new(x, "finish_reason", json_string(s->finish_reason ? s->finish_reason : "abort"));
+        const char *fr = vllm_finish_reason_str(s->finish_reason);
+        json_object_set_new(x, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set(x, "stop_reason", s->stop_reason ? s->stop_reason : json_null());
         json_object_set(x, "logprobs", s->logprobs ? s->logprobs : json_null());
         json_array_append_new(outs, x);
@@ -613,6 +567,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     c.tok = tok;
+    if (output_processor_create(tok, &c.op) != VLLM_OK) {
+        fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+        goto done;
+    }
     vllm_engine_default_sampling_params(c.engine, &flags.sp);
     vllm_sampling_params *d = &flags.sp;
     if (set.max_tokens) d->max_tokens = sf.max_tokens;
@@ -674,7 +632,7 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
             goto done;
         }
-        if (!start_sequences(&c, r)) {
+        if (!start_request(&c, r, id)) {
             fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
             goto done;
         }
@@ -695,9 +653,15 @@ int cmd_generate(int argc, char **argv) {
         if (s->num_scheduled_seqs > st.max_seqs) st.max_seqs = s->num_scheduled_seqs;
         st.blocks_total = s->num_blocks_total;
         st.blocks_free = s->num_blocks_free;
-        for (int32_t j = 0; j < so->num_outputs; j++) {
-            const vllm_seq_output *o = &so->outputs[j];
-            if (!handle_output(&c, &c.reqs[atoi(o->request_id)], o, o->request_id)) {
+        const output_result *res;
+        if (output_processor_process(c.op, so, &res) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+        for (int32_t j = 0; j < res->num_stops; j++)
+            vllm_engine_stop_sequence(c.engine, res->stops[j].request_id, res->stops[j].index);
+        for (int32_t j = 0; j < res->num_deltas; j++) {
+            if (!handle_delta(&c, &res->deltas[j])) {
                 fprintf(stderr, "vllmc generate: out of memory\n");
                 goto done;
             }
@@ -710,9 +674,11 @@ int cmd_generate(int argc, char **argv) {
         } else if (c.stream) {
             putchar('\n');
         } else {
-            for (int32_t k = 0; k < r->sp.n; k++)
-                printf("--- request %d, output %d (%s)\n%s\n", i, k, r->seqs[k].finish_reason,
-                       r->seqs[k].text);
+            for (int32_t k = 0; k < r->sp.n; k++) {
+                const char *fr = vllm_finish_reason_str(r->seqs[k].finish_reason);
+                printf("--- request %d, output %d (%s)\n%s\n", i, k, fr ? fr : "running",
+                       r->seqs[k].text ? r->seqs[k].text : "");
+            }
         }
     }
     if (stats) print_stats(&st);
@@ -725,6 +691,7 @@ done:
     for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c.reqs[i]);
     free(c.reqs);
     for (int32_t i = 0; i < flags.num_stops; i++) free(flags.stops[i]);
+    output_processor_free(c.op);
     vllm_engine_free(c.engine);
     tokenizer_free(tok);
     free(prompts);

@@ -327,10 +327,9 @@ static void add_families(builder *b) {
         static const char *const labels[] = {"model_name", "engine", "finished_reason"};
         prom_family *f = add_family(b, "vllm:request_success", "Count of successfully processed requests.",
                                     PROM_COUNTER, labels, 3, NULL, 0);
-        static const char *const reasons[] = {"stop", "length", "abort"};
-        for (int i = 0; i < 3 && b->rc == VLLM_OK; i++) {
-            const char *values[] = {m->model_name, m->engine, reasons[i]};
-            b->rc = prom_series_get(m->reg, f, values, &m->success[VLLM_FINISH_STOP + i]);
+        for (int r = VLLM_FINISH_STOP; r <= VLLM_FINISH_ABORT && b->rc == VLLM_OK; r++) {
+            const char *values[] = {m->model_name, m->engine, vllm_finish_reason_str((vllm_finish_reason)r)};
+            b->rc = prom_series_get(m->reg, f, values, &m->success[r]);
         }
     }
     m->h_prompt = add_std(b, "vllm:request_prompt_tokens", "Number of prefill tokens processed.",

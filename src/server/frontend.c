@@ -12,8 +12,9 @@
  *
  * Ordering: an add's outcome travels in the same queue as, and before, the
  * first outputs of that request, so the output thread registers a request
- * before it can see its tokens. The output thread alone owns the registry
- * (request id -> fe_req), so it needs no lock.
+ * (with the output processor, engine/output_processor.h, whose request
+ * state carries the fe_req) before it can see its tokens. The output thread
+ * alone owns the processor, so it needs no lock.
  *
  * Sleeping: the engine thread waits on engine_cv when it has no commands
  * and the engine has no unfinished request; the output thread waits on
@@ -21,9 +22,9 @@
  *
  * Stop strings: when a sequence's text hits one, its final delta goes out at
  * once and the engine is asked (a command) to stop the sequence; tokens it
- * makes in the meantime are dropped. The request is forgotten only when the
- * engine has reported every sequence finished, so blocks are always freed
- * by the engine before on_done.
+ * makes in the meantime are dropped. The processor forgets a request only
+ * when the engine has reported every sequence finished, so blocks are
+ * always freed by the engine before on_done.
  */
 #include "server/frontend.h"
 
@@ -31,22 +32,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "sample/stop.h"
 
-typedef struct fe_seq {
-    detokenizer *detok;
-    stop_matcher stop;
-    int32_t num_tokens;
-    bool done_fe;     /* final delta delivered */
-    bool done_engine; /* the engine reported it finished */
-} fe_seq;
-
+/* A request from frontend_add_request until on_done; after registration it
+ * is the output processor's ud for the request. */
 typedef struct fe_req {
-    struct fe_req *hnext; /* registry chain */
     char *id;
     int32_t *prompt_ids;
     int32_t num_prompt;
@@ -57,9 +50,6 @@ typedef struct fe_req {
     int32_t num_stop;
     bool include_stop, skip_special;
     frontend_sink sink;
-    fe_seq *seqs; /* (sp.n), created on registration */
-    int32_t num_engine_done;
-    int32_t num_prompt_tokens, num_cached;
 } fe_req;
 
 typedef enum cmd_kind { CMD_ADD, CMD_ABORT, CMD_STOP_SEQ } cmd_kind;
@@ -99,7 +89,6 @@ typedef struct fe_batch {
 
 struct frontend {
     vllm_engine *engine; /* engine thread only */
-    const tokenizer *tok;
     pthread_t engine_thread, output_thread;
     bool threads_started;
 
@@ -115,45 +104,16 @@ struct frontend {
     int64_t num_live;
     vllm_scheduler_stats stats;
 
-    /* output thread only */
-    fe_req **buckets;
-    size_t num_buckets, num_registered;
-    char *text;          /* a step's delta texts, each NUL-terminated (fe_pend) */
-    size_t text_len, text_cap;
-    struct fe_pend *pend; /* (cap_pend) per output of the step being handled */
-    size_t cap_pend;
+    /* output thread only (frontend_free after both threads are joined) */
+    output_processor *op;
+    vllm_finish_reason *engine_finish; /* (cap_engine_finish) a step's finishes, saved around the observer */
+    size_t cap_engine_finish;
 };
-
-/* What the first pass over a step found for one output (see output_main). */
-typedef struct fe_pend {
-    bool deliver;                 /* a delta goes to the sink */
-    int32_t stop_index;           /* the stop string that matched, else -1 */
-    vllm_finish_reason engine_finish;
-    size_t text_off, text_len;    /* in f->text */
-} fe_pend;
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np) return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
-
 static void req_free(fe_req *r) {
     if (!r) return;
-    if (r->seqs) {
-        for (int32_t i = 0; i < r->sp.n; i++) {
-            detokenizer_free(r->seqs[i].detok);
-            stop_matcher_deinit(&r->seqs[i].stop);
-        }
-        free(r->seqs);
-    }
     for (int32_t i = 0; i < r->num_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->id);
@@ -178,50 +138,6 @@ static cmd *cmd_new(cmd_kind kind, const char *id, int32_t index) {
     c->index = index;
     if (id) memcpy(c->id, id, n);
     return c;
-}
-
-/* ---- registry (output thread) ------------------------------------------------- */
-
-static size_t id_hash(const char *id) { return (size_t)XXH64(id, strlen(id), 0); }
-
-static fe_req *registry_find(frontend *f, const char *id) {
-    if (!f->num_buckets) return NULL;
-    for (fe_req *r = f->buckets[id_hash(id) & (f->num_buckets - 1)]; r; r = r->hnext)
-        if (!strcmp(r->id, id)) return r;
-    return NULL;
-}
-
-static bool registry_add(frontend *f, fe_req *r) {
-    if (f->num_registered + 1 > f->num_buckets) {
-        size_t nb = f->num_buckets ? f->num_buckets * 2 : 64;
-        fe_req **b = calloc(nb, sizeof *b);
-        if (!b) return false;
-        for (size_t i = 0; i < f->num_buckets; i++) {
-            for (fe_req *x = f->buckets[i], *next; x; x = next) {
-                next = x->hnext;
-                size_t h = id_hash(x->id) & (nb - 1);
-                x->hnext = b[h];
-                b[h] = x;
-            }
-        }
-        free(f->buckets);
-        f->buckets = b;
-        f->num_buckets = nb;
-    }
-    size_t h = id_hash(r->id) & (f->num_buckets - 1);
-    r->hnext = f->buckets[h];
-    f->buckets[h] = r;
-    f->num_registered++;
-    return true;
-}
-
-static void registry_remove(frontend *f, fe_req *r) {
-    fe_req **pp = &f->buckets[id_hash(r->id) & (f->num_buckets - 1)];
-    while (*pp && *pp != r) pp = &(*pp)->hnext;
-    if (*pp) {
-        *pp = r->hnext;
-        f->num_registered--;
-    }
 }
 
 /* ---- engine thread ---------------------------------------------------------- */
@@ -269,7 +185,7 @@ static void batch_put(frontend *f, fe_batch *b) {
 /* Appends a NUL-terminated string to the batch's pool; returns its offset. */
 static size_t batch_str(fe_batch *b, const char *s) {
     size_t n = strlen(s) + 1;
-    if (!grow((void **)&b->strs, &b->cap_strs, b->n_strs + n, 1)) return SIZE_MAX;
+    if (buf_grow((void **)&b->strs, &b->cap_strs, b->n_strs + n, 1) != VLLM_OK) return SIZE_MAX;
     memcpy(b->strs + b->n_strs, s, n);
     size_t off = b->n_strs;
     b->n_strs += n;
@@ -277,7 +193,7 @@ static size_t batch_str(fe_batch *b, const char *s) {
 }
 
 static void note_added(fe_batch *b, fe_req *r, vllm_status rc, const char *err) {
-    if (!grow((void **)&b->added, &b->cap_added, b->n_added + 1, sizeof *b->added)) {
+    if (buf_grow((void **)&b->added, &b->cap_added, b->n_added + 1, sizeof *b->added) != VLLM_OK) {
         log_error("frontend: out of memory recording an add; request %s is lost", r->id);
         return;
     }
@@ -302,13 +218,13 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
             for (int32_t t = 0; t < o->num_new_tokens; t++) ntop += (size_t)o->new_logprobs[t].num_top;
         }
     }
-    if (!grow((void **)&b->outs, &b->cap_outs, b->n_outs + (size_t)out->num_outputs, sizeof *b->outs) ||
-        !grow((void **)&b->evs, &b->cap_evs, b->n_evs + nev, sizeof *b->evs) ||
-        !grow((void **)&b->toks, &b->cap_toks, b->n_toks + ntok, sizeof *b->toks) ||
-        !grow((void **)&b->lps, &b->cap_lps, b->n_lps + nlp, sizeof *b->lps) ||
-        !grow((void **)&b->top_ids, &b->cap_top, b->n_top + ntop, sizeof *b->top_ids) ||
-        !grow((void **)&b->top_lps, &b->cap_top_lps, b->n_top + ntop, sizeof *b->top_lps) ||
-        !grow((void **)&b->strs, &b->cap_strs, b->n_strs + nstr, 1))
+    if (buf_grow((void **)&b->outs, &b->cap_outs, b->n_outs + (size_t)out->num_outputs, sizeof *b->outs) ||
+        buf_grow((void **)&b->evs, &b->cap_evs, b->n_evs + nev, sizeof *b->evs) ||
+        buf_grow((void **)&b->toks, &b->cap_toks, b->n_toks + ntok, sizeof *b->toks) ||
+        buf_grow((void **)&b->lps, &b->cap_lps, b->n_lps + nlp, sizeof *b->lps) ||
+        buf_grow((void **)&b->top_ids, &b->cap_top, b->n_top + ntop, sizeof *b->top_ids) ||
+        buf_grow((void **)&b->top_lps, &b->cap_top_lps, b->n_top + ntop, sizeof *b->top_lps) ||
+        buf_grow((void **)&b->strs, &b->cap_strs, b->n_strs + nstr, 1))
         return false;
     b->has_step = true;
     b->timestamp = out->timestamp;
@@ -452,17 +368,7 @@ static void *engine_main(void *arg) {
 
 /* ---- output thread ------------------------------------------------------------ */
 
-static bool text_append(frontend *f, const char *s, size_t n) {
-    if (!n) return true;
-    if (!grow((void **)&f->text, &f->text_cap, f->text_len + n + 1, 1)) return false;
-    memcpy(f->text + f->text_len, s, n);
-    f->text_len += n;
-    f->text[f->text_len] = 0;
-    return true;
-}
-
 static void request_done(frontend *f, fe_req *r) {
-    registry_remove(f, r);
     r->sink.on_done(r->sink.ud);
     req_free(r);
     pthread_mutex_lock(&f->mu);
@@ -487,7 +393,6 @@ static void register_added(frontend *f, fe_batch *b, fe_added *a) {
     if (a->rc != VLLM_OK) {
         const char *err = a->err_off == SIZE_MAX ? vllm_status_str(a->rc) : b->strs + a->err_off;
         r->sink.on_added(r->sink.ud, a->rc, err);
-        r->seqs = NULL;
         r->sink.on_done(r->sink.ud);
         req_free(r);
         pthread_mutex_lock(&f->mu);
@@ -496,19 +401,22 @@ static void register_added(frontend *f, fe_batch *b, fe_added *a) {
         pthread_mutex_unlock(&f->mu);
         return;
     }
-    vllm_status rc = VLLM_OK;
-    r->seqs = calloc((size_t)r->sp.n, sizeof *r->seqs);
-    if (!r->seqs) rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
-    for (int32_t i = 0; rc == VLLM_OK && i < r->sp.n; i++) {
-        rc = detokenizer_create(f->tok, r->prompt_ids, r->num_prompt, r->skip_special, &r->seqs[i].detok);
-        if (rc == VLLM_OK)
-            rc = stop_matcher_init(&r->seqs[i].stop, (const char *const *)r->stop, r->num_stop,
-                                   r->include_stop);
-    }
-    if (rc == VLLM_OK && !registry_add(f, r)) rc = vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    output_request q = {
+        .request_id = r->id,
+        .prompt_ids = r->prompt_ids,
+        .num_prompt_ids = r->num_prompt,
+        .sp = &r->sp,
+        .stop = (const char *const *)r->stop,
+        .num_stop = r->num_stop,
+        .include_stop_str_in_output = r->include_stop,
+        .skip_special_tokens = r->skip_special,
+        .detokenize = true,
+        .ud = r,
+    };
+    vllm_status rc = output_processor_add_request(f->op, &q);
     if (rc != VLLM_OK) {
-        /* The engine has it: abort there, report here, and let a later output
-         * find no registry entry (ignored). */
+        /* The engine has it: abort there, report here, and let its later
+         * outputs find no request in the processor (ignored). */
         enqueue(f, CMD_ABORT, r->id, 0);
         r->sink.on_added(r->sink.ud, rc, vllm_errmsg());
         r->sink.on_done(r->sink.ud);
@@ -526,133 +434,66 @@ static void register_added(frontend *f, fe_batch *b, fe_added *a) {
     if (abort_now) enqueue(f, CMD_ABORT, r->id, 0);
 }
 
-static bool in_stop_ids(const fe_req *r, int32_t id) {
-    for (int32_t i = 0; i < r->sp.num_stop_token_ids; i++)
-        if (r->sp.stop_token_ids[i] == id) return true;
-    return false;
+/* The processor's results to the sinks: stop commands first (the engine
+ * should hear of them as early as possible), then every delta, then on_done
+ * of the requests the processor is done with. */
+static void deliver(frontend *f, const output_result *res) {
+    for (int32_t i = 0; i < res->num_stops; i++) enqueue(f, CMD_STOP_SEQ, res->stops[i].request_id, res->stops[i].index);
+    for (int32_t i = 0; i < res->num_deltas; i++) {
+        const output_delta *d = &res->deltas[i];
+        fe_req *r = d->ud;
+        r->sink.on_delta(r->sink.ud, d);
+    }
+    for (int32_t i = 0; i < res->num_done; i++) request_done(f, res->done[i].ud);
 }
 
-/* First pass (before the step observer): detokenizes one output's new
- * tokens and applies stop strings, the text going to f->text. */
-static void prepare_out(frontend *f, const vllm_seq_output *o, fe_pend *p) {
-    *p = (fe_pend){.stop_index = -1, .engine_finish = o->finish_reason};
-    fe_req *r = registry_find(f, o->request_id);
-    if (!r || o->index < 0 || o->index >= r->sp.n) return;
-    fe_seq *s = &r->seqs[o->index];
-    if (s->done_engine || s->done_fe || (o->num_new_tokens == 0 && o->finish_reason == VLLM_FINISH_NONE))
+/* One batch's step: the processor, the step observer, the sinks. The
+ * observer sees the finishes the clients will see (a stop string matched in
+ * a step where the engine also stopped for length reads STOP), before any
+ * client does. */
+static void handle_step(frontend *f, fe_batch *b) {
+    vllm_step_output view = {.timestamp = b->timestamp, .num_outputs = (int32_t)b->n_outs,
+                             .outputs = b->outs, .stats = b->stats};
+    const output_result *res;
+    if (output_processor_process(f->op, &view, &res) != VLLM_OK) {
+        log_error("frontend: out of memory handling a step; its outputs are lost: %s", vllm_errmsg());
         return;
-    p->deliver = true;
-    p->text_off = f->text_len;
-    const int32_t *toks = o->new_token_ids;
-    bool stop_terminated = o->finish_reason == VLLM_FINISH_STOP && o->stop_token_id >= 0;
-    int32_t ndetok = o->num_new_tokens - (stop_terminated && !r->include_stop && o->num_new_tokens > 0 ? 1 : 0);
-    int32_t stop_index = -1;
-    bool oom = false;
-    stop_update u;
-    for (int32_t i = 0; i < o->num_new_tokens; i++) {
-        s->num_tokens++;
-        if (i >= ndetok || stop_index >= 0) continue;
-        const char *piece = "";
-        size_t plen = 0;
-        if (detokenizer_push(s->detok, toks[i], &piece, &plen) != VLLM_OK) {
-            log_warn("request %s: cannot detokenize id %d: %s", r->id, toks[i], vllm_errmsg());
-            continue;
-        }
-        if (stop_matcher_feed(&s->stop, piece, plen, s->num_tokens > r->sp.min_tokens, &u) != VLLM_OK) {
-            oom = true;
-            continue;
-        }
-        oom |= !text_append(f, u.text, u.len);
-        if (u.stop_index >= 0) stop_index = u.stop_index;
     }
-    if (stop_index < 0 && o->finish_reason != VLLM_FINISH_NONE) {
-        const char *tail = "";
-        size_t tlen = 0;
-        if (detokenizer_flush(s->detok, &tail, &tlen) == VLLM_OK && tlen) {
-            if (stop_matcher_feed(&s->stop, tail, tlen, s->num_tokens > r->sp.min_tokens, &u) == VLLM_OK) {
-                oom |= !text_append(f, u.text, u.len);
-                if (u.stop_index >= 0) stop_index = u.stop_index;
-            }
+    if (b->has_step && f->observer) {
+        bool saved = buf_grow((void **)&f->engine_finish, &f->cap_engine_finish, b->n_outs,
+                              sizeof *f->engine_finish) == VLLM_OK;
+        for (int32_t i = 0; saved && i < res->num_deltas; i++) {
+            const output_delta *d = &res->deltas[i];
+            if (d->output_index < 0 || d->finish_reason == VLLM_FINISH_NONE) continue;
+            f->engine_finish[d->output_index] = b->outs[d->output_index].finish_reason;
+            b->outs[d->output_index].finish_reason = d->finish_reason;
         }
-        if (stop_index < 0) {
-            stop_matcher_finish(&s->stop, &u);
-            oom |= !text_append(f, u.text, u.len);
+        f->observer(f->observer_ud, &view);
+        for (int32_t i = 0; saved && i < res->num_deltas; i++) {
+            const output_delta *d = &res->deltas[i];
+            if (d->output_index >= 0 && d->finish_reason != VLLM_FINISH_NONE)
+                b->outs[d->output_index].finish_reason = f->engine_finish[d->output_index];
         }
     }
-    p->text_len = f->text_len - p->text_off;
-    oom |= !text_append(f, "", 1); /* the NUL after this delta's text */
-    if (oom) {
-        log_error("request %s: out of memory building output text; some text is lost", r->id);
-        p->text_off = p->text_len = 0;
-    }
-    p->stop_index = stop_index;
-}
-
-/* Second pass (after the step observer): the delta to the sink. */
-static void deliver(frontend *f, fe_req *r, fe_seq *s, const vllm_seq_output *o, const fe_pend *p) {
-    bool stop_terminated = o->finish_reason == VLLM_FINISH_STOP && o->stop_token_id >= 0;
-    frontend_delta d = {
-        .index = o->index,
-        .text = f->text && p->text_len ? f->text + p->text_off : "",
-        .text_len = p->text_len,
-        .token_ids = o->new_token_ids,
-        .num_tokens = o->num_new_tokens,
-        .logprobs = o->new_logprobs,
-        .finish_reason = o->finish_reason,
-        .stop_str = NULL,
-        .stop_token_id = -1,
-        .num_prompt_tokens = r->num_prompt_tokens,
-        .num_cached_tokens = r->num_cached,
-    };
-    if (p->stop_index >= 0) {
-        d.finish_reason = VLLM_FINISH_STOP;
-        d.stop_str = r->stop[p->stop_index];
-        if (o->finish_reason == VLLM_FINISH_NONE) enqueue(f, CMD_STOP_SEQ, r->id, o->index);
-    } else if (stop_terminated && in_stop_ids(r, o->stop_token_id)) {
-        d.stop_token_id = o->stop_token_id;
-    }
-    if (d.finish_reason != VLLM_FINISH_NONE) s->done_fe = true;
-    r->sink.on_delta(r->sink.ud, &d);
-}
-
-static void process_out(frontend *f, const vllm_seq_output *o, const fe_pend *p) {
-    fe_req *r = registry_find(f, o->request_id);
-    if (!r || o->index < 0 || o->index >= r->sp.n) return;
-    fe_seq *s = &r->seqs[o->index];
-    if (s->done_engine) return;
-    if (o->num_prompt_tokens > 0) r->num_prompt_tokens = o->num_prompt_tokens;
-    if (o->num_cached_tokens > r->num_cached) r->num_cached = o->num_cached_tokens;
-    if (p->deliver) deliver(f, r, s, o, p);
-    if (o->finish_reason != VLLM_FINISH_NONE) {
-        s->done_engine = true;
-        if (++r->num_engine_done == r->sp.n) request_done(f, r);
-    }
+    deliver(f, res);
 }
 
 /* Ends every registered request with ABORT (the engine is gone or stopping). */
 static void finish_all(frontend *f) {
-    for (size_t i = 0; i < f->num_buckets; i++) {
-        while (f->buckets[i]) {
-            fe_req *r = f->buckets[i];
-            for (int32_t k = 0; k < r->sp.n; k++) {
-                fe_seq *s = &r->seqs[k];
-                if (s->done_fe) continue;
-                f->text_len = 0;
-                frontend_delta d = {.index = k, .text = "", .finish_reason = VLLM_FINISH_ABORT,
-                                    .stop_token_id = -1, .num_prompt_tokens = r->num_prompt_tokens,
-                                    .num_cached_tokens = r->num_cached};
-                s->done_fe = true;
-                r->sink.on_delta(r->sink.ud, &d);
-            }
-            request_done(f, r);
-        }
+    const output_result *res;
+    if (output_processor_abort_all(f->op, &res) != VLLM_OK) {
+        log_error("frontend: out of memory ending the live requests: %s", vllm_errmsg());
+        return;
     }
+    deliver(f, res);
 }
 
-static void abort_all(frontend *f) {
-    for (size_t i = 0; i < f->num_buckets; i++)
-        for (fe_req *r = f->buckets[i]; r; r = r->hnext) enqueue(f, CMD_ABORT, r->id, 0);
+static void abort_one(void *ctx, const char *request_id, void *ud) {
+    (void)ud;
+    enqueue(ctx, CMD_ABORT, request_id, 0);
 }
+
+static void abort_all(frontend *f) { output_processor_foreach(f->op, abort_one, f); }
 
 static void *output_main(void *arg) {
     frontend *f = arg;
@@ -670,24 +511,7 @@ static void *output_main(void *arg) {
             fe_batch *b = list;
             list = b->next;
             for (size_t i = 0; i < b->n_added; i++) register_added(f, b, &b->added[i]);
-            /* Two passes, so that the observer sees the finishes the clients
-             * will see (a stop string matched in a step where the engine
-             * also stopped for length reads STOP) before any client does. */
-            if (!grow((void **)&f->pend, &f->cap_pend, b->n_outs, sizeof *f->pend)) {
-                log_error("frontend: out of memory handling a step; its outputs are lost");
-                b->n_outs = 0;
-            }
-            f->text_len = 0;
-            for (size_t i = 0; i < b->n_outs; i++) prepare_out(f, &b->outs[i], &f->pend[i]);
-            if (b->has_step && f->observer) {
-                for (size_t i = 0; i < b->n_outs; i++)
-                    if (f->pend[i].stop_index >= 0) b->outs[i].finish_reason = VLLM_FINISH_STOP;
-                vllm_step_output view = {.timestamp = b->timestamp, .num_outputs = (int32_t)b->n_outs,
-                                         .outputs = b->outs, .stats = b->stats};
-                f->observer(f->observer_ud, &view);
-                for (size_t i = 0; i < b->n_outs; i++) b->outs[i].finish_reason = f->pend[i].engine_finish;
-            }
-            for (size_t i = 0; i < b->n_outs; i++) process_out(f, &b->outs[i], &f->pend[i]);
+            if (b->n_outs || b->has_step) handle_step(f, b);
             if (b->has_step) {
                 pthread_mutex_lock(&f->mu);
                 f->stats = b->stats;
@@ -713,8 +537,12 @@ vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend 
     *out = NULL;
     frontend *f = calloc(1, sizeof *f);
     if (!f) return vllm_error(VLLM_ERR_NOMEM, "frontend: out of memory");
+    vllm_status rc = output_processor_create(tok, &f->op);
+    if (rc != VLLM_OK) {
+        free(f);
+        return rc;
+    }
     f->engine = engine;
-    f->tok = tok;
     const char *delay = getenv("VLLMC_DEBUG_STEP_DELAY_US");
     if (delay && *delay) {
         f->step_delay_us = atol(delay);
@@ -774,9 +602,8 @@ void frontend_free(frontend *f) {
         batch_destroy(b);
     }
     vllm_engine_free(f->engine);
-    free(f->buckets);
-    free(f->text);
-    free(f->pend);
+    output_processor_free(f->op);
+    free(f->engine_finish);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->engine_cv);
     pthread_cond_destroy(&f->output_cv);

@@ -6,9 +6,11 @@
  *   engine thread: owns the vllm_engine; applies commands, then
  *                  vllm_engine_step() while there is work, copying each
  *                  step's outputs into a batch; sleeps on a condvar when idle
- *   output thread: per batch, per sequence: incremental detokenization, stop
- *                  strings (asking the engine to stop the sequence), then the
- *                  request's sink (the serving layer builds responses there)
+ *   output thread: per batch, the output processor (engine/
+ *                  output_processor.h: detokenization, stop strings, finish
+ *                  reasons, logprobs; asks the engine to stop a sequence a
+ *                  stop string ended), then the request's sink (the serving
+ *                  layer builds responses there)
  *
  * The engine thread does nothing but engine work and copying; everything
  * per-token on the text side happens on the output thread, overlapped with
@@ -26,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
 
@@ -38,28 +41,17 @@ vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend 
 /* Aborts what is left, joins both threads, frees the engine. NULL: no-op. */
 void frontend_free(frontend *f);
 
-/* What one sequence produced since its last delta. Borrowed for the call. */
-typedef struct frontend_delta {
-    int32_t index;                       /* sequence 0..n-1 */
-    const char *text;                    /* new final text (stop strings applied) */
-    size_t text_len;
-    const int32_t *token_ids;            /* new token ids (all of them, stop token included) */
-    int32_t num_tokens;
-    const vllm_token_logprobs *logprobs; /* (num_tokens) or NULL */
-    vllm_finish_reason finish_reason;    /* NONE while the sequence runs */
-    const char *stop_str;                /* the stop string that ended it, else NULL */
-    int32_t stop_token_id;               /* the stop_token_ids id that ended it, else -1 */
-    int32_t num_prompt_tokens;
-    int32_t num_cached_tokens;           /* prompt tokens the prefix cache served */
-} frontend_delta;
-
 /* How a request reports back. Called on the output thread, in this order:
  * on_added once (rc != VLLM_OK: refused, message in error), then on_delta
  * any number of times (never after a delta with a finish reason for that
- * sequence), then on_done once, after which the frontend forgets ud. */
+ * sequence), then on_done once, after which the frontend forgets ud. A
+ * delta is the output processor's (engine/output_processor.h: text with
+ * stop strings applied, token ids, logprobs in vLLM's order, finish and
+ * stop_reason), borrowed for the call; its ud is the frontend's, not the
+ * sink's. */
 typedef struct frontend_sink {
     void (*on_added)(void *ud, vllm_status rc, const char *error);
-    void (*on_delta)(void *ud, const frontend_delta *d);
+    void (*on_delta)(void *ud, const output_delta *d);
     void (*on_done)(void *ud);
     void *ud;
 } frontend_sink;

@@ -115,15 +115,6 @@ void serving_call_release(serving_call *c) {
 
 /* ---- helpers for the formats ---------------------------------------------------- */
 
-const char *serving_finish_str(vllm_finish_reason r) {
-    switch (r) {
-    case VLLM_FINISH_STOP: return "stop";
-    case VLLM_FINISH_LENGTH: return "length";
-    case VLLM_FINISH_ABORT: return "abort";
-    default: return NULL;
-    }
-}
-
 json_t *serving_stop_reason(const serving_choice *ch) {
     if (ch->stop_str) return json_string(ch->stop_str);
     if (ch->stop_token_id >= 0) return json_integer(ch->stop_token_id);
@@ -165,34 +156,14 @@ void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls) {
     free(s);
 }
 
-json_t *serving_token_json(serving_call *c, int32_t id) {
+json_t *serving_token_json(serving_call *c, const output_logprob *e) {
     if (c->req.return_tokens_as_token_ids) {
         char buf[32];
-        snprintf(buf, sizeof buf, "token_id:%d", id);
+        snprintf(buf, sizeof buf, "token_id:%d", e->token_id);
         return json_string(buf);
     }
-    char *text = NULL;
-    size_t len = 0;
-    if (tokenizer_decode(c->ctx->tok, &id, 1, false, &text, &len) != VLLM_OK) {
-        free(text);
-        return json_string("");
-    }
-    json_t *j = openai_json_text(text, len);
-    free(text);
+    json_t *j = e->text ? openai_json_text(e->text, e->text_len) : NULL;
     return j ? j : json_string("");
-}
-
-int32_t serving_logprob_entries(const vllm_token_logprobs *lp, int32_t *ids, float *vals, int32_t cap) {
-    int32_t n = 0;
-    if (cap <= 0) return 0;
-    ids[n] = lp->token_id;
-    vals[n++] = lp->logprob;
-    for (int32_t i = 0; i < lp->num_top && n < cap; i++) {
-        if (lp->top_ids[i] == lp->token_id) continue;
-        ids[n] = lp->top_ids[i];
-        vals[n++] = lp->top_logprobs[i];
-    }
-    return n;
 }
 
 int64_t serving_utf8_chars(const char *s, size_t len) {
@@ -363,7 +334,7 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return true;
 }
 
-static void on_delta(void *ud, const frontend_delta *d) {
+static void on_delta(void *ud, const output_delta *d) {
     sink_ud *u = ud;
     serving_call *c = u->call;
     call_box *b = box_of(c);

@@ -83,7 +83,7 @@ typedef struct serving_format {
     /* stream: after every engine request was accepted (chat sends roles here) */
     void (*stream_begin)(serving_call *c);
     /* stream: one delta of one choice -> SSE chunk(s) */
-    void (*stream_delta)(serving_call *c, int32_t choice, const frontend_delta *d,
+    void (*stream_delta)(serving_call *c, int32_t choice, const output_delta *d,
                          const char *text, size_t text_len);
     /* non-stream: the whole response once every choice has finished */
     json_t *(*final_response)(serving_call *c);
@@ -149,15 +149,11 @@ void serving_call_release(serving_call *c);
 
 /* SSE framing: "data: <json>\n\n". Consumes j. */
 void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls);
-const char *serving_finish_str(vllm_finish_reason r);
 json_t *serving_stop_reason(const serving_choice *ch);
 
-/* A token's text for logprobs (vLLM: per-id decode, or "token_id:N"). */
-json_t *serving_token_json(serving_call *c, int32_t id);
-/* The top-logprob entries of one position in vLLM V1's order: the sampled
- * token first, then the top-N by rank without it. Writes up to cap. */
-int32_t serving_logprob_entries(const vllm_token_logprobs *lp, int32_t *ids, float *vals,
-                                int32_t cap);
+/* A logprob token's text: the processor's decode([id]), or "token_id:N"
+ * with return_tokens_as_token_ids. */
+json_t *serving_token_json(serving_call *c, const output_logprob *e);
 /* Characters (code points) in a UTF-8 string, as Python's len(). */
 int64_t serving_utf8_chars(const char *s, size_t len);
 

@@ -191,28 +191,26 @@ static void send_choice(serving_call *c, json_t *choice, json_t *usage) {
     serving_send_event(c, j, false);
 }
 
-static json_t *token_entry(serving_call *c, int32_t id, float logprob) {
+static json_t *token_entry(serving_call *c, const output_logprob *e) {
     json_t *o = json_object();
-    json_t *tok = serving_token_json(c, id);
+    json_t *tok = serving_token_json(c, e);
     const unsigned char *b = (const unsigned char *)json_string_value(tok);
     json_t *bytes = json_array();
     for (size_t i = 0; i < json_string_length(tok); i++) json_array_append_new(bytes, json_integer(b[i]));
     json_object_set_new(o, "token", tok);
-    json_object_set_new(o, "logprob", json_real(logprob < -9999.0f ? -9999.0 : (double)logprob));
+    json_object_set_new(o, "logprob", json_real(e->logprob < -9999.0f ? -9999.0 : (double)e->logprob));
     json_object_set_new(o, "bytes", bytes);
     return o;
 }
 
-static json_t *chat_logprobs(serving_call *c, const frontend_delta *d) {
+static json_t *chat_logprobs(serving_call *c, const output_delta *d) {
     json_t *content = json_array();
-    int32_t ids[VLLM_MAX_LOGPROBS + 1];
-    float vals[VLLM_MAX_LOGPROBS + 1];
     for (int32_t i = 0; i < d->num_tokens; i++) {
-        const vllm_token_logprobs *l = &d->logprobs[i];
-        json_t *entry = token_entry(c, l->token_id, l->logprob);
+        const output_token_logprobs *l = &d->logprobs[i];
+        json_t *entry = token_entry(c, &l->entries[0]);
         json_t *top = json_array();
-        int32_t n = serving_logprob_entries(l, ids, vals, c->logprobs);
-        for (int32_t k = 0; k < n; k++) json_array_append_new(top, token_entry(c, ids[k], vals[k]));
+        int32_t n = l->num_entries < c->logprobs ? l->num_entries : c->logprobs;
+        for (int32_t k = 0; k < n; k++) json_array_append_new(top, token_entry(c, &l->entries[k]));
         json_object_set_new(entry, "top_logprobs", top);
         json_array_append_new(content, entry);
     }
@@ -273,7 +271,7 @@ static void merge_logprobs(json_t **into, json_t *from) {
     json_decref(from);
 }
 
-static void chat_delta(serving_call *c, int32_t ci, const frontend_delta *d, const char *text,
+static void chat_delta(serving_call *c, int32_t ci, const output_delta *d, const char *text,
                        size_t text_len) {
     serving_choice *ch = &c->choices[ci];
     json_t *lp = c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 ? chat_logprobs(c, d) : NULL;
@@ -287,7 +285,7 @@ static void chat_delta(serving_call *c, int32_t ci, const frontend_delta *d, con
     json_object_set_new(choice, "index", json_integer(ci));
     json_object_set_new(choice, "delta", delta);
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
-    const char *fr = serving_finish_str(ch->finish_reason);
+    const char *fr = vllm_finish_reason_str(ch->finish_reason);
     json_object_set_new(choice, "finish_reason", ch->finished && fr ? json_string(fr) : json_null());
     if (ch->finished) json_object_set_new(choice, "stop_reason", serving_stop_reason(ch));
     if (c->req.return_token_ids) json_object_set_new(choice, "token_ids", ids_json(d->token_ids, d->num_tokens));
@@ -319,7 +317,7 @@ static json_t *chat_final(serving_call *c) {
         json_object_set_new(o, "index", json_integer(i));
         json_object_set_new(o, "message", msg);
         json_object_set_new(o, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
-        const char *fr = serving_finish_str(ch->finish_reason);
+        const char *fr = vllm_finish_reason_str(ch->finish_reason);
         json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
         if (c->req.return_token_ids) json_object_set_new(o, "token_ids", ids_json(ch->token_ids, ch->num_tokens));

@@ -27,24 +27,23 @@ static json_t *ids_json(const int32_t *ids, int32_t n) {
 }
 
 /* vLLM's _create_completion_logprobs for the delta's tokens. */
-static json_t *completion_logprobs(serving_call *c, const frontend_delta *d, int64_t offset,
+static json_t *completion_logprobs(serving_call *c, const output_delta *d, int64_t offset,
                                    int64_t *next_offset) {
     json_t *lp = json_object();
     json_t *offs = json_array(), *tlp = json_array(), *toks = json_array(), *tops = json_array();
-    int32_t ids[VLLM_MAX_LOGPROBS + 1];
-    float vals[VLLM_MAX_LOGPROBS + 1];
     int64_t last_len = 0;
     for (int32_t i = 0; i < d->num_tokens; i++) {
-        const vllm_token_logprobs *l = &d->logprobs[i];
-        json_t *tok = serving_token_json(c, l->token_id);
-        double v = l->logprob < -9999.0f ? -9999.0 : (double)l->logprob;
+        const output_logprob *e = d->logprobs[i].entries;
+        json_t *tok = serving_token_json(c, &e[0]);
+        double v = e[0].logprob < -9999.0f ? -9999.0 : (double)e[0].logprob;
         json_array_append(toks, tok);
         json_array_append_new(tlp, json_real(v));
         json_t *top = json_object();
-        int32_t n = serving_logprob_entries(l, ids, vals, c->logprobs + 1);
+        int32_t n = d->logprobs[i].num_entries;
+        if (n > c->logprobs + 1) n = c->logprobs + 1;
         for (int32_t k = 0; k < n; k++) {
-            json_t *t = k == 0 ? json_incref(tok) : serving_token_json(c, ids[k]);
-            double tv = vals[k] < -9999.0f ? -9999.0 : (double)vals[k];
+            json_t *t = k == 0 ? json_incref(tok) : serving_token_json(c, &e[k]);
+            double tv = e[k].logprob < -9999.0f ? -9999.0 : (double)e[k].logprob;
             json_object_set_new(top, json_string_value(t), json_real(tv));
             json_decref(t);
         }
@@ -83,7 +82,7 @@ static bool echo_only(const serving_call *c) {
 
 static void completion_begin(serving_call *c) { (void)c; }
 
-static void completion_delta(serving_call *c, int32_t ci, const frontend_delta *d, const char *text,
+static void completion_delta(serving_call *c, int32_t ci, const output_delta *d, const char *text,
                              size_t text_len) {
     serving_choice *ch = &c->choices[ci];
     serving_prompt *p = &c->prompts[ci / c->n];
@@ -115,7 +114,7 @@ static void completion_delta(serving_call *c, int32_t ci, const frontend_delta *
     json_object_set_new(choice, "index", json_integer(ci));
     json_object_set_new(choice, "text", openai_json_text(text, text_len));
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
-    const char *fr = serving_finish_str(ch->finish_reason);
+    const char *fr = vllm_finish_reason_str(ch->finish_reason);
     json_object_set_new(choice, "finish_reason", ch->finished && fr ? json_string(fr) : json_null());
     json_object_set_new(choice, "stop_reason", ch->finished ? serving_stop_reason(ch) : json_null());
     if (c->req.return_token_ids) {
@@ -160,7 +159,7 @@ static json_t *completion_final(serving_call *c) {
             json_object_set_new(o, "text", openai_json_text(ch->text ? ch->text : "", ch->text_len));
         }
         json_object_set_new(o, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
-        const char *fr = serving_finish_str(ch->finish_reason);
+        const char *fr = vllm_finish_reason_str(ch->finish_reason);
         json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
         json_object_set_new(o, "prompt_logprobs", json_null());

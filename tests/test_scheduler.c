@@ -360,7 +360,11 @@ TEST(test_abort_and_stop_rules) {
     CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_STOP && stop == 9, "stop token id");
     seq_append_token(q, 4);
     seq_append_token(q, 9);
-    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_LENGTH, "max_tokens wins over stop ids");
+    /* vLLM's check_stop (vllm/v1/core/sched/utils.py): stop tokens before length */
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_STOP && stop == 9,
+          "a stop id at the last allowed token stops");
+    q->tokens[q->num_tokens - 1] = 4;
+    CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_LENGTH && stop == -1, "max_tokens");
     request_free(r);
     sp.max_tokens = -1;
     CHECK(request_create("y", prompt, 3, &sp, NULL, 6, BS, 0, 100, &r) == VLLM_OK);

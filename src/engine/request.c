@@ -130,19 +130,20 @@ vllm_finish_reason seq_check_stop(const seq *q, int32_t max_model_len, const int
     const request *r = q->req;
     int32_t num_out = seq_num_output_tokens(q);
     *stop_token_id = -1;
-    if (q->num_tokens >= max_model_len || num_out >= r->max_tokens) return VLLM_FINISH_LENGTH;
-    if (num_out < r->params.min_tokens) return VLLM_FINISH_NONE;
-    int32_t last = q->tokens[q->num_tokens - 1];
-    if (!r->params.ignore_eos)
-        for (int32_t i = 0; i < num_eos; i++)
-            if (last == eos_ids[i]) {
+    if (num_out >= r->params.min_tokens) {
+        int32_t last = q->tokens[q->num_tokens - 1];
+        if (!r->params.ignore_eos)
+            for (int32_t i = 0; i < num_eos; i++)
+                if (last == eos_ids[i]) {
+                    *stop_token_id = last;
+                    return VLLM_FINISH_STOP;
+                }
+        for (int32_t i = 0; i < r->params.num_stop_token_ids; i++)
+            if (last == r->params.stop_token_ids[i]) {
                 *stop_token_id = last;
                 return VLLM_FINISH_STOP;
             }
-    for (int32_t i = 0; i < r->params.num_stop_token_ids; i++)
-        if (last == r->params.stop_token_ids[i]) {
-            *stop_token_id = last;
-            return VLLM_FINISH_STOP;
-        }
+    }
+    if (q->num_tokens >= max_model_len || num_out >= r->max_tokens) return VLLM_FINISH_LENGTH;
     return VLLM_FINISH_NONE;
 }

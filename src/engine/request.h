@@ -134,10 +134,11 @@ vllm_status seq_reserve(seq *q, int32_t num_tokens);
 /* Appends a committed token (growing if needed) and counts it as news. */
 vllm_status seq_append_token(seq *q, int32_t token_id);
 
-/* vLLM's check_stop, after a token was appended: LENGTH when num_tokens
- * reaches max_model_len or the outputs reach max_tokens; then, past
- * min_tokens, STOP for EOS (unless ignore_eos) or a stop_token_id (the
- * token stays in the output and *stop_token_id names it). NONE otherwise. */
+/* vLLM's check_stop, after a token was appended: past min_tokens, STOP for
+ * EOS (unless ignore_eos) or a stop_token_id (the token stays in the output
+ * and *stop_token_id names it); else LENGTH when num_tokens reaches
+ * max_model_len or the outputs reach max_tokens (so an EOS that is also
+ * the last allowed token reads "stop", as in vLLM). NONE otherwise. */
 vllm_finish_reason seq_check_stop(const seq *q, int32_t max_model_len, const int32_t *eos_ids,
                                   int32_t num_eos, int32_t *stop_token_id);
 

@@ -151,7 +151,8 @@ typedef struct gen_ctx {
     vllm_engine *engine;
     output_processor *op;
     gen_request *reqs;
-    int32_t num_reqs, cap_reqs;
+    int32_t num_reqs;
+    size_t cap_reqs;
     bool stream;                     /* one request, n = 1, plain text */
 } gen_ctx;
 
@@ -171,13 +172,7 @@ static void request_deinit(gen_request *r) {
 }
 
 static gen_request *ctx_new_request(gen_ctx *c) {
-    if (c->num_reqs == c->cap_reqs) {
-        int32_t cap = c->cap_reqs ? c->cap_reqs * 2 : 16;
-        gen_request *t = realloc(c->reqs, (size_t)cap * sizeof *t);
-        if (!t) return NULL;
-        c->reqs = t;
-        c->cap_reqs = cap;
-    }
+    if (buf_grow((void **)&c->reqs, &c->cap_reqs, (size_t)c->num_reqs + 1, sizeof *c->reqs) != VLLM_OK) return NULL;
     gen_request *r = &c->reqs[c->num_reqs++];
     memset(r, 0, sizeof *r);
     return r;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 
 void request_free(request *r) {
@@ -91,30 +92,22 @@ int seq_compare(const seq *a, const seq *b, bool use_priority) {
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* *p grown to n elements of size bytes (contents kept); false if out of memory. */
-static bool grow_to(void **p, int32_t n, size_t size) {
-    void *x = realloc(*p, (size_t)n * size);
-    if (!x) return false;
-    *p = x;
-    return true;
-}
-
+/* cap_tokens is what both the token array and the block tables can hold. */
 vllm_status seq_reserve(seq *q, int32_t num_tokens) {
-    int32_t bs = q->req->block_size, blocks = (num_tokens + bs - 1) / bs;
-    if (num_tokens > q->cap_tokens) {
-        int32_t cap = q->cap_tokens * 2 > num_tokens ? q->cap_tokens * 2 : num_tokens;
-        if (!grow_to((void **)&q->tokens, cap, sizeof *q->tokens))
-            return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory for %d tokens", q->req->id, cap);
-        q->cap_tokens = cap;
-        blocks = (cap + bs - 1) / bs;
+    if (num_tokens <= q->cap_tokens) return VLLM_OK;
+    size_t bs = (size_t)q->req->block_size, blocks = ((size_t)num_tokens + bs - 1) / bs;
+    size_t ids = (size_t)q->max_blocks, hashes = (size_t)q->max_blocks, cap = (size_t)q->cap_tokens;
+    vllm_status rc;
+    if ((rc = buf_grow((void **)&q->block_ids, &ids, blocks, sizeof *q->block_ids)) == VLLM_OK &&
+        (rc = buf_grow((void **)&q->block_hashes, &hashes, blocks, sizeof *q->block_hashes)) == VLLM_OK) {
+        q->max_blocks = (int32_t)(ids < hashes ? ids : hashes);
+        if ((rc = buf_grow((void **)&q->tokens, &cap, (size_t)num_tokens, sizeof *q->tokens)) == VLLM_OK) {
+            size_t covered = (size_t)q->max_blocks * bs;
+            q->cap_tokens = (int32_t)(cap < covered ? cap : covered);
+        }
     }
-    if (blocks > q->max_blocks) {
-        if (!grow_to((void **)&q->block_ids, blocks, sizeof *q->block_ids) ||
-            !grow_to((void **)&q->block_hashes, blocks, sizeof *q->block_hashes))
-            return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory for %d blocks", q->req->id, blocks);
-        q->max_blocks = blocks;
-    }
-    return VLLM_OK;
+    if (rc != VLLM_OK) vllm_error_prefix("request '%s'", q->req->id);
+    return rc;
 }
 
 vllm_status seq_append_token(seq *q, int32_t token_id) {

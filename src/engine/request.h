@@ -128,7 +128,8 @@ static inline int32_t seq_num_seats(const seq *q) { return q->req->forked ? 1 : 
 int seq_compare(const seq *a, const seq *b, bool use_priority);
 
 /* Makes room in q's token array and block tables for num_tokens tokens
- * (committed and drafts). VLLM_ERR_NOMEM leaves q as it was. */
+ * (committed and drafts). On VLLM_ERR_NOMEM q is unchanged but for spare
+ * capacity. */
 vllm_status seq_reserve(seq *q, int32_t num_tokens);
 
 /* Appends a committed token (growing if needed) and counts it as news. */

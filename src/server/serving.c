@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -320,14 +321,7 @@ static void on_added(void *ud, vllm_status rc, const char *error) {
 }
 
 static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 64;
-        while (nc < *len + n + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return false;
-        *buf = nb;
-        *cap = nc;
-    }
+    if (buf_grow((void **)buf, cap, *len + n + 1, 1) != VLLM_OK) return false;
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = 0;
@@ -350,16 +344,9 @@ static void on_delta(void *ud, const output_delta *d) {
     serving_prompt *p = &c->prompts[u->prompt];
     if (d->num_cached_tokens > p->num_cached) p->num_cached = d->num_cached_tokens;
     if (d->num_tokens > 0) {
-        if (ch->num_tokens + d->num_tokens > ch->cap_tokens) {
-            int32_t cap = ch->cap_tokens ? ch->cap_tokens : 32;
-            while (cap < ch->num_tokens + d->num_tokens) cap *= 2;
-            int32_t *t = realloc(ch->token_ids, (size_t)cap * sizeof *t);
-            if (t) {
-                ch->token_ids = t;
-                ch->cap_tokens = cap;
-            }
-        }
-        if (ch->num_tokens + d->num_tokens <= ch->cap_tokens)
+        buf_grow((void **)&ch->token_ids, &ch->cap_tokens, (size_t)(ch->num_tokens + d->num_tokens),
+                 sizeof *ch->token_ids); /* else the ids are not kept (usage still counts them) */
+        if ((size_t)(ch->num_tokens + d->num_tokens) <= ch->cap_tokens)
             memcpy(ch->token_ids + ch->num_tokens, d->token_ids, (size_t)d->num_tokens * sizeof(int32_t));
         ch->num_tokens += d->num_tokens;
     }

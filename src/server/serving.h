@@ -93,7 +93,8 @@ typedef struct serving_choice {
     char *text;                  /* non-stream: all text; stream: unused */
     size_t text_len, text_cap;
     int32_t *token_ids;          /* all generated ids (usage, return_token_ids) */
-    int32_t num_tokens, cap_tokens;
+    int32_t num_tokens;
+    size_t cap_tokens;
     json_t *logprobs;            /* non-stream: accumulated logprobs (format's shape) */
     int64_t text_chars;          /* characters sent so far (completion text_offset) */
     int64_t lp_offset;           /* non-stream: text_offset of the next logprob token */

@@ -995,14 +995,9 @@ static vllm_status encode_text(encoder *e, const char *s, size_t n) {
         for (int k = 0; k < 2; k++) {
             size_t off = k == 0 ? start : i, len = k == 0 ? i - start : (a >= 0 ? t->added[a].len : 0);
             if (len == 0) continue;
-            if (nsec == cap) {
-                cap = cap ? cap * 2 : 16;
-                section *ns = realloc(sec, cap * sizeof *ns);
-                if (!ns) {
-                    free(sec);
-                    return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory");
-                }
-                sec = ns;
+            if (buf_grow((void **)&sec, &cap, nsec + 1, sizeof *sec) != VLLM_OK) {
+                free(sec);
+                return VLLM_ERR_NOMEM;
             }
             sec[nsec++] = (section){off, len, k == 0 ? -1 : a};
         }

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -89,13 +90,9 @@ static vllm_status spm_merges(const gguf_tokenizer *g, json_t *vocab, json_t *me
         for (size_t cut = utf8_step((unsigned char)s.s[0]); cut < s.len; cut += utf8_step((unsigned char)s.s[cut])) {
             int32_t l = vocab_id(vocab, s.s, cut), r = vocab_id(vocab, s.s + cut, (size_t)s.len - cut);
             if (l < 0 || r < 0) continue;
-            if (n == cap) {
-                spm_merge *grown = realloc(list, 2 * cap * sizeof *list);
-                if (!grown) {
-                    free(list);
-                    return vllm_error(VLLM_ERR_NOMEM, "tokenizer: out of memory");
-                }
-                list = grown, cap *= 2;
+            if (buf_grow((void **)&list, &cap, n + 1, sizeof *list) != VLLM_OK) {
+                free(list);
+                return VLLM_ERR_NOMEM;
             }
             list[n++] = (spm_merge){g->scores ? g->scores[p] : -(float)p, (int32_t)p, l, r};
         }

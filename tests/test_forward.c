@@ -72,6 +72,7 @@ static tensor fake_tensor(fake_model *f, dtype t, int64_t rows, int64_t cols, fl
 }
 
 static void fake_model_free(fake_model *f) {
+    model_free_x16(&f->m);
     for (int i = 0; i < f->nbufs; i++) free(f->bufs[i]);
     free(f);
 }
@@ -128,6 +129,7 @@ static fake_model *fake_model_create(model_arch arch, dtype t, bool tied) {
     }
     f->m.w.norm = fake_tensor(f, t, dim, 1, 1, 0.1f);
     f->m.w.lm_head = tied ? f->m.w.embed_tokens : fake_tensor(f, t, c->vocab_size, dim, 0, s);
+    model_make_x16(&f->m); /* what model_load does: Q8_0/Q4_0 weights of whole 16-row groups get copies */
     return f;
 }
 

@@ -87,7 +87,7 @@ PY
 done
 
 # the AVX2 kernels on the same references (the default path is AVX-512 where
-# the CPU has it): Q8_0/Q4_0 in the AVX2 block order through the runner's x16
+# the CPU has it): Q8_0/Q4_0 in the AVX2 block order through the model's x16
 # copies, the K-quants' AVX2 kernel
 for type in q8_0 q4_0 q4_k q6_k; do
   name=gguf_${type}_avx2

@@ -9,9 +9,12 @@
  * F32-activation path above (the naive reference, loose: it measures the
  * activation quantization error), and batch invariance; then every integer
  * kernel the CPU has (portable, AVX2, AVX-512 VNNI wide and block order, AMX)
- * called directly against the portable C of its order, bit for bit.
- * The byte-for-byte comparison with an independent (numpy) quantizer and
- * dequantizer is tests/test_gguf_ref.sh.
+ * called directly against the portable C of its order, bit for bit; the
+ * x16 layout byte by byte, the x16 kernels against the block order's mirror,
+ * and the x16 copy a caller passes (quant_matmul_act_range, matmul_args)
+ * being the one read, with the rows' bits. The byte-for-byte comparison
+ * with an independent (numpy) quantizer and dequantizer is
+ * tests/test_gguf_ref.sh.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -296,7 +299,7 @@ TEST(test_quant_act_batch_invariance) {
         for (int tt = 0; tt < T; tt++) quant_quantize_act_row(x + tt * K, xq + tt * ldxq, K);
         for (int ntok = 1; ntok <= T; ntok++) {
             for (int i = 0; i < T * R; i++) y[i] = y2[i] = NAN;
-            quant_matmul_act_range(t, w, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
+            quant_matmul_act_range(t, w, NULL, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
             quant_matmul_act_f32_range(t, w, K, x, K, y2, R, 1, R, T - ntok, T);
             for (int tt = T - ntok; tt < T; tt++)
                 for (int r = 1; r < R; r++) {
@@ -399,14 +402,12 @@ static void x16_avx2(dtype t, const void *w, int64_t k, const void *xq, int64_t 
     x16_split(quant_matmul_act_range_x16_avx2, quant_matmul_act_range_avx2_block, t, w, k, xq, ldxq, y, ldy, r0, r1,
               t0, t1);
 }
-/* quant_matmul_act_range with rows [0, 64) of w registered as repacked (the
- * row range split is quant.c's own). */
-static void x16_registered(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
-                           int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+/* quant_matmul_act_range with rows [0, X16_ROWS) of w repacked and passed as
+ * its x16 copy (the row range split is quant.c's own). */
+static void x16_dispatch(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                         int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     quant_repack_x16(t, w, x16_buf, 0, X16_ROWS / 16, k);
-    if (!quant_x16_register(w, X16_ROWS * dtype_row_bytes(t, k), x16_buf)) abort();
-    quant_matmul_act_range(t, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    quant_x16_unregister(x16_buf);
+    quant_matmul_act_range(t, w, x16_buf, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
 TEST(test_quant_act_paths) {
@@ -425,7 +426,7 @@ TEST(test_quant_act_paths) {
     else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
     if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
     if (quant_amx_available()) check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
-    if (quant_use_block()) check_act_path(x16_registered, quant_dot_act_block_portable, "x16 registered");
+    if (quant_use_block()) check_act_path(x16_dispatch, quant_dot_act_block_portable, "x16 dispatch");
     else printf("ok test_quant_act_paths_x16 # skip: not a block-order process\n");
 }
 
@@ -496,31 +497,73 @@ TEST(test_quant_x16_layout) {
     }
 }
 
-/* The registry: a wrong copy registered changes the outputs (so it is read),
- * unregistering restores them. */
-TEST(test_quant_x16_registry) {
+/* The copy passed is the one read: a wrong copy (every quant changed, scales
+ * kept) changes the outputs of the whole 16-row groups it covers; the right
+ * one gives the bits of no copy. Through quant_matmul_act_range, through
+ * matmul_range_quant (matmul_args.x16) on row ranges that start and end
+ * inside groups, and on the matrix passed from row 32 on with
+ * quant_x16_rows (as the runner passes the up projection's rows). */
+TEST(test_quant_x16_passed) {
     if (!quant_use_block()) {
-        printf("ok test_quant_x16_registry # skip: not a block-order process\n");
+        printf("ok test_quant_x16_passed # skip: not a block-order process\n");
         return;
     }
-    enum { R = 32, K = 64 };
-    static uint8_t w[R * K / 32 * 34], junk[R * K / 32 * 34], xq[K / 32 * QUANT_ACT_BLOCK_BYTES];
-    float tmp[K], y0[R], y1[R], y2[R];
-    for (int r = 0; r < R; r++) make_row(DTYPE_Q8_0, w + r * dtype_row_bytes(DTYPE_Q8_0, K), K, tmp);
-    for (int i = 0; i < K; i++) tmp[i] = rng_uniform();
-    quant_quantize_act_row(tmp, xq, K);
-    quant_repack_x16(DTYPE_Q8_0, w, junk, 0, R / 16, K);
+    enum { R = 80, K = 64, T = 3 };
+    const dtype t = DTYPE_Q8_0;
+    const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
+    const size_t stride = dtype_row_bytes(t, K);
+    static uint8_t w[R * K / 32 * 34], good[R * K / 32 * 34], junk[R * K / 32 * 34];
+    static uint8_t xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
+    static float tmp[K], x[T * K], y0[T * R], y1[T * R];
+    for (int r = 0; r < R; r++) make_row(t, w + r * stride, K, tmp);
+    for (int i = 0; i < T * K; i++) x[i] = rng_uniform();
+    for (int tt = 0; tt < T; tt++) quant_quantize_act_row(x + tt * K, xq + tt * ldxq, K);
+    quant_repack_x16(t, w, good, 0, R / 16, K);
+    memcpy(junk, good, sizeof junk);
     for (size_t i = 0; i < sizeof junk; i++)
-        if (i % (16 * 34) >= 32) junk[i] ^= 0x55; /* every quant changed, scales kept */
-    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y0, 1, 0, R, 0, 1);
-    CHECK(quant_x16_register(w, sizeof w, junk), "register");
-    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y1, 1, 0, R, 0, 1);
-    quant_x16_unregister(junk);
-    quant_matmul_act_range(DTYPE_Q8_0, w, K, xq, 0, y2, 1, 0, R, 0, 1);
+        if (i % (16 * 34) >= 32) junk[i] ^= 0x55;
+
+    quant_matmul_act_range(t, w, NULL, K, xq, ldxq, y0, R, 0, R, 0, T);
+    quant_matmul_act_range(t, w, junk, K, xq, ldxq, y1, R, 0, R, 0, T);
     int changed = 0;
-    for (int r = 0; r < R; r++) changed += y0[r] != y1[r];
-    CHECK(changed > R / 2, "the registered copy was not read (%d of %d outputs changed)", changed, R);
-    CHECK(memcmp(y0, y2, sizeof y0) == 0, "outputs after unregistering differ");
+    for (int i = 0; i < T * R; i++) changed += y0[i] != y1[i];
+    CHECK(changed > T * R / 2, "the copy passed was not read (%d of %d outputs changed)", changed, T * R);
+    quant_matmul_act_range(t, w, good, K, xq, ldxq, y1, R, 0, R, 0, T);
+    CHECK(memcmp(y0, y1, sizeof y0) == 0, "quant_matmul_act_range: the x16 copy gives other bits than the rows");
+
+    matmul_args a = {.y = y1, .ldy = R, .x = x, .ldx = K, .w = w, .wtype = t, .n = R, .k = K, .xq = xq, .ldxq = ldxq};
+    const int64_t spans[][2] = {{0, R}, {5, 75}, {17, 40}, {33, 47}, {16, 64}, {79, 80}};
+    for (size_t sp = 0; sp < sizeof spans / sizeof spans[0]; sp++) {
+        int64_t n0 = spans[sp][0], n1 = spans[sp][1];
+        bool group_inside = (n0 + 15) / 16 < n1 / 16;
+        for (int pass = 0; pass < 2; pass++) {
+            a.x16 = pass ? junk : good;
+            for (int i = 0; i < T * R; i++) y1[i] = NAN;
+            matmul_range_quant(&a, n0, n1, 0, T);
+            int bad = 0, diff = 0;
+            for (int tt = 0; tt < T; tt++)
+                for (int r = 0; r < R; r++) {
+                    float got = y1[tt * R + r], want = y0[tt * R + r];
+                    if (r < n0 || r >= n1) bad += !isnan(got);
+                    else if (memcmp(&got, &want, 4) && pass) diff++;
+                    else if (memcmp(&got, &want, 4)) bad++;
+                }
+            CHECK(bad == 0, "matmul_range_quant rows [%lld, %lld) with the %s copy: %d outputs wrong", (long long)n0,
+                  (long long)n1, pass ? "wrong" : "right", bad);
+            if (pass) CHECK((diff > 0) == group_inside, "rows [%lld, %lld): %d outputs read the wrong copy",
+                            (long long)n0, (long long)n1, diff);
+        }
+    }
+
+    CHECK(quant_x16_rows(good, t, K, 8) == NULL && quant_x16_rows(NULL, t, K, 32) == NULL,
+          "quant_x16_rows gave a copy where no group starts");
+    matmul_args b = a;
+    b.w = w + 32 * stride, b.x16 = quant_x16_rows(good, t, K, 32), b.n = R - 32, b.y = y1 + 32;
+    for (int i = 0; i < T * R; i++) y1[i] = NAN;
+    matmul_range_quant(&b, 0, R - 32, 0, T);
+    int bad = 0;
+    for (int tt = 0; tt < T; tt++) bad += memcmp(y1 + tt * R + 32, y0 + tt * R + 32, (R - 32) * sizeof(float)) != 0;
+    CHECK(bad == 0, "rows [32, %d) passed with quant_x16_rows: %d tokens differ", R, bad);
 }
 
 int main(void) {
@@ -536,6 +579,6 @@ int main(void) {
     RUN(test_quant_act_paths);
     RUN(test_quant_x16_layout);
     RUN(test_quant_x16_long_k);
-    RUN(test_quant_x16_registry);
+    RUN(test_quant_x16_passed);
     return harness_done();
 }

@@ -88,6 +88,12 @@ TEST(test_quant_k_dot_vs_reference) {
 typedef void (*act_range_fn)(dtype, const void *, int64_t, const void *, int64_t, float *, int64_t, int64_t,
                              int64_t, int64_t, int64_t);
 
+/* quant_matmul_act_range, which K types take without an x16 copy. */
+static void dispatch(dtype t, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,
+                     int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    quant_matmul_act_range(t, w, NULL, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+}
+
 static void check_path(act_range_fn fn, const char *name) {
     enum { KMAX = 33024, R = 13, T = 9 }; /* KMAX: past the AVX2 kernel's 32768 */
     static uint8_t w[R * KMAX / 256 * 210], xq[T * KMAX / 32 * QUANT_ACT_BLOCK_BYTES];
@@ -126,7 +132,7 @@ static void check_path(act_range_fn fn, const char *name) {
 
 TEST(test_quant_k_paths) {
     check_path(quant_matmul_act_range_portable, "portable");
-    check_path(quant_matmul_act_range, "dispatch");
+    check_path(dispatch, "dispatch");
     if (kernels_cpu_has_avx2()) check_path(quant_matmul_act_range_avx2, "avx2");
     else printf("ok test_quant_k_paths_avx2 # skip: no AVX2 on this CPU\n");
     if (kernels_cpu_has_avx512()) check_path(quant_matmul_act_range_k_avx512, "avx512");
@@ -171,7 +177,7 @@ TEST(test_quant_k_extremes) {
                     memcpy(blk + 208, &one, 2);
                 }
             }
-        act_range_fn fns[] = {quant_matmul_act_range, quant_matmul_act_range_avx2, quant_matmul_act_range_k_avx512};
+        act_range_fn fns[] = {dispatch, quant_matmul_act_range_avx2, quant_matmul_act_range_k_avx512};
         const char *names[] = {"dispatch", "avx2", "avx512"};
         for (int f = 0; f < 3; f++) {
             if ((f == 1 && !kernels_cpu_has_avx2()) || (f == 2 && !kernels_cpu_has_avx512())) continue;
@@ -248,7 +254,7 @@ TEST(test_quant_k_batch_invariance) {
         for (int tt = 0; tt < T; tt++) quant_quantize_act_row(x + tt * K, xq + tt * ldxq, K);
         for (int ntok = 1; ntok <= T; ntok++) {
             for (int i = 0; i < T * R; i++) y[i] = y2[i] = NAN;
-            quant_matmul_act_range(t, w, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
+            quant_matmul_act_range(t, w, NULL, K, xq, (int64_t)ldxq, y, R, 1, R, T - ntok, T);
             quant_matmul_act_f32_range(t, w, K, x, K, y2, R, 1, R, T - ntok, T);
             for (int tt = T - ntok; tt < T; tt++)
                 for (int r = 1; r < R; r++) {

@@ -498,27 +498,29 @@ _Static_assert(QUANT_TILE_FLOATS / QUANT_TILE_TOKENS >= 64, "a full token tile k
 /* quant_matmul_act_range / quant_matmul_range (kernels/quant.c: one fixed
  * reduction order per output, batch invariant) into a stack tile, then the
  * shared epilogue (bias, accumulate), so quantized weights serve every call
- * site of matmul_range. */
+ * site of matmul_range. Each call starts the weight at the 16-row group
+ * holding row n and skips the lead rows before n in the tile, so a->x16 can
+ * go along (quant_x16_rows) whatever n0 is. */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
-    float tile[QUANT_TILE_FLOATS]; /* (tokens, rows) */
+    float tile[QUANT_TILE_FLOATS + 15 * QUANT_TILE_TOKENS]; /* (tokens, lead + rows) */
     size_t stride = dtype_row_bytes(a->wtype, a->k);
     bool act = quant_has_act_kernel(a->wtype);
     for (int64_t t = t0; t < t1; t += QUANT_TILE_TOKENS) {
         int64_t nt = t1 - t < QUANT_TILE_TOKENS ? t1 - t : QUANT_TILE_TOKENS;
         int64_t rows = QUANT_TILE_FLOATS / nt / 64 * 64;
         for (int64_t n = n0; n < n1; n += rows) {
-            int64_t nr = n1 - n < rows ? n1 - n : rows;
-            const uint8_t *w = (const uint8_t *)a->w + (size_t)n * stride;
+            int64_t nr = n1 - n < rows ? n1 - n : rows, lead = n % 16, ldt = lead + nr;
+            const uint8_t *w = (const uint8_t *)a->w + (size_t)(n - lead) * stride;
             if (act && a->xq) {
-                quant_matmul_act_range(a->wtype, w, a->k, (const uint8_t *)a->xq + t * a->ldxq, a->ldxq, tile, nr,
-                                       0, nr, 0, nt);
+                quant_matmul_act_range(a->wtype, w, quant_x16_rows(a->x16, a->wtype, a->k, n - lead), a->k,
+                                       (const uint8_t *)a->xq + t * a->ldxq, a->ldxq, tile, ldt, lead, ldt, 0, nt);
             } else if (act) {
-                quant_matmul_act_f32_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, nr, 0, nr, 0, nt);
+                quant_matmul_act_f32_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, ldt, lead, ldt, 0, nt);
             } else {
-                quant_matmul_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, nr, 0, nr, 0, nt);
+                quant_matmul_range(a->wtype, w, a->k, a->x + t * a->ldx, a->ldx, tile, ldt, lead, ldt, 0, nt);
             }
             for (int64_t i = 0; i < nt; i++)
-                for (int64_t j = 0; j < nr; j++) store_out(a, t + i, n + j, tile[i * nr + j]);
+                for (int64_t j = 0; j < nr; j++) store_out(a, t + i, n + j, tile[i * ldt + lead + j]);
         }
     }
 }

@@ -22,10 +22,11 @@
  * each decoded weight block is reused and the FMA chains are independent.
  * On AVX2 and AVX-512 machines quant_matmul_act_range uses the block order:
  * the x16 kernels (quant_avx512.c with VNNI, quant_block_avx2.c with AVX2
- * only) on the runner's repacked copies, with AMX-INT8 tiles (quant_amx.c)
- * for 8+ tokens where present; VLLM_QUANT_ORDER=wide (AVX-512) or narrow
- * (AVX2) keeps the row kernels above (quant_act_order() names the order the
- * process uses). Rows without a copy (outside whole 16-row groups) take the
+ * only) on the repacked copy the caller passes with the weight (the
+ * model's, quant.h), with AMX-INT8 tiles (quant_amx.c) for 8+ tokens where
+ * present; VLLM_QUANT_ORDER=wide (AVX-512) or narrow (AVX2) keeps the row
+ * kernels above (quant_act_order() names the order the process uses). Rows
+ * without a copy (no copy passed, or outside whole 16-row groups) take the
  * same level's block-order row kernel: one process keeps one order.
  * Q4_K / Q6_K integer dots live in quant_k.c (one order of their own on
  * every path); the entry points here route them there.
@@ -36,7 +37,6 @@
 #include "kernels/quant_k.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,66 +189,6 @@ void quant_repack_x16(dtype type, const void *src, void *dst, int64_t g0, int64_
                 for (int j = 0; j < nq; j++) memcpy(o + 32 + 64 * j + 4 * r, i + 2 + 4 * j, 4);
             }
         }
-}
-
-/* Registered x16 copies: a small table under a mutex, and a per-thread copy
- * of the last hit tagged with the table's generation (bumped by every
- * change), so the hot path reads one shared atomic. */
-enum { X16_MAX = 1024 };
-typedef struct {
-    const uint8_t *w, *x16;
-    size_t bytes;
-} x16_entry;
-static pthread_mutex_t x16_lock = PTHREAD_MUTEX_INITIALIZER;
-static x16_entry x16_tab[X16_MAX];
-static int x16_n;
-static atomic_int x16_count; /* x16_n, readable without the lock */
-static atomic_uint x16_gen = 1;
-static _Thread_local x16_entry x16_last;
-static _Thread_local unsigned x16_last_gen;
-
-bool quant_x16_register(const void *w, size_t bytes, const void *x16) {
-    bool ok = false;
-    pthread_mutex_lock(&x16_lock);
-    if (x16_n < X16_MAX) {
-        x16_tab[x16_n++] = (x16_entry){w, x16, bytes};
-        atomic_store(&x16_count, x16_n);
-        atomic_fetch_add(&x16_gen, 1);
-        ok = true;
-    }
-    pthread_mutex_unlock(&x16_lock);
-    return ok;
-}
-
-void quant_x16_unregister(const void *x16) {
-    pthread_mutex_lock(&x16_lock);
-    for (int i = 0; i < x16_n; i++)
-        if (x16_tab[i].x16 == x16) {
-            x16_tab[i] = x16_tab[--x16_n];
-            atomic_store(&x16_count, x16_n);
-            atomic_fetch_add(&x16_gen, 1);
-            break;
-        }
-    pthread_mutex_unlock(&x16_lock);
-}
-
-/* The registered x16 copy of the matrix holding address w, or NULL; *w0 is
- * that matrix's start. */
-static const uint8_t *x16_find(const uint8_t *w, const uint8_t **w0) {
-    unsigned gen = atomic_load_explicit(&x16_gen, memory_order_acquire);
-    if (x16_last_gen != gen || w < x16_last.w || w >= x16_last.w + x16_last.bytes) {
-        if (!atomic_load_explicit(&x16_count, memory_order_relaxed)) return NULL; /* nothing registered */
-        x16_entry hit = {0};
-        pthread_mutex_lock(&x16_lock);
-        gen = atomic_load(&x16_gen);
-        for (int i = 0; i < x16_n; i++)
-            if (w >= x16_tab[i].w && w < x16_tab[i].w + x16_tab[i].bytes) hit = x16_tab[i];
-        pthread_mutex_unlock(&x16_lock);
-        x16_last = hit, x16_last_gen = gen;
-        if (!hit.w) return NULL;
-    }
-    *w0 = x16_last.w;
-    return x16_last.x16;
 }
 
 /* ---- portable fixed-order dot -------------------------------------------- */
@@ -760,25 +700,19 @@ static void block_range_x16(dtype type, const void *w, int64_t k, const void *xq
     if (tv < t1) quant_matmul_act_range_x16_avx512(type, w, k, xq, ldxq, y, ldy, 0, n, tv, t1);
 }
 
-void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
-                            int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t k, const void *xq, int64_t ldxq,
+                            float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
     if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
         quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (quant_use_block()) {
-        const uint8_t *w0, *x16 = x16_find(w, &w0);
-        if (x16) { /* rows [a0, a1) of the matrix at w0; whole 16-row groups from the x16 copy */
-            const size_t stride = dtype_row_bytes(type, k), rec = 16 * dtype_block_bytes(type);
-            const int64_t base = ((const uint8_t *)w - w0) / (int64_t)stride, a0 = base + r0, a1 = base + r1;
-            const int64_t m0 = (a0 + 15) / 16 * 16, m1 = a1 / 16 * 16;
-            if (((const uint8_t *)w - w0) % (int64_t)stride == 0 && m0 < m1) {
-                block_range(type, w, k, xq, ldxq, y, ldy, r0, m0 - base, t0, t1);
-                block_range_x16(type, x16 + m0 / 16 * rec * (k / QUANT_QK), k, xq, ldxq, y + (m0 - base), ldy,
-                                m1 - m0, t0, t1);
-                block_range(type, w, k, xq, ldxq, y, ldy, m1 - base, r1, t0, t1);
-                return;
-            }
+        const int64_t m0 = (r0 + 15) / 16 * 16, m1 = r1 / 16 * 16;
+        if (x16 && m0 < m1) { /* whole 16-row groups from the x16 copy, the rows around them from w */
+            block_range(type, w, k, xq, ldxq, y, ldy, r0, m0, t0, t1);
+            block_range_x16(type, quant_x16_rows(x16, type, k, m0), k, xq, ldxq, y + m0, ldy, m1 - m0, t0, t1);
+            block_range(type, w, k, xq, ldxq, y, ldy, m1, r1, t0, t1);
+            return;
         }
         block_range(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
@@ -788,6 +722,6 @@ void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq
 
 float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k) {
     float y;
-    quant_matmul_act_range(t, row, k, xq, 0, &y, 1, 0, 1, 0, 1);
+    quant_matmul_act_range(t, row, NULL, k, xq, 0, &y, 1, 0, 1, 0, 1);
     return y;
 }

@@ -59,6 +59,13 @@
  * quant_dot_act_block_portable is that order in C; the x16 kernels (weights
  * repacked 16 rows to a record, below) compute it too. A process uses one order
  * throughout (quant_act_order() decides), so batch invariance holds on each.
+ *
+ * x16 copies are data, not state of this module: the model owns them
+ * (model/model.h, tensor.x16: made at load when quant_use_block(), unmapped
+ * by model_free), and whoever calls a matmul passes the weight's copy along
+ * with its rows (matmul_args.x16, the x16 argument of
+ * quant_matmul_act_range). The kernels keep no table and look nothing up;
+ * a weight passed without a copy takes the row kernels, with the same bits.
  */
 #ifndef VLLM_KERNELS_QUANT_H
 #define VLLM_KERNELS_QUANT_H
@@ -114,12 +121,17 @@ static inline bool quant_has_act_kernel(dtype t) { return t == DTYPE_Q8_0 || t =
 void quant_quantize_act_row(const float *x, void *dst, int64_t k);
 void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k);
 
-/* y = x W^T with integer dot products, W of type Q8_0 or Q4_0:
+/* y = x W^T with integer dot products, W of type Q8_0 or Q4_0 (or Q4_K, Q6_K):
  *     y[t*ldy + r] = quant_dot_act(type, W row r, xq + t*ldxq, k)
  * for t in [t0, t1), r in [r0, r1). xq: (tokens, ldxq bytes) rows from
- * quant_quantize_act_row. Every output is bit-identical whatever the ranges. */
-void quant_matmul_act_range(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
-                            int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+ * quant_quantize_act_row. Every output is bit-identical whatever the ranges.
+ * x16: NULL, or W's x16 copy (below) holding at least its rows
+ * [0, r1 / 16 * 16), group g = rows [16g, 16g + 16); a block-order process
+ * (quant_use_block()) then reads the whole groups inside [r0, r1) from it and
+ * the rows around them from w: the same outputs, faster. Other processes
+ * and types ignore it. */
+void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t k, const void *xq, int64_t ldxq,
+                            float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
 /* The same outputs from F32 x: each token's row quantized in pieces on the
  * stack, portable dots (slow; for callers without an activation buffer). */
@@ -184,14 +196,14 @@ void quant_matmul_act_range_x16_avx2(dtype type, const void *w, int64_t k, const
                                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_avx2_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                        int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-/* Registers x16, an x16 copy of the `bytes`-byte matrix at w (type and k as
- * the caller passes them to quant_matmul_act_range), until
- * quant_x16_unregister(x16). While registered, quant_matmul_act_range in a
- * block-order process (quant_use_block()) reads whole 16-row groups of any
- * range inside w from the copy: the same outputs, faster. False when the table (1024
- * matrices) is full. Thread-safe; the caller keeps both buffers alive. */
-bool quant_x16_register(const void *w, size_t bytes, const void *x16);
-void quant_x16_unregister(const void *x16);
+/* The x16 copy of rows [n0, ...) of a matrix whose whole copy is x16: the
+ * same byte offset as the rows' own (the two layouts have the same size);
+ * NULL when x16 is NULL or n0 is not a multiple of 16 (no group starts
+ * there). For callers that pass a matrix's rows from n0 on. */
+static inline const void *quant_x16_rows(const void *x16, dtype type, int64_t k, int64_t n0) {
+    if (!x16 || n0 % 16) return NULL;
+    return (const uint8_t *)x16 + (size_t)n0 * dtype_row_bytes(type, k);
+}
 
 /* True when the CPU has AMX-TILE/INT8 (and the AVX-512 level) and the OS
  * granted this process the tile state (asked once, on the first call). */
@@ -209,10 +221,10 @@ bool quant_use_avx512(void);
 bool quant_use_amx(void);
 /* True when Q8_0 / Q4_0 dots use the block order: AMX tiles as above, or
  * without them every token on the VNNI (AVX-512) or AVX2 block-order kernels
- * (x16 copies where registered). On the AVX2 and AVX-512 levels unless
+ * (on the x16 copies callers pass). On the AVX2 and AVX-512 levels unless
  * VLLM_QUANT_ORDER is "wide" or "narrow", which keeps the row kernel of the
  * level (wide order on AVX-512, narrow on AVX2) and no x16 copies (without
- * AMX only). */
+ * AMX only): the model makes copies only when this is true. */
 bool quant_use_block(void);
 
 

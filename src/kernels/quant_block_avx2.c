@@ -1,7 +1,7 @@
 /*
  * quant_block_avx2.c - Q8_0 / Q4_0 weights x 8-bit activations in the
  * "block" order (quant.h) with AVX2 only: the kernels an AVX2 process uses
- * (quant_use_block()), on the runner's x16 copies and on GGUF rows.
+ * (quant_use_block()), on the model's x16 copies and on GGUF rows.
  *
  * x16 copies: a record holds 16 rows' block b, the quants as dwords (j, r)
  * at 64j + 4r. A 32-byte load at 64j + 32h is dword j of the 8 rows of half

@@ -13,6 +13,19 @@
  *
  * Lifetime: model_load() creates, model_free() releases the mmaps; every
  * tensor.data pointer is borrowed from the model and valid until model_free.
+ *
+ * x16 copies, the one exception to "never copied": in a process whose Q8_0 /
+ * Q4_0 dots use the block order (kernels/quant.h: quant_use_block()),
+ * model_load repacks each Q8_0 / Q4_0 matmul weight whose rows come in whole
+ * 16-row groups (q/k/v/o, gate/up/down, lm_head) into the x16 layout, a
+ * private anonymous mapping the same size as the rows, and hangs it on the
+ * tensor (tensor.x16). The model owns them: model_free unmaps them, so
+ * tensor.x16 is borrowed exactly as tensor.data is. The forward pass passes
+ * a weight's copy to the kernels with its rows (matmul_args.x16); the
+ * kernels read it instead of the rows, with the same results bit for bit.
+ * A copy that cannot be mapped is simply not made (x16 NULL, the rows are
+ * read). After model_load returns the model is not written again, so
+ * several runners may share it.
  */
 #ifndef VLLM_MODEL_MODEL_H
 #define VLLM_MODEL_MODEL_H
@@ -88,6 +101,9 @@ typedef struct tensor {
     int32_t ndim;
     int64_t shape[2];
     const void *data;                /* into an mmapped file; NULL if absent */
+    void *x16;                       /* (x16_bytes) data in the x16 layout (kernels/quant.h), owned by the
+                                      * model (model_make_x16 / model_free_x16); NULL if none */
+    size_t x16_bytes;
 } tensor;
 
 typedef struct layer_weights {
@@ -133,6 +149,16 @@ struct model {
  * with model_free. */
 vllm_status model_load(const char *path, model **out);
 void model_free(model *m);
+
+/* Makes the x16 copies of m's matmul weights (see the top) that do not have
+ * one yet, on a thread pool of its own (one thread per online CPU) for the
+ * call; does nothing unless quant_use_block(). A weight that gets no copy
+ * keeps x16 NULL. model_load calls it; a caller that fills a model by hand
+ * (tests) calls it itself and releases with model_free_x16. */
+void model_make_x16(model *m);
+/* Unmaps every x16 copy of m and sets the tensors' x16 to NULL (model_free
+ * does this). */
+void model_free_x16(model *m);
 
 /* Parses config.json text (path used only in messages). Exposed for tests and
  * fuzzing. Validates every value (positive dims, heads divisible by KV heads,

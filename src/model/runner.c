@@ -28,8 +28,10 @@
  * (kernels/matmul.c), the embedding row is dequantized. Before a matmul
  * stage with Q8_0/Q4_0 weights, its input rows are quantized once per token
  * into r->xq (kernels/quant.h: 8-bit blocks, a function of the token's row
- * alone) for the integer dot kernels. GGUF q/k rows are in
- * interleaved order, so RoPE is chosen once (r->rope_fn) from the config.
+ * alone) for the integer dot kernels, and each weight's x16 copy, when the
+ * model made one (model/model.h: tensor.x16, owned by the model), goes
+ * along in matmul_args.x16. GGUF q/k rows are in interleaved order, so RoPE
+ * is chosen once (r->rope_fn) from the config.
  *
  * Threads: each stage is one threadpool_run over work items claimed by
  * whichever thread is free: (row chunk, token chunk) for matmuls, (token,
@@ -81,18 +83,11 @@ typedef struct mm_op {
     int64_t first_item[4];      /* work items of part p: [first_item[p], first_item[p+1]) */
 } mm_op;
 
-typedef struct x16_copy {
-    void *p;                    /* an x16 copy of a weight (kernels/quant.h), registered */
-    size_t bytes;
-} x16_copy;
-
 struct runner {
     const model *m;
     runner_config cfg;
     threadpool *pool;
     int nth;
-    x16_copy *x16;              /* (nx16) the Q8_0/Q4_0 matmul weights repacked, AMX processes only */
-    int nx16;
 
     /* shapes */
     int32_t dim, n_heads, n_kv, head_dim, group, inter, vocab, n_layers;
@@ -220,64 +215,6 @@ static bool model_has_act_quant(const model *m) { return model_any_weight(m, qua
 /* Weights the AMX-BF16 kernel takes in this process: inputs packed into xa. */
 static bool uses_amx(dtype t) { return matmul_amx_takes(t); }
 
-/* ---- x16 weight copies ----------------------------------------------------- */
-
-typedef struct {
-    dtype type;
-    const void *src;
-    void *dst;
-    int64_t k;
-} repack_job;
-
-static void stage_repack(void *arg, int64_t lo, int64_t hi, int ith) {
-    (void)ith;
-    const repack_job *j = arg;
-    quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
-}
-
-/* In a block-order process (quant_use_block(): AVX2 or AVX-512), every Q8_0/Q4_0
- * matmul weight with rows in whole 16-row groups gets an x16 copy
- * (kernels/quant.h: the same results, rows in vector lanes, ~1.5-3x faster
- * kernels), made on the pool and registered; the GGUF rows stay in place for
- * everything else. A copy that cannot be mapped
- * is simply skipped (the kernels read the rows then). */
-static void runner_make_x16(runner *r) {
-    if (!quant_use_block()) return;
-    const model_weights *w = &r->m->w;
-    int max = 7 * r->n_layers + 1;
-    if (!(r->x16 = calloc((size_t)max, sizeof *r->x16))) return;
-    for (int i = 0; i < max; i++) {
-        const tensor *t = i == max - 1 ? &w->lm_head : NULL;
-        if (!t) {
-            const layer_weights *lw = &w->layers[i / 7];
-            const tensor *all[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj,
-                                    &lw->gate_proj, &lw->up_proj, &lw->down_proj};
-            t = all[i % 7];
-        }
-        if ((t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
-            t->shape[1] % QUANT_QK)
-            continue;
-        size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) continue;
-        repack_job job = {t->type, t->data, p, t->shape[1]};
-        threadpool_run(r->pool, stage_repack, &job, t->shape[0] / 16, 8);
-        if (!quant_x16_register(t->data, bytes, p)) {
-            munmap(p, bytes);
-            continue;
-        }
-        r->x16[r->nx16++] = (x16_copy){p, bytes};
-    }
-}
-
-static void runner_free_x16(runner *r) {
-    for (int i = 0; i < r->nx16; i++) {
-        quant_x16_unregister(r->x16[i].p);
-        munmap(r->x16[i].p, r->x16[i].bytes);
-    }
-    free(r->x16);
-}
-
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out) {
     *out = NULL;
     const model_config *c = &m->config;
@@ -353,7 +290,6 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
     }
     if (rc != VLLM_OK) goto fail;
-    runner_make_x16(r);
     rope_init_inv_freq(r->inv_freq, c);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
     *out = r;
@@ -365,7 +301,6 @@ fail:
 
 void runner_free(runner *r) {
     if (!r) return;
-    runner_free_x16(r);
     threadpool_free(r->pool);
     if (r->kv) munmap(r->kv, r->kv_bytes);
     free(r->inv_freq);
@@ -608,7 +543,7 @@ static matmul_args mm_args(float *y, int64_t ldy, const float *x, int64_t ldx, c
                            const tensor *bias, bool accumulate) {
     return (matmul_args){
         .y = y, .ldy = ldy, .x = x, .ldx = ldx,
-        .w = w->data, .wtype = w->type,
+        .w = w->data, .wtype = w->type, .x16 = w->x16,
         .bias = bias ? bias->data : NULL, .btype = bias ? bias->type : DTYPE_F32,
         .n = w->shape[0], .k = w->shape[1],
         .accumulate = accumulate,
@@ -663,6 +598,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             const matmul_args *up = &op->part[1];
             matmul_args blk = *up;
             blk.w = (const char *)up->w + (size_t)n0 * dtype_row_bytes(up->wtype, up->k);
+            blk.x16 = quant_x16_rows(up->x16, up->wtype, up->k, n0); /* n0: whole groups (MM_ROW_ALIGN) */
             blk.x = up->x + t0 * up->ldx;
             if (up->xq) blk.xq = (const uint8_t *)up->xq + t0 * up->ldxq;
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;

@@ -689,11 +689,12 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     out->timestamp = vllm_monotonic_time();
     out->num_outputs = (int32_t)nouts;
     out->outputs = e->outs;
-    int32_t total = kv_cache_manager_num_blocks(e->kv), free_blocks = kv_cache_manager_num_free_blocks(e->kv);
+    const block_pool *pool = kv_cache_manager_pool(e->kv);
+    int32_t total = block_pool_num_blocks(pool), free_blocks = block_pool_num_free(pool);
     out->stats = (vllm_scheduler_stats){
         .num_running = scheduler_num_running(e->sched),
         .num_waiting = scheduler_num_waiting(e->sched),
-        .kv_cache_usage = kv_cache_manager_usage(e->kv),
+        .kv_cache_usage = block_pool_usage(pool),
         .prefix_cache_queries = so ? so->prefix_cache_queries : 0,
         .prefix_cache_hits = so ? so->prefix_cache_hits : 0,
         .num_preemptions = so ? so->num_preemptions : 0,

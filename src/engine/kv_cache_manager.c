@@ -44,8 +44,6 @@ void kv_cache_manager_free(kv_cache_manager *m) {
 
 int32_t kv_cache_manager_block_size(const kv_cache_manager *m) { return m->block_size; }
 bool kv_cache_manager_caching_enabled(const kv_cache_manager *m) { return m->enable_caching; }
-int32_t kv_cache_manager_num_blocks(const kv_cache_manager *m) { return block_pool_num_blocks(m->pool); }
-int32_t kv_cache_manager_num_free_blocks(const kv_cache_manager *m) { return block_pool_num_free(m->pool); }
 const block_pool *kv_cache_manager_pool(const kv_cache_manager *m) { return m->pool; }
 void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m) { block_pool_reset_cache(m->pool); }
 
@@ -230,5 +228,3 @@ void kv_cache_manager_free_blocks(kv_cache_manager *m, seq *q) {
     q->cache_parent = -1;
     q->cache_parent_gen = 0;
 }
-
-float kv_cache_manager_usage(const kv_cache_manager *m) { return block_pool_usage(m->pool); }

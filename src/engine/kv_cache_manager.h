@@ -53,9 +53,8 @@ void kv_cache_manager_free(kv_cache_manager *m);
 
 int32_t kv_cache_manager_block_size(const kv_cache_manager *m);
 bool kv_cache_manager_caching_enabled(const kv_cache_manager *m);
-int32_t kv_cache_manager_num_blocks(const kv_cache_manager *m);
-int32_t kv_cache_manager_num_free_blocks(const kv_cache_manager *m);
-/* The pool, for statistics and tests (block_pool_check, ref counts). */
+/* The pool, read-only: statistics (block_pool_num_free, block_pool_usage),
+ * and tests (block_pool_check, ref counts). */
 const block_pool *kv_cache_manager_pool(const kv_cache_manager *m);
 /* Drops every cached prefix block (vLLM's reset_prefix_cache). */
 void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m);
@@ -105,8 +104,5 @@ void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child);
 
 /* Releases all of q's blocks (last block first) and empties its table. */
 void kv_cache_manager_free_blocks(kv_cache_manager *m, seq *q);
-
-/* Used / total blocks. */
-float kv_cache_manager_usage(const kv_cache_manager *m);
 
 #endif

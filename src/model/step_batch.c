@@ -1,7 +1,7 @@
 /*
  * step_batch.c - the step builder: flattens scheduled sequences into a
- * step_batch (see step_batch.h). All arrays are allocated at create time;
- * adding a sequence is a few stores per token.
+ * step_batch (see step_batch.h). All arrays are one allocation made at
+ * create time; adding a sequence is a few stores per token.
  */
 #include "model/step_batch.h"
 
@@ -13,25 +13,12 @@
 struct step_builder {
     step_builder_config cfg;
     step_batch batch;                /* points into the arrays below */
+    int64_t *slot_mapping;           /* the arrays, carved from one allocation */
     int32_t *token_ids, *positions, *query_start_loc, *seq_lens, *block_tables, *scored_start,
         *scored_indices, *copies, *lora_ids;
-    int64_t *slot_mapping;
 };
 
-void step_builder_free(step_builder *b) {
-    if (!b) return;
-    free(b->token_ids);
-    free(b->positions);
-    free(b->slot_mapping);
-    free(b->query_start_loc);
-    free(b->seq_lens);
-    free(b->block_tables);
-    free(b->scored_start);
-    free(b->scored_indices);
-    free(b->copies);
-    free(b->lora_ids);
-    free(b);
-}
+void step_builder_free(step_builder *b) { free(b); }
 
 vllm_status step_builder_create(const step_builder_config *cfg, step_builder **out) {
     *out = NULL;
@@ -42,25 +29,24 @@ vllm_status step_builder_create(const step_builder_config *cfg, step_builder **o
                           "blocks per seq %d, block size %d)",
                           cfg->max_tokens, cfg->max_seqs, cfg->max_scored, cfg->max_copies,
                           cfg->max_blocks_per_seq, cfg->block_size);
-    step_builder *b = calloc(1, sizeof *b);
-    if (!b) return vllm_error(VLLM_ERR_NOMEM, "step builder: out of memory");
-    b->cfg = *cfg;
     size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
-    b->token_ids = malloc(T * sizeof *b->token_ids);
-    b->positions = malloc(T * sizeof *b->positions);
-    b->slot_mapping = malloc(T * sizeof *b->slot_mapping);
-    b->query_start_loc = malloc((S + 1) * sizeof *b->query_start_loc);
-    b->seq_lens = malloc(S * sizeof *b->seq_lens);
-    b->block_tables = malloc(S * (size_t)cfg->max_blocks_per_seq * sizeof *b->block_tables);
-    b->scored_start = malloc((S + 1) * sizeof *b->scored_start);
-    b->scored_indices = malloc(((size_t)cfg->max_scored + 1) * sizeof *b->scored_indices);
-    b->copies = malloc(2 * ((size_t)cfg->max_copies + 1) * sizeof *b->copies);
-    b->lora_ids = malloc(S * sizeof *b->lora_ids);
-    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start_loc || !b->seq_lens ||
-        !b->block_tables || !b->scored_start || !b->scored_indices || !b->copies || !b->lora_ids) {
-        step_builder_free(b);
-        return vllm_error(VLLM_ERR_NOMEM, "step builder: out of memory for %d tokens, %d sequences",
-                          cfg->max_tokens, cfg->max_seqs);
+    /* int32 arrays after the header and the slot mapping (int64 first keeps it aligned) */
+    size_t n32[9] = {T, T, S + 1, S, S * (size_t)cfg->max_blocks_per_seq, S + 1, (size_t)cfg->max_scored + 1,
+                     2 * ((size_t)cfg->max_copies + 1), S};
+    size_t words = 0;
+    for (int i = 0; i < 9; i++) words += n32[i];
+    size_t head = (sizeof(step_builder) + 7) & ~(size_t)7;
+    step_builder *b = calloc(1, head + T * sizeof(int64_t) + words * sizeof(int32_t));
+    if (!b) return vllm_error(VLLM_ERR_NOMEM, "step builder: out of memory for %d tokens, %d sequences",
+                              cfg->max_tokens, cfg->max_seqs);
+    b->cfg = *cfg;
+    b->slot_mapping = (int64_t *)((char *)b + head);
+    int32_t *p = (int32_t *)(b->slot_mapping + T);
+    int32_t **arrays[9] = {&b->token_ids, &b->positions, &b->query_start_loc, &b->seq_lens, &b->block_tables,
+                           &b->scored_start, &b->scored_indices, &b->copies, &b->lora_ids};
+    for (int i = 0; i < 9; i++) {
+        *arrays[i] = p;
+        p += n32[i];
     }
     b->batch = (step_batch){
         .token_ids = b->token_ids,

@@ -10,7 +10,13 @@
 #ifndef VLLM_BASE_CLOCK_H
 #define VLLM_BASE_CLOCK_H
 
+#include <time.h>
+
 /* Seconds on CLOCK_MONOTONIC (arbitrary origin, never goes back). */
 double clock_now(void);
+
+/* The CLOCK_REALTIME instant `seconds` from now: a deadline for
+ * pthread_cond_timedwait on a default condition variable. */
+struct timespec clock_deadline(double seconds);
 
 #endif

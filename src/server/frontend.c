@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -663,11 +664,7 @@ void frontend_begin_shutdown(frontend *f) {
 }
 
 bool frontend_wait_idle(frontend *f, double seconds) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double t = (double)dl.tv_sec + dl.tv_nsec * 1e-9 + seconds;
-    dl.tv_sec = (time_t)t;
-    dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+    struct timespec dl = clock_deadline(seconds);
     pthread_mutex_lock(&f->mu);
     while (f->num_live > 0)
         if (pthread_cond_timedwait(&f->idle_cv, &f->mu, &dl) != 0) break;

@@ -565,11 +565,7 @@ static bool any_deferred(http_server *s) {
 }
 
 static void wait_deferred(http_server *s, double seconds) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double t = (double)dl.tv_sec + dl.tv_nsec * 1e-9 + seconds;
-    dl.tv_sec = (time_t)t;
-    dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+    struct timespec dl = clock_deadline(seconds);
     pthread_mutex_lock(&s->mu);
     while (any_deferred(s))
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) break;

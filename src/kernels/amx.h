@@ -21,6 +21,6 @@ typedef struct amx_tile_config {
 /* True when the CPU has AMX-TILE (and the AVX-512 level) and Linux granted
  * this process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
  * once, on the first call). Says nothing about AMX-BF16 / AMX-INT8. */
-bool amx_tiles_permitted(void);
+bool kernels_amx_tiles_permitted(void);
 
 #endif

@@ -52,7 +52,7 @@
  *
  * Tile state is per thread: each call loads a configuration (reloaded when
  * the tile shapes change) and releases the tiles before returning. The OS
- * grants the tile state once per process (amx_tiles_permitted, amx.h).
+ * grants the tile state once per process (kernels_amx_tiles_permitted, amx.h).
  */
 #include "kernels/kernels.h"
 
@@ -82,7 +82,7 @@ size_t matmul_amx_act_bytes(int64_t k) { return (size_t)((k + 31) / 32) * 256; }
 #include <sys/syscall.h>
 #include <unistd.h>
 
-bool amx_tiles_permitted(void) {
+bool kernels_amx_tiles_permitted(void) {
     static atomic_int state = -1;
     int s = atomic_load(&state);
     if (s < 0) {
@@ -102,7 +102,7 @@ bool matmul_amx_available(void) {
     if (s < 0) {
         unsigned a, b, c, d;
         /* CPUID.(7,0):EDX bit 22 AMX-BF16 */
-        s = amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1);
+        s = kernels_amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1);
         atomic_store(&state, s);
     }
     return s == 1;
@@ -449,7 +449,7 @@ void matmul_amx_pack_act(const float *x, int64_t ldx, int64_t k, int64_t t0, int
     pack_act(x, ldx, k, t0, t1, xp, ldxp);
 }
 #else
-bool amx_tiles_permitted(void) { return false; }
+bool kernels_amx_tiles_permitted(void) { return false; }
 bool matmul_amx_available(void) { return false; }
 void matmul_range_amx(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     (void)a, (void)n0, (void)n1, (void)t0, (void)t1;

@@ -31,8 +31,8 @@
  *
  * Tile state is per thread: every call loads its tile configuration and
  * releases the tiles before it returns. The kernel needs the process's
- * permission for the AMX state (amx_tiles_permitted, amx.h, asked once by
- * quant_amx_available); without it quant.c never calls in here.
+ * permission for the AMX state (kernels_amx_tiles_permitted, amx.h, asked
+ * once by quant_amx_available); without it quant.c never calls in here.
  */
 #include "kernels/quant.h"
 
@@ -64,7 +64,7 @@ bool quant_amx_available(void) {
     if (s < 0) {
         unsigned a, b, c, d;
         /* CPUID.(7,0):EDX bit 25 AMX-INT8; the tile state's grant: amx.h */
-        s = amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 25 & 1);
+        s = kernels_amx_tiles_permitted() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 25 & 1);
         atomic_store(&state, s);
     }
     return s == 1;

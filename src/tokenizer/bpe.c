@@ -17,7 +17,7 @@ typedef struct bpe_heap_item {
     int32_t sl, sr;      /* their symbols when pushed: a mismatch means stale */
 } bpe_heap_item;
 
-vllm_status ids_vec_push(ids_vec *iv, int32_t id) {
+vllm_status bpe_ids_push(bpe_ids *iv, int32_t id) {
     if (iv->n == iv->cap) {
         size_t cap = iv->cap ? iv->cap * 2 : 64;
         int32_t *v = realloc(iv->v, cap * sizeof *v);
@@ -178,14 +178,14 @@ static vllm_status scratch_reserve(bpe_scratch *s, size_t n) {
 
 /* Emits a final symbol: its id, or byte fallback, or unk. */
 static vllm_status emit_symbol(const bpe *b, int32_t sym, const char *str, size_t len,
-                               ids_vec *out) {
-    if (sym >= 0 && sym < b->n_real) return ids_vec_push(out, sym);
+                               bpe_ids *out) {
+    if (sym >= 0 && sym < b->n_real) return bpe_ids_push(out, sym);
     if (b->byte_fallback) {
         bool all = true;
         for (size_t i = 0; i < len; i++) all = all && b->byte_id[(uint8_t)str[i]] >= 0;
         if (all) {
             for (size_t i = 0; i < len; i++) {
-                vllm_status rc = ids_vec_push(out, b->byte_id[(uint8_t)str[i]]);
+                vllm_status rc = bpe_ids_push(out, b->byte_id[(uint8_t)str[i]]);
                 if (rc) return rc;
             }
             return VLLM_OK;
@@ -195,15 +195,15 @@ static vllm_status emit_symbol(const bpe *b, int32_t sym, const char *str, size_
         return vllm_error(VLLM_ERR_INVALID,
                           "tokenizer: '%.*s' is not in the vocabulary and the model has no unk_token",
                           (int)(len > 40 ? 40 : len), str);
-    return ids_vec_push(out, b->unk_id);
+    return bpe_ids_push(out, b->unk_id);
 }
 
 vllm_status bpe_encode_word(const bpe *b, bpe_scratch *s, const char *word, size_t len,
-                            ids_vec *out) {
+                            bpe_ids *out) {
     if (len == 0) return VLLM_OK;
     if (b->ignore_merges) {
         int32_t id = strmap_get(&b->syms, word, len);
-        if (id >= 0 && id < b->n_real) return ids_vec_push(out, id);
+        if (id >= 0 && id < b->n_real) return bpe_ids_push(out, id);
     }
     vllm_status rc = scratch_reserve(s, len); /* chars <= bytes */
     if (rc) return rc;

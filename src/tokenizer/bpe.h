@@ -49,11 +49,11 @@ typedef struct bpe_scratch {
 } bpe_scratch;
 
 /* A growable int32 array (encode output). */
-typedef struct ids_vec {
+typedef struct bpe_ids {
     int32_t *v;
     size_t n, cap;
-} ids_vec;
-vllm_status ids_vec_push(ids_vec *iv, int32_t id);
+} bpe_ids;
+vllm_status bpe_ids_push(bpe_ids *iv, int32_t id);
 
 /* Builds the merge table from parallel arrays of pair strings; called once
  * `syms` holds every token. rank = index in the list. */
@@ -64,7 +64,7 @@ void bpe_deinit(bpe *b);
 
 /* Appends the ids of word[0..len) (valid UTF-8) to out. */
 vllm_status bpe_encode_word(const bpe *b, bpe_scratch *s, const char *word, size_t len,
-                            ids_vec *out);
+                            bpe_ids *out);
 void bpe_scratch_deinit(bpe_scratch *s);
 
 #endif

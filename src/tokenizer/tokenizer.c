@@ -780,7 +780,7 @@ typedef struct encoder {
     piece_list pa, pb;
     bpe_scratch scratch;
     pcre2_match_data *md;
-    ids_vec ids;
+    bpe_ids ids;
 } encoder;
 
 /* text -> valid UTF-8 in e->text (maximal invalid subparts -> U+FFFD). */
@@ -1025,7 +1025,7 @@ static vllm_status encode_text(encoder *e, const char *s, size_t n) {
     for (size_t i = 0; i < nsec && !rc; i++) {
         if (sec[i].len == 0) continue;
         if (sec[i].added >= 0)
-            rc = ids_vec_push(&e->ids, token_id(t, s + sec[i].off, sec[i].len));
+            rc = bpe_ids_push(&e->ids, token_id(t, s + sec[i].off, sec[i].len));
         else
             rc = encode_section(e, s + sec[i].off, sec[i].len, (int)i);
     }

@@ -59,6 +59,7 @@ TOOL_SRCS := $(wildcard tools/*.c)
 BENCH_SRCS := $(wildcard bench/*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_LIB_OBJS := $(filter-out %/main.o,$(CLI_OBJS))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
@@ -71,10 +72,18 @@ $(BUILD)/libvllm.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
+# The CLI's code without main.o, so a test can link the CLI helpers it checks
+# (tests/test_bench_stats.c: src/cli/bench_*.c); an archive, so tests that use
+# none of it pull in nothing.
+$(BUILD)/libvllm_cli.a: $(CLI_LIB_OBJS)
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
 $(BUILD)/vllmc: $(CLI_OBJS) $(BUILD)/libvllm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm_cli.a $(BUILD)/libvllm.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench_dataset.h"
-#include "bench/bench_rng.h"
-#include "bench/bench_stats.h"
+#include "cli/bench_dataset.h"
+#include "cli/bench_rng.h"
+#include "cli/bench_stats.h"
 #include "harness.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(1e-300, fabs(b)) + 1e-15; }

@@ -28,9 +28,9 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "bench/bench_dataset.h"
-#include "bench/bench_rng.h"
-#include "bench/bench_stats.h"
+#include "cli/bench_dataset.h"
+#include "cli/bench_rng.h"
+#include "cli/bench_stats.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "engine/output_processor.h"

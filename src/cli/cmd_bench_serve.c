@@ -30,9 +30,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "bench/bench_dataset.h"
-#include "bench/bench_rng.h"
-#include "bench/bench_stats.h"
+#include "cli/bench_dataset.h"
+#include "cli/bench_rng.h"
+#include "cli/bench_stats.h"
 #include "cli/cli.h"
 #include "cli/cmd_bench.h"
 #include "cli/engine_args.h"

@@ -5,8 +5,8 @@
  * (index p/100 * (n - 1) into the sorted samples). As in vLLM's reports, an
  * empty sample summarises to 0 (`np.mean(x or 0)`).
  */
-#ifndef VLLM_BENCH_BENCH_STATS_H
-#define VLLM_BENCH_BENCH_STATS_H
+#ifndef VLLM_CLI_BENCH_STATS_H
+#define VLLM_CLI_BENCH_STATS_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* bench_dataset.c - see bench_dataset.h. */
-#include "bench/bench_dataset.h"
+#include "cli/bench_dataset.h"
 
 #include <math.h>
 #include <stdlib.h>

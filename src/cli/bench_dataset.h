@@ -11,12 +11,12 @@
  * completions API take ids, so the prompt length is exact, where vLLM decodes
  * to text and re-tokenizes.
  */
-#ifndef VLLM_BENCH_BENCH_DATASET_H
-#define VLLM_BENCH_BENCH_DATASET_H
+#ifndef VLLM_CLI_BENCH_DATASET_H
+#define VLLM_CLI_BENCH_DATASET_H
 
 #include <stdint.h>
 
-#include "bench/bench_rng.h"
+#include "cli/bench_rng.h"
 #include "vllm/status.h"
 
 typedef struct bench_request {

@@ -1,5 +1,5 @@
 /* bench_rng.c - see bench_rng.h. */
-#include "bench/bench_rng.h"
+#include "cli/bench_rng.h"
 
 #include <math.h>
 

@@ -8,8 +8,8 @@
  * Tsang's method (shape >= 1) with the U^(1/a) boost for shape < 1; normals
  * come from Box-Muller.
  */
-#ifndef VLLM_BENCH_BENCH_RNG_H
-#define VLLM_BENCH_BENCH_RNG_H
+#ifndef VLLM_CLI_BENCH_RNG_H
+#define VLLM_CLI_BENCH_RNG_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 /* bench_stats.c - see bench_stats.h. */
-#include "bench/bench_stats.h"
+#include "cli/bench_stats.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-# vllm.c build. One library (build/libvllm.a) and the CLI that links it (build/vllmc).
+# vllm.c build: the library, the CLI (build/vllmc), tests, tools and benchmarks.
 #
 #   make            release build
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
@@ -13,9 +13,30 @@
 #   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
 #   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
 #
+# Three archives, in build/ (build-san/, ...), from the objects of src/*/*.c:
+#   libvllm.a           the library we ship. It exports the public API only, the
+#                       vllm_* functions of include/vllm/vllm.h and status.h, so a
+#                       program that links it cannot collide with our internal
+#                       names (scheduler_schedule, tokenizer_load, ...). The library
+#                       objects are compiled -fvisibility=hidden, the public headers
+#                       push default visibility, and the archive holds ONE object:
+#                       `ld -r` of them all, then `objcopy --localize-hidden`, which
+#                       makes every hidden name local to it. examples/<name>.c are
+#                       built against it alone (include/ only, no -Isrc) into
+#                       build/examples/<name>.
+#   libvllm_internal.a  the same objects as a plain archive, every module's names
+#                       global: what our own programs link (vllmc, tests, tools/,
+#                       bench/, fuzz/), which call the modules directly.
+#   libvllm_cli.a       src/cli/ without main.o (vllmc's code, not the library's):
+#                       every test links it too, for the CLI helpers a test checks
+#                       (test_bench_stats: bench_stats, bench_rng, bench_dataset);
+#                       an archive, so a test that uses none of it gets none of it.
+# tests/test_symbols.sh checks libvllm.a's exports and each object's module prefixes.
+#
 # Sources are found by wildcard: a new src/<subsystem>/<concept>.c is built without
 # touching this file; tests/test_<name>.c becomes build/tests/test_<name>,
-# tools/<name>.c build/tools/<name> and bench/<name>.c build/bench/<name>.
+# tools/<name>.c build/tools/<name>, bench/<name>.c build/bench/<name> and
+# examples/<name>.c build/examples/<name>.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -23,6 +44,7 @@ ARCHFLAGS ?= -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
+OBJCOPY ?= objcopy
 LDLIBS  += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
@@ -57,51 +79,81 @@ CLI_SRCS  := $(wildcard src/cli/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
 BENCH_SRCS := $(wildcard bench/*.c)
+EXAMPLE_SRCS := $(wildcard examples/*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_LIB_OBJS := $(filter-out %/main.o,$(CLI_OBJS))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins soak
+.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins soak FORCE
 .SECONDARY:
-all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS)
+all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS) $(BUILD)/libvllm.a $(EXAMPLE_BINS)
 
 $(BUILD)/libvllm.a: $(LIB_OBJS)
+	@mkdir -p $(BUILD)/obj
+	$(LD) -r -o $(BUILD)/obj/libvllm.o $^
+	$(OBJCOPY) --localize-hidden $(BUILD)/obj/libvllm.o
+	@rm -f $@
+	$(AR) rcs $@ $(BUILD)/obj/libvllm.o
+
+$(BUILD)/libvllm_internal.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
-# The CLI's code without main.o, so a test can link the CLI helpers it checks
-# (tests/test_bench_stats.c: src/cli/bench_*.c); an archive, so tests that use
-# none of it pull in nothing.
 $(BUILD)/libvllm_cli.a: $(CLI_LIB_OBJS)
 	@mkdir -p $(@D)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/vllmc: $(CLI_OBJS) $(BUILD)/libvllm.a
+$(BUILD)/vllmc: $(CLI_OBJS) $(BUILD)/libvllm_internal.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm_cli.a $(BUILD)/libvllm.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/libvllm_cli.a $(BUILD)/libvllm_internal.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(BUILD)/libvllm.a
+$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(BUILD)/libvllm_internal.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tools/%: $(BUILD)/obj/tools/%.o $(BUILD)/libvllm.a
+$(BUILD)/tools/%: $(BUILD)/obj/tools/%.o $(BUILD)/libvllm_internal.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libvllm.a
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libvllm_internal.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/libvllm.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Every object depends on the compile flags ($(BUILD)/obj/flags, rewritten when
+# they change, -Werror aside), so new flags rebuild it instead of leaving it stale.
+FLAGS_STAMP := $(BUILD)/obj/flags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(CC) $(filter-out -Werror,$(CFLAGS))' | cmp -s - $@ || \
+	    echo '$(CC) $(filter-out -Werror,$(CFLAGS))' > $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+# Library objects: only what the public headers declare keeps default visibility.
+$(LIB_OBJS): $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+
+# The examples see the public headers only.
+$(BUILD)/obj/examples/%.o: examples/%.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(filter-out -Isrc,$(CFLAGS)) -c -o $@ $<
 
 setup:
 	@scripts/setup.sh

@@ -6,8 +6,8 @@
 #
 # Installs Debian's libopenblas-dev and libdnnl-dev where missing (the rest of
 # vllm.c does not link them), builds build/bench-blas/bench_blas against
-# build/libvllm.a and runs every library on F32, BF16 and F16 weights, each in
-# a process of its own.
+# build/libvllm_internal.a (it calls our kernels directly) and runs every
+# library on F32, BF16 and F16 weights, each in a process of its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${1:-2} tokens=${2:-1,16,128,512} reps=${3:-5}
@@ -21,12 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-make -s -j2 build/libvllm.a
+make -s -j2 build/libvllm_internal.a
 out=build/bench-blas
 mkdir -p "$out"
-if [ ! -x "$out/bench_blas" ] || [ bench/blas/bench_blas.c -nt "$out/bench_blas" ] || [ build/libvllm.a -nt "$out/bench_blas" ]; then
+if [ ! -x "$out/bench_blas" ] || [ bench/blas/bench_blas.c -nt "$out/bench_blas" ] || [ build/libvllm_internal.a -nt "$out/bench_blas" ]; then
   cc -std=c17 -D_GNU_SOURCE -O2 -march=native -Wall -Wextra -Werror -Isrc -Iinclude bench/blas/bench_blas.c \
-     -o "$out/bench_blas" build/libvllm.a -lopenblas -ldnnl -lm -pthread
+     -o "$out/bench_blas" build/libvllm_internal.a -lopenblas -ldnnl -lm -pthread
 fi
 grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'
 for wt in f32 bf16 f16; do

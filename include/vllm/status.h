@@ -2,6 +2,8 @@
 #ifndef VLLM_STATUS_H
 #define VLLM_STATUS_H
 
+#pragma GCC visibility push(default) /* libvllm.a exports only what include/vllm/ declares */
+
 typedef enum vllm_status {
     VLLM_OK = 0,
     VLLM_ERR_NOMEM,       /* allocation failed */
@@ -19,4 +21,5 @@ const char *vllm_errmsg(void);
 /* A short constant name for a status ("format error", ...). */
 const char *vllm_status_str(vllm_status rc);
 
+#pragma GCC visibility pop
 #endif

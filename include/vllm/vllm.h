@@ -29,6 +29,8 @@
 
 #include "vllm/status.h"
 
+#pragma GCC visibility push(default) /* libvllm.a exports only what include/vllm/ declares */
+
 #define VLLM_MAX_STOP_TOKEN_IDS 32
 #define VLLM_MAX_LOGIT_BIAS 64
 #define VLLM_MAX_LOGPROBS 20         /* vLLM's --max-logprobs default */
@@ -265,4 +267,5 @@ void vllm_request_results_free(vllm_request_result *results, int32_t num_prompts
 /* Monotonic clock the engine stamps events with (seconds). */
 double vllm_monotonic_time(void);
 
+#pragma GCC visibility pop
 #endif

@@ -13,7 +13,7 @@ debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev curl 
       libmicrohttpd-dev libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
       python3-prometheus-client prometheus
       nodejs npm)
-[ $fuzz -eq 1 ] && debs+=(clang-14 libclang-rt-14-dev)
+[ $fuzz -eq 1 ] && debs+=(clang-16 libclang-rt-16-dev)  # clang 14 rejects _Float16 (src/base/dtype.h) on x86
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -45,7 +45,9 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvl
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
 OBJCOPY ?= objcopy
-LDLIBS  += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
+# What a program linking libvllm.a needs after it; vllmc adds libcurl (bench serve).
+LIB_LDLIBS := -lmicrohttpd -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
+LDLIBS  += -lcurl $(LIB_LDLIBS)
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -131,7 +133,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libvllm_internal.a
 
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/libvllm.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_LDLIBS)
 
 # Every object depends on the compile flags ($(BUILD)/obj/flags, rewritten when
 # they change, -Werror aside), so new flags rebuild it instead of leaving it stale.

@@ -21,8 +21,11 @@
 #                       objects are compiled -fvisibility=hidden, the public headers
 #                       push default visibility, and the archive holds ONE object:
 #                       `ld -r` of them all, then `objcopy --localize-hidden`, which
-#                       makes every hidden name local to it. examples/<name>.c are
-#                       built against it alone (include/ only, no -Isrc) into
+#                       makes every hidden name local to it. It holds the subsystems
+#                       the public API reaches (PUB_SRCS: the engine and what it
+#                       runs on), not the server, templates or metrics, so it needs
+#                       no HTTP library (LIB_LDLIBS). examples/<name>.c are built
+#                       against it alone (include/ only, no -Isrc) into
 #                       build/examples/<name>.
 #   libvllm_internal.a  the same objects as a plain archive, every module's names
 #                       global: what our own programs link (vllmc, tests, tools/,
@@ -45,9 +48,10 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvl
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
 OBJCOPY ?= objcopy
-# What a program linking libvllm.a needs after it; vllmc adds libcurl (bench serve).
-LIB_LDLIBS := -lmicrohttpd -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
-LDLIBS  += -lcurl $(LIB_LDLIBS)
+# What a program linking libvllm.a needs after it; vllmc adds libmicrohttpd (serve)
+# and libcurl (bench serve).
+LIB_LDLIBS := -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
+LDLIBS  += -lmicrohttpd -lcurl $(LIB_LDLIBS)
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -83,7 +87,10 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
 BENCH_SRCS := $(wildcard bench/*.c)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
+PUB_SRCS  := $(filter src/base/% src/engine/% src/kernels/% src/model/% src/sample/% src/spec/% \
+                      src/tokenizer/%,$(LIB_SRCS))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+PUB_OBJS  := $(PUB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_LIB_OBJS := $(filter-out %/main.o,$(CLI_OBJS))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -95,7 +102,7 @@ FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS) $(BUILD)/libvllm.a $(EXAMPLE_BINS)
 
-$(BUILD)/libvllm.a: $(LIB_OBJS)
+$(BUILD)/libvllm.a: $(PUB_OBJS)
 	@mkdir -p $(BUILD)/obj
 	$(LD) -r -o $(BUILD)/obj/libvllm.o $^
 	$(OBJCOPY) --localize-hidden $(BUILD)/obj/libvllm.o

@@ -34,6 +34,7 @@
 
 #include "kernels/quant.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,24 +529,25 @@ void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0
 /* ---- dispatch ------------------------------------------------------------ */
 
 /* The kernel for each weight dtype on this process's instruction set, filled
- * once (racing first calls write the same pointers): BF16 (and with
- * VLLM_AMX=f16, F16) goes to the AMX-BF16 kernel (matmul_amx.c) when the
- * process uses it (matmul_amx_takes). */
+ * once (pthread_once: the first callers may be several worker threads):
+ * BF16 (and with VLLM_AMX=f16, F16) goes to the AMX-BF16 kernel
+ * (matmul_amx.c) when the process uses it (matmul_amx_takes). */
 static matmul_range_fn kernel_table[DTYPE_COUNT];
-static atomic_bool kernel_table_ready;
+static pthread_once_t kernel_table_once = PTHREAD_ONCE_INIT;
+
+static void kernel_table_fill(void) {
+    kernels_isa isa = kernels_isa_get();
+    matmul_range_fn scalar = isa >= KERNELS_ISA_AVX512 ? matmul_range_avx512
+                             : isa >= KERNELS_ISA_AVX2 ? matmul_range_avx2
+                                                       : matmul_range_portable;
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (matmul_amx_takes((dtype)t)) kernel_table[t] = matmul_range_amx;
+}
 
 matmul_range_fn matmul_kernel(dtype wtype) {
-    if (!atomic_load_explicit(&kernel_table_ready, memory_order_acquire)) {
-        kernels_isa isa = kernels_isa_get();
-        matmul_range_fn scalar = isa >= KERNELS_ISA_AVX512 ? matmul_range_avx512
-                                 : isa >= KERNELS_ISA_AVX2 ? matmul_range_avx2
-                                                           : matmul_range_portable;
-        for (int t = 0; t < DTYPE_COUNT; t++)
-            kernel_table[t] = dtype_is_quantized((dtype)t) ? matmul_range_quant : scalar;
-        for (int t = 0; t < DTYPE_COUNT; t++)
-            if (matmul_amx_takes((dtype)t)) kernel_table[t] = matmul_range_amx;
-        atomic_store_explicit(&kernel_table_ready, true, memory_order_release);
-    }
+    pthread_once(&kernel_table_once, kernel_table_fill);
     return (unsigned)wtype < DTYPE_COUNT ? kernel_table[wtype] : matmul_range_naive;
 }
 

@@ -35,18 +35,14 @@ oneline() { tr '\n' ' ' | sed 's/ $//'; }
 # Names an object may export besides its own file name's (<file>, <file>_*)
 # and the public API: an object (relative to src/, a glob), then prefixes
 # (ending in _) or whole names, then a comment. Every matching line applies.
-#   (*) names in or used by files other work is rewriting now, allowed as they
-#       are for the moment (seq_* lives in request.c and scheduler.c, not in a
-#       seq.c; step_builder_* in step_batch.c, called from engine.c).
 prefix_table='
 base/error                vllm_error vllm_error_prefix # internal, hidden in libvllm.a
-engine/request            seq_             # (*)
-engine/scheduler          seq_             # (*)
+engine/request            seq_             # a request and its sequences (request.h)
 kernels/matmul            kernels_         # kernels_isa_*, kernels_cpu_has_*
 kernels/matmul_amx        kernels_ matmul_ # kernels_amx_*; matmul_range_amx, matmul_use_amx
 kernels/quant_*           quant_           # one quant module over several files
 model/config              model_           # model_config_parse, model_generation_config_parse
-model/step_batch          step_builder_    # (*)
+model/step_batch          step_builder_    # the builder of step_batch (step_batch.h)
 server/openai_protocol    openai_
 server/serving_*          serving_         # serving_completions, serving_chat_*
 template/jinja_*          jinja_           # one jinja module over several files (jinja_internal.h)
@@ -54,6 +50,7 @@ template/jinja_value      jv_              # jinja values
 tokenizer/detokenizer     tokenizer_       # tokenizer_decode
 tokenizer/tokenizer_gguf  tokenizer_       # tokenizer_load_gguf
 cli/cmd_bench             bench_           # option helpers shared with cmd_bench_serve
+cli/cmd_tokenize          cmd_detokenize   # both commands share one line loop
 cli/main                  main cli_
 '
 

@@ -110,6 +110,13 @@ vllm_status seq_reserve(seq *q, int32_t num_tokens) {
     return rc;
 }
 
+void seq_clear_news(seq *q) {
+    q->in_news = false;
+    q->news_next = NULL;
+    q->num_events = 0;
+    q->num_new_output = 0;
+}
+
 vllm_status seq_append_token(seq *q, int32_t token_id) {
     vllm_status rc = seq_reserve(q, q->num_tokens + 1);
     if (rc != VLLM_OK) return rc;

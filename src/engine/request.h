@@ -132,6 +132,10 @@ int seq_compare(const seq *a, const seq *b, bool use_priority);
  * capacity. */
 vllm_status seq_reserve(seq *q, int32_t num_tokens);
 
+/* Forgets q's news once a step output has reported it: events, new-token
+ * count, its place in the scheduler's news list. */
+void seq_clear_news(seq *q);
+
 /* Appends a committed token (growing if needed) and counts it as news. */
 vllm_status seq_append_token(seq *q, int32_t token_id);
 

@@ -121,13 +121,6 @@ seq *scheduler_take_news(scheduler *s) {
     return head;
 }
 
-void seq_clear_news(seq *q) {
-    q->in_news = false;
-    q->news_next = NULL;
-    q->num_events = 0;
-    q->num_new_output = 0;
-}
-
 request *scheduler_pop_finished(scheduler *s) {
     if (list_empty(&s->finished)) return NULL;
     list_node *n = s->finished.next;

@@ -136,10 +136,9 @@ bool scheduler_has_unfinished(const scheduler *s);
 bool scheduler_has_news(const scheduler *s);
 
 /* Sequences with news (tokens, events, finish) since the last call, linked
- * through news_next; the caller reads them and must call seq_clear_news on
- * each (the list is reset here). */
+ * through news_next; the caller reads them and must call seq_clear_news
+ * (request.h) on each (the list is reset here). */
 seq *scheduler_take_news(scheduler *s);
-void seq_clear_news(seq *q);
 
 /* The next request whose sequences have all finished, or NULL. The request
  * is the caller's again (the scheduler no longer references it). */

@@ -265,16 +265,25 @@ static vllm_status check_shape_fields(const char *path, model_config *cfg) {
     return VLLM_OK;
 }
 
-vllm_status model_config_parse(const char *json, size_t len, const char *path, model_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
+/* *root = the JSON object in json[0..len) (path names it in messages). */
+static vllm_status load_object(const char *json, size_t len, const char *path, json_t **root) {
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
-    if (!root)
+    *root = json_loadb(json, len, 0, &jerr);
+    if (!*root)
         return vllm_error(VLLM_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
                           jerr.line, jerr.column);
-    vllm_status rc = VLLM_OK;
-    if (!json_is_object(root)) rc = vllm_error(VLLM_ERR_FORMAT, "%s: not a JSON object", path);
-    if (!rc) rc = parse_fields(root, path, cfg);
+    if (json_is_object(*root)) return VLLM_OK;
+    json_decref(*root);
+    *root = NULL;
+    return vllm_error(VLLM_ERR_FORMAT, "%s: not a JSON object", path);
+}
+
+vllm_status model_config_parse(const char *json, size_t len, const char *path, model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    json_t *root;
+    vllm_status rc = load_object(json, len, path, &root);
+    if (rc) return rc;
+    rc = parse_fields(root, path, cfg);
     if (!rc) rc = check_shape_fields(path, cfg);
     json_decref(root);
     if (rc) memset(cfg, 0, sizeof *cfg);
@@ -284,15 +293,11 @@ vllm_status model_config_parse(const char *json, size_t len, const char *path, m
 vllm_status model_generation_config_parse(const char *json, size_t len, const char *path, model_config *cfg,
                                           generation_defaults *gen) {
     memset(gen, 0, sizeof *gen);
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
-    if (!root)
-        return vllm_error(VLLM_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
-                          jerr.line, jerr.column);
-    vllm_status rc = VLLM_OK;
+    json_t *root;
+    vllm_status rc = load_object(json, len, path, &root);
+    if (rc) return rc;
     model_config merged = *cfg; /* cfg changes only on success */
-    if (!json_is_object(root)) rc = vllm_error(VLLM_ERR_FORMAT, "%s: not a JSON object", path);
-    if (!rc) rc = get_float(root, "temperature", path, 0, 1e6, &gen->has_temperature, &gen->temperature);
+    rc = get_float(root, "temperature", path, 0, 1e6, &gen->has_temperature, &gen->temperature);
     if (!rc) rc = get_float(root, "top_p", path, 1e-9, 1, &gen->has_top_p, &gen->top_p);
     if (!rc) rc = get_float(root, "min_p", path, 0, 1, &gen->has_min_p, &gen->min_p);
     if (!rc)

@@ -25,15 +25,16 @@
 
 static bool nomem(jinja_render *R, int line) { return jinja_fail_alloc(R, line); }
 
-/* JavaScript truthiness of the wrapped value (objects are always true). */
+/* JavaScript truthiness of the wrapped value: RuntimeValue.__bool__ (jv_truthy)
+ * for scalars, but arrays, tuples and objects are always true, even empty. */
 static bool js_truthy(const jv *v) {
     switch (v->type) {
     case JV_UNDEFINED:
-    case JV_NULL: return false;
-    case JV_BOOL: return v->u.b;
+    case JV_NULL:
+    case JV_BOOL:
     case JV_INT:
-    case JV_FLOAT: return v->u.num != 0 && !isnan(v->u.num);
-    case JV_STRING: return v->u.str.len > 0;
+    case JV_FLOAT:
+    case JV_STRING: return jv_truthy(v);
     default: return true;
     }
 }

@@ -328,8 +328,9 @@ if want batch16; then
     f=$(gguf "$t") T=${t^^}
     run "llama-batched-$t" "$lbin/llama-batched-bench" -m "$f" -t "$threads" -c $((B16 * (P16 + G16))) \
       -b 2048 -ub 512 -npp "$P16" -ntg "$G16" -npl "$B16" --output-format jsonl
+    # --disable-detokenize: llama-batched-bench makes no text either
     run "ours-throughput-$t" "$vllmc" bench throughput --model "$f" --threads "$threads" --dataset-name random \
-      --input-len "$P16" --output-len "$G16" --num-prompts "$B16" $ignore_eos
+      --input-len "$P16" --output-len "$G16" --num-prompts "$B16" $ignore_eos --disable-detokenize
     run "ours-batchdecode-$t" "$bf" --model "$f" --threads "$threads" --batch "$B16" --prefill "$P16" \
       --decode "$G16" --repeat 1
     row "$B16 seqs x ($P16+$G16), $T, total tok/s (whole run)" "$(fmt "$(bb_field "$logs/llama-batched-$t.log" speed)")" \
@@ -356,7 +357,7 @@ if want shared64; then
     run "llama-shared-$t" "$lbin/llama-batched-bench" -m "$f" -t "$threads" -c $((B64 * (P64 + G64))) \
       -b 2048 -ub 512 -pps -npp "$P64" -ntg "$G64" -npl "$B64" --output-format jsonl
     run "ours-shared-$t" "$vllmc" bench throughput --model "$f" --threads "$threads" --dataset-name random \
-      "${shared_flags[@]}" --output-len "$G64" --num-prompts "$B64" $ignore_eos
+      "${shared_flags[@]}" --output-len "$G64" --num-prompts "$B64" $ignore_eos --disable-detokenize
     lt=$(bb_field "$logs/llama-shared-$t.log" t)
     lgen=$(awk -v t="$lt" -v n=$((B64 * G64)) 'BEGIN { if (t > 0) print n / t }')
     row "$B64 seqs, shared $P64-token prompt, $G64 generated, $T, generated tok/s (whole run)" "$(fmt "$lgen")" \

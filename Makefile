@@ -169,7 +169,7 @@ setup:
 	@scripts/setup.sh
 
 # The suite runs twice: on the release build and on the ASan+UBSan build
-# (LeakSanitizer on), with one "N passed, N failed" total at the end.
+# (LeakSanitizer on), with one "N passed, N failed, N skipped" total at the end.
 test: setup
 	@$(MAKE) --no-print-directory WERROR=1 all
 	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all

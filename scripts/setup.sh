@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs what vllm.c needs to build and test, only where it is missing:
-# Debian packages (compiler libraries, reference numerics) and the npm packages
-# the tests use as independent references. Safe to run again; quiet when done.
+# Debian packages (compiler libraries, reference numerics), the npm packages
+# the tests use as independent references, and the PyPI references
+# (tests/ref/requirements.txt: torch, transformers, gguf, ...) in a virtual
+# environment, .venv/ (never the system Python). Safe to run again; quiet when
+# done. Without PyPI the .venv step warns and the tests that need it report
+# themselves skipped.
 #   scripts/setup.sh --fuzz   also clang and its libFuzzer runtime, for make fuzz
 #                             (make test does not need them)
 set -euo pipefail
@@ -11,7 +15,7 @@ fuzz=0
 
 debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev curl jq libutf8proc-dev
       libmicrohttpd-dev libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
-      python3-prometheus-client prometheus
+      python3-prometheus-client prometheus python3-venv unzip
       nodejs npm)
 [ $fuzz -eq 1 ] && debs+=(clang-16 libclang-rt-16-dev)  # clang 14 rejects _Float16 (src/base/dtype.h) on x86
 missing=()
@@ -37,4 +41,19 @@ if [ ! -d tests/ref/node_modules/@huggingface/transformers ] ||
    [ ! -d tests/ref/node_modules/openai ]; then
   echo "setup: installing npm reference packages into tests/ref"
   (cd tests/ref && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+
+# PyPI references in .venv/, rebuilt when tests/ref/requirements.txt changes
+req=tests/ref/requirements.txt
+stamp=.venv/.requirements
+if [ ! -x .venv/bin/python ] || ! cmp -s "$req" "$stamp"; then
+  echo "setup: installing the PyPI reference packages into .venv (tests/ref/requirements.txt)"
+  rm -rf .venv
+  if /usr/bin/python3 -m venv .venv &&
+     .venv/bin/pip install -q --disable-pip-version-check -r "$req" >.venv/pip.log 2>&1; then
+    cp "$req" "$stamp"
+  else
+    echo "setup: WARNING: could not install the PyPI references (see .venv/pip.log);" \
+         "the tests that need them will report themselves skipped" >&2
+  fi
 fi

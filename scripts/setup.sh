@@ -58,8 +58,8 @@ if [ ! -x .venv/bin/python ] || ! cmp -s "$req" "$stamp"; then
   fi
 fi
 
-# llama.cpp's GGUF converter (unpacked from the llama-cpp-python sdist on PyPI)
-# for tests/test_hf_forward.sh: minutes the first time, nothing after
+# llama.cpp's GGUF converter (the llama.cpp source of the node-llama-cpp npm
+# package) for tests/test_hf_forward.sh
 if [ -x .venv/bin/python ] && ! scripts/fetch_models.sh convert >/dev/null 2>&1; then
   echo "setup: WARNING: could not fetch llama.cpp's converter (scripts/fetch_models.sh convert);" \
        "test_hf_forward.sh will report its GGUF checks skipped" >&2

@@ -150,13 +150,21 @@ def check_names():
 
 # ---- talking to the server and the CLI --------------------------------------------------
 
+SERVER_GONE = []   # after one request that got no answer, the rest are not sent (bounded time)
+
+
 def post(url, body):
+    if SERVER_GONE:
+        return {"error": f"not sent: an earlier request got no answer ({SERVER_GONE[0]})"}
     rq = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(rq, timeout=120) as r:
+        with urllib.request.urlopen(rq, timeout=30) as r:
             return json.load(r)
     except urllib.error.HTTPError as e:
-        return {"http_error": e.code, "body": e.read().decode(errors="replace")}
+        return {"http_error": e.code, "body": e.read().decode(errors="replace")[:300]}
+    except Exception as e:   # timeout, connection refused, a malformed body
+        SERVER_GONE.append(f"{type(e).__name__}: {e}")
+        return {"error": SERVER_GONE[0]}
 
 
 def tid(s):
@@ -258,7 +266,7 @@ def collect(args):
                 r = post(args.url + path, server_body(c, api, e))
                 try:
                     got.setdefault((c["name"], api), []).append(parse_server(r, api))
-                except (ValueError, KeyError) as err:
+                except (ValueError, KeyError, TypeError, AttributeError) as err:
                     got.setdefault((c["name"], api), []).append(f"bad response: {err}")
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for line in cli_lines:
@@ -266,13 +274,14 @@ def collect(args):
         path = f.name
     try:
         p = subprocess.run([args.vllmc, "generate", "--model", args.model, "--prompts-file", path, "--json"],
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=300)
+        objs, rc, err = [json.loads(x) for x in p.stdout.splitlines() if x.strip()], p.returncode, p.stderr
+    except (subprocess.TimeoutExpired, ValueError) as e:
+        objs, rc, err = [], -1, str(e)
     finally:
         os.unlink(path)
-    objs = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
-    if p.returncode != 0 or len(objs) != len(cli_lines):
-        msg = f"vllmc generate exited {p.returncode} with {len(objs)} of {len(cli_lines)} results: " \
-              f"{p.stderr[-300:]}"
+    if rc != 0 or len(objs) != len(cli_lines):
+        msg = f"vllmc generate exited {rc} with {len(objs)} of {len(cli_lines)} results: {err[-300:]}"
         for k in set(cli_keys):
             got[k] = [msg]
     else:

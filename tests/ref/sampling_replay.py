@@ -54,6 +54,9 @@ LOGPROB_TOL = 2e-4    # |returned logprob - log_softmax(HF logits)|
 CHISQ_ALPHA = 1e-4    # fail when the chi-square p-value is below it
 CHISQ_POWER = 1e-6    # a chisq case must reject its neutral distribution with at most this miss rate
 
+ALL = ("cmpl", "chat", "cli")
+STREAM = ALL + ("cmpl_stream", "chat_stream")   # also with "stream": true (SSE chunks joined)
+
 STORY = "Once upon a time"
 SAD = "Lily was sad. She"
 PARK = "Tom and Sam went to the park. They"
@@ -70,7 +73,7 @@ def case(name, field, kind, body, apis=("cmpl", "chat", "cli"), neutral=None, dr
 # field: what the case is about; neutral: the request fields an engine ignoring it would see
 CASES = [
     case("greedy_logprobs", "logprobs", "greedy",
-         {"prompt": SAD, "temperature": 0, "max_tokens": 20, "logprobs": 5}),
+         {"prompt": SAD, "temperature": 0, "max_tokens": 20, "logprobs": 5}, apis=STREAM),
     case("repetition_penalty", "repetition_penalty", "greedy",
          {"prompt": PARK, "temperature": 0, "max_tokens": 40, "repetition_penalty": 1.3},
          neutral={"repetition_penalty": 1.0}),
@@ -83,35 +86,35 @@ CASES = [
     case("penalties_all", "presence_penalty", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 48, "presence_penalty": -0.4,
           "frequency_penalty": 0.3, "repetition_penalty": 0.9, "logprobs": 2},
-         neutral={"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}),
+         neutral={"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}, apis=STREAM),
     case("logit_bias", "logit_bias", "greedy",
          {"prompt": SAD, "temperature": 0, "max_tokens": 12, "logit_bias": {"381": 2.0, "286": -100}},
-         neutral={"logit_bias": {}}),
+         neutral={"logit_bias": {}}, apis=STREAM),
     case("min_tokens", "min_tokens", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 12, "min_tokens": 4, "logit_bias": {"2": 40}},
          neutral={"min_tokens": 0}),
     case("ignore_eos", "ignore_eos", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 5, "ignore_eos": True,
           "logit_bias": {"2": 40}, "skip_special_tokens": False},
-         neutral={"ignore_eos": False}),
+         neutral={"ignore_eos": False}, apis=STREAM),
     case("skip_special_tokens", "skip_special_tokens", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 3, "ignore_eos": True,
           "logit_bias": {"2": 40}},
          neutral={"skip_special_tokens": False}),
     case("stop_token_ids", "stop_token_ids", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 30, "stop_token_ids": [298]},
-         neutral={"stop_token_ids": []}),
+         neutral={"stop_token_ids": []}, apis=STREAM),
     case("stop_token_ids_min_tokens", "min_tokens", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 30, "stop_token_ids": [432, 298],
           "min_tokens": 2},
          neutral={"min_tokens": 0}),
     case("stop", "stop", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 30, "stop": ["named"]},
-         neutral={"stop": []}),
+         neutral={"stop": []}, apis=STREAM),
     case("stop_include", "include_stop_str_in_output", "greedy",
          {"prompt": STORY, "temperature": 0, "max_tokens": 30, "stop": ["park", "toys"],
           "include_stop_str_in_output": True},
-         neutral={"include_stop_str_in_output": False}),
+         neutral={"include_stop_str_in_output": False}, apis=STREAM),
     case("eos_generation_config", "eos_token_id", "greedy",
          {"prompt": END_IDS, "temperature": 0, "max_tokens": 10}, chat_prompt="The end."),
     case("ignore_eos_generation_config", "ignore_eos", "greedy",
@@ -125,7 +128,7 @@ CASES = [
     case("sampled_all", "top_k", "random",
          {"prompt": SAD, "temperature": 0.8, "top_k": 8, "top_p": 0.9, "min_p": 0.05,
           "presence_penalty": 0.5, "frequency_penalty": 0.3, "repetition_penalty": 1.2,
-          "n": 3, "seed": 11, "max_tokens": 30, "logprobs": 3}),
+          "n": 3, "seed": 11, "max_tokens": 30, "logprobs": 3}, apis=STREAM),
     case("sampled_n", "n", "random",
          {"prompt": SAD, "temperature": 1.0, "n": 4, "seed": 5, "max_tokens": 12}),
     case("seed", "seed", "random",
@@ -159,7 +162,13 @@ def post(url, body):
     rq = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(rq, timeout=30) as r:
-            return json.load(r)
+            if not body.get("stream"):
+                return json.load(r)
+            chunks = []
+            for line in r.read().decode().split("\n"):
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[len("data: "):]))
+            return {"chunks": chunks}
     except urllib.error.HTTPError as e:
         return {"http_error": e.code, "body": e.read().decode(errors="replace")[:300]}
     except Exception as e:   # timeout, connection refused, a malformed body
@@ -175,6 +184,9 @@ def tid(s):
 
 def server_body(c, api, extra):
     b = dict(c["body"], **extra)
+    if api.endswith("_stream"):
+        b["stream"] = True
+        api = api[:-len("_stream")]
     if api == "chat":
         prompt = b.pop("prompt")
         b["messages"] = [{"role": "user", "content": c["chat_prompt"] or prompt}]
@@ -188,9 +200,48 @@ def server_body(c, api, extra):
     return b
 
 
+def join_stream(chunks, api):
+    """SSE chunks -> the non-streaming response's shape (per index: text, token ids and
+    logprobs concatenated in order, the finish from the chunk that has one)."""
+    chat = api == "chat"
+    choices, prompt = {}, None
+    for ch in chunks:
+        prompt = prompt if prompt is not None else ch.get("prompt_token_ids")
+        for c in ch.get("choices", []):
+            o = choices.setdefault(c["index"], {"index": c["index"], "token_ids": [], "text": "",
+                                                "finish_reason": None, "stop_reason": None, "lp": None})
+            if not chat and o.get("prompt_token_ids") is None:
+                o["prompt_token_ids"] = c.get("prompt_token_ids")
+            o["text"] += (c.get("delta", {}).get("content") or "") if chat else c.get("text", "")
+            o["token_ids"] += c.get("token_ids") or []
+            if c.get("finish_reason") is not None:
+                o["finish_reason"], o["stop_reason"] = c["finish_reason"], c.get("stop_reason")
+            lp = c.get("logprobs")
+            if lp:
+                if o["lp"] is None:
+                    o["lp"] = {"content": []} if chat else {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+                for k in o["lp"]:
+                    o["lp"][k] += lp[k]
+    out = []
+    for i in sorted(choices):
+        o = choices[i]
+        c = {"index": i, "token_ids": o["token_ids"], "finish_reason": o["finish_reason"],
+             "stop_reason": o["stop_reason"], "logprobs": o["lp"]}
+        if chat:
+            c["message"] = {"content": o["text"]}
+        else:
+            c["text"], c["prompt_token_ids"] = o["text"], o["prompt_token_ids"]
+        out.append(c)
+    return {"choices": out, "prompt_token_ids": prompt}
+
+
 def parse_server(resp, api):
     """-> list of choices {prompt, ids, text, finish, stop_reason, lps}; lps: per step
     (sampled id, logprob, None, [(id, logprob)...] in the response's order)."""
+    if api.endswith("_stream"):
+        api = api[:-len("_stream")]
+        if "chunks" in resp:
+            resp = join_stream(resp["chunks"], api)
     if "choices" not in resp:
         raise ValueError(f"no choices: {json.dumps(resp)[:300]}")
     out = []
@@ -261,7 +312,7 @@ def collect(args):
                     cli_lines.append(line)
                     cli_keys.append((c["name"], api))
                 continue
-            path = "/v1/completions" if api == "cmpl" else "/v1/chat/completions"
+            path = "/v1/completions" if api.startswith("cmpl") else "/v1/chat/completions"
             for e in extras:
                 r = post(args.url + path, server_body(c, api, e))
                 try:
@@ -609,6 +660,7 @@ def check_chisq(ref, c, api, runs, stats):
 
 
 def run_case(ref, c, api, runs):
+    api = api.replace("_stream", "")   # the same assertions on the joined stream
     if any(isinstance(r, str) for r in runs):
         return next(r for r in runs if isinstance(r, str)), {}
     stats = {}

@@ -2,7 +2,9 @@
 """End-to-end sampling replay for tests/test_sampling_replay.sh.
 
 Sends seeded requests with every sampling field the server accepts through
-`/v1/completions`, `/v1/chat/completions` and `vllmc generate`, then replays
+`/v1/completions` and `/v1/chat/completions` (some also with "stream": true)
+and through `vllmc generate` (--prompts-file lines; and its command-line flags
+for the cases they can express), then replays
 each returned token against references nobody here wrote the model of:
 the logits come from Hugging Face transformers' LlamaForCausalLM on the same
 model directory and the same prefix (prompt + the tokens before the step),
@@ -282,17 +284,64 @@ def parse_cli(obj):
     return out
 
 
-def chisq_requests(c):
-    """Seeded requests of n <= 100 draws each: seeds s, s + 1, ... (vLLM gives child i seed + i);
+def chisq_requests(c, per=100):
+    """Seeded requests of n <= per draws each: seeds s, s + 1, ... (vLLM gives child i seed + i);
     each case its own seeds, so the cases' statistics are independent."""
     base = int(os.environ.get("SR_SEED_BASE", 1000))
     reqs, seed, left = [], base + 100000 * CASES.index(c), c["draws"]
     while left > 0:
-        n = min(100, left)
+        n = min(per, left)
         reqs.append({"n": n, "seed": seed, "max_tokens": 1})
         seed += n
         left -= n
     return reqs
+
+
+# vllmc generate's command-line flags (a parser of their own): body field -> flag
+FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "top_p": "--top-p",
+         "top_k": "--top-k", "min_p": "--min-p", "seed": "--seed", "n": "--n",
+         "min_tokens": "--min-tokens", "presence_penalty": "--presence-penalty",
+         "frequency_penalty": "--frequency-penalty", "repetition_penalty": "--repetition-penalty",
+         "logprobs": "--logprobs", "ignore_eos": "--ignore-eos",
+         "include_stop_str_in_output": "--include-stop-str-in-output"}
+
+
+def flags_argv(args, body):
+    argv = [args.vllmc, "generate", "--model", args.model, "--json", "--max-num-seqs", "1000",
+            "--prompt", body["prompt"]]
+    for k, v in body.items():
+        if k == "prompt":
+            continue
+        if k == "stop":
+            for x in v:
+                argv += ["--stop", x]
+        elif v is True:
+            argv.append(FLAGS[k])
+        else:
+            argv += [FLAGS[k], str(v)]
+    return argv
+
+
+def run_flags(args, body):
+    try:
+        p = subprocess.run(flags_argv(args, body), capture_output=True, text=True, timeout=120)
+        objs = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+        if p.returncode != 0 or len(objs) != 1:
+            return f"vllmc generate exited {p.returncode} with {len(objs)} results: {p.stderr[-300:]}"
+        return parse_cli(objs[0])
+    except (subprocess.TimeoutExpired, ValueError, KeyError) as e:
+        return f"vllmc generate: {type(e).__name__}: {e}"
+
+
+def flags_ok(c):
+    """Cases whose every field has a flag (prompt text, no logit_bias or stop_token_ids)."""
+    b = c["body"]
+    return isinstance(b["prompt"], str) and all(k in FLAGS or k in ("prompt", "stop") for k in b)
+
+
+for c in CASES:   # every case that the command line can express runs through its flags too
+    if "cli" in c["apis"] and flags_ok(c):
+        c["apis"] = c["apis"] + ("flags",)
 
 
 def collect(args):
@@ -304,6 +353,10 @@ def collect(args):
         if c["name"] == "seed":
             extras = [{}, {}]   # the same seeded request twice
         for api in c["apis"]:
+            if api == "flags":
+                for e in (chisq_requests(c, 1000) if c["kind"] == "chisq" else extras):
+                    got.setdefault((c["name"], api), []).append(run_flags(args, dict(c["body"], **e)))
+                continue
             if api == "cli":
                 for e in extras:
                     line = dict(c["body"], **e)
@@ -660,7 +713,7 @@ def check_chisq(ref, c, api, runs, stats):
 
 
 def run_case(ref, c, api, runs):
-    api = api.replace("_stream", "")   # the same assertions on the joined stream
+    api = api.replace("_stream", "").replace("flags", "cli")   # the same assertions
     if any(isinstance(r, str) for r in runs):
         return next(r for r in runs if isinstance(r, str)), {}
     stats = {}

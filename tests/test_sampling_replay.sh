@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# test_sampling_replay.sh - every sampling field, sent through /v1/completions,
-# /v1/chat/completions and `vllmc generate` on stories260K, replayed token by
-# token against Hugging Face transformers' logits for the same prefix and
-# tests/ref/sampler_ref.py's processing (tests/ref/sampling_replay.py says
-# what each case asserts, with which tolerance, and how it shows that it could
-# fail). Needs .venv (scripts/setup.sh); without it every check is skipped.
+# test_sampling_replay.sh - every sampling field, sent through /v1/completions
+# and /v1/chat/completions (plain and streamed) and `vllmc generate` (prompts
+# file and flags) on stories260K, replayed token by token against Hugging
+# Face transformers' logits for the same prefix and tests/ref/sampler_ref.py's
+# processing (tests/ref/sampling_replay.py says what each case asserts, with
+# which tolerance, and how it shows that it could fail). Needs .venv
+# (scripts/setup.sh); without it every check is skipped.
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 py=.venv/bin/python

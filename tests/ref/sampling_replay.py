@@ -4,9 +4,8 @@
 Sends seeded requests with every sampling field the server accepts through
 `/v1/completions` and `/v1/chat/completions` (some also with "stream": true)
 and through `vllmc generate` (--prompts-file lines; and its command-line flags
-for the cases they can express), then replays
-each returned token against references nobody here wrote the model of:
-the logits come from Hugging Face transformers' LlamaForCausalLM on the same
+for the cases they can express), then replays each returned token against
+references nobody here wrote the model of: the logits come from Hugging Face transformers' LlamaForCausalLM on the same
 model directory and the same prefix (prompt + the tokens before the step),
 the processing from tests/ref/sampler_ref.py (vLLM's V1 sampler semantics in
 numpy; vLLM itself does not import here: its sampler pulls in zmq, msgspec

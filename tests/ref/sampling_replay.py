@@ -126,7 +126,7 @@ CASES = [
     case("truncate_prompt_tokens", "truncate_prompt_tokens", "greedy",
          {"prompt": PARK, "temperature": 0, "max_tokens": 6, "truncate_prompt_tokens": 4},
          apis=("cmpl", "chat"), neutral={"truncate_prompt_tokens": None}),
-    case("sampled_all", "top_k", "random",
+    case("sampled_all", "all", "random",
          {"prompt": SAD, "temperature": 0.8, "top_k": 8, "top_p": 0.9, "min_p": 0.05,
           "presence_penalty": 0.5, "frequency_penalty": 0.3, "repetition_penalty": 1.2,
           "n": 3, "seed": 11, "max_tokens": 30, "logprobs": 3}, apis=STREAM),
@@ -435,9 +435,8 @@ class Reference:
         g = lambda k, d: body[k] if body.get(k) is not None else self.gen_defaults.get(k, d)
         mt = body.get("max_tokens")
         room = self.max_model_len - prompt_len
-        max_tokens = min(mt, room) if mt is not None else (16 if api in ("cmpl",) else room)
-        if api == "cli" and mt is None:
-            max_tokens = 16
+        # unset: completions and LLM.generate's SamplingParams say 16, chat what fits
+        max_tokens = min(mt, room) if mt is not None else (room if api == "chat" else 16)
         return {
             "temperature": float(g("temperature", 1.0)), "top_k": int(g("top_k", 0) or 0),
             "top_p": float(g("top_p", 1.0)), "min_p": float(g("min_p", 0.0)),
@@ -770,8 +769,9 @@ def run_case(ref, c, api, runs):
         outs = [tuple(ch["ids"]) for ch in runs[0]]
         if len(set(outs)) < 2:
             return f"all {len(outs)} choices are the same {outs[0]} (children must have seeds seed + index)", stats
-    elif f in ("top_k",) and c["kind"] == "random":
-        pass   # sampled_all: every field at once; the chisq cases give each its power
+    elif f == "all":
+        pass   # sampled_all: every field at once, each kept set at every step; the chisq
+        #        and greedy cases give each field its power
     elif f == "eos_token_id":
         ch = runs[0][0]
         if not (ch["ids"][-1] in ref.gen_eos + [ref.eos] and ch["finish"] == "stop"):

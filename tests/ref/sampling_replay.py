@@ -540,12 +540,12 @@ def check_logprobs(ref, ch, prm, api, stats):
         err = abs(lp - ref_lp[t])
         stats["lp_max_err"] = max(stats.get("lp_max_err", 0.0), err)
         if err > LOGPROB_TOL:
-            return f"step {i}: token {t} logprob {lp!r}, reference {ref_lp[t]!r}"
+            return f"step {i}: token {t} logprob {lp!r}, reference {float(ref_lp[t])!r}"
         for j, v in top:
             err = abs(v - ref_lp[j])
             stats["lp_max_err"] = max(stats.get("lp_max_err", 0.0), err)
             if err > LOGPROB_TOL:
-                return f"step {i}: top token {j} logprob {v!r}, reference {ref_lp[j]!r}"
+                return f"step {i}: top token {j} logprob {v!r}, reference {float(ref_lp[j])!r}"
         order = np.lexsort((np.arange(len(x)), -ref_lp))
         nth = ref_lp[order[N - 1]] if N > 0 else np.inf
         must = {int(j) for j in order[:N] if ref_lp[j] > nth + LOGPROB_TOL}   # certainly in the top N

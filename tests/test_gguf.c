@@ -233,31 +233,35 @@ typedef struct tok_spec {
     const char *model, *pre; /* NULL: key absent */
     const char *token_1;     /* the second token ("a") */
     bool named_templates;
+    int add_bos, add_eos;    /* tokenizer.ggml.add_bos/eos_token: 0 absent, 1 false, 2 true */
 } tok_spec;
 
 static void kv_str(buf *b, const char *key, const char *v) { str(b, key), u32(b, GGUF_TYPE_STRING), str(b, v); }
 
-/* A byte-level tokenizer: tokens <s> a b ab 1 Ġ Ġ1, merges "a b" and "Ġ 1",
+/* A byte-level tokenizer: tokens <s> a b ab 1 Ġ Ġ1 </s>, merges "a b" and "Ġ 1",
  * a chat template (and a tool_use one), no tensors. */
 static void build_tokenizer(buf *b, tok_spec s) {
-    static const char *tokens[] = {"<s>", "a", "b", "ab", "1", "\xc4\xa0", "\xc4\xa0" "1"};
+    static const char *tokens[] = {"<s>", "a", "b", "ab", "1", "\xc4\xa0", "\xc4\xa0" "1", "</s>"};
     b->n = 0;
     put(b, "GGUF", 4);
     u32(b, 3);
     u64(b, 0);
-    u64(b, 6 + (s.model != NULL) + (s.pre != NULL) + s.named_templates);
+    u64(b, 7 + (s.model != NULL) + (s.pre != NULL) + s.named_templates + (s.add_bos != 0) + (s.add_eos != 0));
     kv_str(b, "general.architecture", "llama");
     if (s.model) kv_str(b, "tokenizer.ggml.model", s.model);
     if (s.pre) kv_str(b, "tokenizer.ggml.pre", s.pre);
-    str(b, "tokenizer.ggml.tokens"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_STRING), u64(b, 7);
-    for (int i = 0; i < 7; i++) str(b, i == 1 && s.token_1 ? s.token_1 : tokens[i]);
-    str(b, "tokenizer.ggml.token_type"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_INT32), u64(b, 7);
-    for (int i = 0; i < 7; i++) u32(b, i == 0 ? 3 : 1);
+    str(b, "tokenizer.ggml.tokens"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_STRING), u64(b, 8);
+    for (int i = 0; i < 8; i++) str(b, i == 1 && s.token_1 ? s.token_1 : tokens[i]);
+    str(b, "tokenizer.ggml.token_type"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_INT32), u64(b, 8);
+    for (int i = 0; i < 8; i++) u32(b, i == 0 || i == 7 ? 3 : 1);
     str(b, "tokenizer.ggml.merges"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_STRING), u64(b, 2), str(b, "a b");
     str(b, "\xc4\xa0 1");
     str(b, "tokenizer.ggml.bos_token_id"), u32(b, GGUF_TYPE_UINT32), u32(b, 0);
+    str(b, "tokenizer.ggml.eos_token_id"), u32(b, GGUF_TYPE_UINT32), u32(b, 7);
     kv_str(b, "tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
     if (s.named_templates) kv_str(b, "tokenizer.chat_template.tool_use", "T{{ bos_token }}");
+    if (s.add_bos) str(b, "tokenizer.ggml.add_bos_token"), u32(b, GGUF_TYPE_BOOL), put(b, s.add_bos == 2 ? "\1" : "\0", 1);
+    if (s.add_eos) str(b, "tokenizer.ggml.add_eos_token"), u32(b, GGUF_TYPE_BOOL), put(b, s.add_eos == 2 ? "\1" : "\0", 1);
 }
 
 /* Loads the tokenizer of s; expects rc and, on failure, a message with want
@@ -322,6 +326,35 @@ TEST(test_gguf_tokenizer_pre_and_config) {
         }
         json_decref(cfg);
         tokenizer_free(t);
+    }
+}
+
+/* What encode adds: add_bos_token / add_eos_token as the file says; without
+ * them BOS for the Llama 3 pre-tokenizer (as llama.cpp), nothing otherwise. */
+TEST(test_gguf_tokenizer_special_flags) {
+    static const struct {
+        const char *pre;
+        int add_bos, add_eos;
+        int32_t first, last, n;
+    } cases[] = {{"llama-bpe", 0, 0, 0, 3, 2}, {"llama-bpe", 1, 2, 3, 7, 2}, {"gpt2", 0, 0, 3, 3, 1},
+                 {"gpt2", 2, 2, 0, 7, 3},      {"gpt2", 0, 1, 3, 3, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        buf b;
+        build_tokenizer(&b, (tok_spec){.model = "gpt2", .pre = cases[k].pre, .add_bos = cases[k].add_bos,
+                                       .add_eos = cases[k].add_eos});
+        char dir[32], path[64];
+        CHECK(write_temp(&b, "tok.gguf", dir, path));
+        tokenizer *t = NULL;
+        vllm_status rc = tokenizer_load_gguf(path, &t);
+        remove(path), remove(dir);
+        CHECK(rc == VLLM_OK, "%s: %s", cases[k].pre, vllm_errmsg());
+        int32_t *ids, n;
+        CHECK(tokenizer_encode(t, "ab", 2, true, &ids, &n) == VLLM_OK);
+        bool ok = n == cases[k].n && ids[0] == cases[k].first && ids[n - 1] == cases[k].last;
+        free(ids);
+        tokenizer_free(t);
+        CHECK(ok, "case %zu (%s, add_bos %d, add_eos %d): %d ids", k, cases[k].pre, cases[k].add_bos,
+              cases[k].add_eos, n);
     }
 }
 
@@ -430,5 +463,6 @@ int main(int argc, char **argv) {
     RUN(test_gguf_open_metadata);
     RUN(test_gguf_tokenizer_errors);
     RUN(test_gguf_tokenizer_pre_and_config);
+    RUN(test_gguf_tokenizer_special_flags);
     return harness_done();
 }

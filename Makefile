@@ -11,7 +11,10 @@
 #                   whole suite on both
 #   make run        generate from the bundled model
 #   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
-#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
+#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000);
+#                   MODEL=smollm2|gemma3 fetches that real chat model first
+#                   (scripts/fetch_models.sh) and serves it under that name;
+#                   MODEL=PATH serves a model directory or .gguf file
 #
 # Three archives, in build/ (build-san/, ...), from the objects of src/*/*.c:
 #   libvllm.a           the library we ship. It exports the public API only, the
@@ -191,9 +194,15 @@ soak: all
 	    VLLMC=$(CURDIR)/$(BUILD)/vllmc tests/test_soak.sh
 
 PORT ?= 8000
+MODEL ?=
 serve: setup
 	@$(MAKE) --no-print-directory all
+ifeq ($(MODEL),)
 	$(BUILD)/vllmc serve --port $(PORT) --served-model-name stories260K
+else
+	@case "$(MODEL)" in smollm2|gemma3) scripts/fetch_models.sh $(MODEL) > /dev/null;; esac
+	$(BUILD)/vllmc serve $(MODEL) --port $(PORT)
+endif
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz

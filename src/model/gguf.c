@@ -221,7 +221,10 @@ static vllm_status check_unique(const char *path, ref *refs, int64_t n, const ch
     return VLLM_OK;
 }
 
-vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f) {
+/* gguf_parse, or with tensors false only the header and the metadata: the
+ * tensor infos are not read, so a file whose tensor types we cannot compute
+ * in still gives its tokenizer and chat template. */
+static vllm_status parse(const void *bytes, size_t size, const char *path, bool tensors, gguf_file *f) {
     memset(f, 0, sizeof *f);
     vllm_status rc = VLLM_OK;
     ref *refs = NULL;
@@ -273,6 +276,10 @@ vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_fi
         f->alignment = a;
     }
 
+    if (!tensors) {
+        free(refs);
+        return VLLM_OK;
+    }
     for (f->num_tensors = 0; f->num_tensors < (int64_t)nt; f->num_tensors++)
         if ((rc = parse_tensor(&c, f->num_tensors, &f->tensors[f->num_tensors]))) goto fail;
     for (int64_t i = 0; i < f->num_tensors; i++) refs[i] = (ref){.s = f->tensors[i].name, .index = i};
@@ -322,7 +329,11 @@ fail:
     return rc;
 }
 
-vllm_status gguf_open(const char *path, gguf_file *f) {
+vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f) {
+    return parse(bytes, size, path, true, f);
+}
+
+static vllm_status open_file(const char *path, bool tensors, gguf_file *f) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return vllm_error(VLLM_ERR_IO, "%s: %s", path, strerror(errno));
@@ -340,7 +351,7 @@ vllm_status gguf_open(const char *path, gguf_file *f) {
     int e = errno;
     close(fd);
     if (map == MAP_FAILED) return vllm_error(VLLM_ERR_IO, "%s: mmap: %s", path, strerror(e));
-    vllm_status rc = gguf_parse(map, (size_t)st.st_size, path, f);
+    vllm_status rc = parse(map, (size_t)st.st_size, path, tensors, f);
     if (rc) {
         munmap(map, (size_t)st.st_size);
         return rc;
@@ -348,6 +359,10 @@ vllm_status gguf_open(const char *path, gguf_file *f) {
     f->map = map, f->map_size = (size_t)st.st_size;
     return VLLM_OK;
 }
+
+vllm_status gguf_open(const char *path, gguf_file *f) { return open_file(path, true, f); }
+
+vllm_status gguf_open_metadata(const char *path, gguf_file *f) { return open_file(path, false, f); }
 
 void gguf_deinit(gguf_file *f) {
     if (!f) return;

@@ -123,6 +123,9 @@ typedef struct gguf_file {
 vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f);
 /* Opens and mmaps path read-only, then gguf_parse. */
 vllm_status gguf_open(const char *path, gguf_file *f);
+/* The same for the header and metadata only (num_tensors 0, data NULL): what
+ * the tokenizer and the chat template need, whatever the tensors' types. */
+vllm_status gguf_open_metadata(const char *path, gguf_file *f);
 /* Releases what parse/open acquired; f is zeroed. Safe on a zeroed f. */
 void gguf_deinit(gguf_file *f);
 

@@ -10,6 +10,12 @@
  * equals numpy's bit for bit, our Q8_0/Q4_0 quantizers reproduce the file's
  * bytes from the F32 source, and prints the mapped config ("cfg KEY VALUE")
  * and tokenizer for the script to compare with config.json.
+ *
+ *   test_gguf --dequant FILE.gguf REFDIR NAME   (tests/test_gguf_types.sh)
+ * checks only the dequantization, of the leading elements names.txt gives
+ * per tensor (any architecture, whole rows), against REFDIR's deq.bin
+ * (tests/ref/gguf_py_ref.py: ggml's gguf.quants); prints "ok NAME" with the
+ * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -317,8 +323,55 @@ static int compare(const char *path, const char *dir) {
     return fails != 0;
 }
 
+static int dequant_only(const char *path, const char *dir, const char *label) {
+    char p[4096];
+    size_t ndeq = 0;
+    snprintf(p, sizeof p, "%s/deq.bin", dir);
+    float *deq = read_all(p, &ndeq), *y = NULL;
+    snprintf(p, sizeof p, "%s/names.txt", dir);
+    FILE *names = fopen(p, "r");
+    gguf_file f;
+    if (!deq || !names || gguf_open(path, &f) != VLLM_OK) {
+        printf("FAIL %s: cannot read %s or %s: %s\n", label, path, dir, vllm_errmsg());
+        free(deq);
+        if (names) fclose(names);
+        return 1;
+    }
+    char name[256], kind[16], seen[256] = " "; /* " T1 T2 ... " */
+    long long n;
+    size_t pos = 0;
+    int ntensors = 0, fails = 0;
+    while (!fails && fscanf(names, "%255s %15s %lld", name, kind, &n) == 3) {
+        const gguf_tensor *t = gguf_find_tensor(&f, name);
+        if (!t || n % t->ne[0] || (pos + (size_t)n) * 4 > ndeq) {
+            printf("FAIL %s: %s missing from the file or the reference\n", label, name);
+            fails++;
+            break;
+        }
+        y = realloc(y, (size_t)n * 4);
+        quant_dequantize_row(t->type, t->data, y, n);
+        if (memcmp(y, deq + pos, (size_t)n * 4)) {
+            long long k = 0;
+            while (!memcmp(&y[k], &deq[pos + k], 4)) k++;
+            printf("FAIL %s: %s (%s) element %lld: ours %.9g gguf-py %.9g\n", label, name, dtype_name(t->type), k, y[k],
+                   deq[pos + k]);
+            fails++;
+        }
+        char word[16];
+        snprintf(word, sizeof word, " %s ", dtype_name(t->type));
+        if (!strstr(seen, word) && strlen(seen) < 200) strcat(seen, word + 1);
+        pos += (size_t)n, ntensors++;
+    }
+    if (!fails) printf("ok %s  # %d tensors bit-exact (%.*s)\n", label, ntensors, (int)strlen(seen) - 2, seen + 1);
+    free(y), free(deq);
+    fclose(names);
+    gguf_deinit(&f);
+    return fails != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--compare")) return compare(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--dequant")) return dequant_only(argv[2], argv[3], argv[4]);
     RUN(test_gguf_valid);
     RUN(test_gguf_bad_files);
     RUN(test_gguf_types);

@@ -244,7 +244,8 @@ def quantize_iq4_nl(x):
     mx = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
     dbytes, d = f16_round(mx / np.float32(-127))
     t = safe_div(b, d[:, None])
-    q = np.abs(t[:, :, None] - IQ4NL_VALUES[None, None, :]).argmin(axis=2).astype(np.uint8)
+    mid = (IQ4NL_VALUES[1:] + IQ4NL_VALUES[:-1]) / 2  # nearest entry; a tie goes to the lower one
+    q = np.searchsorted(mid, t, side="left").astype(np.uint8)
     out = np.zeros((b.shape[0], 18), np.uint8)
     out[:, 0:2] = dbytes
     out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)

@@ -10,6 +10,12 @@
  * equals numpy's bit for bit, our Q8_0/Q4_0 quantizers reproduce the file's
  * bytes from the F32 source, and prints the mapped config ("cfg KEY VALUE")
  * and tokenizer for the script to compare with config.json.
+ *
+ *   test_gguf --dequant FILE.gguf REFDIR NAME   (tests/test_gguf_types.sh)
+ * checks only the dequantization, of the leading elements names.txt gives
+ * per tensor (any architecture, whole rows), against REFDIR's deq.bin
+ * (tests/ref/gguf_py_ref.py: ggml's gguf.quants); prints "ok NAME" with the
+ * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
 #include <jansson.h>
 #include <math.h>
@@ -158,7 +164,12 @@ TEST(test_gguf_bad_files) {
     expect_bad("string length +1", (spec){.str_len_override = 100000}, VLLM_ERR_FORMAT, "exceeds");
     expect_bad("unknown value type", (spec){.value_type = 13 + 1}, VLLM_ERR_FORMAT, "unknown value type 13");
     expect_bad("unknown ggml type", (spec){.type_override = 99}, VLLM_ERR_FORMAT, "unknown ggml type 99");
-    expect_bad("unsupported ggml type", (spec){.type_override = 3}, VLLM_ERR_UNSUPPORTED, "Q4_1");
+    expect_bad("unsupported ggml type", (spec){.type_override = 23}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type IQ4_XS is not supported");
+    expect_bad("unsupported ggml type Q8_1", (spec){.type_override = 9}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type Q8_1 is not supported");
+    expect_bad("unsupported ggml type IQ2_XXS", (spec){.type_override = 16}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type IQ2_XXS is not supported");
     expect_bad("offset beyond", (spec){.offset_override = 1 + 4096}, VLLM_ERR_FORMAT, "beyond the end");
     expect_bad("offset wraps", (spec){.offset_override = 1 + (UINT64_MAX - 31)}, VLLM_ERR_FORMAT, "'b'");
     expect_bad("offset misaligned", (spec){.offset_override = 1 + 16}, VLLM_ERR_FORMAT, "misaligned");
@@ -169,11 +180,32 @@ TEST(test_gguf_bad_files) {
     expect_bad("duplicate key", (spec){.dup_key = 1}, VLLM_ERR_FORMAT, "'k.u8' appears twice");
     expect_bad("duplicate tensor", (spec){.dup_tensor = 1}, VLLM_ERR_FORMAT, "'a' appears twice");
     expect_bad("row not whole blocks", (spec){.type_override = GGML_TYPE_Q4_K}, VLLM_ERR_FORMAT, "multiple of the Q4_K block");
+    expect_bad("row not whole blocks Q3_K", (spec){.type_override = GGML_TYPE_Q3_K}, VLLM_ERR_FORMAT,
+               "multiple of the Q3_K block");
     buf b;
     build(&b, (spec){0});
     b.b[0] = 'G', b.b[3] = 'X';
     gguf_file f;
     CHECK(gguf_parse(b.b, b.n, "bad.gguf", &f) == VLLM_ERR_FORMAT && strstr(vllm_errmsg(), "not a GGUF file"));
+}
+
+/* Tensor "b" (2 rows of 32) as each 32-element type we compute in: read
+ * with its dtype and its size from the block layout. */
+TEST(test_gguf_types) {
+    const struct { uint32_t ggml; dtype t; size_t bytes; } cases[] = {
+        {GGML_TYPE_Q4_0, DTYPE_Q4_0, 36},   {GGML_TYPE_Q4_1, DTYPE_Q4_1, 40}, {GGML_TYPE_Q5_0, DTYPE_Q5_0, 44},
+        {GGML_TYPE_Q5_1, DTYPE_Q5_1, 48},   {GGML_TYPE_IQ4_NL, DTYPE_IQ4_NL, 36},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        buf b;
+        build(&b, (spec){.type_override = cases[i].ggml});
+        gguf_file f;
+        CHECK(gguf_parse(b.b, b.n, "t.gguf", &f) == VLLM_OK, "ggml type %u: %s", cases[i].ggml, vllm_errmsg());
+        const gguf_tensor *t = gguf_find_tensor(&f, "b");
+        CHECK(t && t->type == cases[i].t && t->size == cases[i].bytes, "ggml type %u: %s, %zu bytes", cases[i].ggml,
+              t ? dtype_name(t->type) : "missing", t ? (size_t)t->size : 0);
+        gguf_deinit(&f);
+    }
 }
 
 /* Every proper prefix of the valid file is rejected (the last tensor ends
@@ -454,10 +486,58 @@ static int compare(const char *path, const char *dir) {
     return fails != 0;
 }
 
+static int dequant_only(const char *path, const char *dir, const char *label) {
+    char p[4096];
+    size_t ndeq = 0;
+    snprintf(p, sizeof p, "%s/deq.bin", dir);
+    float *deq = read_all(p, &ndeq), *y = NULL;
+    snprintf(p, sizeof p, "%s/names.txt", dir);
+    FILE *names = fopen(p, "r");
+    gguf_file f;
+    if (!deq || !names || gguf_open(path, &f) != VLLM_OK) {
+        printf("FAIL %s: cannot read %s or %s: %s\n", label, path, dir, vllm_errmsg());
+        free(deq);
+        if (names) fclose(names);
+        return 1;
+    }
+    char name[256], kind[16], seen[256] = " "; /* " T1 T2 ... " */
+    long long n;
+    size_t pos = 0;
+    int ntensors = 0, fails = 0;
+    while (!fails && fscanf(names, "%255s %15s %lld", name, kind, &n) == 3) {
+        const gguf_tensor *t = gguf_find_tensor(&f, name);
+        if (!t || n % t->ne[0] || (pos + (size_t)n) * 4 > ndeq) {
+            printf("FAIL %s: %s missing from the file or the reference\n", label, name);
+            fails++;
+            break;
+        }
+        y = realloc(y, (size_t)n * 4);
+        quant_dequantize_row(t->type, t->data, y, n);
+        if (memcmp(y, deq + pos, (size_t)n * 4)) {
+            long long k = 0;
+            while (!memcmp(&y[k], &deq[pos + k], 4)) k++;
+            printf("FAIL %s: %s (%s) element %lld: ours %.9g gguf-py %.9g\n", label, name, dtype_name(t->type), k, y[k],
+                   deq[pos + k]);
+            fails++;
+        }
+        char word[16];
+        snprintf(word, sizeof word, " %s ", dtype_name(t->type));
+        if (!strstr(seen, word) && strlen(seen) < 200) strcat(seen, word + 1);
+        pos += (size_t)n, ntensors++;
+    }
+    if (!fails) printf("ok %s  # %d tensors bit-exact (%.*s)\n", label, ntensors, (int)strlen(seen) - 2, seen + 1);
+    free(y), free(deq);
+    fclose(names);
+    gguf_deinit(&f);
+    return fails != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--compare")) return compare(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--dequant")) return dequant_only(argv[2], argv[3], argv[4]);
     RUN(test_gguf_valid);
     RUN(test_gguf_bad_files);
+    RUN(test_gguf_types);
     RUN(test_gguf_truncated);
     RUN(test_gguf_open_errors);
     RUN(test_gguf_open_metadata);

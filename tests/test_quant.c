@@ -31,10 +31,22 @@ static uint32_t rng_u32(void) {
 }
 static float rng_uniform(void) { return (float)(rng_u32() & 0xffffff) / (float)0x1000000 * 2 - 1; }
 
-static const dtype ALL[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+static const dtype ALL[] = {DTYPE_F32,  DTYPE_F16,  DTYPE_BF16,   DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K,
+                            DTYPE_Q4_1, DTYPE_Q5_0, DTYPE_Q5_1, DTYPE_IQ4_NL, DTYPE_Q2_K, DTYPE_Q3_K, DTYPE_Q5_K};
+
+/* Offsets of a block's f16 scale(s) (-1: none), for the random-byte types. */
+static void scale_offsets(dtype t, int *d, int *dmin) {
+    switch (t) {
+    case DTYPE_Q6_K: *d = 208, *dmin = -1; break;
+    case DTYPE_Q2_K: *d = 80, *dmin = 82; break;
+    case DTYPE_Q3_K: *d = 108, *dmin = -1; break;
+    case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q4_1: case DTYPE_Q5_1: *d = 0, *dmin = 2; break;
+    default: *d = 0, *dmin = -1; break;
+    }
+}
 
 /* Random row of type t with n elements: quantized from uniform floats for
- * scalar/Q8_0/Q4_0; random bytes with small finite f16 scales for K types. */
+ * scalar/Q8_0/Q4_0; random bytes with small finite f16 scales for the others. */
 static void make_row(dtype t, uint8_t *row, int64_t n, float *tmp) {
     for (int64_t i = 0; i < n; i++) tmp[i] = rng_uniform();
     size_t bytes = dtype_row_bytes(t, n);
@@ -51,11 +63,13 @@ static void make_row(dtype t, uint8_t *row, int64_t n, float *tmp) {
     case DTYPE_Q4_0: quant_quantize_row_q4_0(tmp, row, n); break;
     default:
         for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_u32();
-        for (int64_t b = 0; b < n / 256; b++) {
+        for (int64_t b = 0; b < n / dtype_block_elems(t); b++) {
             uint16_t d = f32_to_f16(0.001f + 0.01f * (rng_uniform() + 1)), dmin = f32_to_f16(0.002f);
             uint8_t *blk = row + b * dtype_block_bytes(t);
-            if (t == DTYPE_Q4_K) memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
-            else memcpy(blk + 208, &d, 2);
+            int od, om;
+            scale_offsets(t, &od, &om);
+            memcpy(blk + od, &d, 2);
+            if (om >= 0) memcpy(blk + om, &dmin, 2);
         }
     }
 }
@@ -413,9 +427,9 @@ static void x16_dispatch(dtype t, const void *w, int64_t k, const void *xq, int6
 TEST(test_quant_act_paths) {
     check_act_path(quant_matmul_act_range_portable, quant_dot_act_portable, "portable");
     if (kernels_cpu_has_avx2()) check_act_path(quant_matmul_act_range_avx2, quant_dot_act_portable, "avx2");
-    else printf("ok test_quant_act_paths_avx2 # skip: no AVX2 on this CPU\n");
+    else printf("skip test_quant_act_paths_avx2: no AVX2 on this CPU\n");
     if (kernels_cpu_has_avx512()) check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
-    else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
+    else printf("skip test_quant_act_paths_avx512: no AVX-512 VNNI on this CPU\n");
     if (kernels_cpu_has_avx512())
         check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
     if (kernels_cpu_has_avx2()) {
@@ -423,11 +437,11 @@ TEST(test_quant_act_paths) {
         check_act_path(x16_avx2, quant_dot_act_block_portable, "x16 avx2");
     }
     if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
-    else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
+    else printf("skip test_quant_act_paths_amx: no AMX-INT8 (or no OS permission) here\n");
     if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
     if (quant_amx_available()) check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
     if (quant_use_block()) check_act_path(x16_dispatch, quant_dot_act_block_portable, "x16 dispatch");
-    else printf("ok test_quant_act_paths_x16 # skip: not a block-order process\n");
+    else printf("skip test_quant_act_paths_x16: not a block-order process\n");
 }
 
 /* k beyond the x16 kernels' 512-block prep piece (accumulators carried
@@ -440,7 +454,7 @@ TEST(test_quant_x16_long_k) {
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
     const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
     if (!kernels_cpu_has_avx2()) {
-        printf("ok test_quant_x16_long_k # skip: no AVX2 on this CPU\n");
+        printf("skip test_quant_x16_long_k: no AVX2 on this CPU\n");
         return;
     }
     for (int t = 0; t < T; t++) {
@@ -505,7 +519,7 @@ TEST(test_quant_x16_layout) {
  * quant_x16_rows (as the runner passes the up projection's rows). */
 TEST(test_quant_x16_passed) {
     if (!quant_use_block()) {
-        printf("ok test_quant_x16_passed # skip: not a block-order process\n");
+        printf("skip test_quant_x16_passed: not a block-order process\n");
         return;
     }
     enum { R = 80, K = 64, T = 3 };

@@ -140,6 +140,13 @@ static bool dtype_from_ggml(uint32_t g, dtype *t) {
     case GGML_TYPE_Q4_0: *t = DTYPE_Q4_0; return true;
     case GGML_TYPE_Q4_K: *t = DTYPE_Q4_K; return true;
     case GGML_TYPE_Q6_K: *t = DTYPE_Q6_K; return true;
+    case GGML_TYPE_Q4_1: *t = DTYPE_Q4_1; return true;
+    case GGML_TYPE_Q5_0: *t = DTYPE_Q5_0; return true;
+    case GGML_TYPE_Q5_1: *t = DTYPE_Q5_1; return true;
+    case GGML_TYPE_IQ4_NL: *t = DTYPE_IQ4_NL; return true;
+    case GGML_TYPE_Q2_K: *t = DTYPE_Q2_K; return true;
+    case GGML_TYPE_Q3_K: *t = DTYPE_Q3_K; return true;
+    case GGML_TYPE_Q5_K: *t = DTYPE_Q5_K; return true;
     default: return false;
     }
 }
@@ -180,7 +187,8 @@ static vllm_status parse_tensor(cursor *c, int64_t index, gguf_tensor *t) {
         const char *n = ggml_type_name(g);
         if (n)
             return vllm_error(VLLM_ERR_UNSUPPORTED,
-                              "%s: tensor '%s': type %s is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+                              "%s: tensor '%s': type %s is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                              "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                               c->path, name, n);
         return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s': unknown ggml type %u", c->path, name, g);
     }

@@ -40,7 +40,7 @@ rss1=$(rss) fd1=$(fds)
 margin=$(( rss0 / 10 > 16384 ? rss0 / 10 : 16384 ))
 echo "   rss ${rss0} KiB -> ${rss1} KiB (margin ${margin} KiB); fds ${fd0} -> ${fd1}"
 if [[ "$VLLMC" == *build-san/* || "$VLLMC" == *build-tsan/* ]]; then
-  echo "ok soak_rss_back (not measured under sanitizers: their quarantine holds freed memory)"
+  echo "skip soak_rss_back: not measured under sanitizers (their quarantine holds freed memory)"
 elif [ $(( rss1 - rss0 )) -le $margin ]; then echo "ok soak_rss_back"; else echo "FAIL soak_rss_back: ${rss0} KiB -> ${rss1} KiB"; fi
 [ "$fd1" -le "$fd0" ] && echo "ok soak_no_fd_leak" || echo "FAIL soak_no_fd_leak: $fd0 -> $fd1 fds: $(ls -l /proc/$S_PID/fd | tail -5)"
 kill -TERM "$S_PID"

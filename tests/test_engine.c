@@ -23,6 +23,7 @@
  *    and no prompt that continues a sequence with its rejected drafts ever
  *    hits the prefix cache past the committed tokens.
  */
+/* checks: 8 */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

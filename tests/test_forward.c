@@ -13,6 +13,7 @@
  *
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
+/* checks: 11 */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
 # tests/ref/torch_forward.py recomputes them from the HF modeling equations in
 # float64 and compares (max error <= 1e-4 of the largest logit; the weights are
 # the same numbers in both, so BF16/F16 models get the same bound).
+# checks: 62
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

@@ -11,6 +11,7 @@
  * bytes from the F32 source, and prints the mapped config ("cfg KEY VALUE")
  * and tokenizer for the script to compare with config.json.
  */
+/* checks: 4 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -25,6 +25,7 @@
 #                   ids for every text of tests/ref/tokenizer_cases.json (and
 #                   decodes them back the same), and SentencePiece's ids
 #                   (tests/ref/spm_ref.py) where the two are meant to agree.
+# checks: 20
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

@@ -11,6 +11,7 @@
  * milliseconds in, many times over. With epoll this died within a few hundred
  * rounds (about a second); the loop is bounded by rounds and by time.
  */
+/* checks: 1 */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>

@@ -11,6 +11,7 @@
  *    memory), random mutations of real templates never crash (run under
  *    ASan/UBSan in the SAN build), concurrent renders of one template agree.
  */
+/* checks: 206 */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>

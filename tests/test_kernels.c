@@ -7,6 +7,7 @@
  * kernels (rmsnorm, "dispatch" swiglu) run once per level through the
  * variants below.
  */
+/* checks: 14 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -19,6 +19,7 @@
  * tests report themselves skipped; the dispatch test runs everywhere, and
  * again with AMX forced off or onto F16 where the CPU has it (variants).
  */
+/* checks: 5 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,6 +22,7 @@
  * use is worked out here from the environment and the CPU (expected_order),
  * not taken from quant_act_order().
  */
+/* checks: 23 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

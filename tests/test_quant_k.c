@@ -19,6 +19,7 @@
  * A kernel the CPU lacks reports itself skipped; the dispatched checks run
  * again on the AVX2 and portable levels and with AMX off (variants).
  */
+/* checks: 10 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

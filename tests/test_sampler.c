@@ -8,6 +8,7 @@
  * argmaxes), seeded rows equal to drawing them one by one, grammar masks,
  * shared rows, and the pool-split batch equal to the serial one.
  */
+/* checks: 18 */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

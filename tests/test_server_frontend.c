@@ -7,6 +7,7 @@
  * first shows them, abort ends every sequence with ABORT and frees the KV
  * blocks, refused requests, the step observer, and shutdown.
  */
+/* checks: 5 */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>

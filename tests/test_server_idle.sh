@@ -6,6 +6,7 @@
 # must not grow by more than 2 ticks over 3 s of idleness. A thread that
 # spins or polls with a short timeout burns 300 ticks per core in that time.
 # Also: a streamed completion gets its first token, and the server is up.
+# checks: 2
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

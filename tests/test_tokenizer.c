@@ -12,6 +12,7 @@
  * without a prompt. stories260K is also checked against SentencePiece itself
  * (tests/ref/spm_ref.py) on the texts where its README says they agree.
  */
+/* checks: 57 */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,6 +8,8 @@
  * variants below.
  */
 /* checks: 14 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

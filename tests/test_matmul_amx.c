@@ -20,6 +20,9 @@
  * again with AMX forced off or onto F16 where the CPU has it (variants).
  */
 /* checks: 5 */
+/* variant: VLLM_AMX=0 needs amx-bf16 */
+/* variant: VLLM_AMX=f16 needs amx-bf16 */
+/* variant: VLLM_KERNELS=avx2 needs amx-bf16 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,6 +23,11 @@
  * not taken from quant_act_order().
  */
 /* checks: 23 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=avx2 VLLM_QUANT_ORDER=narrow needs avx2 */
+/* variant: VLLM_QUANT_ORDER=wide needs avx512 */
+/* variant: VLLM_KERNELS=portable */
+/* variant: VLLM_AMX=0 needs amx-int8 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -20,6 +20,9 @@
  * again on the AVX2 and portable levels and with AMX off (variants).
  */
 /* checks: 10 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
+/* variant: VLLM_AMX=0 needs amx-int8 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,8 @@
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
 #                   LeakSanitizer on): tests/run.sh build-san
 #   make TSAN=1     ThreadSanitizer build (into build-tsan/): tests/run.sh build-tsan
+#   make tsan       the ThreadSanitizer build and, on it, the threaded tests (the files
+#                   tagged tsan: engine, frontend, HTTP, thread pool, the server scripts)
 #   make fuzz       libFuzzer targets fuzz/fuzz_*.c built with clang into build-fuzz/,
 #                   each run FUZZ_SECONDS (60) from its seed corpus; needs
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
@@ -99,7 +101,7 @@ TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BU
 EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins soak FORCE
+.PHONY: all test tsan run serve clean setup fuzz fuzz-build fuzz-bins soak FORCE
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS) $(BUILD)/libvllm.a $(EXAMPLE_BINS)
 
@@ -175,6 +177,11 @@ test: setup
 	@$(MAKE) --no-print-directory WERROR=1 all
 	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all
 	@tests/run.sh build,build-san
+
+# The threaded tests (tests tagged "tsan", tests/run.sh) under ThreadSanitizer.
+tsan: setup
+	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@tests/run.sh build-tsan:tsan
 
 run: setup
 	@$(MAKE) --no-print-directory all

@@ -9,6 +9,7 @@
 # streamed text, and a clear failure when the endpoint is wrong. If
 # `vllmc serve` exists in this build, one short run against it too.
 # checks: 8
+# tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

@@ -17,6 +17,7 @@
 # or null for the tokenizer's EOS.
 # Prints "ok NAME" / "FAIL NAME: why".
 # checks: 29
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=/usr/bin/python3

@@ -24,6 +24,7 @@
  *    hits the prefix cache past the committed tokens.
  */
 /* checks: 8 */
+/* tags: tsan */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

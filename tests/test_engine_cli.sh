@@ -4,6 +4,7 @@
 # cut at stop strings by Python's str.find, and the same requests run one at a
 # time (batch invariance through the CLI). Prints "ok NAME" / "FAIL NAME: why".
 # checks: 6
+# tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

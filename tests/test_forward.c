@@ -14,6 +14,7 @@
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
 /* checks: 11 */
+/* tags: tsan */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
 /* variant: VLLM_QUANT_ORDER=wide needs avx512 */

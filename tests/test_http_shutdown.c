@@ -12,6 +12,7 @@
  * rounds (about a second); the loop is bounded by rounds and by time.
  */
 /* checks: 1 */
+/* tags: tsan */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>

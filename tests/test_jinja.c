@@ -12,6 +12,7 @@
  *    ASan/UBSan in the SAN build), concurrent renders of one template agree.
  */
 /* checks: 206 */
+/* tags: tsan */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>

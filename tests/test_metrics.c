@@ -16,6 +16,7 @@
  *   test_metrics --format-doubles         one prom_format_double per stdin line
  */
 /* checks: 16 */
+/* tags: tsan */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>

@@ -16,6 +16,7 @@
  *   - afterwards: 0 running, 0 waiting, KV usage back to 0.
  */
 /* checks: 1 */
+/* tags: tsan */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
  * shared rows, and the pool-split batch equal to the serial one.
  */
 /* checks: 18 */
+/* tags: tsan */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

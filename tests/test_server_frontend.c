@@ -8,6 +8,7 @@
  * blocks, refused requests, the step observer, and shutdown.
  */
 /* checks: 5 */
+/* tags: tsan */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -5,6 +5,7 @@
  * concurrent streams, and the close callback when a client walks away.
  */
 /* checks: 9 */
+/* tags: tsan */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>

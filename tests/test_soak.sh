@@ -9,6 +9,7 @@
 # within max(16 MiB, 10 %) of its post-warm-up value, the same number of
 # open file descriptors. Full size: make soak (10,000 requests, 64 clients).
 # checks: 7
+# tags: tsan
 cd "$(dirname "$0")/.."
 . tests/server_helpers.sh
 N=${SOAK_REQUESTS:-500} CL=${SOAK_CLIENTS:-16} SECS=${SOAK_SECONDS:-60}

@@ -9,8 +9,8 @@
 #   make fuzz       libFuzzer targets fuzz/fuzz_*.c built with clang into build-fuzz/,
 #                   each run FUZZ_SECONDS (60) from its seed corpus; needs
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
-#   make test       set up (Debian/npm packages), build release and ASan+UBSan, run the
-#                   whole suite on both
+#   make test       set up (Debian/npm packages), build release, ASan+UBSan and TSan, run
+#                   the whole suite on the first two and the threaded tests on TSan
 #   make run        generate from the bundled model
 #   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
 #   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
@@ -171,12 +171,14 @@ $(BUILD)/obj/examples/%.o: examples/%.c $(FLAGS_STAMP)
 setup:
 	@scripts/setup.sh
 
-# The suite runs twice: on the release build and on the ASan+UBSan build
-# (LeakSanitizer on), with one "N passed, N failed, N skipped" total at the end.
+# The suite runs on the release build and on the ASan+UBSan build (LeakSanitizer
+# on), then its threaded tests (tagged tsan) on the ThreadSanitizer build, with
+# one "N passed, N failed, N skipped" total at the end.
 test: setup
 	@$(MAKE) --no-print-directory WERROR=1 all
 	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all
-	@tests/run.sh build,build-san
+	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@tests/run.sh build,build-san,build-tsan:tsan
 
 # The threaded tests (tests tagged "tsan", tests/run.sh) under ThreadSanitizer.
 tsan: setup

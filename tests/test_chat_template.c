@@ -21,6 +21,7 @@
  * normalization, template selection from multi-template configs, special
  * tokens, startup errors.
  */
+/* checks: 125 */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

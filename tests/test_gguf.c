@@ -18,6 +18,7 @@
  * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
 #include <jansson.h>
+/* checks: 4 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * allocate_slots fails without side effects, cached chains survive
  * duplicate computation, hits are capped below the prompt length, draft
  * tokens' blocks are never cached and are trimmed after a rejection. */
+/* checks: 3 */
 #include <stdlib.h>
 #include <string.h>
 

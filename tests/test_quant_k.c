@@ -21,7 +21,13 @@
  *   - batch invariance: quant_matmul_act_range over any token count (1..40:
  *     the dispatch puts 4+ tokens on AMX tiles, fewer on AVX2) and row range,
  *     and quant_matmul_act_f32_range, == the single dot.
+ * A kernel the CPU lacks reports itself skipped; the dispatched checks run
+ * again on the AVX2 and portable levels and with AMX off (variants).
  */
+/* checks: 10 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
+/* variant: VLLM_AMX=0 needs amx-int8 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,15 +223,27 @@ static void check_path(act_range_fn fn, const char *name, int ntypes) {
         }
 }
 
+#define NEEDS(cond, why)                                                                         \
+    if (!(cond)) SKIP(why)
+#define NO_AVX2 "no AVX2 on this CPU"
+#define NO_AVX512 "no AVX-512 on this CPU"
+#define NO_AMX "no AMX-INT8 on this CPU (or the OS did not grant the tile state)"
+
 TEST(test_quant_k_paths) {
     check_path(quant_matmul_act_range_portable, "portable", NKT);
     check_path(dispatch, "dispatch", NKT);
-    if (kernels_cpu_has_avx2()) check_path(quant_matmul_act_range_avx2, "avx2", NKT);
-    else printf("skip test_quant_k_paths_avx2: no AVX2 on this CPU\n");
-    if (kernels_cpu_has_avx512()) check_path(quant_matmul_act_range_k_avx512, "avx512", NKT);
-    else printf("skip test_quant_k_paths_avx512: no AVX-512 on this CPU\n");
-    if (quant_amx_available()) check_path(quant_matmul_act_range_k_amx, "amx", 2); /* KT[0..1]: Q4_K, Q6_K */
-    else printf("skip test_quant_k_paths_amx: no AMX-INT8 on this CPU (or not granted)\n");
+}
+TEST(test_quant_k_paths_avx2) {
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
+    check_path(quant_matmul_act_range_avx2, "avx2", NKT);
+}
+TEST(test_quant_k_paths_avx512) {
+    NEEDS(kernels_cpu_has_avx512(), NO_AVX512);
+    check_path(quant_matmul_act_range_k_avx512, "avx512", NKT);
+}
+TEST(test_quant_k_paths_amx) {
+    NEEDS(quant_amx_available(), NO_AMX);
+    check_path(quant_matmul_act_range_k_amx, "amx", 2); /* KT[0..1]: Q4_K, Q6_K */
 }
 
 /* Saturated operands, where the kernels' int16 partial sums are closest to
@@ -235,7 +253,7 @@ TEST(test_quant_k_paths) {
  * (quantization gives -127 at most, a hand-made row may hold -128).
  * Every path bit for bit against the portable mirror, and the mirror
  * against an exact double sum. */
-TEST(test_quant_k_extremes) {
+static void check_extremes(act_range_fn fn, const char *name) {
     enum { K = 512, R = 5, T = 3 };
     static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
     static float y[T * R], dq[K];
@@ -284,27 +302,32 @@ TEST(test_quant_k_extremes) {
                     break;
                 }
             }
-        act_range_fn fns[] = {dispatch, quant_matmul_act_range_avx2, quant_matmul_act_range_k_avx512};
-        const char *names[] = {"dispatch", "avx2", "avx512"};
-        for (int f = 0; f < 3; f++) {
-            if ((f == 1 && !kernels_cpu_has_avx2()) || (f == 2 && !kernels_cpu_has_avx512())) continue;
-            for (int ntok = 1; ntok <= T; ntok++) {
-                for (int i = 0; i < T * R; i++) y[i] = NAN;
-                fns[f](t, w, K, xq, ldxq, y, R, 0, R, 0, ntok);
-                for (int tt = 0; tt < ntok; tt++)
-                    for (int r = 0; r < R; r++) {
-                        float want = quant_dot_act_k_portable(t, w + r * stride, xq + tt * ldxq, K);
-                        CHECK(memcmp(&want, &y[tt * R + r], 4) == 0, "%s %s x=%d row %d (%d tokens): %.9g != %.9g",
-                              names[f], dtype_name(t), xv[tt], r, ntok, y[tt * R + r], want);
-                        quant_dequantize_row(t, w + r * stride, dq, K);
-                        double exact = 0;
-                        for (int i = 0; i < K; i++) exact += (double)dq[i] * 0.5 * xv[tt];
-                        CHECK(fabs(want - exact) <= 1e-6 * fabs(exact) + 1e-3, "%s x=%d row %d: %.9g vs exact %.9g",
-                              dtype_name(t), xv[tt], r, want, exact);
-                    }
-            }
+        for (int ntok = 1; ntok <= T; ntok++) {
+            for (int i = 0; i < T * R; i++) y[i] = NAN;
+            fn(t, w, K, xq, ldxq, y, R, 0, R, 0, ntok);
+            for (int tt = 0; tt < ntok; tt++)
+                for (int r = 0; r < R; r++) {
+                    float want = quant_dot_act_k_portable(t, w + r * stride, xq + tt * ldxq, K);
+                    CHECK(memcmp(&want, &y[tt * R + r], 4) == 0, "%s %s x=%d row %d (%d tokens): %.9g != %.9g", name,
+                          dtype_name(t), xv[tt], r, ntok, y[tt * R + r], want);
+                    quant_dequantize_row(t, w + r * stride, dq, K);
+                    double exact = 0;
+                    for (int i = 0; i < K; i++) exact += (double)dq[i] * 0.5 * xv[tt];
+                    CHECK(fabs(want - exact) <= 1e-6 * fabs(exact) + 1e-3, "%s x=%d row %d: %.9g vs exact %.9g",
+                          dtype_name(t), xv[tt], r, want, exact);
+                }
         }
     }
+}
+
+TEST(test_quant_k_extremes) { check_extremes(dispatch, "dispatch"); }
+TEST(test_quant_k_extremes_avx2) {
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
+    check_extremes(quant_matmul_act_range_avx2, "avx2");
+}
+TEST(test_quant_k_extremes_avx512) {
+    NEEDS(kernels_cpu_has_avx512(), NO_AVX512);
+    check_extremes(quant_matmul_act_range_k_avx512, "avx512");
 }
 
 /* The AMX kernel over 1..40 tokens (partial and several 16-token groups),
@@ -314,10 +337,7 @@ TEST(test_quant_k_amx_tokens) {
     enum { K = 5 * 256, R = 70, T = 40 };
     static uint8_t w[R * K], xq[T * K / 32 * QUANT_ACT_BLOCK_BYTES];
     static float x[K], y[T * R];
-    if (!quant_amx_available()) {
-        printf("skip test_quant_k_amx_tokens: no AMX-INT8 on this CPU (or not granted)\n");
-        return;
-    }
+    NEEDS(quant_amx_available(), NO_AMX);
     int64_t ldxq = (int64_t)quant_act_row_bytes(K);
     for (int m = 0; m < 2; m++) {
         dtype t = KT[m];
@@ -382,7 +402,12 @@ int main(void) {
     RUN(test_quant_k_dot_vs_reference);
     RUN(test_quant_k_nmse);
     RUN(test_quant_k_paths);
+    RUN(test_quant_k_paths_avx2);
+    RUN(test_quant_k_paths_avx512);
+    RUN(test_quant_k_paths_amx);
     RUN(test_quant_k_extremes);
+    RUN(test_quant_k_extremes_avx2);
+    RUN(test_quant_k_extremes_avx512);
     RUN(test_quant_k_amx_tokens);
     RUN(test_quant_k_batch_invariance);
     return harness_done();

@@ -214,14 +214,15 @@ static void check_path(act_range_fn fn, const char *name) {
 TEST(test_quant_wide_paths) {
     check_path(quant_matmul_act_range_portable, "portable");
     check_path(dispatch, "dispatch");
-    if (!kernels_cpu_has_avx2()) {
-        printf("skip test_quant_wide_paths_avx2: no AVX2 on this CPU\n");
-        return;
-    }
+}
+TEST(test_quant_wide_paths_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
     check_path(quant_matmul_act_range_avx2, "avx2");
     check_path(quant_matmul_act_range_wide_avx2, "avx2 (wide entry)");
-    if (kernels_cpu_has_avx512()) check_path(quant_matmul_act_range_avx512, "avx512");
-    else printf("skip test_quant_wide_paths_avx512: no AVX-512 VNNI on this CPU\n");
+}
+TEST(test_quant_wide_paths_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 VNNI on this CPU");
+    check_path(quant_matmul_act_range_avx512, "avx512");
 }
 
 /* Saturated blocks: every nibble 15 with every fifth bit (Q5: 31, Q5_0 +15),
@@ -311,6 +312,8 @@ int main(void) {
     RUN(test_quant_wide_dot_vs_reference);
     RUN(test_quant_wide_nmse);
     RUN(test_quant_wide_paths);
+    RUN(test_quant_wide_paths_avx2);
+    RUN(test_quant_wide_paths_avx512);
     RUN(test_quant_wide_extremes);
     RUN(test_quant_wide_batch_invariance);
     return harness_done();

@@ -19,6 +19,7 @@
  * (tests/ref/gguf_tokenizer_ref.py), and on SmolLM2's vocabulary relabelled
  * with other tokenizer.ggml.pre kinds.
  */
+/* checks: 57 */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * replaced by the model's BOS with --bos (llama-perplexity does that when
  * the vocabulary adds BOS), and positions [CTX/2, CTX - 1) are scored: the
  * first half is context. Per scored position it prints
- *     <position> <argmax id> <-log p(next token)>
+ *     <position> <argmax id> <-log p(next token)> <top-1 logit - top-2 logit>
  * (log-softmax in double over our F32 logits) and at the end
  * "ppl <exp(mean)>".
  */
@@ -98,10 +98,13 @@ int main(int argc, char **argv) {
             int32_t best = 0, pos = ctx / 2 + j;
             for (int32_t v = 1; v < vocab; v++)
                 if (l[v] > l[best]) best = v;
-            double mx = l[best], z = 0;
-            for (int32_t v = 0; v < vocab; v++) z += exp((double)l[v] - mx);
+            double mx = l[best], second = -INFINITY, z = 0;
+            for (int32_t v = 0; v < vocab; v++) {
+                z += exp((double)l[v] - mx);
+                if (v != best && l[v] > second) second = l[v];
+            }
             double nll = -((double)l[chunk[pos + 1]] - mx - log(z));
-            printf("%zu %d %.6f\n", c * (size_t)ctx + (size_t)pos, best, nll);
+            printf("%zu %d %.6f %.6f\n", c * (size_t)ctx + (size_t)pos, best, nll, mx - second);
             sum += nll;
             scored++;
         }

@@ -12,7 +12,7 @@
  * chunk's first token replaced by BOS when the vocabulary adds one, logits
  * for every position, and positions [CTX/2, CTX - 1) scored (the first half
  * is context). For each scored position it prints
- *     <position> <argmax id> <-log p(next token)>
+ *     <position> <argmax id> <-log p(next token)> <top-1 logit - top-2 logit>
  * and at the end "ppl <exp(mean)>".
  */
 #include <math.h>
@@ -77,14 +77,15 @@ int main(int argc, char **argv) {
         for (int i = n_ctx / 2; i < n_ctx - 1; i++) {
             const float *l = llama_get_logits_ith(ctx, i);
             int best = 0;
-            double m = l[0];
             for (int v = 1; v < nv; v++)
                 if (l[v] > l[best]) best = v;
-            m = l[best];
-            double z = 0;
-            for (int v = 0; v < nv; v++) z += exp((double)l[v] - m);
+            double m = l[best], second = -INFINITY, z = 0;
+            for (int v = 0; v < nv; v++) {
+                z += exp((double)l[v] - m);
+                if (v != best && l[v] > second) second = l[v];
+            }
             double nll = -((double)l[ids[c * n_ctx + i + 1]] - m - log(z));
-            printf("%d %d %.6f\n", c * n_ctx + i, best, nll);
+            printf("%d %d %.6f %.6f\n", c * n_ctx + i, best, nll, m - second);
             sum += nll;
             scored++;
         }

@@ -91,7 +91,11 @@
 #
 # Skipped, never passed: every row of a model when the registry is unreachable
 # (fetch_models.sh exit 3); the llama.cpp rows when npm cannot provide
-# llama.cpp; the transformers and F32 rows without .venv (scripts/setup.sh).
+# llama.cpp, and under a sanitizer (build-san: the 10,240 scored tokens per
+# model take 8-19x the release build's time there, ~10 minutes; the release
+# build's run compares them, the transformers rows still run our engine on
+# both files under the sanitizer); the transformers and F32 rows without .venv
+# (scripts/setup.sh).
 # Until the Gemma 3 architecture lands, Gemma's rows report themselves skipped
 # when, and only when, the loader's error says the architecture is not
 # supported. Wall time (2 cores): about 5 minutes the first time, most of it
@@ -128,7 +132,9 @@ $py -c "import torch, transformers, gguf" 2>/dev/null || have_py=0
 
 # llama.cpp: the npm package's prebuilt libraries and its source's headers
 llama="" llama_why=""
-if ! bench/llamacpp/build.sh --fetch > "$tmp/npm.log" 2>&1; then
+if [[ "$build" == *build-san* || "$build" == *build-tsan* ]]; then
+  llama_why="not run under a sanitizer (10,240 tokens through instrumented kernels: ~10 minutes); the release build's run compares them"
+elif ! bench/llamacpp/build.sh --fetch > "$tmp/npm.log" 2>&1; then
   llama_why="llama.cpp's npm package cannot be fetched ($(tail -1 "$tmp/npm.log"))"
 else
   lc=$PWD/bench/llamacpp/.cache

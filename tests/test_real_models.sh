@@ -98,11 +98,11 @@
 # (scripts/setup.sh).
 # Until the Gemma 3 architecture lands, Gemma's rows report themselves skipped
 # when, and only when, the loader's error says the architecture is not
-# supported. Wall time on this project's shared 2-core machine, both models:
-# 2m45 the first time (llama.cpp scoring 20,480 tokens, transformers loading
-# each GGUF in float64, our scoring; making the F32 copies adds ~30 s once),
-# 4m05 on a later run with llama.cpp's scores cached but the machine busier
-# (load 3 against 2); SmolLM2's transformers rows under build-san: 2m30.
+# supported. Wall time on this project's shared 2-core machine (load 2.5-3
+# from other work), both models: 4m15 the first time (llama.cpp scoring 20,480
+# tokens; making the F32 copies adds ~30 s once), 2m25 with llama.cpp's scores
+# cached (our scoring, transformers loading each GGUF in float64); SmolLM2's
+# transformers rows under build-san: 65 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

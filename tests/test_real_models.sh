@@ -91,10 +91,10 @@
 #
 # Skipped, never passed: every row of a model when the registry is unreachable
 # (fetch_models.sh exit 3); the llama.cpp rows when npm cannot provide
-# llama.cpp, and under a sanitizer (build-san: the 10,240 scored tokens per
-# model take 8-19x the release build's time there, ~10 minutes; the release
-# build's run compares them, the transformers rows still run our engine on
-# both files under the sanitizer); the transformers and F32 rows without .venv
+# llama.cpp, and under a sanitizer (build-san: scoring the 10,240 tokens of
+# one model takes 8-19x the release build's time there, 5 min for SmolLM2
+# against 31 s; the release build's run compares them, the transformers rows
+# still run our engine on both files under the sanitizer); the transformers and F32 rows without .venv
 # (scripts/setup.sh).
 # Until the Gemma 3 architecture lands, Gemma's rows report themselves skipped
 # when, and only when, the loader's error says the architecture is not
@@ -136,7 +136,7 @@ $py -c "import torch, transformers, gguf" 2>/dev/null || have_py=0
 # llama.cpp: the npm package's prebuilt libraries and its source's headers
 llama="" llama_why=""
 if [[ "$build" == *build-san* || "$build" == *build-tsan* ]]; then
-  llama_why="not run under a sanitizer (10,240 tokens through instrumented kernels: ~10 minutes); the release build's run compares them"
+  llama_why="not run under a sanitizer (10,240 tokens per model through instrumented kernels: 8-19x the release time); the release build's run compares them"
 elif ! bench/llamacpp/build.sh --fetch > "$tmp/npm.log" 2>&1; then
   llama_why="llama.cpp's npm package cannot be fetched ($(tail -1 "$tmp/npm.log"))"
 else

@@ -69,6 +69,26 @@ typedef enum vllm_scheduling_policy {
     VLLM_SCHEDULING_PRIORITY,        /* lower value first, ties by arrival */
 } vllm_scheduling_policy;
 
+/* --speculative-config (vLLM's SpeculativeConfig). Only method "ngram"
+ * (prompt lookup, no draft model) exists here. Drafts are verified exactly:
+ * the committed tokens are the ones decoding without drafts gives, greedy
+ * and seeded alike (sampler.h), a stronger promise than vLLM's rejection
+ * sampler, which is equal only in distribution. */
+typedef enum vllm_spec_method {
+    VLLM_SPEC_METHOD_NONE = 0,       /* speculative decoding off */
+    VLLM_SPEC_METHOD_NGRAM,
+} vllm_spec_method;
+
+#define VLLM_MAX_SPEC_TOKENS 128     /* vLLM's rejection sampler's MAX_SPEC_LEN */
+
+typedef struct vllm_speculative_config {
+    vllm_spec_method method;
+    int32_t num_speculative_tokens;  /* k, 1..VLLM_MAX_SPEC_TOKENS: drafts per sequence per step at most */
+    int32_t prompt_lookup_min;       /* 0 = prompt_lookup_max, or 5 if both 0 (vLLM's defaults) */
+    int32_t prompt_lookup_max;       /* 0 = prompt_lookup_min, or 5 if both 0 */
+    int32_t disable_by_batch_size;   /* 0 = never; else (>= 2) no drafts while this many sequences run */
+} vllm_speculative_config;
+
 /* EngineArgs with vLLM's flag names (vllm_engine_args_init sets defaults). */
 typedef struct vllm_engine_args {
     const char *model;               /* HF model directory */
@@ -85,6 +105,7 @@ typedef struct vllm_engine_args {
     uint64_t seed;                   /* 0: seeds requests that give none */
     int32_t num_threads;             /* 0 = online CPUs */
     const char *generation_config;   /* "auto" (model dir), "vllm" (ignore), or a dir */
+    vllm_speculative_config speculative_config; /* method NONE: off */
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -176,6 +197,13 @@ typedef struct vllm_scheduler_stats {
      * (a partially filled block shared by n > 1 siblings before copy-on-write
      * counts once per sibling, so this can only overstate). */
     int64_t num_kv_slots_used, num_kv_slots_empty;
+    /* Speculative decoding in this step (vLLM's SpecDecodingStats), all 0
+     * when it is off: sequences whose drafts were scored, their drafts, the
+     * drafts accepted (before stop checks), and per draft position j how
+     * many sequences accepted the draft at j. */
+    int32_t num_spec_tokens;         /* k; the length of the per-position array */
+    int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
+    const int32_t *spec_num_accepted_tokens_per_pos; /* (num_spec_tokens) borrowed until the next step */
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {
@@ -208,6 +236,7 @@ typedef struct vllm_engine_info {
     int32_t num_eos_token_ids;
     int32_t eos_token_ids[8];        /* config.json + generation_config.json */
     int32_t num_threads;
+    vllm_speculative_config speculative_config; /* with defaults applied; method NONE: off */
 } vllm_engine_info;
 
 void vllm_engine_get_info(const vllm_engine *e, vllm_engine_info *info);

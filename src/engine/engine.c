@@ -52,6 +52,7 @@
 #include "model/model.h"
 #include "model/step_batch.h"
 #include "sample/sampler.h"
+#include "spec/ngram.h"
 #include "spec/spec.h"
 #include "vllm/vllm.h"
 
@@ -74,6 +75,7 @@ struct vllm_engine {
     generation_defaults gen;
     uint64_t next_serial;
     spec_config spec;                /* num_speculative_tokens 0: off */
+    ngram *ngram;                    /* the proposer of args.speculative_config "ngram", or NULL */
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
@@ -93,6 +95,8 @@ struct vllm_engine {
     int32_t *top_ids;                /* (max_out, VLLM_MAX_LOGPROBS) */
     float *top_lps;
     int32_t *drafts;                 /* (num_speculative_tokens) a proposer's answer */
+    int32_t *spec_per_pos;           /* (num_speculative_tokens) this step's accepted drafts by position */
+    int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted; /* this step */
 
     /* step output */
     vllm_step_output out;
@@ -143,6 +147,34 @@ static char *dup_or_null(const char *s, vllm_status *rc) {
     return d;
 }
 
+/* vLLM's SpeculativeConfig checks and defaults (ngram: prompt_lookup_min
+ * and _max default to each other, or both to 5); out gets the result. */
+static vllm_status resolve_spec_config(const vllm_speculative_config *in, vllm_speculative_config *out) {
+    *out = (vllm_speculative_config){0};
+    if (in->method == VLLM_SPEC_METHOD_NONE) return VLLM_OK;
+    if (in->method != VLLM_SPEC_METHOD_NGRAM)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: method %d is not supported (only 'ngram')",
+                          (int)in->method);
+    vllm_speculative_config c = *in;
+    if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: num_speculative_tokens=%d must be in 1..%d",
+                          c.num_speculative_tokens, VLLM_MAX_SPEC_TOKENS);
+    if (c.prompt_lookup_min < 0 || c.prompt_lookup_max < 0)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: prompt_lookup_min=%d and prompt_lookup_max=%d "
+                          "must be > 0", c.prompt_lookup_min, c.prompt_lookup_max);
+    if (!c.prompt_lookup_min && !c.prompt_lookup_max) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+    else if (!c.prompt_lookup_min) c.prompt_lookup_min = c.prompt_lookup_max;
+    else if (!c.prompt_lookup_max) c.prompt_lookup_max = c.prompt_lookup_min;
+    if (c.prompt_lookup_min > c.prompt_lookup_max)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: prompt_lookup_min=%d must be <= "
+                          "prompt_lookup_max=%d", c.prompt_lookup_min, c.prompt_lookup_max);
+    if (c.disable_by_batch_size < 0 || c.disable_by_batch_size == 1)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: disable_by_batch_size=%d: expect the batch "
+                          "size threshold of disabling speculative decoding to be > 1", c.disable_by_batch_size);
+    *out = c;
+    return VLLM_OK;
+}
+
 static vllm_status check_args(const vllm_engine_args *a) {
     if (!a->model || !a->model[0]) return vllm_error(VLLM_ERR_INVALID, "engine args: model is not set");
     if (a->block_size < 1 || a->block_size > 1024)
@@ -168,6 +200,9 @@ static vllm_status check_args(const vllm_engine_args *a) {
                           (int)a->scheduling_policy);
     if (a->num_threads < 0)
         return vllm_error(VLLM_ERR_INVALID, "num_threads %d must be >= 0", a->num_threads);
+    vllm_speculative_config spc;
+    vllm_status rc = resolve_spec_config(&a->speculative_config, &spc);
+    if (rc != VLLM_OK) return rc;
     const char *g = a->generation_config;
     if (g && strcmp(g, "auto") && strcmp(g, "vllm"))
         return vllm_error(VLLM_ERR_UNSUPPORTED,
@@ -232,7 +267,8 @@ static void free_step_scratch(vllm_engine *e) {
     free(e->top_ids);
     free(e->top_lps);
     free(e->drafts);
-    e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = NULL;
+    free(e->spec_per_pos);
+    e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = e->spec_per_pos = NULL;
     e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
 }
 
@@ -266,6 +302,7 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     e->top_ids = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
     e->top_lps = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
     e->drafts = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    e->spec_per_pos = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
     return rc;
 }
 
@@ -342,6 +379,18 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         goto fail;
     map_init(&e->requests);
     if ((rc = alloc_step_scratch(e)) != VLLM_OK) goto fail;
+    if ((rc = resolve_spec_config(&args->speculative_config, &info->speculative_config)) != VLLM_OK) goto fail;
+    const vllm_speculative_config *spc = &info->speculative_config;
+    if (spc->method == VLLM_SPEC_METHOD_NGRAM) {
+        if ((rc = ngram_create(spc->prompt_lookup_min, spc->prompt_lookup_max, &e->ngram)) != VLLM_OK) goto fail;
+        spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
+                           .disable_by_batch_size = spc->disable_by_batch_size,
+                           .proposer = ngram_as_proposer(e->ngram)};
+        if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
+        log_info("speculative decoding: ngram, num_speculative_tokens %d, prompt_lookup_min %d, "
+                 "prompt_lookup_max %d, disable_by_batch_size %d", spc->num_speculative_tokens,
+                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
+    }
 
     log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB); maximum concurrency "
              "for %d tokens per request: %.2fx",
@@ -385,6 +434,7 @@ void vllm_engine_free(vllm_engine *e) {
     free_requests_in(&e->reported);
     map_deinit(&e->requests);
     free_step_scratch(e);
+    ngram_free(e->ngram);
     sampler_free(e->sampler);
     scheduler_free(e->sched);
     kv_cache_manager_free(e->kv);
@@ -567,6 +617,13 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
         for (int32_t k = 0; k < en->num_samples; k++, ns++) {
             const sample_seq *x = &e->samples[ns];
             e->num_committed[i] += x->num_out;
+            if (x->num_drafts > 0) { /* vLLM counts before stop checks: the verifier's accepted drafts */
+                int32_t acc = x->num_out - 1 < x->num_drafts ? x->num_out - 1 : x->num_drafts;
+                e->spec_num_drafts++;
+                e->spec_num_draft_tokens += x->num_drafts;
+                e->spec_num_accepted += acc;
+                for (int32_t j = 0; j < acc; j++) e->spec_per_pos[j]++;
+            }
             for (int32_t j = 0; x->out_results && j < x->num_out; j++) {
                 const sample_result *res = &x->out_results[j];
                 size_t slot = (size_t)(x->out_results - e->results) + (size_t)j;
@@ -617,6 +674,8 @@ static void propose(vllm_engine *e) {
         seq *q = list_entry(n, seq, node);
         const request *r = q->req;
         if (!r->forked || q->num_drafts || q->num_computed_tokens != q->num_tokens - 1) continue;
+        if (e->spec.disable_by_batch_size > 0 && scheduler_num_running(e->sched) >= e->spec.disable_by_batch_size)
+            return;
         int32_t m = e->spec.num_speculative_tokens;
         int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
         int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
@@ -703,6 +762,11 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .num_blocks_total = total,
         .num_blocks_free = free_blocks,
         .num_kv_slots_empty = scheduler_num_empty_slots(e->sched),
+        .num_spec_tokens = e->spec.num_speculative_tokens,
+        .spec_num_drafts = e->spec_num_drafts,
+        .spec_num_draft_tokens = e->spec_num_draft_tokens,
+        .spec_num_accepted_tokens = e->spec_num_accepted,
+        .spec_num_accepted_tokens_per_pos = e->spec.num_speculative_tokens ? e->spec_per_pos : NULL,
     };
     int32_t used_blocks = total - free_blocks;
     out->stats.num_kv_slots_used = (int64_t)used_blocks * e->info.block_size;
@@ -729,6 +793,8 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     *out = NULL;
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
     free_requests_in(&e->reported);
+    e->spec_num_drafts = e->spec_num_draft_tokens = e->spec_num_accepted = 0;
+    if (e->spec_per_pos) memset(e->spec_per_pos, 0, (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     const scheduler_output *so = NULL;
     if (scheduler_has_unfinished(e->sched)) {
         double now = vllm_monotonic_time();

@@ -279,6 +279,7 @@ int cmd_serve(int argc, char **argv) {
     mc.enable_prefix_caching = info.enable_prefix_caching;
     mc.kv_cache_memory_bytes = ea.kv_cache_memory_bytes; /* as configured; 0: None */
     mc.num_gpu_blocks = info.num_gpu_blocks;
+    mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
         (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());

@@ -23,6 +23,7 @@
 /* checks: 8 */
 #include <math.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -572,8 +573,28 @@ TEST(test_spec_metrics) {
             all = false;
         }
     free(t);
-    metrics_free(m);
     CHECK(all, "the exposition lacks vLLM's spec_decode lines");
+    /* the log line: 4 drafts, 10 draft tokens, 6 accepted (4, 2, 0 by position) */
+    char path[] = "/tmp/test_spec_ngram_logXXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    CHECK(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    metrics_log_stats(m, vllm_monotonic_time());
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char logged[2048] = "";
+    ssize_t got = pread(fd, logged, sizeof logged - 1, 0);
+    close(fd);
+    unlink(path);
+    metrics_free(m);
+    logged[got > 0 ? got : 0] = 0;
+    const char *line = strstr(logged, "SpecDecoding metrics: ");
+    CHECK(line && strstr(line, "Mean acceptance length: 2.50, Accepted throughput: ") &&
+              strstr(line, " tokens/s, Accepted: 6 tokens, Drafted: 10 tokens, Per-position acceptance rate: "
+                           "1.000, 0.500, 0.000, Avg Draft acceptance rate: 60.0%\n"),
+          "log: %s", logged);
     mc.num_speculative_tokens = 0;
     CHECK(metrics_create(&mc, &m) == VLLM_OK);
     CHECK(metrics_render(m, vllm_monotonic_time(), &t, &len) == VLLM_OK);
@@ -584,6 +605,7 @@ TEST(test_spec_metrics) {
 }
 
 int main(void) {
+    setenv("VLLM_LOGGING_LEVEL", "INFO", 1); /* test_spec_metrics reads an INFO line */
     RUN(test_ngram_hand_cases);
     RUN(test_ngram_matches_brute_force);
     RUN(test_speculative_config);

@@ -545,13 +545,12 @@ TEST(test_spec_metrics) {
     mc.num_speculative_tokens = 3;
     metrics *m;
     CHECK(metrics_create(&mc, &m) == VLLM_OK, "%s", vllm_errmsg());
-    static const int32_t per_pos[3] = {2, 1, 0};
     vllm_step_output out = {.timestamp = vllm_monotonic_time()};
     out.stats = (vllm_scheduler_stats){.num_spec_tokens = 3,
                                        .spec_num_drafts = 2,
                                        .spec_num_draft_tokens = 5,
                                        .spec_num_accepted_tokens = 3,
-                                       .spec_num_accepted_tokens_per_pos = per_pos};
+                                       .spec_num_accepted_tokens_per_pos = {2, 1, 0}};
     metrics_on_step(m, &out, out.timestamp);
     metrics_on_step(m, &out, out.timestamp);
     char *t;

@@ -201,9 +201,10 @@ typedef struct vllm_scheduler_stats {
      * when it is off: sequences whose drafts were scored, their drafts, the
      * drafts accepted (before stop checks), and per draft position j how
      * many sequences accepted the draft at j. */
-    int32_t num_spec_tokens;         /* k; the length of the per-position array */
+    int32_t num_spec_tokens;         /* k; the per-position entries in use */
     int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
-    const int32_t *spec_num_accepted_tokens_per_pos; /* (num_spec_tokens) borrowed until the next step */
+    /* by value, like every field here, so the stats can be copied across threads */
+    int32_t spec_num_accepted_tokens_per_pos[VLLM_MAX_SPEC_TOKENS];
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {

@@ -481,9 +481,9 @@ vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
         return vllm_error(VLLM_ERR_INVALID, "speculative decoding can only change while no request is running");
     spec_config off = {0};
     if (!cfg || cfg->num_speculative_tokens <= 0 || !cfg->proposer.propose) cfg = &off;
-    if (cfg->num_speculative_tokens > e->info.max_model_len)
-        return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d",
-                          cfg->num_speculative_tokens, e->info.max_model_len);
+    if (cfg->num_speculative_tokens > e->info.max_model_len || cfg->num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
+        return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d or %d",
+                          cfg->num_speculative_tokens, e->info.max_model_len, VLLM_MAX_SPEC_TOKENS);
     e->spec = *cfg;
     vllm_status rc = alloc_step_scratch(e);
     if (rc != VLLM_OK) {
@@ -766,8 +766,10 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .spec_num_drafts = e->spec_num_drafts,
         .spec_num_draft_tokens = e->spec_num_draft_tokens,
         .spec_num_accepted_tokens = e->spec_num_accepted,
-        .spec_num_accepted_tokens_per_pos = e->spec.num_speculative_tokens ? e->spec_per_pos : NULL,
     };
+    if (e->spec.num_speculative_tokens > 0)
+        memcpy(out->stats.spec_num_accepted_tokens_per_pos, e->spec_per_pos,
+               (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     int32_t used_blocks = total - free_blocks;
     out->stats.num_kv_slots_used = (int64_t)used_blocks * e->info.block_size;
     if (so && so->num_seqs > 0) {

@@ -11,7 +11,7 @@
 #include "spec/spec.h"
 #include "vllm/vllm.h"
 
-/* Turns speculative decoding on (k > 0, a proposer) or off (NULL or k 0).
+/* Turns speculative decoding on (0 < k <= VLLM_MAX_SPEC_TOKENS, a proposer) or off (NULL or k 0).
  * Only while the engine has no unfinished request (VLLM_ERR_INVALID
  * otherwise); sizes the step's logits for k + 1 rows per sequence. The
  * proposer's and verifier's ud are borrowed. */

@@ -4,14 +4,15 @@
 # requests without the flag (speculation must not change a token, greedy or
 # seeded), and the key each bad configuration names. Prints "ok NAME" /
 # "FAIL NAME: why".
-# checks: 4
+# checks: 5
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
 PY=/usr/bin/python3
 export VLLM_LOGGING_LEVEL=WARNING
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/server_helpers.sh
+trap 'server_stop_all; rm -rf "$tmp"' EXIT
 
 ok() { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; }
@@ -92,3 +93,37 @@ d9, d2 = last(sys.argv[1]), last(sys.argv[2])
 assert d9["spec_decode_num_drafts"] > d2["spec_decode_num_drafts"], (d9, d2)
 EOF
 then ok generate_disable_by_batch_size; else fail generate_disable_by_batch_size "$(tail -3 "$tmp/d2.err")"; fi
+
+# 5. serve: the completion equals generate's without speculation; /metrics has
+#    vLLM's counters (accepted = the per-position sum, <= drafted); the log
+#    has the SpecDecoding line
+P="Lily and Tom went to the park. Lily and Tom went to the park. Lily and Tom"
+"$VLLMC" generate --prompt "$P" --max-tokens 60 --temperature 0 --json >"$tmp/gen.json" 2>"$tmp/err"
+if VLLM_LOGGING_LEVEL=INFO VLLM_LOG_STATS_INTERVAL=0.3 server_start S models/stories260K \
+     --served-model-name m --speculative-config "$SPEC"; then
+  req POST "$S_URL/v1/completions" "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":60,\"temperature\":0}"
+  echo "$BODY" >"$tmp/serve.json"
+  sleep 0.8
+  req GET "$S_URL/metrics"
+  echo "$BODY" >"$tmp/metrics.txt"
+  if $PY - "$tmp/gen.json" "$tmp/serve.json" "$tmp/metrics.txt" "$S_LOG" <<'EOF'
+import json, re, sys
+gen = json.loads(open(sys.argv[1]).read())["outputs"][0]["text"]
+srv = json.loads(open(sys.argv[2]).read())["choices"][0]["text"]
+assert gen == srv, (gen, srv)
+m = {}
+for line in open(sys.argv[3]):
+    g = re.match(r'(vllm:spec_decode_\w+_total)\{([^}]*)\} (\S+)', line)
+    if g: m[(g[1], g[2])] = float(g[3])
+lab = 'engine="0",model_name="m"'
+d = m[("vllm:spec_decode_num_drafts_total", lab)]
+t = m[("vllm:spec_decode_num_draft_tokens_total", lab)]
+a = m[("vllm:spec_decode_num_accepted_tokens_total", lab)]
+pos = [m[("vllm:spec_decode_num_accepted_tokens_per_pos_total", lab + f',position="{j}"')] for j in range(4)]
+assert 0 < d <= t <= 4 * d and 0 < a <= t and sum(pos) == a, (d, t, a, pos)
+assert any("SpecDecoding metrics: Mean acceptance length: " in l for l in open(sys.argv[4])), "no log line"
+EOF
+  then ok serve_spec_metrics; else fail serve_spec_metrics "see above"; fi
+else
+  fail serve_spec_metrics "the server did not start"
+fi

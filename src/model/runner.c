@@ -470,7 +470,7 @@ static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
 
 static void stage_norm(runner *r, int64_t lo, int64_t hi, const tensor *w) {
     for (int64_t t = lo; t < hi; t++)
-        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps);
+        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps, 0.0f);
 }
 
 static void stage_input_norm(void *arg, int64_t lo, int64_t hi, int ith) {
@@ -489,7 +489,7 @@ static void stage_final_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     const tensor *w = &r->m->w.norm;
     for (int64_t i = lo; i < hi; i++)
         norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->scored_indices[i] * r->dim, w->data, w->type, r->dim,
-                 r->eps);
+                 r->eps, 0.0f);
 }
 
 /* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
@@ -505,10 +505,10 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
         float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
         if (lw->q_norm.data)
             for (int32_t h = 0; h < r->n_heads; h++)
-                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps);
+                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps, 0.0f);
         if (lw->k_norm.data)
             for (int32_t h = 0; h < r->n_kv; h++)
-                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps);
+                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps, 0.0f);
         const float *cs = r->rope + t * hd;
         r->rope_fn(q, r->n_heads, hd, cs, cs + half);
         r->rope_fn(k, r->n_kv, hd, cs, cs + half);

@@ -71,12 +71,12 @@ enum {
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
- * or a gate/up pair combined by SwiGLU into part[0].y (part[1].y unused: each
- * work item computes its block of up into per-thread scratch). */
+ * or a gate/up pair combined by SwiGLU / GeGLU into part[0].y (part[1].y
+ * unused: each work item computes its block of up into per-thread scratch). */
 typedef struct mm_op {
     matmul_args part[3];
     int nparts;
-    bool swiglu;
+    bool swiglu;                /* a gate/up pair: the runner's glu combines them */
     int64_t tokens;
     int64_t row_chunk;
     int64_t num_tchunks;
@@ -93,7 +93,11 @@ struct runner {
     int32_t dim, n_heads, n_kv, head_dim, group, inter, vocab, n_layers;
     int64_t q_dim, kv_dim;
     float eps, attn_scale;
+    float norm_off;             /* RMSNorm weight offset: 0, Gemma's 1 */
+    bool has_sliding;           /* some layers attend through a sliding window (Gemma 3) */
+    void (*glu)(float *g, const float *u, int64_t n); /* act_swiglu or act_geglu */
     float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
+    float *inv_freq_local;      /* (head_dim / 2) the sliding layers' (rope_local_theta), or NULL */
     void (*rope_fn)(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
 
     /* KV pool */
@@ -111,6 +115,7 @@ struct runner {
     float *hb;                  /* (T, inter) silu(gate) * up */
     float *up;                  /* (nth, MM_TOKEN_CHUNK * MM_MAX_ROWS) one work item's up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
+    float *rope_local;          /* (T, head_dim) the same for the sliding layers, or NULL */
     float *att_scratch;         /* (nth, attention_scratch_floats) */
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
@@ -123,19 +128,22 @@ struct runner {
     int32_t *token_seq;         /* (T) sequence of each token of the batch */
     int32_t layer;
     mm_op mm;
+    float *logits;              /* the caller's, during runner_forward */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
 
-/* HF inv_freq = 1 / theta^(2i/d), in F32 like torch, then rope_scaling:
- * linear divides by factor; llama3 (HF _compute_llama3_parameters) divides
- * low frequencies by factor, keeps high ones and interpolates between. */
-static void rope_init_inv_freq(float *inv_freq, const model_config *c) {
+/* HF inv_freq = 1 / theta^(2i/d), in F32 like torch, then (if scaled) the
+ * config's rope_scaling: linear divides by factor; llama3 (HF
+ * _compute_llama3_parameters) divides low frequencies by factor, keeps high
+ * ones and interpolates between. */
+static void rope_init_inv_freq(float *inv_freq, const model_config *c, float theta, bool scaled) {
     int32_t half = c->head_dim / 2;
     for (int32_t i = 0; i < half; i++) {
         float expo = (float)(2 * i) / (float)c->head_dim;
-        float f = 1.0f / powf(c->rope_theta, expo);
-        if (c->rope_scaling == ROPE_SCALING_LINEAR) {
+        float f = 1.0f / powf(theta, expo);
+        if (!scaled) {
+        } else if (c->rope_scaling == ROPE_SCALING_LINEAR) {
             f = f / c->rope_factor;
         } else if (c->rope_scaling == ROPE_SCALING_LLAMA3) {
             float old_len = (float)c->rope_original_max_position_embeddings;
@@ -249,7 +257,10 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->q_dim = (int64_t)r->n_heads * r->head_dim;
     r->kv_dim = (int64_t)r->n_kv * r->head_dim;
     r->eps = c->rms_norm_eps;
-    r->attn_scale = (float)(1.0 / sqrt((double)r->head_dim));
+    r->attn_scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt((double)r->head_dim));
+    r->norm_off = c->norm_weight_offset;
+    r->has_sliding = model_has_sliding_layers(c);
+    r->glu = c->hidden_act == MODEL_ACT_GELU_TANH ? act_geglu : act_swiglu;
 
     if ((rc = threadpool_create(cfg->num_threads, &r->pool)) != VLLM_OK) goto fail;
     r->nth = threadpool_num_threads(r->pool);
@@ -266,6 +277,10 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
 
     size_t T = (size_t)cfg->max_num_batched_tokens;
     r->inv_freq = alloc_floats((size_t)r->head_dim / 2, &rc);
+    if (r->has_sliding) {
+        r->inv_freq_local = alloc_floats((size_t)r->head_dim / 2, &rc);
+        r->rope_local = alloc_floats(T * (size_t)r->head_dim, &rc);
+    }
     r->x = alloc_floats(T * (size_t)r->dim, &rc);
     r->xb = alloc_floats(T * (size_t)r->dim, &rc);
     r->q = alloc_floats(T * (size_t)r->q_dim, &rc);
@@ -290,7 +305,8 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
     }
     if (rc != VLLM_OK) goto fail;
-    rope_init_inv_freq(r->inv_freq, c);
+    rope_init_inv_freq(r->inv_freq, c, c->rope_theta, true);
+    if (r->has_sliding) rope_init_inv_freq(r->inv_freq_local, c, c->rope_local_theta, false);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
     *out = r;
     return VLLM_OK;
@@ -304,6 +320,8 @@ void runner_free(runner *r) {
     threadpool_free(r->pool);
     if (r->kv) munmap(r->kv, r->kv_bytes);
     free(r->inv_freq);
+    free(r->inv_freq_local);
+    free(r->rope_local);
     free(r->x);
     free(r->xb);
     free(r->q);
@@ -463,14 +481,21 @@ static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
         float *x = r->x + t * r->dim;
         quant_dequantize_row(e->type, (const char *)e->data + (size_t)b->token_ids[t] * dtype_row_bytes(e->type, r->dim),
                              x, r->dim);
+        float scale = r->m->config.embed_scale;
+        if (scale > 0)
+            for (int32_t i = 0; i < r->dim; i++) x[i] *= scale;
         float *cs = r->rope + t * r->head_dim;
         rope_cos_sin(cs, cs + half, r->inv_freq, half, b->positions[t]);
+        if (r->rope_local) {
+            cs = r->rope_local + t * r->head_dim;
+            rope_cos_sin(cs, cs + half, r->inv_freq_local, half, b->positions[t]);
+        }
     }
 }
 
 static void stage_norm(runner *r, int64_t lo, int64_t hi, const tensor *w) {
     for (int64_t t = lo; t < hi; t++)
-        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps, 0.0f);
+        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps, r->norm_off);
 }
 
 static void stage_input_norm(void *arg, int64_t lo, int64_t hi, int ith) {
@@ -483,13 +508,42 @@ static void stage_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     stage_norm(r, lo, hi, &r->m->w.layers[r->layer].post_attention_layernorm);
 }
 
+/* Gemma's post-norms: x += norm(xb) (xb: the attention's or the MLP's output). */
+static void stage_norm_residual(runner *r, int64_t lo, int64_t hi, const tensor *w) {
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = r->x + t * r->dim, *y = r->xb + t * r->dim;
+        norm_rms(y, y, w->data, w->type, r->dim, r->eps, r->norm_off);
+        for (int32_t i = 0; i < r->dim; i++) x[i] += y[i];
+    }
+}
+
+static void stage_attn_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    stage_norm_residual(r, lo, hi, &r->m->w.layers[r->layer].attn_post_norm);
+}
+
+static void stage_ffn_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    stage_norm_residual(r, lo, hi, &r->m->w.layers[r->layer].ffn_post_norm);
+}
+
+/* logits[i] = cap * tanh(logits[i] / cap) (Gemma's final_logit_softcapping). */
+static void stage_softcap(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    float cap = r->m->config.final_logit_softcapping;
+    for (int64_t i = lo; i < hi; i++) {
+        float *y = r->logits + i * r->vocab;
+        for (int32_t j = 0; j < r->vocab; j++) y[j] = tanhf(y[j] / cap) * cap;
+    }
+}
+
 /* xb[i] = norm(x[scored_indices[i]]): the rows that get logits. */
 static void stage_final_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const tensor *w = &r->m->w.norm;
     for (int64_t i = lo; i < hi; i++)
         norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->scored_indices[i] * r->dim, w->data, w->type, r->dim,
-                 r->eps, 0.0f);
+                 r->eps, r->norm_off);
 }
 
 /* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
@@ -501,15 +555,16 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
     float *v_cache = k_cache + r->kv_half_floats;
     attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
+    bool sliding = r->rope_local && model_layer_is_sliding(&r->m->config, r->layer);
     for (int64_t t = lo; t < hi; t++) {
         float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
         if (lw->q_norm.data)
             for (int32_t h = 0; h < r->n_heads; h++)
-                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps, 0.0f);
+                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps, r->norm_off);
         if (lw->k_norm.data)
             for (int32_t h = 0; h < r->n_kv; h++)
-                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps, 0.0f);
-        const float *cs = r->rope + t * hd;
+                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps, r->norm_off);
+        const float *cs = (sliding ? r->rope_local : r->rope) + t * hd;
         r->rope_fn(q, r->n_heads, hd, cs, cs + half);
         r->rope_fn(k, r->n_kv, hd, cs, cs + half);
         attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
@@ -526,6 +581,7 @@ static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
         .head_dim = r->head_dim,
         .block_size = r->cfg.block_size,
         .scale = r->attn_scale,
+        .window = model_layer_is_sliding(&r->m->config, r->layer) ? r->m->config.sliding_window : 0,
     };
     a.v_cache = a.k_cache + r->kv_half_floats;
     float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
@@ -604,7 +660,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
             blk.ldy = blk.n = n1 - n0;
             matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
-            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
+            for (int64_t t = t0; t < t1; t++) r->glu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
         }
     }
 }
@@ -692,9 +748,14 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         run_rows(r, stage_rope_store, T);
         run_attention(r);
 
+        /* o_proj adds into the residual stream, or (Gemma) goes through
+         * its post-norm first */
+        bool post = r->m->config.post_norms;
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, lw->o_bias.data ? &lw->o_bias : NULL, true);
+        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->att, r->q_dim, &lw->o_proj,
+                                lw->o_bias.data ? &lw->o_bias : NULL, !post);
         run_matmul(r, T);
+        if (post) run_rows(r, stage_attn_post_norm, T);
 
         run_rows(r, stage_post_norm, T);
 
@@ -704,14 +765,20 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         run_matmul(r, T);
 
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, true);
+        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, !post);
         run_matmul(r, T);
+        if (post) run_rows(r, stage_ffn_post_norm, T);
     }
     if (b->num_scored) {
         run_rows(r, stage_final_norm, b->num_scored);
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
         run_matmul(r, b->num_scored);
+        if (r->m->config.final_logit_softcapping > 0) {
+            r->logits = logits;
+            threadpool_run(r->pool, stage_softcap, r, b->num_scored, 1);
+            r->logits = NULL;
+        }
     }
     r->b = NULL;
     return VLLM_OK;

@@ -14,12 +14,29 @@
 #                      AVX2 and portable kernels too.
 #   gemma3_batch_invariance  the same logits bit for bit whether the prompts run
 #                      chunked and mixed, whole, or one token per step.
+#   gemma3_engine_*    the same prompts (two sharing 150 tokens) through the engine, whose
+#                      sliding groups release the blocks before their window as the
+#                      prompts advance (model/kv_layout.h, engine/kv_cache_manager.h):
+#                      greedy tokens equal the runner's above (which keeps every block)
+#                      with requests arriving together, one after the other (the second
+#                      hits 144 tokens in the prefix cache, its sliding blocks found by
+#                      the window rule), in a pool so small that sequences are preempted
+#                      and recomputed, and without prefix caching; the pool is empty
+#                      at the end.
+#   gemma3_sliding_kv_memory  a 4096-token prompt on a model shaped like Gemma 3 270M
+#                      (18 layers, every sixth global, window 512, 1 KV head of 256,
+#                      blocks of 16, chunks of 512): the peak and decode-time blocks in
+#                      use are exactly what the window rule predicts, against keeping
+#                      every block of every layer (the saving is printed).
 #   gemma3_gguf_*      the same architecture as a gemma3 GGUF (tools/make_gemma3_gguf.py,
 #                      llama.cpp's layout and conventions) against transformers loading
 #                      that GGUF: F32 (1e-4), Q8_0 (1e-1 and top-1 at >= 85%: our 8-bit
 #                      activations against transformers' F32 ones).
 #   gemma3_bad_*       a checkpoint or GGUF missing a norm tensor, an unsupported
 #                      config value: clear errors naming them.
+#   mistral_sliding_window_*  an architecture whose sliding window we do not compute
+#                      (Mistral): an explicit max_model_len beyond the window is an error
+#                      naming it; by default max_model_len is capped at the window.
 #   gemma3_real_*      Gemma 3 270M (scripts/fetch_models.sh gemma3) against transformers
 #                      loading the same GGUF (in float32), on five chat-style prompts
 #                      tokenized by transformers from the file, 40 greedy tokens each:
@@ -94,6 +111,70 @@ if [ -f "$tmp/gemma3_f32.bin" ]; then
   fi
 fi
 
+# the engine against the runner (bit for bit: batch invariance), sliding blocks released
+if [ -d "$tmp/g3" ]; then
+  eprompts="1 ${long}7,1 ${long}9 9,1 ${mid}7 9,1 7,5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 200 201 202"
+  if ! "$build/tools/dump_logits" --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 --threads 2 \
+       --print-greedy > "$tmp/runner.txt" 2> "$tmp/dump.log"; then
+    echo "FAIL gemma3_engine: dump_logits: $(tail -1 "$tmp/dump.log")"
+  else
+    engine_check() { # name, extra dump_logits --engine flags, minimum prefix-cache hit tokens
+      local name=$1 flags=$2 min_hits=$3
+      # shellcheck disable=SC2086  # flags are words
+      if ! "$build/tools/dump_logits" --engine --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 \
+           --threads 2 --max-model-len 200 $flags > "$tmp/engine.txt" 2> "$tmp/engine.log"; then
+        echo "FAIL $name: $(tail -1 "$tmp/engine.log")"; return
+      fi
+      local kv hits total free
+      kv=$(grep '^kv:' "$tmp/engine.log")
+      hits=$(sed -n 's/.*prefix cache hits \([0-9]*\) .*/\1/p' <<<"$kv")
+      total=$(sed -n 's/^kv: peak [0-9]* blocks in use of \([0-9]*\),.*/\1/p' <<<"$kv")
+      free=$(sed -n 's/.*, \([0-9]*\) free at the end.*/\1/p' <<<"$kv")
+      if ! cmp -s "$tmp/runner.txt" "$tmp/engine.txt"; then
+        echo "FAIL $name: the engine's greedy tokens differ from the runner's: $(diff "$tmp/runner.txt" "$tmp/engine.txt" | head -3 | cut -c1-120)"
+      elif [ "${hits:-0}" -lt "$min_hits" ] || [ "$free" != "$total" ]; then
+        echo "FAIL $name: $kv (want >= $min_hits hit tokens and every block free at the end)"
+      else
+        echo "ok $name  # ${kv#kv: }"
+      fi
+    }
+    engine_check gemma3_engine_equals_runner "" 0
+    engine_check gemma3_engine_prefix_hits_sliding "--gap 40" 144
+    engine_check gemma3_engine_tiny_pool_preempted "--gap 3 --num-blocks 24" 0
+    engine_check gemma3_engine_no_prefix_caching "--no-prefix-caching" 0
+  fi
+fi
+
+# the KV memory a 4096-token prompt takes on Gemma 3 270M's layer layout
+if make_model g270 --layers 18 --pattern 6 --hidden-size 64 --intermediate-size 64 --heads 1 --kv-heads 1 \
+     --head-dim 256 --sliding-window 512 --max-pos 32768 --seed 4; then
+  p4k=$(for i in $(seq 1 4096); do printf '%d ' $(( (i * 7) % 317 + 2 )); done)
+  if ! "$build/tools/dump_logits" --engine --model "$tmp/g270" --prompts "$p4k" --decode 4 --chunk 512 --budget 512 \
+       --threads 2 --max-model-len 4200 > /dev/null 2> "$tmp/engine.log"; then
+    echo "FAIL gemma3_sliding_kv_memory: $(tail -1 "$tmp/engine.log")"
+  else
+    kv=$(grep '^kv:' "$tmp/engine.log")
+    peak=$(sed -n 's/^kv: peak \([0-9]*\) .*/\1/p' <<<"$kv")
+    last=$(sed -n 's/.*, \([0-9]*\) at the last step.*/\1/p' <<<"$kv")
+    bytes=$(sed -n 's/.*per block, \([0-9]*\) bytes per block.*/\1/p' <<<"$kv")
+    # 1 full group + 5 sliding groups of 3 layers. Peak: the last prefill chunk (positions
+    # 3584..4095) holds 256 full blocks and, per sliding group, blocks from that of position
+    # 3584 - 511 on: 256 - 192 = 64. Decoding position 4098 (the last step before the request
+    # ends): 257 full blocks, 257 - (4098 - 511) / 16 = 33 per sliding group.
+    want_peak=$((256 + 5 * (256 - (3584 - 511) / 16))) want_last=$((257 + 5 * (257 - (4098 - 511) / 16)))
+    kept=$(( (4100 + 15) / 16 * 18 * bytes / 3 ))  # every block of all 18 layers for 4100 tokens
+    if [ "$peak" != "$want_peak" ] || [ "$last" != "$want_last" ]; then
+      echo "FAIL gemma3_sliding_kv_memory: $kv (want peak $want_peak, $want_last when decoding)"
+    else
+      mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+      pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", 100 * (1 - a / b) }'; }
+      echo "ok gemma3_sliding_kv_memory  # 4096-token prompt, chunks of 512: peak $peak blocks x $bytes B =" \
+           "$(mib $((peak * bytes))), decoding $last blocks = $(mib $((last * bytes))); every block kept:" \
+           "$(mib "$kept"); saved $(pct $((peak * bytes)) "$kept") at the peak, $(pct $((last * bytes)) "$kept") decoding"
+    fi
+  fi
+fi
+
 # GGUF: llama.cpp's gemma3 fixes head_dim 256 attention scale, pattern 6, local base 10000
 if make_model g3p6 --layers 7 --pattern 6 --head-dim 256 --heads 2 --kv-heads 1 --sliding-window 20 --seed 3; then
   for type in f32 q8_0; do
@@ -138,6 +219,27 @@ fi
 if [ -d "$tmp/g3p6" ] && $py tools/make_gemma3_gguf.py "$tmp/g3p6" "$tmp/nonorm.gguf" --drop blk.2.post_ffw_norm.weight \
      > "$tmp/gen.log" 2>&1; then
   bad gemma3_bad_gguf_missing_norm "$tmp/nonorm.gguf" "blk.2.post_ffw_norm.weight" missing
+fi
+
+# a sliding window we do not implement (tools/make_random_model.py: the Debian python's numpy)
+if /usr/bin/python3 tools/make_random_model.py "$tmp/mistral" --arch mistral --dtype f32 --kv-heads 2 \
+     --sliding-window 16 > "$tmp/gen.log" 2>&1; then
+  if "$build/tools/dump_logits" --engine --model "$tmp/mistral" --prompts "1 2 3" --max-model-len 64 \
+       > /dev/null 2> "$tmp/m.log"; then
+    echo "FAIL mistral_sliding_window_error: max_model_len 64 > window 16 accepted"
+  elif grep -q "max_model_len 64 exceeds the sliding_window 16 of MistralForCausalLM.*not implemented" "$tmp/m.log"; then
+    echo "ok mistral_sliding_window_error  # $(grep -o 'max_model_len 64 exceeds.*' "$tmp/m.log" | head -1)"
+  else
+    echo "FAIL mistral_sliding_window_error: $(tail -1 "$tmp/m.log")"
+  fi
+  if "$build/tools/dump_logits" --engine --model "$tmp/mistral" --prompts "1 2 3" --decode 3 > /dev/null \
+       2> "$tmp/m.log" && grep -q "capped to the model's sliding_window 16" "$tmp/m.log"; then
+    echo "ok mistral_sliding_window_capped"
+  else
+    echo "FAIL mistral_sliding_window_capped: $(tail -1 "$tmp/m.log")"
+  fi
+else
+  echo "FAIL mistral_sliding_window: make_random_model.py: $(tail -1 "$tmp/gen.log")"
 fi
 
 # the real model

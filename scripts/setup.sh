@@ -57,3 +57,10 @@ if [ ! -x .venv/bin/python ] || ! cmp -s "$req" "$stamp"; then
          "the tests that need them will report themselves skipped" >&2
   fi
 fi
+
+# llama.cpp's GGUF converter (the llama.cpp source of the node-llama-cpp npm
+# package) for tests/test_hf_forward.sh
+if [ -x .venv/bin/python ] && ! scripts/fetch_models.sh convert >/dev/null 2>&1; then
+  echo "setup: WARNING: could not fetch llama.cpp's converter (scripts/fetch_models.sh convert);" \
+       "test_hf_forward.sh will report its GGUF checks skipped" >&2
+fi

@@ -8,6 +8,8 @@
 # (--max-num-queued-reqs: 503 + Retry-After), the slowloris timeout
 # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and SIGTERM with streams in flight (exit 0
 # within the deadline).
+# checks: 53
+# tags: tsan
 cd "$(dirname "$0")/.."
 . tests/server_helpers.sh
 PY=/usr/bin/python3

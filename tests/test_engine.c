@@ -23,6 +23,8 @@
  *    and no prompt that continues a sequence with its rejected drafts ever
  *    hits the prefix cache past the committed tokens.
  */
+/* checks: 8 */
+/* tags: tsan */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

@@ -17,6 +17,7 @@
  * block (9 computed, 3 empty) -> 3 tokens, 5 blocks in use, 3 empty slots.
  * The copies must give the same greedy tokens and logprobs as the first.
  */
+/* checks: 2 */
 #include <string.h>
 
 #include "harness.h"

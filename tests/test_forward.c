@@ -13,6 +13,13 @@
  *
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
+/* checks: 11 */
+/* tags: tsan */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
+/* variant: VLLM_QUANT_ORDER=wide needs avx512 */
+/* variant: VLLM_AMX=0 needs amx */
+/* variant: VLLM_AMX=f16 needs amx-bf16 */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

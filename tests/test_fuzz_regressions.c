@@ -11,6 +11,7 @@
  * A failed check is a FAIL line naming the input file; a memory error is a
  * sanitizer report in the SAN=1 build. One test per target.
  */
+/* checks: 9 */
 #include <dirent.h>
 #include <stdarg.h>
 

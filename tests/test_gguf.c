@@ -10,8 +10,17 @@
  * equals numpy's bit for bit, our Q8_0/Q4_0 quantizers reproduce the file's
  * bytes from the F32 source, and prints the mapped config ("cfg KEY VALUE")
  * and tokenizer for the script to compare with config.json.
+ *
+ *   test_gguf --dequant FILE.gguf REFDIR NAME   (tests/test_gguf_types.sh)
+ * checks only the dequantization, of the leading elements names.txt gives
+ * per tensor (any architecture, whole rows), against REFDIR's deq.bin
+ * (tests/ref/gguf_py_ref.py: ggml's gguf.quants); prints "ok NAME" with the
+ * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
+#include <jansson.h>
+/* checks: 4 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +28,7 @@
 #include "harness.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- a tiny GGUF builder ------------------------------------------------- */
 
@@ -155,7 +165,12 @@ TEST(test_gguf_bad_files) {
     expect_bad("string length +1", (spec){.str_len_override = 100000}, VLLM_ERR_FORMAT, "exceeds");
     expect_bad("unknown value type", (spec){.value_type = 13 + 1}, VLLM_ERR_FORMAT, "unknown value type 13");
     expect_bad("unknown ggml type", (spec){.type_override = 99}, VLLM_ERR_FORMAT, "unknown ggml type 99");
-    expect_bad("unsupported ggml type", (spec){.type_override = 3}, VLLM_ERR_UNSUPPORTED, "Q4_1");
+    expect_bad("unsupported ggml type", (spec){.type_override = 23}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type IQ4_XS is not supported");
+    expect_bad("unsupported ggml type Q8_1", (spec){.type_override = 9}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type Q8_1 is not supported");
+    expect_bad("unsupported ggml type IQ2_XXS", (spec){.type_override = 16}, VLLM_ERR_UNSUPPORTED,
+               "tensor 'b': type IQ2_XXS is not supported");
     expect_bad("offset beyond", (spec){.offset_override = 1 + 4096}, VLLM_ERR_FORMAT, "beyond the end");
     expect_bad("offset wraps", (spec){.offset_override = 1 + (UINT64_MAX - 31)}, VLLM_ERR_FORMAT, "'b'");
     expect_bad("offset misaligned", (spec){.offset_override = 1 + 16}, VLLM_ERR_FORMAT, "misaligned");
@@ -166,11 +181,32 @@ TEST(test_gguf_bad_files) {
     expect_bad("duplicate key", (spec){.dup_key = 1}, VLLM_ERR_FORMAT, "'k.u8' appears twice");
     expect_bad("duplicate tensor", (spec){.dup_tensor = 1}, VLLM_ERR_FORMAT, "'a' appears twice");
     expect_bad("row not whole blocks", (spec){.type_override = GGML_TYPE_Q4_K}, VLLM_ERR_FORMAT, "multiple of the Q4_K block");
+    expect_bad("row not whole blocks Q3_K", (spec){.type_override = GGML_TYPE_Q3_K}, VLLM_ERR_FORMAT,
+               "multiple of the Q3_K block");
     buf b;
     build(&b, (spec){0});
     b.b[0] = 'G', b.b[3] = 'X';
     gguf_file f;
     CHECK(gguf_parse(b.b, b.n, "bad.gguf", &f) == VLLM_ERR_FORMAT && strstr(vllm_errmsg(), "not a GGUF file"));
+}
+
+/* Tensor "b" (2 rows of 32) as each 32-element type we compute in: read
+ * with its dtype and its size from the block layout. */
+TEST(test_gguf_types) {
+    const struct { uint32_t ggml; dtype t; size_t bytes; } cases[] = {
+        {GGML_TYPE_Q4_0, DTYPE_Q4_0, 36},   {GGML_TYPE_Q4_1, DTYPE_Q4_1, 40}, {GGML_TYPE_Q5_0, DTYPE_Q5_0, 44},
+        {GGML_TYPE_Q5_1, DTYPE_Q5_1, 48},   {GGML_TYPE_IQ4_NL, DTYPE_IQ4_NL, 36},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        buf b;
+        build(&b, (spec){.type_override = cases[i].ggml});
+        gguf_file f;
+        CHECK(gguf_parse(b.b, b.n, "t.gguf", &f) == VLLM_OK, "ggml type %u: %s", cases[i].ggml, vllm_errmsg());
+        const gguf_tensor *t = gguf_find_tensor(&f, "b");
+        CHECK(t && t->type == cases[i].t && t->size == cases[i].bytes, "ggml type %u: %s, %zu bytes", cases[i].ggml,
+              t ? dtype_name(t->type) : "missing", t ? (size_t)t->size : 0);
+        gguf_deinit(&f);
+    }
 }
 
 /* Every proper prefix of the valid file is rejected (the last tensor ends
@@ -193,6 +229,166 @@ TEST(test_gguf_open_errors) {
     gguf_file f;
     CHECK(gguf_open("/nonexistent/x.gguf", &f) == VLLM_ERR_IO && strstr(vllm_errmsg(), "/nonexistent/x.gguf"));
     CHECK(gguf_open("/dev/null", &f) != VLLM_OK);
+}
+
+/* The buffer as a file in a temporary directory; *dir and *path are the
+ * names to remove (path is dir/name). */
+static bool write_temp(const buf *b, const char *name, char dir[32], char path[64]) {
+    snprintf(dir, 32, "/tmp/vllmc-gguf-XXXXXX");
+    if (!mkdtemp(dir)) return false;
+    snprintf(path, 64, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "wb");
+    bool ok = fp && fwrite(b->b, 1, b->n, fp) == b->n;
+    if (fp) fclose(fp);
+    return ok;
+}
+
+/* A tensor type we cannot compute in does not keep the metadata (the
+ * tokenizer, the chat template) from being read. */
+TEST(test_gguf_open_metadata) {
+    buf b;
+    build(&b, (spec){.type_override = 99});
+    char dir[32], path[64];
+    CHECK(write_temp(&b, "x.gguf", dir, path));
+    gguf_file f;
+    CHECK(gguf_open(path, &f) == VLLM_ERR_FORMAT && strstr(vllm_errmsg(), "ggml type 99"), "%s", vllm_errmsg());
+    vllm_status rc = gguf_open_metadata(path, &f);
+    remove(path), remove(dir);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    gguf_str s;
+    CHECK(f.num_kvs == 15 && f.num_tensors == 0 && gguf_get_string(&f, "general.name", &s) == VLLM_OK);
+    gguf_deinit(&f);
+}
+
+/* ---- tokenizer metadata ----------------------------------------------------- */
+
+typedef struct tok_spec {
+    const char *model, *pre; /* NULL: key absent */
+    const char *token_1;     /* the second token ("a") */
+    bool named_templates;
+    int add_bos, add_eos;    /* tokenizer.ggml.add_bos/eos_token: 0 absent, 1 false, 2 true */
+} tok_spec;
+
+static void kv_str(buf *b, const char *key, const char *v) { str(b, key), u32(b, GGUF_TYPE_STRING), str(b, v); }
+
+/* A byte-level tokenizer: tokens <s> a b ab 1 Ġ Ġ1 </s>, merges "a b" and "Ġ 1",
+ * a chat template (and a tool_use one), no tensors. */
+static void build_tokenizer(buf *b, tok_spec s) {
+    static const char *tokens[] = {"<s>", "a", "b", "ab", "1", "\xc4\xa0", "\xc4\xa0" "1", "</s>"};
+    b->n = 0;
+    put(b, "GGUF", 4);
+    u32(b, 3);
+    u64(b, 0);
+    u64(b, 7 + (s.model != NULL) + (s.pre != NULL) + s.named_templates + (s.add_bos != 0) + (s.add_eos != 0));
+    kv_str(b, "general.architecture", "llama");
+    if (s.model) kv_str(b, "tokenizer.ggml.model", s.model);
+    if (s.pre) kv_str(b, "tokenizer.ggml.pre", s.pre);
+    str(b, "tokenizer.ggml.tokens"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_STRING), u64(b, 8);
+    for (int i = 0; i < 8; i++) str(b, i == 1 && s.token_1 ? s.token_1 : tokens[i]);
+    str(b, "tokenizer.ggml.token_type"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_INT32), u64(b, 8);
+    for (int i = 0; i < 8; i++) u32(b, i == 0 || i == 7 ? 3 : 1);
+    str(b, "tokenizer.ggml.merges"), u32(b, GGUF_TYPE_ARRAY), u32(b, GGUF_TYPE_STRING), u64(b, 2), str(b, "a b");
+    str(b, "\xc4\xa0 1");
+    str(b, "tokenizer.ggml.bos_token_id"), u32(b, GGUF_TYPE_UINT32), u32(b, 0);
+    str(b, "tokenizer.ggml.eos_token_id"), u32(b, GGUF_TYPE_UINT32), u32(b, 7);
+    kv_str(b, "tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+    if (s.named_templates) kv_str(b, "tokenizer.chat_template.tool_use", "T{{ bos_token }}");
+    if (s.add_bos) str(b, "tokenizer.ggml.add_bos_token"), u32(b, GGUF_TYPE_BOOL), put(b, s.add_bos == 2 ? "\1" : "\0", 1);
+    if (s.add_eos) str(b, "tokenizer.ggml.add_eos_token"), u32(b, GGUF_TYPE_BOOL), put(b, s.add_eos == 2 ? "\1" : "\0", 1);
+}
+
+/* Loads the tokenizer of s; expects rc and, on failure, a message with want
+ * and the file's name. */
+static void expect_tokenizer(const char *label, tok_spec s, vllm_status want_rc, const char *want) {
+    buf b;
+    build_tokenizer(&b, s);
+    char dir[32], path[64];
+    CHECK_OR(, write_temp(&b, "tok.gguf", dir, path), "%s: cannot write %s", label, path);
+    tokenizer *t = NULL;
+    vllm_status rc = tokenizer_load_gguf(path, &t);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc ? vllm_errmsg() : "");
+    remove(path), remove(dir);
+    CHECK_OR(, rc == want_rc, "%s: rc %d (want %d): %s", label, rc, want_rc, rc ? msg : "loaded");
+    if (rc) CHECK_OR(, strstr(msg, want) && strstr(msg, "tok.gguf"), "%s: message '%s' lacks '%s'", label, msg, want);
+    tokenizer_free(t);
+}
+
+TEST(test_gguf_tokenizer_errors) {
+    expect_tokenizer("no model", (tok_spec){.pre = "gpt2"}, VLLM_ERR_NOT_FOUND, "'tokenizer.ggml.model' is missing");
+    expect_tokenizer("unknown model", (tok_spec){.model = "bert", .pre = "gpt2"}, VLLM_ERR_UNSUPPORTED,
+                     "tokenizer.ggml.model 'bert' is not supported");
+    expect_tokenizer("unknown pre", (tok_spec){.model = "gpt2", .pre = "deepseek-v3"}, VLLM_ERR_UNSUPPORTED,
+                     "tokenizer.ggml.pre 'deepseek-v3'");
+    expect_tokenizer("bad UTF-8", (tok_spec){.model = "gpt2", .pre = "gpt2", .token_1 = "\xff"}, VLLM_ERR_FORMAT,
+                     "tokenizer.ggml.tokens[1] is not valid UTF-8");
+    expect_tokenizer("no pre", (tok_spec){.model = "gpt2"}, VLLM_OK, "");
+}
+
+/* smollm splits digits one by one, gpt2 does not; the config carries the
+ * special tokens and the templates (a list when there are named ones). */
+TEST(test_gguf_tokenizer_pre_and_config) {
+    const char *pres[] = {"smollm", "gpt2"};
+    for (int k = 0; k < 2; k++) {
+        buf b;
+        build_tokenizer(&b, (tok_spec){.model = "gpt2", .pre = pres[k], .named_templates = k == 0});
+        char dir[32], path[64];
+        CHECK(write_temp(&b, "tok.gguf", dir, path));
+        tokenizer *t = NULL;
+        json_t *cfg = NULL;
+        vllm_status rc = tokenizer_load_gguf(path, &t);
+        if (!rc) rc = tokenizer_load_config(path, &cfg);
+        remove(path), remove(dir);
+        CHECK(rc == VLLM_OK, "%s: %s", pres[k], vllm_errmsg());
+        int32_t *ids, n;
+        CHECK(tokenizer_encode(t, "ab 1<s>", 7, true, &ids, &n) == VLLM_OK);
+        /* smollm: ab Ġ 1 <s>; gpt2: ab Ġ1 <s> */
+        bool want = k == 0 ? n == 4 && ids[0] == 3 && ids[1] == 5 && ids[2] == 4 && ids[3] == 0
+                           : n == 3 && ids[0] == 3 && ids[1] == 6 && ids[2] == 0;
+        free(ids);
+        CHECK(want, "%s: 'ab 1<s>' gave %d ids", pres[k], n);
+        CHECK(json_is_string(json_object_get(cfg, "bos_token")) &&
+              !strcmp(json_string_value(json_object_get(cfg, "bos_token")), "<s>"));
+        json_t *tmpl = json_object_get(cfg, "chat_template");
+        if (k == 0) {
+            CHECK(json_array_size(tmpl) == 2, "named templates: %zu", json_array_size(tmpl));
+            CHECK(!strcmp(json_string_value(json_object_get(json_array_get(tmpl, 0), "name")), "default"));
+            CHECK(!strcmp(json_string_value(json_object_get(json_array_get(tmpl, 1), "name")), "tool_use"));
+        } else {
+            CHECK(json_is_string(tmpl));
+        }
+        json_decref(cfg);
+        tokenizer_free(t);
+    }
+}
+
+/* What encode adds: add_bos_token / add_eos_token as the file says; without
+ * them BOS for the Llama 3 pre-tokenizer (as llama.cpp), nothing otherwise. */
+TEST(test_gguf_tokenizer_special_flags) {
+    static const struct {
+        const char *pre;
+        int add_bos, add_eos;
+        int32_t first, last, n;
+    } cases[] = {{"llama-bpe", 0, 0, 0, 3, 2}, {"llama-bpe", 1, 2, 3, 7, 2}, {"gpt2", 0, 0, 3, 3, 1},
+                 {"gpt2", 2, 2, 0, 7, 3},      {"gpt2", 0, 1, 3, 3, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        buf b;
+        build_tokenizer(&b, (tok_spec){.model = "gpt2", .pre = cases[k].pre, .add_bos = cases[k].add_bos,
+                                       .add_eos = cases[k].add_eos});
+        char dir[32], path[64];
+        CHECK(write_temp(&b, "tok.gguf", dir, path));
+        tokenizer *t = NULL;
+        vllm_status rc = tokenizer_load_gguf(path, &t);
+        remove(path), remove(dir);
+        CHECK(rc == VLLM_OK, "%s: %s", cases[k].pre, vllm_errmsg());
+        int32_t *ids, n;
+        CHECK(tokenizer_encode(t, "ab", 2, true, &ids, &n) == VLLM_OK);
+        bool ok = n == cases[k].n && ids[0] == cases[k].first && ids[n - 1] == cases[k].last;
+        free(ids);
+        tokenizer_free(t);
+        CHECK(ok, "case %zu (%s, add_bos %d, add_eos %d): %d ids", k, cases[k].pre, cases[k].add_bos,
+              cases[k].add_eos, n);
+    }
 }
 
 /* ---- --compare mode -------------------------------------------------------- */
@@ -291,11 +487,63 @@ static int compare(const char *path, const char *dir) {
     return fails != 0;
 }
 
+static int dequant_only(const char *path, const char *dir, const char *label) {
+    char p[4096];
+    size_t ndeq = 0;
+    snprintf(p, sizeof p, "%s/deq.bin", dir);
+    float *deq = read_all(p, &ndeq), *y = NULL;
+    snprintf(p, sizeof p, "%s/names.txt", dir);
+    FILE *names = fopen(p, "r");
+    gguf_file f;
+    if (!deq || !names || gguf_open(path, &f) != VLLM_OK) {
+        printf("FAIL %s: cannot read %s or %s: %s\n", label, path, dir, vllm_errmsg());
+        free(deq);
+        if (names) fclose(names);
+        return 1;
+    }
+    char name[256], kind[16], seen[256] = " "; /* " T1 T2 ... " */
+    long long n;
+    size_t pos = 0;
+    int ntensors = 0, fails = 0;
+    while (!fails && fscanf(names, "%255s %15s %lld", name, kind, &n) == 3) {
+        const gguf_tensor *t = gguf_find_tensor(&f, name);
+        if (!t || n % t->ne[0] || (pos + (size_t)n) * 4 > ndeq) {
+            printf("FAIL %s: %s missing from the file or the reference\n", label, name);
+            fails++;
+            break;
+        }
+        y = realloc(y, (size_t)n * 4);
+        quant_dequantize_row(t->type, t->data, y, n);
+        if (memcmp(y, deq + pos, (size_t)n * 4)) {
+            long long k = 0;
+            while (!memcmp(&y[k], &deq[pos + k], 4)) k++;
+            printf("FAIL %s: %s (%s) element %lld: ours %.9g gguf-py %.9g\n", label, name, dtype_name(t->type), k, y[k],
+                   deq[pos + k]);
+            fails++;
+        }
+        char word[16];
+        snprintf(word, sizeof word, " %s ", dtype_name(t->type));
+        if (!strstr(seen, word) && strlen(seen) < 200) strcat(seen, word + 1);
+        pos += (size_t)n, ntensors++;
+    }
+    if (!fails) printf("ok %s  # %d tensors bit-exact (%.*s)\n", label, ntensors, (int)strlen(seen) - 2, seen + 1);
+    free(y), free(deq);
+    fclose(names);
+    gguf_deinit(&f);
+    return fails != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--compare")) return compare(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--dequant")) return dequant_only(argv[2], argv[3], argv[4]);
     RUN(test_gguf_valid);
     RUN(test_gguf_bad_files);
+    RUN(test_gguf_types);
     RUN(test_gguf_truncated);
     RUN(test_gguf_open_errors);
+    RUN(test_gguf_open_metadata);
+    RUN(test_gguf_tokenizer_errors);
+    RUN(test_gguf_tokenizer_pre_and_config);
+    RUN(test_gguf_tokenizer_special_flags);
     return harness_done();
 }

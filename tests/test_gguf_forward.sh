@@ -18,13 +18,15 @@
 #                   activations sit on a rounding tie that our F32 and the
 #                   float64 reference resolve differently (Q8_0 files show the
 #                   same ~1e-2 there); test_quant_k checks the dots to 2e-6.
-#   gguf_*_avx2     the quantized act-quant checks again with VLLM_KERNELS=avx2.
+#   gguf_*_avx2     the quantized act-quant checks again with VLLM_KERNELS=avx2
+#                   (skipped where the machine has no AVX2).
 #   gguf_stories260K_greedy  the F32 GGUF of stories260K, tokenizer embedded,
 #                   reproduces models/stories260K/reference_bos_greedy200.json.
 #   gguf_tokenizer_*  the GGUF-embedded tokenizer gives the HF tokenizer.json's
 #                   ids for every text of tests/ref/tokenizer_cases.json (and
 #                   decodes them back the same), and SentencePiece's ids
 #                   (tests/ref/spm_ref.py) where the two are meant to agree.
+# checks: 20
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -91,6 +93,8 @@ done
 # copies, the K-quants' AVX2 kernel
 for type in q8_0 q4_0 q4_k q6_k; do
   name=gguf_${type}_avx2
+  "$build/tests/kernels_probe" avx2 2>/dev/null ||
+    { echo "skip ${name}_vs_torch_dequantized: no avx2 on this machine (tests/kernels_probe)"; continue; }
   [ -f "$tmp/$type.gguf" ] && [ -d "$tmp/deq_$type" ] || { echo "FAIL $name: no $type model from the loop above"; continue; }
   if ! err=$(VLLM_KERNELS=avx2 dump "$tmp/$type.gguf" "$tmp/${type}_avx2.bin"); then echo "FAIL $name: dump_logits: $err"; continue; fi
   tol=1e-4; case $type in q4_k|q6_k) tol=2e-2;; esac

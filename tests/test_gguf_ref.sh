@@ -4,6 +4,7 @@
 # numpy's bit for bit, our Q8_0/Q4_0 quantizers reproduce numpy's bytes, the
 # random Q4_K/Q6_K blocks dequantize identically, and the mapped model config
 # and tokenizer match config.json and the writer's vocabulary.
+# checks: 8
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${BUILD_DIR:-build}/tests/test_gguf

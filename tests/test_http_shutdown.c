@@ -11,6 +11,8 @@
  * milliseconds in, many times over. With epoll this died within a few hundred
  * rounds (about a second); the loop is bounded by rounds and by time.
  */
+/* checks: 1 */
+/* tags: tsan */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>

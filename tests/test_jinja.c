@@ -11,6 +11,8 @@
  *    memory), random mutations of real templates never crash (run under
  *    ASan/UBSan in the SAN build), concurrent renders of one template agree.
  */
+/* checks: 206 */
+/* tags: tsan */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -2,8 +2,14 @@
  * test_kernels.c - each fast kernel against its naive reference on odd shapes
  * (k not a multiple of 8, rows and tokens not multiples of the tiles), and the
  * batch-invariance property: a matmul output is bit-identical whatever range
- * of rows and tokens it is computed in.
+ * of rows and tokens it is computed in. Each instruction-set path is called
+ * directly where the CPU has it (a skip where it does not); the dispatched
+ * kernels (rmsnorm, "dispatch" swiglu and geglu) run once per level through the
+ * variants below.
  */
+/* checks: 17 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,18 +102,12 @@ static void check_matmul_vs_naive(matmul_fn fast, const char *name) {
 TEST(test_matmul_portable_vs_naive) { check_matmul_vs_naive(matmul_range_portable, "portable"); }
 
 TEST(test_matmul_avx2_vs_naive) {
-    if (!kernels_cpu_has_avx2()) {
-        printf("# no AVX2 on this CPU: avx2 kernel not tested\n");
-        return;
-    }
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
     check_matmul_vs_naive(matmul_range_avx2, "avx2");
 }
 
 TEST(test_matmul_avx512_vs_naive) {
-    if (!kernels_cpu_has_avx512()) {
-        printf("# skip: no AVX-512 on this CPU: avx512 kernel not tested\n");
-        return;
-    }
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
     check_matmul_vs_naive(matmul_range_avx512, "avx512");
 }
 
@@ -144,10 +144,16 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
     }
 }
 
-TEST(test_matmul_batch_invariance) {
-    check_matmul_invariance(matmul_range_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_matmul_invariance(matmul_range_avx2, "avx2");
-    if (kernels_cpu_has_avx512()) check_matmul_invariance(matmul_range_avx512, "avx512");
+TEST(test_matmul_batch_invariance) { check_matmul_invariance(matmul_range_portable, "portable"); }
+
+TEST(test_matmul_batch_invariance_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_matmul_invariance(matmul_range_avx2, "avx2");
+}
+
+TEST(test_matmul_batch_invariance_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_matmul_invariance(matmul_range_avx512, "avx512");
 }
 
 TEST(test_rmsnorm_vs_naive) {
@@ -252,18 +258,31 @@ static void check_geglu(void (*fn)(float *, const float *, int64_t), const char 
 TEST(test_geglu) {
     check_geglu(act_geglu, "dispatch");
     check_geglu(act_geglu_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_geglu(act_geglu_avx2, "avx2");
-    if (kernels_cpu_has_avx512()) check_geglu(act_geglu_avx512, "avx512");
+}
+
+TEST(test_geglu_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_geglu(act_geglu_avx2, "avx2");
+}
+
+TEST(test_geglu_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_geglu(act_geglu_avx512, "avx512");
 }
 
 TEST(test_swiglu) {
     check_swiglu(act_swiglu, "dispatch");
     check_swiglu(act_swiglu_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_swiglu(act_swiglu_avx2, "avx2");
-    if (kernels_cpu_has_avx512())
-        check_swiglu(act_swiglu_avx512, "avx512");
-    else
-        printf("# skip: no AVX-512 on this CPU: avx512 swiglu not tested\n");
+}
+
+TEST(test_swiglu_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_swiglu(act_swiglu_avx2, "avx2");
+}
+
+TEST(test_swiglu_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_swiglu(act_swiglu_avx512, "avx512");
 }
 
 /* Paged attention against the contiguous two-pass reference: K/V rows of a
@@ -355,13 +374,16 @@ static void check_attention_vs_naive(attention_fn fn, const char *name, attentio
             }
 }
 
-TEST(test_attention_paged_vs_naive) {
-    check_attention_vs_naive(attention_paged_portable, "portable", NULL);
-    if (kernels_cpu_has_avx2()) check_attention_vs_naive(attention_paged_avx2, "avx2", NULL);
-    if (kernels_cpu_has_avx512())
-        check_attention_vs_naive(attention_paged_avx512, "avx512", attention_paged_avx2);
-    else
-        printf("# skip: no AVX-512 on this CPU: avx512 attention not tested\n");
+TEST(test_attention_paged_vs_naive) { check_attention_vs_naive(attention_paged_portable, "portable", NULL); }
+
+TEST(test_attention_paged_avx2_vs_naive) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_attention_vs_naive(attention_paged_avx2, "avx2", NULL);
+}
+
+TEST(test_attention_paged_avx512_vs_naive) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_attention_vs_naive(attention_paged_avx512, "avx512", attention_paged_avx2);
 }
 
 int main(void) {
@@ -370,10 +392,18 @@ int main(void) {
     RUN(test_matmul_avx2_vs_naive);
     RUN(test_matmul_avx512_vs_naive);
     RUN(test_matmul_batch_invariance);
+    RUN(test_matmul_batch_invariance_avx2);
+    RUN(test_matmul_batch_invariance_avx512);
     RUN(test_rmsnorm_vs_naive);
     RUN(test_rope_rotate_half);
     RUN(test_swiglu);
+    RUN(test_swiglu_avx2);
+    RUN(test_swiglu_avx512);
     RUN(test_geglu);
+    RUN(test_geglu_avx2);
+    RUN(test_geglu_avx512);
     RUN(test_attention_paged_vs_naive);
+    RUN(test_attention_paged_avx2_vs_naive);
+    RUN(test_attention_paged_avx512_vs_naive);
     return harness_done();
 }

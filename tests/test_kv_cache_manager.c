@@ -6,6 +6,7 @@
  * to the pool as the prompt advances, usage returns to zero, prefix hits
  * need the window's blocks (and only those), a miss there shortens the hit,
  * copy-on-write and forks cover every group. */
+/* checks: 5 */
 #include <stdlib.h>
 #include <string.h>
 

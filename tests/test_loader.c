@@ -14,6 +14,7 @@
  *    stories260K, and each must fail with a message naming the file and the
  *    problem.
  */
+/* checks: 13 */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>

@@ -15,6 +15,8 @@
  *   test_metrics --timeline FILE.json     render the metrics after a timeline
  *   test_metrics --format-doubles         one prom_format_double per stdin line
  */
+/* checks: 16 */
+/* tags: tsan */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>

@@ -11,6 +11,7 @@
 #     parse, and the only lint findings allowed are vLLM's own naming (colons
 #     in names, a histogram called iteration_tokens_total).
 # Prints "ok NAME" / "FAIL NAME: reason" lines for tests/run.sh.
+# checks: 14
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

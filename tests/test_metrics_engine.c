@@ -15,6 +15,8 @@
  *     queue + inference <= e2e, prefill + decode = inference;
  *   - afterwards: 0 running, 0 waiting, KV usage back to 0.
  */
+/* checks: 1 */
+/* tags: tsan */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,6 +12,7 @@
 #     Prometheus and returns data.
 # Everything listens on 127.0.0.1 and is stopped (by the PIDs started here)
 # when the script ends. Prints "ok NAME" / "FAIL NAME: reason".
+# checks: 9
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

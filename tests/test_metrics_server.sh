@@ -24,6 +24,8 @@
 #     "stop" the client saw, not "length"; a malformed version is refused.
 # Needs the server (src/server); without it there is nothing to test and the
 # script says so on stderr.
+# checks: 25
+# tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

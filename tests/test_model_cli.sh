@@ -3,6 +3,7 @@
 # a message naming the file and the problem, and a non-zero exit, never a crash.
 # (tests/test_loader.c covers the same cases at the API level in more detail.)
 # Prints "ok NAME" / "FAIL NAME: why".
+# checks: 8
 set -u
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

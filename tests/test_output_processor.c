@@ -11,6 +11,7 @@
  * 378) has already used up the decoder's one leading-space strip, so "▁was"
  * after it reads " was". decode([id]) alone strips it: "▁a" alone is "a".
  */
+/* checks: 11 */
 #include <stdlib.h>
 #include <string.h>
 

@@ -15,7 +15,19 @@
  * being the one read, with the rows' bits. The byte-for-byte comparison
  * with an independent (numpy) quantizer and dequantizer is
  * tests/test_gguf_ref.sh.
+ *
+ * A kernel the CPU lacks reports itself skipped. The dispatched checks (the
+ * order of quant_dot_act and quant_matmul_act_range, the x16 copy passed)
+ * run once per process setting through the variants: the order each should
+ * use is worked out here from the environment and the CPU (expected_order),
+ * not taken from quant_act_order().
  */
+/* checks: 23 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=avx2 VLLM_QUANT_ORDER=narrow needs avx2 */
+/* variant: VLLM_QUANT_ORDER=wide needs avx512 */
+/* variant: VLLM_KERNELS=portable */
+/* variant: VLLM_AMX=0 needs amx-int8 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +43,22 @@ static uint32_t rng_u32(void) {
 }
 static float rng_uniform(void) { return (float)(rng_u32() & 0xffffff) / (float)0x1000000 * 2 - 1; }
 
-static const dtype ALL[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+static const dtype ALL[] = {DTYPE_F32,  DTYPE_F16,  DTYPE_BF16,   DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K,
+                            DTYPE_Q4_1, DTYPE_Q5_0, DTYPE_Q5_1, DTYPE_IQ4_NL, DTYPE_Q2_K, DTYPE_Q3_K, DTYPE_Q5_K};
+
+/* Offsets of a block's f16 scale(s) (-1: none), for the random-byte types. */
+static void scale_offsets(dtype t, int *d, int *dmin) {
+    switch (t) {
+    case DTYPE_Q6_K: *d = 208, *dmin = -1; break;
+    case DTYPE_Q2_K: *d = 80, *dmin = 82; break;
+    case DTYPE_Q3_K: *d = 108, *dmin = -1; break;
+    case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q4_1: case DTYPE_Q5_1: *d = 0, *dmin = 2; break;
+    default: *d = 0, *dmin = -1; break;
+    }
+}
 
 /* Random row of type t with n elements: quantized from uniform floats for
- * scalar/Q8_0/Q4_0; random bytes with small finite f16 scales for K types. */
+ * scalar/Q8_0/Q4_0; random bytes with small finite f16 scales for the others. */
 static void make_row(dtype t, uint8_t *row, int64_t n, float *tmp) {
     for (int64_t i = 0; i < n; i++) tmp[i] = rng_uniform();
     size_t bytes = dtype_row_bytes(t, n);
@@ -51,11 +75,13 @@ static void make_row(dtype t, uint8_t *row, int64_t n, float *tmp) {
     case DTYPE_Q4_0: quant_quantize_row_q4_0(tmp, row, n); break;
     default:
         for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_u32();
-        for (int64_t b = 0; b < n / 256; b++) {
+        for (int64_t b = 0; b < n / dtype_block_elems(t); b++) {
             uint16_t d = f32_to_f16(0.001f + 0.01f * (rng_uniform() + 1)), dmin = f32_to_f16(0.002f);
             uint8_t *blk = row + b * dtype_block_bytes(t);
-            if (t == DTYPE_Q4_K) memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
-            else memcpy(blk + 208, &d, 2);
+            int od, om;
+            scale_offsets(t, &od, &om);
+            memcpy(blk + od, &d, 2);
+            if (om >= 0) memcpy(blk + om, &dmin, 2);
         }
     }
 }
@@ -235,9 +261,36 @@ TEST(test_quant_act_quantize) {
 
 typedef float (*act_dot_fn)(dtype, const void *, const void *, int64_t);
 
-/* The portable dot in this process's order (quant_act_order). */
+static bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
+/* The order this process must use (quant.h), from the environment and the
+ * CPU: the level is the CPU's best capped by VLLM_KERNELS; AMX tiles at the
+ * AVX-512 level unless VLLM_AMX or VLLM_QUANT_AMX is 0; the block order with
+ * AMX, else on AVX2 and AVX-512 unless VLLM_QUANT_ORDER is wide or narrow;
+ * otherwise the level's row order. */
+static quant_order expected_order(void) {
+    int level = kernels_cpu_has_avx512() ? 2 : kernels_cpu_has_avx2() ? 1 : 0;
+    if (env_is("VLLM_KERNELS", "portable")) level = 0;
+    if (env_is("VLLM_KERNELS", "avx2") && level > 1) level = 1;
+    bool amx = level == 2 && !env_is("VLLM_AMX", "0") && !env_is("VLLM_QUANT_AMX", "0") && quant_amx_available();
+    bool rows = env_is("VLLM_QUANT_ORDER", "wide") || env_is("VLLM_QUANT_ORDER", "narrow");
+    if (amx || (level >= 1 && !rows)) return QUANT_ORDER_BLOCK;
+    return level == 2 ? QUANT_ORDER_WIDE : QUANT_ORDER_NARROW;
+}
+
+TEST(test_quant_dispatch_order) {
+    static const char *names[] = {"narrow", "wide", "block"};
+    CHECK(quant_act_order() == expected_order(), "quant_act_order() %s, the environment and CPU say %s",
+          names[quant_act_order()], names[expected_order()]);
+    CHECK(quant_use_block() == (expected_order() == QUANT_ORDER_BLOCK));
+}
+
+/* The portable dot in this process's order (expected_order). */
 static act_dot_fn act_dot_mirror(void) {
-    switch (quant_act_order()) {
+    switch (expected_order()) {
     case QUANT_ORDER_BLOCK: return quant_dot_act_block_portable;
     case QUANT_ORDER_WIDE: return quant_dot_act_wide_portable;
     default: return quant_dot_act_portable;
@@ -410,25 +463,49 @@ static void x16_dispatch(dtype t, const void *w, int64_t k, const void *xq, int6
     quant_matmul_act_range(t, w, x16_buf, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
-TEST(test_quant_act_paths) {
-    check_act_path(quant_matmul_act_range_portable, quant_dot_act_portable, "portable");
-    if (kernels_cpu_has_avx2()) check_act_path(quant_matmul_act_range_avx2, quant_dot_act_portable, "avx2");
-    else printf("ok test_quant_act_paths_avx2 # skip: no AVX2 on this CPU\n");
-    if (kernels_cpu_has_avx512()) check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
-    else printf("ok test_quant_act_paths_avx512 # skip: no AVX-512 VNNI on this CPU\n");
-    if (kernels_cpu_has_avx512())
-        check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
-    if (kernels_cpu_has_avx2()) {
-        check_act_path(quant_matmul_act_range_avx2_block, quant_dot_act_block_portable, "avx2 block");
-        check_act_path(x16_avx2, quant_dot_act_block_portable, "x16 avx2");
-    }
-    if (quant_amx_available()) check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
-    else printf("ok test_quant_act_paths_amx # skip: no AMX-INT8 (or no OS permission) here\n");
-    if (kernels_cpu_has_avx512()) check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
-    if (quant_amx_available()) check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
-    if (quant_use_block()) check_act_path(x16_dispatch, quant_dot_act_block_portable, "x16 dispatch");
-    else printf("ok test_quant_act_paths_x16 # skip: not a block-order process\n");
+#define NEEDS(cond, why)                                                                         \
+    if (!(cond)) SKIP(why)
+#define NO_AVX2 "no AVX2 on this CPU"
+#define NO_AVX512 "no AVX-512 VNNI on this CPU"
+#define NO_AMX "no AMX-INT8 on this CPU (or the OS did not grant the tile state)"
+
+TEST(test_quant_act_paths) { check_act_path(quant_matmul_act_range_portable, quant_dot_act_portable, "portable"); }
+TEST(test_quant_act_paths_avx2) {
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
+    check_act_path(quant_matmul_act_range_avx2, quant_dot_act_portable, "avx2");
 }
+TEST(test_quant_act_paths_avx2_block) {
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
+    check_act_path(quant_matmul_act_range_avx2_block, quant_dot_act_block_portable, "avx2 block");
+}
+TEST(test_quant_act_paths_x16_avx2) {
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
+    check_act_path(x16_avx2, quant_dot_act_block_portable, "x16 avx2");
+}
+TEST(test_quant_act_paths_avx512) {
+    NEEDS(kernels_cpu_has_avx512(), NO_AVX512);
+    check_act_path(quant_matmul_act_range_avx512, quant_dot_act_wide_portable, "avx512");
+}
+TEST(test_quant_act_paths_avx512_block) {
+    NEEDS(kernels_cpu_has_avx512(), NO_AVX512);
+    check_act_path(quant_matmul_act_range_avx512_block, quant_dot_act_block_portable, "avx512 block");
+}
+TEST(test_quant_act_paths_x16_avx512) {
+    NEEDS(kernels_cpu_has_avx512(), NO_AVX512);
+    check_act_path(x16_avx512, quant_dot_act_block_portable, "x16 avx512");
+}
+TEST(test_quant_act_paths_amx) {
+    NEEDS(quant_amx_available(), NO_AMX);
+    check_act_path(quant_matmul_act_range_amx, quant_dot_act_block_portable, "amx");
+}
+TEST(test_quant_act_paths_x16_amx) {
+    NEEDS(quant_amx_available(), NO_AMX);
+    check_act_path(x16_amx, quant_dot_act_block_portable, "x16 amx");
+}
+/* The dispatch with an x16 copy passed: the block order reads the copy; a
+ * row-order process ignores it (one order per process); either way the bits
+ * of the order this process must use. */
+TEST(test_quant_act_paths_x16) { check_act_path(x16_dispatch, act_dot_mirror(), "x16 dispatch"); }
 
 /* k beyond the x16 kernels' 512-block prep piece (accumulators carried
  * across pieces), 1..5 tokens, vs the block order's portable mirror; on
@@ -439,10 +516,7 @@ TEST(test_quant_x16_long_k) {
     static float tmp[K], y[T * R];
     const dtype ts[] = {DTYPE_Q8_0, DTYPE_Q4_0};
     const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
-    if (!kernels_cpu_has_avx2()) {
-        printf("ok test_quant_x16_long_k # skip: no AVX2 on this CPU\n");
-        return;
-    }
+    NEEDS(kernels_cpu_has_avx2(), NO_AVX2);
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < K; i++) tmp[i] = rng_uniform();
         quant_quantize_act_row(tmp, xq + t * ldxq, K);
@@ -502,13 +576,12 @@ TEST(test_quant_x16_layout) {
  * one gives the bits of no copy. Through quant_matmul_act_range, through
  * matmul_range_quant (matmul_args.x16) on row ranges that start and end
  * inside groups, and on the matrix passed from row 32 on with
- * quant_x16_rows (as the runner passes the up projection's rows). */
+ * quant_x16_rows (as the runner passes the up projection's rows). A
+ * row-order process (VLLM_QUANT_ORDER, portable) reads no copy at all: the
+ * wrong one changes nothing there. */
 TEST(test_quant_x16_passed) {
-    if (!quant_use_block()) {
-        printf("ok test_quant_x16_passed # skip: not a block-order process\n");
-        return;
-    }
     enum { R = 80, K = 64, T = 3 };
+    const bool block = expected_order() == QUANT_ORDER_BLOCK;
     const dtype t = DTYPE_Q8_0;
     const int64_t ldxq = (int64_t)quant_act_row_bytes(K);
     const size_t stride = dtype_row_bytes(t, K);
@@ -527,7 +600,8 @@ TEST(test_quant_x16_passed) {
     quant_matmul_act_range(t, w, junk, K, xq, ldxq, y1, R, 0, R, 0, T);
     int changed = 0;
     for (int i = 0; i < T * R; i++) changed += y0[i] != y1[i];
-    CHECK(changed > T * R / 2, "the copy passed was not read (%d of %d outputs changed)", changed, T * R);
+    CHECK(block ? changed > T * R / 2 : changed == 0, "%s order: %d of %d outputs changed with a wrong copy",
+          block ? "block" : "row", changed, T * R);
     quant_matmul_act_range(t, w, good, K, xq, ldxq, y1, R, 0, R, 0, T);
     CHECK(memcmp(y0, y1, sizeof y0) == 0, "quant_matmul_act_range: the x16 copy gives other bits than the rows");
 
@@ -550,7 +624,7 @@ TEST(test_quant_x16_passed) {
                 }
             CHECK(bad == 0, "matmul_range_quant rows [%lld, %lld) with the %s copy: %d outputs wrong", (long long)n0,
                   (long long)n1, pass ? "wrong" : "right", bad);
-            if (pass) CHECK((diff > 0) == group_inside, "rows [%lld, %lld): %d outputs read the wrong copy",
+            if (pass) CHECK((diff > 0) == (block && group_inside), "rows [%lld, %lld): %d outputs read the wrong copy",
                             (long long)n0, (long long)n1, diff);
         }
     }
@@ -576,7 +650,17 @@ int main(void) {
     RUN(test_quant_act_quantize);
     RUN(test_quant_dot_act);
     RUN(test_quant_act_batch_invariance);
+    RUN(test_quant_dispatch_order);
     RUN(test_quant_act_paths);
+    RUN(test_quant_act_paths_avx2);
+    RUN(test_quant_act_paths_avx2_block);
+    RUN(test_quant_act_paths_x16_avx2);
+    RUN(test_quant_act_paths_avx512);
+    RUN(test_quant_act_paths_avx512_block);
+    RUN(test_quant_act_paths_x16_avx512);
+    RUN(test_quant_act_paths_amx);
+    RUN(test_quant_act_paths_x16_amx);
+    RUN(test_quant_act_paths_x16);
     RUN(test_quant_x16_layout);
     RUN(test_quant_x16_long_k);
     RUN(test_quant_x16_passed);

@@ -8,6 +8,8 @@
  * argmaxes), seeded rows equal to drawing them one by one, grammar masks,
  * shared rows, and the pool-split batch equal to the serial one.
  */
+/* checks: 18 */
+/* tags: tsan */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * running before waiting, preemption victims (FCFS: last; priority: max
  * (priority, arrival)), priority admission order, n > 1 forks with shared
  * blocks and copy-on-write, prefix-cache hits and salts, aborts, stop rules. */
+/* checks: 10 */
 #include <stdlib.h>
 #include <string.h>
 

@@ -30,6 +30,7 @@
  * block; the pool's own invariants. At the end: all requests finished, free
  * blocks == total. Under FCFS, first scheduling follows arrival order.
  */
+/* checks: 7 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

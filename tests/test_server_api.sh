@@ -4,6 +4,8 @@
 # vLLM's own wording, from vllm/entrypoints/openai and vllm/sampling_params.py),
 # greedy output against the llama2.c reference run, SSE framing, stop strings,
 # n > 1, echo, multiple prompts, disconnect mid-stream, SIGTERM shutdown.
+# checks: 115
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 MODEL=models/stories260K

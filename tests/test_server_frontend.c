@@ -7,6 +7,8 @@
  * first shows them, abort ends every sequence with ABORT and frees the KV
  * blocks, refused requests, the step observer, and shutdown.
  */
+/* checks: 5 */
+/* tags: tsan */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -4,6 +4,8 @@
  * the 413 limit, streams produced by another thread with suspend/resume, 32
  * concurrent streams, and the close callback when a client walks away.
  */
+/* checks: 9 */
+/* tags: tsan */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -6,6 +6,8 @@
 # must not grow by more than 2 ticks over 3 s of idleness. A thread that
 # spins or polls with a short timeout burns 300 ticks per core in that time.
 # Also: a streamed completion gets its first token, and the server is up.
+# checks: 2
+# tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

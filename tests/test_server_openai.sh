@@ -3,6 +3,8 @@
 # tests/test_server_openai.mjs (the official openai npm client) against it.
 # Engine steps are slowed a little (VLLMC_DEBUG_STEP_DELAY_US) so that a
 # stream aborted after a few chunks is certainly still running.
+# checks: 43
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 if [ ! -d tests/ref/node_modules/openai ]; then

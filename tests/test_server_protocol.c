@@ -7,6 +7,7 @@
  * any field, must come back as a clean 400/404 with a message, never a crash
  * (run it under make SAN=1).
  */
+/* checks: 7 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,7 @@
 # bench/side_by_side.sh and its helpers parse and answer --help; bench/membw
 # measures something and rejects bad arguments. (The benchmark itself takes
 # tens of minutes and is never run by the suite.)
+# checks: 21
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh bench/blas/run.sh; do
@@ -23,8 +24,8 @@ else echo "FAIL sbs_bad_only: status $rc: $out"; fi
 for bad in "--rate-x 0.9,x" "--rate-x 0" "--rate -1"; do
   # shellcheck disable=SC2086
   out=$(bench/side_by_side.sh $bad 2>&1); rc=$?
-  if [ $rc -eq 2 ] && grep -q "take positive numbers" <<<"$out"; then echo "ok sbs_bad_rate ${bad// /=}"
-  else echo "FAIL sbs_bad_rate ${bad// /=}: status $rc: $out"; fi
+  if [ $rc -eq 2 ] && grep -q "take positive numbers" <<<"$out"; then echo "ok sbs_bad_rate:${bad// /=}"
+  else echo "FAIL sbs_bad_rate:${bad// /=}: status $rc: $out"; fi
 done
 out=$(bench/side_by_side.sh --isa avx512 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "takes native or avx2, not 'avx512'" <<<"$out"; then echo "ok sbs_bad_isa"
@@ -43,5 +44,5 @@ else echo "FAIL membw_runs: status $rc: $out"; fi
 for bad in "--threads 0" "--streams 0" "--streams 65" "--mb 0" "--repeat" "--prefetch -1" "--frobnicate 1"; do
   # shellcheck disable=SC2086
   "$m" $bad >/dev/null 2>&1; rc=$?
-  if [ $rc -eq 2 ]; then echo "ok membw_rejects ${bad%% *}"; else echo "FAIL membw_rejects ${bad%% *}: status $rc"; fi
+  if [ $rc -eq 2 ]; then echo "ok membw_rejects:${bad// /=}"; else echo "FAIL membw_rejects:${bad// /=}: status $rc"; fi
 done

@@ -8,6 +8,8 @@
 # otherwise), no call in flight and the KV cache empty, resident memory
 # within max(16 MiB, 10 %) of its post-warm-up value, the same number of
 # open file descriptors. Full size: make soak (10,000 requests, 64 clients).
+# checks: 7
+# tags: tsan
 cd "$(dirname "$0")/.."
 . tests/server_helpers.sh
 N=${SOAK_REQUESTS:-500} CL=${SOAK_CLIENTS:-16} SECS=${SOAK_SECONDS:-60}
@@ -40,7 +42,7 @@ rss1=$(rss) fd1=$(fds)
 margin=$(( rss0 / 10 > 16384 ? rss0 / 10 : 16384 ))
 echo "   rss ${rss0} KiB -> ${rss1} KiB (margin ${margin} KiB); fds ${fd0} -> ${fd1}"
 if [[ "$VLLMC" == *build-san/* || "$VLLMC" == *build-tsan/* ]]; then
-  echo "ok soak_rss_back (not measured under sanitizers: their quarantine holds freed memory)"
+  echo "skip soak_rss_back: not measured under sanitizers (their quarantine holds freed memory)"
 elif [ $(( rss1 - rss0 )) -le $margin ]; then echo "ok soak_rss_back"; else echo "FAIL soak_rss_back: ${rss0} KiB -> ${rss1} KiB"; fi
 [ "$fd1" -le "$fd0" ] && echo "ok soak_no_fd_leak" || echo "FAIL soak_no_fd_leak: $fd0 -> $fd1 fds: $(ls -l /proc/$S_PID/fd | tail -5)"
 kill -TERM "$S_PID"

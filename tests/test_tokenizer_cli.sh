@@ -2,6 +2,7 @@
 # test_tokenizer_cli.sh - `vllmc tokenize` / `vllmc detokenize` against
 # transformers.js (tests/ref/tokenize_ref.mjs, run now), and their errors.
 # Prints "ok NAME" / "FAIL NAME: reason" lines for tests/run.sh.
+# checks: 11
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

@@ -199,15 +199,21 @@ int main(int argc, char **argv) {
 
     if (engine) {
         engine_opts o = {decode, chunk, budget, threads, bs, num_blocks, max_model_len, gap, caching};
-        int rc = run_engine(dir, seqs, n, &o);
+        int erc = run_engine(dir, seqs, n, &o);
         for (int s = 0; s < n; s++) free(seqs[s].ids);
-        return rc;
+        return erc;
     }
 
+    /* every error below leaves through done:, which frees what exists */
+    int rc = 1;
     model *m = NULL;
+    runner *r = NULL;
+    int32_t *ids = NULL, *pos = NULL, *lidx = NULL, *qsl = NULL, *lens = NULL, *owner = NULL, *tables = NULL;
+    int64_t *slots = NULL;
+    float *logits = NULL;
     if (model_load(dir, &m) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
-        return 1;
+        goto done;
     }
     int32_t vocab = m->config.vocab_size, max_cap = 0, total_blocks = 0;
     for (int s = 0; s < n; s++) {
@@ -222,21 +228,20 @@ int main(int argc, char **argv) {
     total_blocks *= G;
     runner_config cfg = {.num_blocks = total_blocks + 1, .block_size = bs, .max_num_batched_tokens = budget,
                          .max_num_seqs = n, .num_threads = threads};
-    runner *r = NULL;
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
-        return 1;
+        goto done;
     }
     for (int s = 0; s < n; s++) {
         seqs[s].blocks = calloc((size_t)max_blocks * G, sizeof(int32_t));
         seqs[s].logits = calloc((size_t)seqs[s].cap * vocab, sizeof(float));
     }
-    int32_t *ids = calloc((size_t)budget, sizeof(int32_t)), *pos = calloc((size_t)budget, sizeof(int32_t));
-    int32_t *lidx = calloc((size_t)budget, sizeof(int32_t)), *qsl = calloc((size_t)n + 1, sizeof(int32_t));
-    int32_t *lens = calloc((size_t)n, sizeof(int32_t)), *owner = calloc((size_t)n, sizeof(int32_t));
-    int32_t *tables = calloc((size_t)n * G * max_blocks, sizeof(int32_t));
-    int64_t *slots = calloc((size_t)budget * G, sizeof(int64_t));
-    float *logits = calloc((size_t)budget * vocab, sizeof(float));
+    ids = calloc((size_t)budget, sizeof(int32_t)), pos = calloc((size_t)budget, sizeof(int32_t));
+    lidx = calloc((size_t)budget, sizeof(int32_t)), qsl = calloc((size_t)n + 1, sizeof(int32_t));
+    lens = calloc((size_t)n, sizeof(int32_t)), owner = calloc((size_t)n, sizeof(int32_t));
+    tables = calloc((size_t)n * G * max_blocks, sizeof(int32_t));
+    slots = calloc((size_t)budget * G, sizeof(int64_t));
+    logits = calloc((size_t)budget * vocab, sizeof(float));
     int32_t next_block = 0;
 
     for (int step = 0;; step++) {
@@ -277,7 +282,7 @@ int main(int argc, char **argv) {
                           .max_blocks_per_seq = max_blocks, .num_scored = nt, .scored_indices = lidx};
         if (runner_forward(r, &b, logits) != VLLM_OK) {
             fprintf(stderr, "dump_logits: step %d: %s\n", step, vllm_errmsg());
-            return 1;
+            goto done;
         }
         for (int i = 0; i < ns; i++) {
             prompt_seq *q = &seqs[owner[i]];
@@ -297,7 +302,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen(out, "wb");
         if (!f) {
             perror(out);
-            return 1;
+            goto done;
         }
         int32_t ns = n;
         fwrite(&ns, 4, 1, f);
@@ -308,12 +313,14 @@ int main(int argc, char **argv) {
         }
         if (fclose(f)) {
             perror(out);
-            return 1;
+            goto done;
         }
     }
+    rc = 0;
+done:
     for (int s = 0; s < n; s++) free(seqs[s].ids), free(seqs[s].blocks), free(seqs[s].logits);
     free(ids), free(pos), free(lidx), free(qsl), free(lens), free(owner), free(tables), free(slots), free(logits);
     runner_free(r);
     model_free(m);
-    return 0;
+    return rc;
 }

@@ -19,6 +19,7 @@
  * engine built first.
  */
 #include "cli/cmd_bench.h"
+#include "cli/model_alias.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -173,9 +174,11 @@ typedef struct bench_engine {
     output_processor *op;
 } bench_engine;
 
-static bool bench_engine_create(const char *cmd, const vllm_engine_args *args, bench_engine *b) {
+static bool bench_engine_create(const char *cmd, const vllm_engine_args *given, bench_engine *b) {
     memset(b, 0, sizeof *b);
-    if (tokenizer_load(args->tokenizer ? args->tokenizer : args->model, &b->tok) != VLLM_OK ||
+    vllm_engine_args resolved = *given, *args = &resolved; /* model aliases (smollm2, ...) -> their files */
+    if (model_alias_resolve(&args->model, NULL) != VLLM_OK || model_alias_resolve(&args->tokenizer, NULL) != VLLM_OK ||
+        tokenizer_load(args->tokenizer ? args->tokenizer : args->model, &b->tok) != VLLM_OK ||
         output_processor_create(b->tok, &b->op) != VLLM_OK || vllm_engine_create(args, &b->engine) != VLLM_OK) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
         return false;

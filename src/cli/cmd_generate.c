@@ -37,6 +37,7 @@
 #include "base/buf.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "cli/model_alias.h"
 #include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
@@ -553,7 +554,8 @@ int cmd_generate(int argc, char **argv) {
     }
 
     status = 1;
-    if (tokenizer_load(args.tokenizer ? args.tokenizer : args.model, &tok) != VLLM_OK) {
+    if (model_alias_resolve(&args.model, NULL) != VLLM_OK || model_alias_resolve(&args.tokenizer, NULL) != VLLM_OK ||
+        tokenizer_load(args.tokenizer ? args.tokenizer : args.model, &tok) != VLLM_OK) {
         fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
         goto done;
     }

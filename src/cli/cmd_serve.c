@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "cli/model_alias.h"
 #include "metrics/metrics.h"
 #include "server/api_server.h"
 #include "server/serving.h"
@@ -33,13 +34,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: vllmc serve [MODEL] [options]\n"
             "Start the OpenAI-compatible API server (default model: the bundled stories260K).\n"
+            "MODEL: a Hugging Face directory, a .gguf file, or smollm2 / gemma3, the real chat\n"
+            "models scripts/fetch_models.sh downloads (served under that name, with their template).\n"
             "server options:\n"
             "  --host HOST                     address to bind (default: all interfaces)\n"
             "  --port PORT                     port (8000)\n"
             "  --served-model-name NAME [NAME ...]  names the API accepts (default: MODEL)\n"
             "  --api-key KEY [KEY ...]         require 'Authorization: Bearer KEY' on /v1/*\n"
             "                                  (also VLLM_API_KEY)\n"
-            "  --chat-template FILE|TEMPLATE   chat template (default: tokenizer_config.json's)\n"
+            "  --chat-template FILE|TEMPLATE   chat template (default: the model's, from\n"
+            "                                  tokenizer_config.json or the GGUF metadata)\n"
             "  --trust-request-chat-template   allow chat_template in requests\n"
             "  --response-role ROLE            role of generated chat messages (assistant)\n"
             "  --max-logprobs N                most logprobs a request may ask for (20)\n"
@@ -220,7 +224,12 @@ int cmd_serve(int argc, char **argv) {
     if (!num_keys && env_key && *env_key) keys[num_keys++] = env_key;
     static char model_dir[PATH_MAX];
     if (!ea.model) ea.model = realpath(cli_default_model_dir(), model_dir) ? model_dir : cli_default_model_dir();
-    if (!num_names) names[num_names++] = ea.model;
+    if (!num_names) names[num_names++] = ea.model; /* an alias (smollm2) is the served name as typed */
+    if (model_alias_resolve(&ea.model, &chat_template_arg) != VLLM_OK ||
+        model_alias_resolve(&ea.tokenizer, NULL) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        return 1;
+    }
     const char *kv_env = getenv("VLLM_CPU_KVCACHE_SPACE");
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
@@ -285,7 +294,7 @@ int cmd_serve(int argc, char **argv) {
                  "please relaunch vLLM instance with `--generation-config vllm`.");
 
     /* chat template: --chat-template (a file, else a literal template), else
-     * tokenizer_config.json's */
+     * the model's (tokenizer_config.json, or the GGUF file's metadata) */
     if (chat_template_arg) {
         template_src = read_file(chat_template_arg);
         if (!template_src) {
@@ -297,13 +306,14 @@ int cmd_serve(int argc, char **argv) {
             template_src = strdup(chat_template_arg);
         }
     }
-    char cfg_path[4096];
-    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", ea.tokenizer ? ea.tokenizer : ea.model);
-    json_error_t jerr;
-    tok_config = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &jerr);
+    /* tokenizer_config.json, or what a GGUF file's metadata says (its chat template(s)) */
+    if ((rc = tokenizer_load_config(ea.tokenizer ? ea.tokenizer : ea.model, &tok_config)) != VLLM_OK) {
+        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+        goto out;
+    }
     rc = chat_template_create(tok_config, template_src, &tmpl);
     if (rc == VLLM_ERR_NOT_FOUND) {
-        log_warn("No chat template found; /v1/chat/completions will refuse requests.");
+        log_warn("No chat template found (%s); /v1/chat/completions will refuse requests.", vllm_errmsg());
     } else if (rc != VLLM_OK) {
         fprintf(stderr, "vllmc serve: chat template: %s\n", vllm_errmsg());
         goto out;

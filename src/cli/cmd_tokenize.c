@@ -24,6 +24,7 @@
 #include "base/buf.h"
 #include "base/error.h"
 #include "cli/cli.h"
+#include "cli/model_alias.h"
 #include "tokenizer/tokenizer.h"
 
 /* A command's on/off flags (the loop takes --model itself). */
@@ -55,7 +56,7 @@ static int run_lines(const char *cmd, int argc, char **argv, const line_flag *fl
         }
     }
     tokenizer *tok;
-    if (tokenizer_load(model, &tok) != VLLM_OK) {
+    if (model_alias_resolve(&model, NULL) != VLLM_OK || tokenizer_load(model, &tok) != VLLM_OK) {
         fprintf(stderr, "vllmc %s: %s\n", cmd, vllm_errmsg());
         return 1;
     }
@@ -85,7 +86,8 @@ static int run_lines(const char *cmd, int argc, char **argv, const line_flag *fl
 static void tokenize_usage(FILE *f) {
     fprintf(f, "usage: vllmc tokenize [--model DIR] [--no-special-tokens]\n"
                "Reads one JSON string per line on stdin, prints one JSON array of token ids per line.\n"
-               "  --model DIR            model directory with tokenizer.json (default: %s)\n"
+               "  --model DIR            a model directory with tokenizer.json, a .gguf file, or\n"
+               "                         smollm2 / gemma3 (scripts/fetch_models.sh) (default: %s)\n"
                "  --no-special-tokens    do not add BOS/EOS etc. (add_special_tokens=false)\n",
             cli_default_model_dir());
 }
@@ -121,7 +123,8 @@ int cmd_tokenize(int argc, char **argv) {
 static void detokenize_usage(FILE *f) {
     fprintf(f, "usage: vllmc detokenize [--model DIR] [--skip-special-tokens] [--stream]\n"
                "Reads one JSON array of token ids per line on stdin, prints one JSON string per line.\n"
-               "  --model DIR             model directory with tokenizer.json (default: %s)\n"
+               "  --model DIR             a model directory with tokenizer.json, a .gguf file, or\n"
+               "                          smollm2 / gemma3 (scripts/fetch_models.sh) (default: %s)\n"
                "  --skip-special-tokens   leave special tokens (BOS, EOS, ...) out of the text\n"
                "  --stream                print the incremental detokenizer's pieces as a JSON array\n",
             cli_default_model_dir());

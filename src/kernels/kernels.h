@@ -91,10 +91,10 @@ typedef void (*matmul_range_fn)(const matmul_args *a, int64_t n0, int64_t n1, in
 matmul_range_fn matmul_kernel(dtype wtype);
 /* matmul_kernel(a->wtype)(a, ...). */
 void matmul_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
-/* Block-quantized W (Q8_0/Q4_0/Q4_K/Q6_K; k a multiple of the block):
+/* Block-quantized W (any ggml type of dtype.h; k a multiple of the block):
  * fixed-order dot products plus bias/accumulate -- integer dots against
- * 8-bit activations for Q8_0/Q4_0 (quant_matmul_act_range), F32 ones for
- * Q4_K/Q6_K (quant_matmul_range). */
+ * 8-bit activations (quant_matmul_act_range: a->xq, or the token's row
+ * quantized on the fly when a->xq is NULL). */
 void matmul_range_quant(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* The implementations behind it, exposed for tests. avx2 requires
  * kernels_cpu_has_avx2(), avx512 kernels_cpu_has_avx512(). */

@@ -486,7 +486,7 @@ void matmul_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t
 }
 #endif
 
-/* ---- block-quantized weights (GGUF Q8_0, Q4_0, Q4_K, Q6_K) ---------------- */
+/* ---- block-quantized weights (every GGUF type of dtype.h) ------------------ */
 
 /* Up to 32 tokens per call: the AMX kernel needs 16+ tokens to fill its
  * tiles (prefill Q4_0 ~1.5x faster than with 8). The 8 KB stack tile holds

@@ -28,8 +28,10 @@
  * kernels above (quant_act_order() names the order the process uses). Rows
  * without a copy (no copy passed, or outside whole 16-row groups) take the
  * same level's block-order row kernel: one process keeps one order.
- * Q4_K / Q6_K integer dots live in quant_k.c (one order of their own on
- * every path); the entry points here route them there.
+ * The K-quants' integer dots live in quant_k.c (one order of their own on
+ * every path); Q4_1 / Q5_0 / Q5_1 / IQ4_NL take the wide order everywhere
+ * (portable C here, quant_wide_avx2.c, quant_avx512.c); the entry points
+ * here route both.
  */
 #include "kernels/quant.h"
 
@@ -127,6 +129,98 @@ static void dequant_q6_k(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* The 32-element types with a minimum or a fifth bit (quant.h): element j
+ * of a block takes its low four bits from qs[j % 16] (low nibble for j <
+ * 16, high for j >= 16) and, for Q5, bit j of the 32-bit word qh. */
+static inline int nib32(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+static inline uint32_t load_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void dequant_q4_1(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 20, y += 32) {
+        float d = f16_to_f32(load_u16(b)), m = f16_to_f32(load_u16(b + 2));
+        for (int j = 0; j < 32; j++) y[j] = (float)nib32(b + 4, j) * d + m;
+    }
+}
+
+static void dequant_q5_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 22, y += 32) {
+        float d = f16_to_f32(load_u16(b));
+        uint32_t qh = load_u32(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = (float)((nib32(b + 6, j) | (int)((qh >> j) & 1) << 4) - 16) * d;
+    }
+}
+
+static void dequant_q5_1(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 24, y += 32) {
+        float d = f16_to_f32(load_u16(b)), m = f16_to_f32(load_u16(b + 2));
+        uint32_t qh = load_u32(b + 4);
+        for (int j = 0; j < 32; j++) y[j] = (float)(nib32(b + 8, j) | (int)((qh >> j) & 1) << 4) * d + m;
+    }
+}
+
+static void dequant_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+        float d = f16_to_f32(load_u16(b));
+        for (int j = 0; j < 32; j++) y[j] = d * (float)quant_iq4nl_values[nib32(b + 2, j)];
+    }
+}
+
+/* Q2_K and Q3_K: element e = 128h + 32r + l (h < 2, r < 4, l < 32) takes
+ * bits 2r..2r+1 of qs[32h + l] and sub-block 8h + 2r + l/16's scale; Q3_K's
+ * third bit is bit 4h + r of hmask[l], set meaning "no - 4". */
+static void dequant_q2_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 84) {
+        const uint8_t *sc = b, *qs = b + 16;
+        float d = f16_to_f32(load_u16(b + 80)), dmin = f16_to_f32(load_u16(b + 82));
+        for (int e = 0; e < 256; e++, y++) {
+            int h = e / 128, r = e % 128 / 32, l = e % 32, s = sc[8 * h + 2 * r + l / 16];
+            float dl = d * (float)(s & 15), ml = dmin * (float)(s >> 4);
+            *y = dl * (float)((qs[32 * h + l] >> (2 * r)) & 3) - ml;
+        }
+    }
+}
+
+/* Q3_K's sixteen 6-bit scales (minus 32) from its 12 bytes: scale j has its
+ * low nibble in byte j % 8 (low nibble for j < 8, high for j >= 8) and its
+ * top two bits at bits 2 * (j / 4) of byte 8 + j % 4. */
+static inline int q3_k_scale(const uint8_t *s, int j) {
+    int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void dequant_q3_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 110) {
+        const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+        float d = f16_to_f32(load_u16(b + 108));
+        for (int e = 0; e < 256; e++, y++) {
+            int h = e / 128, r = e % 128 / 32, l = e % 32;
+            float dl = d * (float)q3_k_scale(sc, 8 * h + 2 * r + l / 16);
+            int q = ((qs[32 * h + l] >> (2 * r)) & 3) - ((hm[l] >> (4 * h + r)) & 1 ? 0 : 4);
+            *y = dl * (float)q;
+        }
+    }
+}
+
+/* Q5_K: Q4_K's scales and nibbles, plus bit j of qh[l] as bit 4 of element
+ * 32j + l. */
+static void dequant_q5_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 176) {
+        float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
+        const uint8_t *scales = b + 4, *qh = b + 16, *qs = b + 48;
+        for (int j = 0; j < 8; j++, y += 32) {
+            int sc, m;
+            q4_k_scale_min(j, scales, &sc, &m);
+            float dl = d * (float)sc, ml = dmin * (float)m;
+            for (int l = 0; l < 32; l++) {
+                int q = ((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15) | ((qh[l] >> j) & 1) << 4;
+                y[l] = dl * (float)q - ml;
+            }
+        }
+    }
+}
+
 void quant_dequantize_row(dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     switch (t) {
@@ -141,6 +235,13 @@ void quant_dequantize_row(dtype t, const void *src, float *dst, int64_t n) {
     case DTYPE_Q4_0: dequant_q4_0(b, dst, n / 32); break;
     case DTYPE_Q4_K: dequant_q4_k(b, dst, n / 256); break;
     case DTYPE_Q6_K: dequant_q6_k(b, dst, n / 256); break;
+    case DTYPE_Q4_1: dequant_q4_1(b, dst, n / 32); break;
+    case DTYPE_Q5_0: dequant_q5_0(b, dst, n / 32); break;
+    case DTYPE_Q5_1: dequant_q5_1(b, dst, n / 32); break;
+    case DTYPE_IQ4_NL: dequant_iq4_nl(b, dst, n / 32); break;
+    case DTYPE_Q2_K: dequant_q2_k(b, dst, n / 256); break;
+    case DTYPE_Q3_K: dequant_q3_k(b, dst, n / 256); break;
+    case DTYPE_Q5_K: dequant_q5_k(b, dst, n / 256); break;
     default: abort(); /* not a dtype: a caller bug that would read out of bounds */
     }
 }
@@ -252,12 +353,31 @@ void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k) {
     }
 }
 
-/* The 32 signed weights of a Q8_0 / Q4_0 block and its scale. */
-static inline float weights_block(dtype t, const uint8_t *b, int8_t w[32]) {
-    if (t == DTYPE_Q8_0) {
-        memcpy(w, b + 2, 32);
-    } else {
-        for (int j = 0; j < 16; j++) w[j] = (int8_t)((b[2 + j] & 15) - 8), w[j + 16] = (int8_t)((b[2 + j] >> 4) - 8);
+/* The 32 integer weights of a 32-element block (quant.h: Q8_0 q, Q4_0
+ * nibble - 8, Q4_1 nibble, Q5_0 q5 - 16, Q5_1 q5, IQ4_NL the table's value),
+ * its scale, and in *m its minimum (Q4_1 / Q5_1; 0 for the others). */
+static inline float weights_block(dtype t, const uint8_t *b, int8_t w[32], float *m) {
+    *m = 0;
+    switch (t) {
+    case DTYPE_Q8_0: memcpy(w, b + 2, 32); break;
+    case DTYPE_Q4_0:
+        for (int j = 0; j < 32; j++) w[j] = (int8_t)(nib32(b + 2, j) - 8);
+        break;
+    case DTYPE_Q4_1:
+        for (int j = 0; j < 32; j++) w[j] = (int8_t)nib32(b + 4, j);
+        *m = f16_to_f32(load_u16(b + 2));
+        break;
+    case DTYPE_Q5_0:
+        for (int j = 0; j < 32; j++) w[j] = (int8_t)((nib32(b + 6, j) | (int)((load_u32(b + 2) >> j) & 1) << 4) - 16);
+        break;
+    case DTYPE_Q5_1:
+        for (int j = 0; j < 32; j++) w[j] = (int8_t)(nib32(b + 8, j) | (int)((load_u32(b + 4) >> j) & 1) << 4);
+        *m = f16_to_f32(load_u16(b + 2));
+        break;
+    case DTYPE_IQ4_NL:
+        for (int j = 0; j < 32; j++) w[j] = quant_iq4nl_values[nib32(b + 2, j)];
+        break;
+    default: abort(); /* a caller bug: not a 32-element type */
     }
     return f16_to_f32(load_u16(b));
 }
@@ -269,7 +389,8 @@ static inline float reduce8(const float acc[8]) {
 
 /* acc += the fixed-order terms of blocks [0, nb) of row against xq: in
  * acc[0..8) (narrow), in acc[8*(b&1) .. +8) for block b (wide; nb even
- * unless this is the row's last piece), or in acc[0] (block). */
+ * unless this is the row's last piece), or in acc[0] (block). Q4_1 / Q5_1
+ * (wide only) add their minimum's term after each block's. */
 static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t nb, float *acc, quant_order order) {
     if (quant_is_k(t)) { /* K-quants: their own order (quant_k.c), acc[0..8) */
         quant_k_dot_acc(t, wb, xb, nb / 8, acc);
@@ -278,7 +399,7 @@ static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t n
     size_t bb = dtype_block_bytes(t);
     int8_t w[32];
     for (int64_t i = 0; i < nb; i++, wb += bb, xb += QUANT_ACT_BLOCK_BYTES) {
-        float dx, d = weights_block(t, wb, w);
+        float dx, m, d = weights_block(t, wb, w, &m);
         memcpy(&dx, xb, 4);
         d *= dx;
         const int8_t *q = (const int8_t *)(xb + 4);
@@ -294,7 +415,19 @@ static void dot_act_acc(dtype t, const uint8_t *wb, const uint8_t *xb, int64_t n
             for (int j = 0; j < 4; j++) isum += (int32_t)w[4 * l + j] * q[4 * l + j];
             a[l] = fmaf(d, (float)isum, a[l]);
         }
+        if (quant_has_min(t))
+            for (int l = 0; l < 8; l++) {
+                int32_t xs = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
+                a[l] = fmaf(m, dx * (float)xs, a[l]);
+            }
     }
+}
+
+/* The order of a type's integer dots in this process: the K-quants' own
+ * (reduced as narrow), the wide one for Q4_1 / Q5_0 / Q5_1 / IQ4_NL, the
+ * process's (quant_act_order) for Q8_0 / Q4_0. */
+static quant_order type_order(dtype t) {
+    return quant_is_k(t) ? QUANT_ORDER_NARROW : quant_is_wide(t) ? QUANT_ORDER_WIDE : quant_act_order();
 }
 
 static inline float reduce16(const float acc[16]) {
@@ -305,6 +438,7 @@ static inline float reduce16(const float acc[16]) {
 
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k) {
     if (quant_is_k(t)) return quant_dot_act_k_portable(t, row, xq, k);
+    if (quant_is_wide(t)) return quant_dot_act_wide_portable(t, row, xq, k);
     float acc[8] = {0};
     dot_act_acc(t, row, xq, k / QUANT_QK, acc, QUANT_ORDER_NARROW);
     return reduce8(acc);
@@ -319,6 +453,7 @@ float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int6
 
 float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k) {
     if (quant_is_k(t)) return quant_dot_act_k_portable(t, row, xq, k);
+    if (quant_is_wide(t)) return quant_dot_act_wide_portable(t, row, xq, k);
     float acc = 0;
     dot_act_acc(t, row, xq, k / QUANT_QK, &acc, QUANT_ORDER_BLOCK);
     return acc;
@@ -336,7 +471,7 @@ void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const floa
     uint8_t xq[ACT_PIECE / QUANT_QK * QUANT_ACT_BLOCK_BYTES];
     float acc[ACT_ROWS][16];
     size_t stride = dtype_row_bytes(type, k);
-    quant_order order = quant_is_k(type) ? QUANT_ORDER_NARROW : quant_act_order(); /* K: reduce8 too */
+    quant_order order = type_order(type);
     for (int64_t t = t0; t < t1; t++)
         for (int64_t rb = r0; rb < r1; rb += ACT_ROWS) {
             int64_t nr = r1 - rb < ACT_ROWS ? r1 - rb : ACT_ROWS;
@@ -582,6 +717,10 @@ void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const voi
         quant_matmul_act_range_k_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
         return;
     }
+    if (quant_is_wide(type)) {
+        quant_matmul_act_range_wide_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        return;
+    }
 #ifdef QUANT_HAVE_X86
     if (type == DTYPE_Q8_0) matmul_act_q8_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     else matmul_act_q4_0_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
@@ -706,6 +845,10 @@ void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t 
     kernels_isa isa = kernels_isa_get();
     if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
         quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    } else if (quant_is_wide(type)) { /* the wide order on every level */
+        if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_wide_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        else quant_matmul_act_range_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (quant_use_block()) {
         const int64_t m0 = (r0 + 15) / 16 * 16, m1 = r1 / 16 * 16;
         if (x16 && m0 < m1) { /* whole 16-row groups from the x16 copy, the rows around them from w */

@@ -16,6 +16,30 @@
  *         16 sub-blocks of 16; x = d * scales[j] * (q6 - 32), q6 = 4 low bits
  *         from ql | 2 high bits from qh (two halves of 128, see quant.c).
  *
+ * The rest, llama.cpp's types for rows that are not a multiple of 256 and
+ * the other K-quants of the common mixes (nib[i] as Q4_0's; qh a 32-bit
+ * little-endian word, its bit i the fifth bit of element i):
+ *   Q4_1  32 elements, 20 bytes:  f16 d; f16 m; uint8 qs[16];          x[i] = d * nib[i] + m
+ *   Q5_0  32 elements, 22 bytes:  f16 d; uint8 qh[4]; uint8 qs[16];    x[i] = d * (q5[i] - 16)
+ *   Q5_1  32 elements, 24 bytes:  f16 d; f16 m; uint8 qh[4]; qs[16];   x[i] = d * q5[i] + m
+ *         q5[i] = nib[i] | bit i of qh << 4
+ *   IQ4_NL 32 elements, 18 bytes: f16 d; uint8 qs[16];                 x[i] = d * kv[nib[i]]
+ *         kv = quant_iq4nl_values (-127 .. 113, non-linear)
+ *   Q2_K 256 elements, 84 bytes:  uint8 scales[16]; uint8 qs[64]; f16 d; f16 dmin
+ *         16 sub-blocks of 16, scales[j] = 4-bit scale | 4-bit min << 4;
+ *         element e = 128h + 32r + l: q = bits 2r..2r+1 of qs[32h + l],
+ *         sub-block j = 8h + 2r + l/16, x = d*sc[j]*q - dmin*m[j]
+ *   Q3_K 256 elements, 110 bytes: uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d
+ *         Q2_K's 2-bit q and sub-blocks, a third bit from bit 4h + r of
+ *         hmask[l] (clear: subtract 4), sixteen 6-bit scales s (quant.c's
+ *         q3_k_scale), x = d*(s[j] - 32)*(q - 4*(1 - hbit))
+ *   Q5_K 256 elements, 176 bytes: f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
+ *         Q4_K's scales, mins and nibbles (qs), the fifth bit of element
+ *         32j + l in bit j of qh[l]; x = d*sc[j]*q5 - dmin*m[j]
+ * Which integer kernels each takes: Q4_1 / Q5_0 / Q5_1 / IQ4_NL the wide
+ * order below, on every path (quant_is_wide); Q2_K / Q3_K / Q5_K the
+ * K-quant order of quant_k.c with Q4_K and Q6_K (quant_is_k).
+ *
  * Quantizers (F32 -> Q8_0, Q4_0) round exactly as ggml's reference quantizers
  * do (round half away from zero; Q4_0 keeps the sign of the largest-magnitude
  * element in d), so files we write match what llama.cpp's tools would write.
@@ -49,6 +73,20 @@
  *         over blocks b in order (a last, odd block feeds lanes 0..7);
  *     v[l] = acc[l] + acc[l+8]; result = the 8-lane reduction above on v.
  * quant_dot_act_wide_portable is that order in C.
+ *
+ * Q4_1, Q5_0, Q5_1 and IQ4_NL use the wide order in every process and on
+ * every path (portable C, quant_wide_avx2.c, quant_avx512.c): w[i] is the
+ * integer in x[i] = dw * w[i] (+ m): Q4_1 / Q5_1 the unsigned 4 / 5 bits,
+ * Q5_0 q5 - 16, IQ4_NL kv[nib]. Q4_1 / Q5_1 add their minimum's term after
+ * each block's, lane by lane:
+ *     acc[8*(b&1) + l] = fma(m_b, sx_b[l], acc[8*(b&1) + l]),
+ *     sx_b[l] = dx * (float)(sum_{j<4} xq[4l+j])   (one rounding)
+ * which is m * dx * sum(xq) = the minimum's share of sum x[i] * x_act[i].
+ * Why wide: it is the order AVX-512 computes two blocks per zmm in without
+ * a horizontal step (the block order needs the rows-in-lanes x16 copies,
+ * which these types do not get), and AVX2 keeps it with two ymm
+ * accumulators per output at no cost; so one order serves every level and
+ * the process-wide choice of quant_act_order() does not apply to them.
  *
  * The AMX kernel (quant_amx.c, when the CPU has AMX-INT8 and the OS grants
  * it) and, on every AVX2 or AVX-512 process unless VLLM_QUANT_ORDER is wide
@@ -107,21 +145,36 @@ void quant_matmul_range(dtype type, const void *w, int64_t k, const float *x, in
 /* ---- quantized activations ---------------------------------------------- */
 
 /* One activation block: float d; int8 q[32] (d = amax / 127, q =
- * round-half-to-even(x * (127 / amax)), all zero when amax = 0). A row of k
+ * round-half-to-even(x * (127 / amax)), all zero when amax = 0; so |q| <=
+ * 127, which the AVX2 kernels' |w| x sign(x, w) relies on). A row of k
  * elements (k a multiple of 32) is k/32 blocks back to back. */
 #define QUANT_ACT_BLOCK_BYTES 36
 static inline size_t quant_act_row_bytes(int64_t k) { return (size_t)(k / QUANT_QK) * QUANT_ACT_BLOCK_BYTES; }
 
-/* True for Q4_K / Q6_K (their integer dots: quant_k.c, one order of their own). */
-static inline bool quant_is_k(dtype t) { return t == DTYPE_Q4_K || t == DTYPE_Q6_K; }
-/* True for the weight types with integer dot kernels (Q8_0, Q4_0, Q4_K, Q6_K). */
-static inline bool quant_has_act_kernel(dtype t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || quant_is_k(t); }
+/* True for the K-quants (their integer dots: quant_k.c, one order of their own). */
+static inline bool quant_is_k(dtype t) {
+    return t == DTYPE_Q4_K || t == DTYPE_Q6_K || t == DTYPE_Q2_K || t == DTYPE_Q3_K || t == DTYPE_Q5_K;
+}
+/* True for the 32-element types whose integer dots use the wide order on
+ * every path (Q4_1, Q5_0, Q5_1, IQ4_NL; see the top). */
+static inline bool quant_is_wide(dtype t) {
+    return t == DTYPE_Q4_1 || t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL;
+}
+/* True for the types whose blocks carry a minimum (x = d * q + m). */
+static inline bool quant_has_min(dtype t) { return t == DTYPE_Q4_1 || t == DTYPE_Q5_1; }
+/* True for the weight types with integer dot kernels: every quantized type. */
+static inline bool quant_has_act_kernel(dtype t) {
+    return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || quant_is_wide(t) || quant_is_k(t);
+}
+
+/* IQ4_NL's 16 values (ggml's kvalues_iq4nl). */
+extern const int8_t quant_iq4nl_values[16];
 
 /* x[0..k) -> quant_act_row_bytes(k) bytes at dst. */
 void quant_quantize_act_row(const float *x, void *dst, int64_t k);
 void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k);
 
-/* y = x W^T with integer dot products, W of type Q8_0 or Q4_0 (or Q4_K, Q6_K):
+/* y = x W^T with integer dot products, W of any quantized type:
  *     y[t*ldy + r] = quant_dot_act(type, W row r, xq + t*ldxq, k)
  * for t in [t0, t1), r in [r0, r1). xq: (tokens, ldxq bytes) rows from
  * quant_quantize_act_row. Every output is bit-identical whatever the ranges.
@@ -129,7 +182,7 @@ void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k);
  * [0, r1 / 16 * 16), group g = rows [16g, 16g + 16); a block-order process
  * (quant_use_block()) then reads the whole groups inside [r0, r1) from it and
  * the rows around them from w: the same outputs, faster. Other processes
- * and types ignore it. */
+ * and types (all but Q8_0 / Q4_0) ignore it. */
 void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t k, const void *xq, int64_t ldxq,
                             float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
@@ -137,6 +190,9 @@ float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
  * stack, portable dots (slow; for callers without an activation buffer). */
 void quant_matmul_act_f32_range(dtype type, const void *w, int64_t k, const float *x, int64_t ldx, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The narrow, wide and block orders in portable C: the references the
+ * kernels are compared with. A type with one order of its own (quant_is_k,
+ * quant_is_wide) gets that order from all three. */
 float quant_dot_act_portable(dtype t, const void *row, const void *xq, int64_t k);
 float quant_dot_act_wide_portable(dtype t, const void *row, const void *xq, int64_t k);
 float quant_dot_act_block_portable(dtype t, const void *row, const void *xq, int64_t k);
@@ -153,13 +209,21 @@ void quant_matmul_act_range_k_portable(dtype type, const void *w, int64_t k, con
 void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
+/* The wide-order AVX2 kernel of Q4_1 / Q5_0 / Q5_1 / IQ4_NL (quant_wide_avx2.c),
+ * what quant_matmul_act_range_avx2 runs for them. Aborts without AVX2 or
+ * for another type. */
+void quant_matmul_act_range_wide_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
+                                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
 /* The integer kernels' reduction order in this process (Q8_0 / Q4_0). */
 typedef enum { QUANT_ORDER_NARROW, QUANT_ORDER_WIDE, QUANT_ORDER_BLOCK } quant_order;
 quant_order quant_act_order(void);
 
 /* quant_matmul_act_range on one path, whatever kernels_isa_get() says (for
  * tests and benchmarks). The avx2 / avx512 ones abort() when the CPU lacks the
- * instructions (kernels_cpu_has_avx2 / kernels_cpu_has_avx512 first). */
+ * instructions (kernels_cpu_has_avx2 / kernels_cpu_has_avx512 first). The
+ * row kernels of Q8_0 / Q4_0's narrow (avx2) and wide (avx512) orders; for
+ * the types with one order of their own, each level's kernel of that order. */
 void quant_matmul_act_range_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
                                      float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,

@@ -1,18 +1,26 @@
 /*
- * quant_avx512.c - Q8_0 / Q4_0 weights x 8-bit activations with AVX-512 VNNI
- * (vpdpbusd): the wide-order kernel (VLLM_QUANT_ORDER=wide) and the
- * block-order ones (x16 copies and GGUF rows) that AVX-512 processes use.
+ * quant_avx512.c - 32-element block weights x 8-bit activations with AVX-512
+ * VNNI (vpdpbusd): the wide-order kernel (Q8_0 / Q4_0 with
+ * VLLM_QUANT_ORDER=wide; Q4_1 / Q5_0 / Q5_1 / IQ4_NL always) and the Q8_0 /
+ * Q4_0 block-order ones (x16 copies and GGUF rows) that AVX-512 processes use.
  *
  * One zmm holds two consecutive 32-blocks (a "step" of 64 elements). vpdpbusd
  * multiplies unsigned by signed bytes, so the weights are made unsigned and
  * the offset taken back out exactly in int32:
- *     Q8_0: u = w + 128 (w ^ 0x80),   sum u*x = sum w*x + 128 * sum x
- *     Q4_0: u = nibble (0..15),       sum u*x = sum w*x +   8 * sum x
+ *     Q8_0:   u = w + 128 (w ^ 0x80),    sum u*x = sum w*x + 128 * sum x
+ *     Q4_0:   u = nibble (0..15),        sum u*x = sum w*x +   8 * sum x
+ *     Q5_0:   u = q5 (0..31),            sum u*x = sum w*x +  16 * sum x
+ *     IQ4_NL: u = kv[nibble] + 128,      sum u*x = sum w*x + 128 * sum x
+ *     Q4_1 / Q5_1: u = w (0..15 / 0..31), no offset
  * Each int32 lane starts at corr = -K * (sum of its 4 activations), computed
  * once per token and step (the "prep" below), so after one vpdpbusd lane l of
  * the zmm holds exactly the isum[l] of quant.h for block 2s (l < 8) and
  * isum[l - 8] of block 2s + 1 (l >= 8): the same integers as the AVX2
- * maddubs path, with no saturation anywhere.
+ * maddubs path, with no saturation anywhere. Q4_1 / Q5_1 start at zero and
+ * keep, in corr's place, sx = dx * (float)(sum of the lane's 4 activations)
+ * for their minimum's fma (quant.h). The fifth bits of Q5 types go in with
+ * one masked or (a block's 32-bit qh is the zmm half's byte mask), IQ4_NL's
+ * table with one vpshufb.
  *
  * Float order (the "wide" order, quant.h; quant_dot_act_wide_portable is
  * the same in C): acc[16] per output, lane l < 8 fed by the even blocks and
@@ -64,11 +72,31 @@ enum {
 };
 
 
-typedef struct { int8_t x[64]; int32_t corr[16]; float dx[16]; } prep_step;
+typedef struct {
+    int8_t x[64];
+    union {
+        int32_t corr[16]; /* -K * (sum of the lane's 4 activations) */
+        float sx[16];     /* Q4_1 / Q5_1: dx * (sum of the lane's 4 activations) */
+    };
+    float dx[16];
+} prep_step;
+
+/* K of the top: the offset of the unsigned weights (0: none). */
+static inline int wide_offset(dtype type) {
+    switch (type) {
+    case DTYPE_Q8_0: case DTYPE_IQ4_NL: return 128;
+    case DTYPE_Q4_0: return 8;
+    case DTYPE_Q5_0: return 16;
+    default: return 0;
+    }
+}
+
+/* IQ4_NL's values + 128, the unsigned weights vpshufb looks up. */
+static const uint8_t iq4nl_u8[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
 
 /* Prep for one token: steps [s0, s0 + ns) of xq row xr (nb blocks in all). */
 AVX512 static void prep_token(dtype type, const uint8_t *xr, int64_t nb, int64_t s0, int64_t ns, prep_step *p) {
-    const __m512i k = _mm512_set1_epi8(type == DTYPE_Q8_0 ? (char)0x80 : 8);
+    const __m512i k = _mm512_set1_epi8((char)(quant_has_min(type) ? 1 : wide_offset(type)));
     for (int64_t s = 0; s < ns; s++, p++) {
         int64_t b = 2 * (s0 + s);
         const uint8_t *x0 = xr + b * QUANT_ACT_BLOCK_BYTES, *x1 = x0 + QUANT_ACT_BLOCK_BYTES;
@@ -81,38 +109,64 @@ AVX512 static void prep_token(dtype type, const uint8_t *xr, int64_t nb, int64_t
         }
         __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k, xv);
+        __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
         _mm512_store_si512(p->x, xv);
-        _mm512_store_si512(p->corr, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
-        _mm512_store_ps(p->dx, _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1));
+        if (quant_has_min(type)) _mm512_store_ps(p->sx, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(sum)));
+        else _mm512_store_si512(p->corr, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+        _mm512_store_ps(p->dx, dx);
     }
 }
 
-/* The two blocks of step at b as unsigned bytes (see top), and their scales
- * [dw0 x 8, dw1 x 8]; half: only the first block (the second reads as 0). */
+/* Offset of the nibbles (qs) and of the fifth bits (qh) in a block. */
+static inline size_t qs_at(dtype type) {
+    switch (type) {
+    case DTYPE_Q4_1: return 4;
+    case DTYPE_Q5_0: return 6;
+    case DTYPE_Q5_1: return 8;
+    default: return 2;
+    }
+}
+static inline size_t qh_at(dtype type) { return type == DTYPE_Q5_1 ? 4 : 2; }
+
+/* The two blocks of step at b as unsigned bytes (see top), byte i = element
+ * i of the pair; half: only the first block (the second reads as 0). */
 AVX512 INLINE __m512i weights2(const dtype type, const uint8_t *b, bool half) {
-    const size_t bb = type == DTYPE_Q8_0 ? 34 : 18;
+    const size_t bb = dtype_block_bytes(type);
     if (type == DTYPE_Q8_0) {
         __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 2));
         __m256i hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(b + bb + 2));
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
     }
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2));
-    __m128i q1 = half ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b + bb + 2));
+    const size_t qs = qs_at(type);
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(b + qs));
+    __m128i q1 = half ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b + bb + qs));
     __m512i v = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
     v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));   /* [q0, q0, q1, q1] */
     v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);           /* [q0, q0>>4, q1, q1>>4] */
-    return _mm512_and_si512(v, _mm512_set1_epi8(15));
+    v = _mm512_and_si512(v, _mm512_set1_epi8(15));
+    if (type == DTYPE_IQ4_NL) return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4nl_u8)), v);
+    if (type == DTYPE_Q5_0 || type == DTYPE_Q5_1) {
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, b + qh_at(type), 4);
+        if (!half) memcpy(&h1, b + bb + qh_at(type), 4);
+        v = _mm512_mask_add_epi8(v, (__mmask64)h0 | (__mmask64)h1 << 32, v, _mm512_set1_epi8(16));
+    }
+    return v;
 }
 
-AVX512 INLINE __m512 scales2(const dtype type, const uint8_t *b, bool half) {
-    const size_t bb = type == DTYPE_Q8_0 ? 34 : 18;
+/* The f16 at offset off of the step's two blocks as [x0 x 8, x1 x 8] (the
+ * scales d at 0, Q4_1 / Q5_1's minimums m at 2); half: x1 = 0. */
+AVX512 INLINE __m512 halves2(const dtype type, const uint8_t *b, size_t off, bool half) {
+    const size_t bb = dtype_block_bytes(type);
     uint16_t h0, h1 = 0;
-    memcpy(&h0, b, 2);
-    if (!half) memcpy(&h1, b + bb, 2);
+    memcpy(&h0, b + off, 2);
+    if (!half) memcpy(&h1, b + bb + off, 2);
     __m256i h = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)h0), 0xFF00, (short)h1);
     return _mm512_cvtph_ps(h);
 }
+
+AVX512 INLINE __m512 scales2(const dtype type, const uint8_t *b, bool half) { return halves2(type, b, 0, half); }
 
 AVX512 INLINE float reduce16(__m512 acc) {
     __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
@@ -128,7 +182,8 @@ AVX512 INLINE float reduce16(__m512 acc) {
 AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_t *w, size_t stride, int64_t ns,
                         bool odd, const prep_step *p, int64_t pstride, bool first, bool last, __m512 *acc_io,
                         float *y, int64_t ldy) {
-    const size_t step = type == DTYPE_Q8_0 ? 68 : 36;
+    const size_t step = 2 * dtype_block_bytes(type);
+    const bool min = quant_has_min(type);
     __m512 acc[8][4];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
@@ -137,13 +192,14 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
     int64_t full = odd ? ns - 1 : ns;
     for (int64_t s = 0; s < full; s++) {
         __m512i wv[8];
-        __m512 dw[8];
+        __m512 dw[8], mw[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * stride + s * step;
             _mm_prefetch((const char *)b + R * stride, _MM_HINT_T0); /* the next tile's rows (see top) */
             wv[r] = weights2(type, b, false);
             dw[r] = scales2(type, b, false);
+            if (min) mw[r] = halves2(type, b, 2, false);
         }
 #pragma GCC unroll 8
         for (int j = 0; j < T; j++) {
@@ -152,8 +208,9 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
             __m512 dx = _mm512_load_ps(q->dx);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
-                __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(q->corr), wv[r], xv);
+                __m512i i = _mm512_dpbusd_epi32(min ? _mm512_setzero_si512() : _mm512_load_si512(q->corr), wv[r], xv);
                 acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[r], dx), acc[r][j]);
+                if (min) acc[r][j] = _mm512_fmadd_ps(mw[r], _mm512_load_ps(q->sx), acc[r][j]);
             }
         }
     }
@@ -163,13 +220,15 @@ AVX512 INLINE void tile(const int R, const int T, const dtype type, const uint8_
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * stride + s * step;
             __m512i wv = weights2(type, b, true);
-            __m512 dw = scales2(type, b, true);
+            __m512 dw = scales2(type, b, true), mw = min ? halves2(type, b, 2, true) : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int j = 0; j < T; j++) {
                 const prep_step *q = p + j * pstride + s;
-                __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(q->corr), wv, _mm512_load_si512(q->x));
+                __m512i i = _mm512_dpbusd_epi32(min ? _mm512_setzero_si512() : _mm512_load_si512(q->corr), wv,
+                                                _mm512_load_si512(q->x));
                 __m512 sc = _mm512_mul_ps(dw, _mm512_load_ps(q->dx));
                 acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(i), sc, acc[r][j], 0x00FF); /* lanes 0..7 */
+                if (min) acc[r][j] = _mm512_mask3_fmadd_ps(mw, _mm512_load_ps(q->sx), acc[r][j], 0x00FF);
             }
         }
     }
@@ -297,7 +356,7 @@ AVX512 INLINE void rows(const int T, const dtype type, const uint8_t *w, size_t 
                         bool odd, const prep_step *p, bool first, bool last, __m512 *acc_io, float *y,
                         int64_t ldy) {
     int64_t r = 0;
-    if (T == 1)
+    if (T == 1 && !quant_has_min(type)) /* (a minimum's 8 more registers would not fit 8 rows) */
         for (; r + ROWS_T1 <= nr; r += ROWS_T1)
             tile(ROWS_T1, 1, type, w + r * stride, stride, ns, odd, p, PIECE_STEPS, first, last, acc_io + r * TILE_T,
                  y + r, ldy);
@@ -313,7 +372,7 @@ AVX512 INLINE void range(const dtype type, const bool block, const void *w, int6
                          int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     prep_step prep[TILE_T * PIECE_STEPS] __attribute__((aligned(64))); /* 24 KB */
     __m512 acc_io[CHUNK_ROWS * TILE_T]; /* 16 KB */
-    const size_t stride = dtype_row_bytes(type, k), step = type == DTYPE_Q8_0 ? 68 : 36;
+    const size_t stride = dtype_row_bytes(type, k), step = 2 * dtype_block_bytes(type);
     const int64_t nb = k / QUANT_QK, nsteps = (nb + 1) / 2;
     for (int64_t t = t0; t < t1; t += TILE_T) {
         int T = t1 - t < TILE_T ? (int)(t1 - t) : TILE_T;
@@ -501,12 +560,28 @@ AVX512 static void range_block_q4_0(const void *w, int64_t k, const void *xq, in
     range(DTYPE_Q4_0, true, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
 }
 
+#define WIDE_ENTRY(name, type)                                                                                     \
+    AVX512 static void name(const void *w, int64_t k, const void *xq, int64_t ldxq, float *y, int64_t ldy,         \
+                            int64_t r0, int64_t r1, int64_t t0, int64_t t1) {                                      \
+        range(type, false, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);                                                \
+    }
+WIDE_ENTRY(range_q4_1, DTYPE_Q4_1)
+WIDE_ENTRY(range_q5_0, DTYPE_Q5_0)
+WIDE_ENTRY(range_q5_1, DTYPE_Q5_1)
+WIDE_ENTRY(range_iq4_nl, DTYPE_IQ4_NL)
+
 void quant_matmul_act_range_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                    int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     if (!kernels_cpu_has_avx512()) abort(); /* a caller bug: test quant_use_avx512() first */
-    if (type == DTYPE_Q8_0) range_q8_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    else if (type == DTYPE_Q4_0) range_q4_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    else abort(); /* a caller bug: no integer kernel for this type */
+    switch (type) {
+    case DTYPE_Q8_0: range_q8_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q4_0: range_q4_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q4_1: range_q4_1(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q5_0: range_q5_0(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q5_1: range_q5_1(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_IQ4_NL: range_iq4_nl(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    default: abort(); /* a caller bug: no integer kernel for this type */
+    }
 }
 
 void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,

@@ -1,43 +1,55 @@
 /*
- * quant_k.c - Q4_K / Q6_K weights x 8-bit activations (integer dots), the
- * K-quant half of quant_matmul_act_range.
+ * quant_k.c - K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x 8-bit
+ * activations (integer dots), the K-quant half of quant_matmul_act_range.
  *
  * The activations are the same per-32 blocks the Q8_0/Q4_0 kernels use
  * (quant_quantize_act_row: float dx; int8 xq[32]). A K super-block of 256
  * weights meets 8 activation blocks; block j (elements 32j..32j+31) is
  *     Q4_K: sub-block j, scale sc_j and min m_j (6 bits), nibbles u in 0..15:
  *           value = d*sc_j*u - dmin*m_j
+ *     Q5_K: the same with 5-bit u in 0..31
  *     Q6_K: sub-blocks 2j and 2j+1 (16 each), int8 scales s_2j, s_2j+1,
  *           signed values w = q6 - 32 in -32..31: value = d*s*w
- * Integers, exact (|.| < 2^24, so the conversions to float are exact too):
- *     Q4_K: iq_j = sc_j * sum u*xq,   ix_j = m_j * sum xq      (32 terms)
- *     Q6_K: iq_j = s_2j * sum_{l<16} w*xq + s_2j+1 * sum_{l>=16} w*xq
+ *     Q3_K: the same with 6-bit scales s - 32 and w = u - 4 in -4..3
+ *     Q2_K: sub-blocks 2j and 2j+1, 4-bit scales sc and mins m, u in 0..3:
+ *           value = d*sc*u - dmin*m
+ * (Q2_K / Q3_K's block j = 4h + r holds bits 2r..2r+1 of qs[32h + l], and
+ * Q3_K's third bit is bit j of hmask[l]: quant.h.) Integers, exact (|.| <
+ * 2^24, so the conversions to float are exact too):
+ *     Q4_K, Q5_K: iq_j = sc_j * sum u*xq,   ix_j = m_j * sum xq      (32 terms)
+ *     Q6_K, Q3_K: iq_j = s_2j * sum_{l<16} w*xq + s_2j+1 * sum_{l>=16} w*xq
+ *     Q2_K:       iq_j = sc_2j * sum_{l<16} u*xq + sc_2j+1 * sum_{l>=16} u*xq,
+ *                 ix_j = m_2j * sum_{l<16} xq + m_2j+1 * sum_{l>=16} xq
  * Float order (one order for K-quants on every path and every ISA; the
  * Q8_0/Q4_0 order choice of quant_act_order() does not apply to them): eight
  * accumulators per output, lane j fed by activation block j of each
  * super-block, super-blocks in order:
- *     Q4_K: acc[j] = fma((float)iq_j, d*dx_j, acc[j]);
- *           acc[j] = fma((float)ix_j, -(dmin*dx_j), acc[j])
- *     Q6_K: acc[j] = fma((float)iq_j, d*dx_j, acc[j])
+ *     with a min (Q2_K, Q4_K, Q5_K): acc[j] = fma((float)iq_j, d*dx_j, acc[j]);
+ *                                    acc[j] = fma((float)ix_j, -(dmin*dx_j), acc[j])
+ *     without (Q3_K, Q6_K):          acc[j] = fma((float)iq_j, d*dx_j, acc[j])
  *     result = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))
- * The portable C below, the AVX2 kernel and the AMX-INT8 kernel
- * (quant_k_amx.c) compute exactly this, so every path, every token/row split
- * and every batch agree bit for bit. Dispatch (quant_matmul_act_range_k):
- * below AVX2 portable; with AMX (quant_use_amx()) groups of 4+ tokens go to
- * the tiles and the rest (single-sequence decode) to the AVX-512 VNNI kernel
- * (quant_k_avx512.c) on the AVX-512 level, the AVX2 kernel on the AVX2 one.
+ * The portable C below, the AVX2 kernel, the AVX-512 one (quant_k_avx512.c)
+ * and the AMX-INT8 one (quant_k_amx.c: Q4_K and Q6_K only) compute exactly
+ * this, so every path, every token/row split and every batch agree bit for
+ * bit. Dispatch (quant_matmul_act_range_k): below AVX2 portable; with AMX
+ * (quant_use_amx()) groups of 4+ tokens of Q4_K / Q6_K go to the tiles; the
+ * rest (and every Q2_K / Q3_K / Q5_K token) to the AVX-512 VNNI kernel on
+ * the AVX-512 level, the AVX2 kernel on the AVX2 one.
  *
  * AVX2: one weight row x up to 4 tokens at a time (single tokens: four rows
  * far apart in turn, four memory streams); the row's super-block is decoded
- * once into 8 registers of 32 unsigned bytes (Q4_K nibbles, Q6_K q6 0..63)
- * and used for every token. Per activation block, maddubs then madd by ones
- * give 8 int32 partial sums; int16 pack/madd steps (every partial fits
- * int16: test_quant_k_extremes) bring the 8 blocks together, block j's
- * integer in lane j, the scales applied by madd (Q4_K) or on the 16 half
- * sums (Q6_K, whose -32 offset comes off as 32 * the scales against the
- * half sums of xq). The activation scales dx, Q4_K's block sums and Q6_K's
- * half sums of xq are gathered once per token group into stack arrays (k up
- * to QK_MAX_BLOCKS * 32; longer rows use portable C).
+ * once into 8 registers of 32 unsigned bytes (Q4_K nibbles, Q5_K q5 0..31,
+ * Q6_K q6 0..63, Q3_K u 0..7, Q2_K u 0..3) and used for every token. Per
+ * activation block, maddubs then madd by ones give 8 int32 partial sums;
+ * int16 pack/madd steps (every partial fits int16: test_quant_k_extremes)
+ * bring the 8 blocks together, block j's integer in lane j, the scales
+ * applied by madd (Q4_K), by mullo on the block sums (Q5_K, whose half
+ * sums outgrow int16, so its last step adds in int32) or on the 16 half
+ * sums (Q6_K, Q3_K, Q2_K; the -32 / -4 offsets come off as 32 / 4 * the
+ * scales against the half sums of xq, Q2_K's mins the same way). The
+ * activation scales dx, the block sums of xq (Q4_K, Q5_K) or its half sums
+ * (the others) are gathered once per token group into stack arrays (k up to
+ * QK_MAX_BLOCKS * 32; longer rows use portable C).
  */
 #include "kernels/quant_k.h"
 
@@ -74,6 +86,18 @@ static inline int q6k_u(const uint8_t *b, int e) {
     return lo | (hi << 4);
 }
 
+/* Q2_K / Q3_K: element l of activation block j (j = 4h + r, quant.h's
+ * e = 128h + 32r + l) has its 2 low bits at qs[32h + l] >> 2r, Q3_K its
+ * third in bit j of hmask[l]: the unsigned u = q + 4 (0..7). */
+static inline int q2k_q(const uint8_t *qs, int j, int l) { return (qs[32 * (j / 4) + l] >> (2 * (j % 4))) & 3; }
+static inline int q3k_u(const uint8_t *b, int j, int l) { return q2k_q(b + 32, j, l) | ((b[l] >> j) & 1) << 2; }
+
+/* Q3_K's scale of sub-block j, minus 32 (quant.c's q3_k_scale). */
+static inline int q3k_scale(const uint8_t *s, int j) {
+    int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
 void quant_k_dot_acc(dtype t, const uint8_t *w, const uint8_t *xq, int64_t nsb, float acc[8]) {
     for (int64_t s = 0; s < nsb; s++, xq += 8 * QUANT_ACT_BLOCK_BYTES) {
         const uint8_t *b = w + s * dtype_block_bytes(t);
@@ -82,18 +106,40 @@ void quant_k_dot_acc(dtype t, const uint8_t *w, const uint8_t *xq, int64_t nsb, 
             const int8_t *x = (const int8_t *)(xb + 4);
             float dx;
             memcpy(&dx, xb, 4);
-            if (t == DTYPE_Q4_K) {
+            if (t == DTYPE_Q4_K || t == DTYPE_Q5_K) {
                 float d = f16_to_f32(ld16(b)), dmin = f16_to_f32(ld16(b + 2));
                 int sc, m;
                 q4k_scale_min(j, b + 4, &sc, &m);
-                const uint8_t *q = b + 16 + 32 * (j / 2);
+                const uint8_t *q = b + (t == DTYPE_Q4_K ? 16 : 48) + 32 * (j / 2);
                 int32_t iq = 0, ix = 0;
                 for (int l = 0; l < 32; l++) {
-                    iq += ((q[l] >> (4 * (j & 1))) & 15) * x[l];
+                    int u = (q[l] >> (4 * (j & 1))) & 15;
+                    if (t == DTYPE_Q5_K) u |= ((b[16 + l] >> j) & 1) << 4;
+                    iq += u * x[l];
                     ix += x[l];
                 }
                 acc[j] = fmaf((float)(sc * iq), d * dx, acc[j]);
                 acc[j] = fmaf((float)(m * ix), -(dmin * dx), acc[j]);
+            } else if (t == DTYPE_Q2_K) {
+                float d = f16_to_f32(ld16(b + 80)), dmin = f16_to_f32(ld16(b + 82));
+                int32_t iq = 0, ix = 0;
+                for (int hf = 0; hf < 2; hf++) { /* sub-block 2j + hf: elements 16hf.. */
+                    int sc = b[2 * j + hf] & 15, m = b[2 * j + hf] >> 4;
+                    int32_t sq = 0, sx = 0;
+                    for (int l = 16 * hf; l < 16 * hf + 16; l++) sq += q2k_q(b + 16, j, l) * x[l], sx += x[l];
+                    iq += sc * sq, ix += m * sx;
+                }
+                acc[j] = fmaf((float)iq, d * dx, acc[j]);
+                acc[j] = fmaf((float)ix, -(dmin * dx), acc[j]);
+            } else if (t == DTYPE_Q3_K) {
+                float d = f16_to_f32(ld16(b + 108));
+                int32_t iq = 0;
+                for (int hf = 0; hf < 2; hf++) {
+                    int32_t sq = 0;
+                    for (int l = 16 * hf; l < 16 * hf + 16; l++) sq += (q3k_u(b, j, l) - 4) * x[l];
+                    iq += q3k_scale(b + 96, 2 * j + hf) * sq;
+                }
+                acc[j] = fmaf((float)iq, d * dx, acc[j]);
             } else {
                 const int8_t *sc = (const int8_t *)(b + 192);
                 float d = f16_to_f32(ld16(b + 208));
@@ -255,13 +301,134 @@ AVX2 INLINE void sb_q6_k(const int T, const uint8_t *b, const uint8_t *xb, int64
     }
 }
 
+/* One Q5_K super-block: Q4_K's nibbles with the fifth bit of qh (bit j of
+ * qh[l] for block j) or'ed in at bit 4. The half-block sums reach 62992,
+ * past int16, so after two pack steps (8-element sums, within int16) the
+ * halves are added in int32 and the scales applied by mullo. */
+AVX2 INLINE void sb_q5_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
+                         int64_t s, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(16);
+    uint64_t sc8, m8;
+    q4_k_scales_mins(b, &sc8, &m8);
+    const __m256i scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+    const __m256i mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(ld16(b))), ndmv = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 2)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+    __m256i u[8];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * p));
+        int j0 = 2 * p, j1 = 2 * p + 1; /* bit j of qh to bit 4: 16-bit shifts, exact per byte for |4 - j| <= 4 */
+        __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(qh, 4 - j0) : _mm256_srli_epi16(qh, j0 - 4);
+        __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(qh, 4 - j1) : _mm256_srli_epi16(qh, j1 - 4);
+        u[j0] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(h0, bit4));
+        u[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(h1, bit4));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const uint8_t *x = xb + t * ldxq;
+        __m256i p[8];
+        block_pairs8(u, x, p);
+        /* half h of blocks 0..3 (lo) and 4..7 (hi) in 128-bit lane h */
+        __m256i lo = pack_pair(pack_pair(p[0], p[1]), pack_pair(p[2], p[3]));
+        __m256i hi = pack_pair(pack_pair(p[4], p[5]), pack_pair(p[6], p[7]));
+        __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+        __m256i iq = _mm256_mullo_epi32(sum, scv);
+        __m256i ix = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(a->xs[s][t])), mn);
+        __m256 dxv = _mm256_load_ps(a->dx[s][t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dv, dxv), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix), _mm256_mul_ps(ndmv, dxv), acc[t]);
+    }
+}
+
+/* The 16 half-block sums of a super-block (blocks' p from block_pairs8)
+ * times 16 int32 scales, the two halves of each block added: block j's
+ * sum_h s[2j + h] * (half h's sum) in lane j. scA / scB: the scales of
+ * blocks 0..3 / 4..7, half h in 128-bit lane h (evenodd below). */
+AVX2 INLINE __m256i half_scaled(const __m256i p[8], __m256i scA, __m256i scB) {
+    __m256i A = _mm256_mullo_epi32(_mm256_hadd_epi32(pack_pair(p[0], p[1]), pack_pair(p[2], p[3])), scA);
+    __m256i B = _mm256_mullo_epi32(_mm256_hadd_epi32(pack_pair(p[4], p[5]), pack_pair(p[6], p[7])), scB);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(A, B, 0x20), _mm256_permute2x128_si256(A, B, 0x31));
+}
+
+/* 16 int8 scales in sub-block order -> scA, scB for half_scaled. */
+AVX2 INLINE void half_scales(__m128i sc, __m256i *scA, __m256i *scB) {
+    const __m128i evenodd = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    __m128i scs = _mm_shuffle_epi8(sc, evenodd);
+    *scA = _mm256_cvtepi8_epi32(scs);
+    *scB = _mm256_cvtepi8_epi32(_mm_srli_si128(scs, 8));
+}
+
+/* Q2_K: u = the 2-bit q (block j = 4h + r: qs[32h + l] >> 2r); iq_j from
+ * half_scaled with the 4-bit scales, ix_j = m_2j hx_2j + m_2j+1 hx_2j+1 by
+ * one madd of the 4-bit mins with the half sums of xq. */
+AVX2 INLINE void sb_q2_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
+                         int64_t s, __m256 *acc) {
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)b);
+    __m256i scA, scB;
+    half_scales(_mm_and_si128(sc, _mm_set1_epi8(15)), &scA, &scB);
+    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(ld16(b + 80))), ndmv = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 82)));
+    __m256i u[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * h));
+        u[4 * h] = _mm256_and_si256(q, m2);
+        u[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m2);
+        u[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m2);
+        u[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m2);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        __m256i p[8];
+        block_pairs8(u, xb + t * ldxq, p);
+        __m256i iq = half_scaled(p, scA, scB);
+        __m256i ix = _mm256_madd_epi16(mn16, _mm256_load_si256((const __m256i *)(a->hx[s][t])));
+        __m256 dxv = _mm256_load_ps(a->dx[s][t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dv, dxv), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix), _mm256_mul_ps(ndmv, dxv), acc[t]);
+    }
+}
+
+/* Q3_K: u = q + 4 = 2 low bits | bit j of hmask[l] << 2 (0..7); the - 4
+ * comes off as 4 * (s_2j hx_2j + s_2j+1 hx_2j+1), as Q6_K's - 32. */
+AVX2 INLINE void sb_q3_k(const int T, const uint8_t *b, const uint8_t *xb, int64_t ldxq, const qk_acts *a,
+                         int64_t s, __m256 *acc) {
+    const __m256i m2 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
+    int8_t sc[16];
+    q3_k_scales(b + 96, sc);
+    const __m128i scv = _mm_loadu_si128((const __m128i *)sc);
+    __m256i scA, scB;
+    half_scales(scv, &scA, &scB);
+    const __m256i s16 = _mm256_cvtepi8_epi16(scv);
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(ld16(b + 108)));
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+    __m256i u[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) { /* bit j of hmask to bit 2: 16-bit shifts, exact per byte */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (j / 4)));
+        __m256i hb = j <= 2 ? _mm256_slli_epi16(hm, 2 - j) : _mm256_srli_epi16(hm, j - 2);
+        u[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * (j % 4)), m2), _mm256_and_si256(hb, bit2));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        __m256i p[8];
+        block_pairs8(u, xb + t * ldxq, p);
+        __m256i v = half_scaled(p, scA, scB);
+        __m256i corr = _mm256_madd_epi16(s16, _mm256_load_si256((const __m256i *)(a->hx[s][t])));
+        __m256i iq = _mm256_sub_epi32(v, _mm256_slli_epi32(corr, 2));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dv, _mm256_load_ps(a->dx[s][t])), acc[t]);
+    }
+}
+
 /* R rows x T tokens over the whole of k: row rr at row + rr * gap, its
  * outputs at y + rr * ygap. The rows' super-blocks are read in turn, so R
  * rows far apart are R sequential streams (one per thread left single-token
  * decode well short of the memory bandwidth). */
 AVX2 INLINE void rows_k_avx2(const int R, const int T, const dtype type, const uint8_t *row, size_t gap, int64_t nsb,
                              const uint8_t *x, int64_t ldxq, const qk_acts *a, float *y, int64_t ldy, int64_t ygap) {
-    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
+    const size_t bb = dtype_block_bytes(type);
     __m256 acc[QK_STREAMS][QK_TOKENS];
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++)
@@ -273,8 +440,13 @@ AVX2 INLINE void rows_k_avx2(const int R, const int T, const dtype type, const u
         for (int rr = 0; rr < R; rr++) {
             const uint8_t *b = row + rr * gap + s * bb;
             for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + QK_AHEAD * bb + c, _MM_HINT_T0);
-            if (type == DTYPE_Q4_K) sb_q4_k(T, b, xb, ldxq, a, s, acc[rr]);
-            else sb_q6_k(T, b, xb, ldxq, a, s, acc[rr]);
+            switch (type) {
+            case DTYPE_Q4_K: sb_q4_k(T, b, xb, ldxq, a, s, acc[rr]); break;
+            case DTYPE_Q5_K: sb_q5_k(T, b, xb, ldxq, a, s, acc[rr]); break;
+            case DTYPE_Q2_K: sb_q2_k(T, b, xb, ldxq, a, s, acc[rr]); break;
+            case DTYPE_Q3_K: sb_q3_k(T, b, xb, ldxq, a, s, acc[rr]); break;
+            default: sb_q6_k(T, b, xb, ldxq, a, s, acc[rr]); break;
+            }
         }
     }
 #pragma GCC unroll 4
@@ -291,7 +463,7 @@ AVX2 static void prep_tokens(dtype type, const uint8_t *x, int64_t ldxq, int T, 
             memcpy(&a->dx[i / 8][t][i % 8], xb, 4);
             __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(xb + 4))), ones);
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-            if (type == DTYPE_Q4_K) {
+            if (type == DTYPE_Q4_K || type == DTYPE_Q5_K) { /* block sums; the others half sums */
                 h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
                 a->xs[i / 8][t][i % 8] = _mm_cvtsi128_si32(h);
@@ -339,6 +511,9 @@ AVX2 INLINE void range_k_avx2(const int T, const dtype type, const uint8_t *w, i
     }
 K_RANGE(matmul_q4_k_avx2, DTYPE_Q4_K)
 K_RANGE(matmul_q6_k_avx2, DTYPE_Q6_K)
+K_RANGE(matmul_q2_k_avx2, DTYPE_Q2_K)
+K_RANGE(matmul_q3_k_avx2, DTYPE_Q3_K)
+K_RANGE(matmul_q5_k_avx2, DTYPE_Q5_K)
 #endif
 
 void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
@@ -349,8 +524,13 @@ void quant_matmul_act_range_k_avx2(dtype type, const void *w, int64_t k, const v
         quant_matmul_act_range_k_portable(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); /* same order */
         return;
     }
-    if (type == DTYPE_Q4_K) matmul_q4_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
-    else matmul_q6_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+    switch (type) {
+    case DTYPE_Q4_K: matmul_q4_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q6_K: matmul_q6_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q2_K: matmul_q2_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    case DTYPE_Q3_K: matmul_q3_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    default: matmul_q5_k_avx2(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1); break;
+    }
 #else
     (void)w, (void)k, (void)xq, (void)ldxq, (void)y, (void)ldy, (void)r0, (void)r1, (void)t0, (void)t1;
 #endif
@@ -369,7 +549,7 @@ void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *
         return;
     }
     int64_t tv = t0; /* tokens [t0, tv) on tiles, [tv, t1) on AVX2: same bits */
-    if (quant_use_amx() && ldxq <= INT32_MAX / 16) { /* the tile kernel gathers with int32 offsets */
+    if (quant_use_amx() && quant_k_amx_takes(type) && ldxq <= INT32_MAX / 16) { /* int32 gather offsets */
         tv = t0 + (t1 - t0) / 16 * 16;
         if (t1 - tv >= QK_AMX_MIN_TOKENS) tv = t1;
     }

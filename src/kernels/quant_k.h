@@ -1,8 +1,9 @@
 /*
- * quant_k.h - the K-quant (Q4_K / Q6_K) integer matmul paths beyond quant.h's
- * portable and AVX2 ones: the dispatching entry quant.c calls, and the
- * AMX-INT8 kernel (quant_k_amx.c). Every path computes the one reduction
- * order documented in quant_k.c, bit for bit.
+ * quant_k.h - the K-quant (Q2_K .. Q6_K) integer matmul paths beyond
+ * quant.h's portable and AVX2 ones: the dispatching entry quant.c calls, the
+ * AVX-512 kernel, the AMX-INT8 kernel (quant_k_amx.c, Q4_K / Q6_K), and the
+ * scale unpacking they share. Every path computes the one reduction order
+ * documented in quant_k.c, bit for bit.
  */
 #ifndef VLLM_KERNELS_QUANT_K_H
 #define VLLM_KERNELS_QUANT_K_H
@@ -17,8 +18,12 @@
 void quant_matmul_act_range_k(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                               int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
+/* True for the K types the AMX kernel takes (Q4_K, Q6_K); the others stay
+ * on the AVX-512 / AVX2 kernels for every token count. */
+static inline bool quant_k_amx_takes(dtype t) { return t == DTYPE_Q4_K || t == DTYPE_Q6_K; }
+
 /* The AMX kernel on its own, any token count (for tests and benchmarks).
- * Aborts unless quant_amx_available() and quant_is_k(type). */
+ * Aborts unless quant_amx_available() and quant_k_amx_takes(type). */
 void quant_matmul_act_range_k_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
@@ -37,6 +42,22 @@ static inline void q4_k_scales_mins(const uint8_t *b, uint64_t *sc8, uint64_t *m
     const uint32_t k63 = 0x3f3f3f3f, k15 = 0x0f0f0f0f, k3 = 0x03030303;
     *sc8 = (u[0] & k63) | (uint64_t)((u[2] & k15) | (((u[0] >> 6) & k3) << 4)) << 32;
     *m8 = (u[1] & k63) | (uint64_t)(((u[2] >> 4) & k15) | (((u[1] >> 6) & k3) << 4)) << 32;
+}
+
+/* Q3_K's sixteen scales minus 32 (-32..31), sub-block j in out[j], from
+ * the 12 bytes at s (ggml's unpacking: four 32-bit words of low nibbles
+ * and 2-bit high parts). */
+static inline void q3_k_scales(const uint8_t *s, int8_t out[16]) {
+    const uint32_t k15 = 0x0f0f0f0f, k3 = 0x03030303;
+    uint32_t a[3], r[4];
+    memcpy(a, s, 12);
+    r[0] = (a[0] & k15) | ((a[2] >> 0) & k3) << 4;
+    r[1] = (a[1] & k15) | ((a[2] >> 2) & k3) << 4;
+    r[2] = ((a[0] >> 4) & k15) | ((a[2] >> 4) & k3) << 4;
+    r[3] = ((a[1] >> 4) & k15) | ((a[2] >> 6) & k3) << 4;
+    uint8_t u[16];
+    memcpy(u, r, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(u[j] - 32);
 }
 
 #if defined(__x86_64__)

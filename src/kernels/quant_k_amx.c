@@ -300,7 +300,7 @@ AMX static void range_q6_k(const void *w, int64_t k, const void *xq, int64_t ldx
 
 void quant_matmul_act_range_k_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                   int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    if (!quant_amx_available() || !quant_is_k(type)) abort(); /* a caller bug */
+    if (!quant_amx_available() || !quant_k_amx_takes(type)) abort(); /* a caller bug */
     /* w, xq and y as the caller indexes them: row r0's and token t0's */
     const uint8_t *wr = (const uint8_t *)w + r0 * dtype_row_bytes(type, k);
     const uint8_t *xt = (const uint8_t *)xq + t0 * ldxq;

@@ -1,6 +1,8 @@
 /*
- * quant_k_avx512.c - Q4_K / Q6_K weights x 8-bit activations with AVX-512
- * VNNI: the few-token (decode) K-quant kernel on AVX-512 machines.
+ * quant_k_avx512.c - K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x 8-bit
+ * activations with AVX-512 VNNI: the K-quant kernel of AVX-512 machines
+ * (every token count for Q2_K / Q3_K / Q5_K; the few-token calls of Q4_K /
+ * Q6_K where AMX takes the rest).
  *
  * The same integers and the same float order as quant_k.c documents, so the
  * results are bit-identical to its portable and AVX2 kernels; only the way
@@ -8,16 +10,21 @@
  *
  *   - The call's tokens (up to KX_TOKENS at a time) are first copied into
  *     contiguous int8 rows (8 blocks x 32 per super-block, no scales in
- *     between), with the activation scales, Q4_K's block sums of xq and Q6_K's
- *     16-element sums times -32 (the q6 - 32 offset) beside them.
+ *     between), with the activation scales and, per type, Q4_K / Q5_K's
+ *     block sums of xq or the 16-element sums times -32 (Q6_K), -4 (Q3_K)
+ *     or 1 (Q2_K, for its mins) beside them.
  *   - A super-block's weights become four 64-byte vectors of unsigned values,
  *     blocks (0,1) (2,3) (4,5) (6,7): Q4_K nibbles 0..15 (one 32-byte load
- *     broadcast to both halves, shifted by 0 / 4), Q6_K's q6 0..63.
+ *     broadcast to both halves, shifted by 0 / 4), Q5_K the same with the
+ *     fifth bit added under a vptestmb mask of qh, Q6_K's q6 0..63, Q2_K's
+ *     2-bit u (shifts 0/2 or 4/6 of the broadcast qs) and Q3_K's 3-bit u
+ *     (the same plus hmask's bit, as Q5_K's).
  *   - vpdpbusd gives 16 int32 lanes per vector, lane i = elements 4i..4i+3
  *     of the pair; 128-bit lane c of pair p is half-block h = 4p + c (16
  *     elements). A 4x4 transpose-add within 128-bit lanes turns the four
  *     vectors into the 16 half-block sums, lane 4c + p = half 4p + c.
- *   - Q6_K: (half sum - 32 * sum of its xq) * its int8 scale, per lane.
+ *   - Q6_K / Q3_K: (half sum - offset * sum of its xq) * its scale, per lane;
+ *     Q2_K: half sum * scale and (sum of its xq) * min, per lane.
  *   - Halves 2j and 2j+1 (lanes 4c+p, 4c+4+p) add up to block j; a permute
  *     puts block j in lane j of a 256-bit vector, and from there on the code
  *     is the AVX2 kernel's: the same float operations in the same lanes.
@@ -56,7 +63,7 @@ enum {
 typedef struct kx_acts {
     _Alignas(64) int8_t x[KX_TOKENS][KX_MAX_SB * 256]; /* xq without the block scales */
     _Alignas(64) float dx[KX_TOKENS][KX_MAX_SB * 8];   /* block scales */
-    _Alignas(64) int32_t xs[KX_TOKENS][KX_MAX_SB * 16]; /* Q4_K: block sums (8 per sb); Q6_K: -32 * half sums, lane order */
+    _Alignas(64) int32_t xs[KX_TOKENS][KX_MAX_SB * 16]; /* Q4_K / Q5_K: block sums (8 per sb); others: K * half sums, lane order */
 } kx_acts;
 
 static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
@@ -74,11 +81,12 @@ AVX512 static void kx_prep(dtype type, const uint8_t *xq, int64_t ldxq, int T, i
             memcpy(&a->dx[t][i], xb, 4);
             __m256i s = sums4(v); /* lanes 0..3: first 16 elements, 4..7: last 16 */
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            if (type == DTYPE_Q4_K) {
+            if (type == DTYPE_Q4_K || type == DTYPE_Q5_K) {
                 h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
                 a->xs[t][i] = _mm_cvtsi128_si32(h);
-            } else {
+            } else { /* half sums times the offset: Q6_K -32, Q3_K -4, Q2_K 1 (for its mins) */
+                const int32_t kh = type == DTYPE_Q6_K ? -32 : type == DTYPE_Q3_K ? -4 : 1;
                 __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
                 lo = _mm_add_epi32(lo, _mm_unpackhi_epi64(lo, lo));
                 hi = _mm_add_epi32(hi, _mm_unpackhi_epi64(hi, hi));
@@ -87,8 +95,8 @@ AVX512 static void kx_prep(dtype type, const uint8_t *xq, int64_t ldxq, int T, i
                 /* halves 2j, 2j+1 of the super-block (j = i % 8) at lanes
                  * 4 * (h % 4) + h / 4 of the super-block's 16 */
                 int64_t sb = i / 8, hh = 2 * (i % 8);
-                a->xs[t][16 * sb + 4 * (hh % 4) + hh / 4] = -32 * s0;
-                a->xs[t][16 * sb + 4 * ((hh + 1) % 4) + (hh + 1) / 4] = -32 * s1;
+                a->xs[t][16 * sb + 4 * (hh % 4) + hh / 4] = kh * s0;
+                a->xs[t][16 * sb + 4 * ((hh + 1) % 4) + (hh + 1) / 4] = kh * s1;
             }
         }
     }
@@ -114,8 +122,12 @@ AVX512 INLINE __m256i blocks(__m512i h) {
  * in flight than one (adjacent rows don't: the prefetchers see one page). */
 AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uint8_t *row, size_t stride,
                            size_t gap, int64_t nsb, const kx_acts *a, __m256 (*acc)[KX_TOKENS], int64_t agap) {
-    const size_t bb = type == DTYPE_Q4_K ? 144 : 210;
-    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const size_t bb = dtype_block_bytes(type);
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3);
+    /* Q2_K / Q3_K pair p's shifts: low half 4(p % 2), high half 4(p % 2) + 2 */
+    const __m512i sh_2a = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002LL, 0x0002000200020002LL,
+                                            0x0002000200020002LL, 0x0002000200020002LL);
+    const __m512i sh_2b = _mm512_add_epi16(sh_2a, _mm512_set1_epi16(4));
     const __m512i sh_q4 = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
                                             0x0004000400040004LL, 0x0004000400040004LL);
     const __m512i sh_l = _mm512_setr_epi64(0x0004000400040004LL, 0x0004000400040004LL, 0x0004000400040004LL,
@@ -137,20 +149,57 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
     for (int rr = 0; rr < R; rr++) {
         const uint8_t *b = row + rr * gap + s * bb;
         for (int c = 0; c < (int)bb; c += 64) _mm_prefetch((const char *)b + stride + c, _MM_HINT_T0);
-        __m512i w[4], scale16 = _mm512_setzero_si512();
+        __m512i w[4], scale16 = _mm512_setzero_si512(), min16 = _mm512_setzero_si512();
         __m256i scv = _mm256_setzero_si256(), mn = _mm256_setzero_si256();
         __m256 dvec, dmvec = _mm256_setzero_ps();
-        if (type == DTYPE_Q4_K) {
+        if (type == DTYPE_Q4_K || type == DTYPE_Q5_K) {
             uint64_t sc8, m8;
             q4_k_scales_mins(b, &sc8, &m8);
             scv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
             mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b)));
             dmvec = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 2))); /* -dmin: (-dmin) * dx == -(dmin * dx) exactly */
+            const uint8_t *qs = b + (type == DTYPE_Q4_K ? 16 : 48);
+            __m512i qhb = _mm512_setzero_si512();
+            if (type == DTYPE_Q5_K) qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) { /* blocks 2p, 2p+1: low, high nibbles of 32 bytes */
-                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * p)));
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * p)));
                 w[p] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_q4), m4);
+                if (type == DTYPE_Q5_K) { /* bit 2p (low half) or 2p+1 (high half) of qh[l] is bit 4 */
+                    __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * p))),
+                                                     _mm256_set1_epi8((char)(1 << (2 * p + 1))), 1);
+                    w[p] = _mm512_mask_add_epi8(w[p], _mm512_test_epi8_mask(qhb, bit), w[p], _mm512_set1_epi8(16));
+                }
+            }
+        } else if (type == DTYPE_Q2_K || type == DTYPE_Q3_K) {
+            const uint8_t *qs = b + (type == DTYPE_Q2_K ? 16 : 32);
+            __m128i sc;
+            __m512i hmb = _mm512_setzero_si512();
+            if (type == DTYPE_Q2_K) {
+                __m128i raw = _mm_loadu_si128((const __m128i *)b);
+                sc = _mm_and_si128(raw, _mm_set1_epi8(15));
+                min16 = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)),
+                                                              transpose));
+                dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 80)));
+                dmvec = _mm256_set1_ps(-_cvtsh_ss(ld16(b + 82)));
+            } else {
+                int8_t s3[16];
+                q3_k_scales(b + 96, s3);
+                sc = _mm_loadu_si128((const __m128i *)s3);
+                dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 108)));
+                hmb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b));
+            }
+            scale16 = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, transpose));
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) { /* blocks 2p, 2p+1 = 4h + r, r + 1 with h = p / 2, r = 2 (p % 2) */
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (p / 2))));
+                w[p] = _mm512_and_si512(_mm512_srlv_epi16(q, p % 2 ? sh_2b : sh_2a), m3);
+                if (type == DTYPE_Q3_K) { /* bit 2p / 2p+1 of hmask[l] is bit 2 */
+                    __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * p))),
+                                                     _mm256_set1_epi8((char)(1 << (2 * p + 1))), 1);
+                    w[p] = _mm512_mask_add_epi8(w[p], _mm512_test_epi8_mask(hmb, bit), w[p], _mm512_set1_epi8(4));
+                }
             }
         } else {
             dvec = _mm256_set1_ps(_cvtsh_ss(ld16(b + 208)));
@@ -172,14 +221,19 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
             for (int i = 0; i < 4; i++) p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], _mm512_load_si512(x + 64 * i));
             __m512i h = halves(p);
             __m256 dxv = _mm256_load_ps(a->dx[t] + 8 * s);
-            if (type == DTYPE_Q4_K) {
+            if (type == DTYPE_Q4_K || type == DTYPE_Q5_K) {
                 __m256i iq = _mm256_mullo_epi32(blocks(h), scv);
                 /* m_j * xs_j by madd: |xs_j| < 2^15, 0 <= m_j < 64 (quant_k.c) */
                 __m256i ix = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(a->xs[t] + 8 * s)), mn);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix),
                                              _mm256_mul_ps(dmvec, dxv), ra[rr][t]);
-            } else {
+            } else if (type == DTYPE_Q2_K) { /* 4-bit scales on the q half sums, mins on xq's */
+                __m256i iq = blocks(_mm512_mullo_epi32(h, scale16));
+                __m256i ix = blocks(_mm512_mullo_epi32(_mm512_load_si512(a->xs[t] + 16 * s), min16));
+                ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iq), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
+                ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ix), _mm256_mul_ps(dmvec, dxv), ra[rr][t]);
+            } else { /* Q6_K, Q3_K: (half sum - offset * sum of its xq) * scale */
                 h = _mm512_mullo_epi32(_mm512_add_epi32(h, _mm512_load_si512(a->xs[t] + 16 * s)), scale16);
                 ra[rr][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blocks(h)), _mm256_mul_ps(dvec, dxv), ra[rr][t]);
             }
@@ -193,7 +247,7 @@ AVX512 INLINE void rows_kx(const int R, const int T, const dtype type, const uin
 
 AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int64_t k, const uint8_t *xq,
                             int64_t ldxq, float *y, int64_t ldy, int64_t r0, int64_t r1, kx_acts *a) {
-    const size_t stride = dtype_row_bytes(type, k), bb = type == DTYPE_Q4_K ? 144 : 210;
+    const size_t stride = dtype_row_bytes(type, k), bb = dtype_block_bytes(type);
     const int64_t nsb = k / QUANT_QK_K;
     if (nsb <= KX_MAX_SB) { /* one piece: prepare once, every row */
         kx_prep(type, xq, ldxq, T, nsb, a);
@@ -258,6 +312,9 @@ AVX512 INLINE void range_kx(const int T, const dtype type, const uint8_t *w, int
     }
 KX_ENTRY(matmul_q4_k_avx512, DTYPE_Q4_K)
 KX_ENTRY(matmul_q6_k_avx512, DTYPE_Q6_K)
+KX_ENTRY(matmul_q2_k_avx512, DTYPE_Q2_K)
+KX_ENTRY(matmul_q3_k_avx512, DTYPE_Q3_K)
+KX_ENTRY(matmul_q5_k_avx512, DTYPE_Q5_K)
 #endif
 
 void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
@@ -265,8 +322,13 @@ void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const
     if (!kernels_cpu_has_avx512() || !quant_is_k(type)) abort(); /* a caller bug */
 #if defined(__x86_64__)
     kx_acts acts; /* 44 KB */
-    if (type == DTYPE_Q4_K) matmul_q4_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts);
-    else matmul_q6_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts);
+    switch (type) {
+    case DTYPE_Q4_K: matmul_q4_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts); break;
+    case DTYPE_Q6_K: matmul_q6_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts); break;
+    case DTYPE_Q2_K: matmul_q2_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts); break;
+    case DTYPE_Q3_K: matmul_q3_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts); break;
+    default: matmul_q5_k_avx512(w, k, xq, ldxq, y, ldy, r0, r1, t0, t1, &acts); break;
+    }
 #else
     (void)w, (void)k, (void)xq, (void)ldxq, (void)y, (void)ldy, (void)r0, (void)r1, (void)t0, (void)t1;
 #endif

@@ -141,6 +141,13 @@ static bool dtype_from_ggml(uint32_t g, dtype *t) {
     case GGML_TYPE_Q4_0: *t = DTYPE_Q4_0; return true;
     case GGML_TYPE_Q4_K: *t = DTYPE_Q4_K; return true;
     case GGML_TYPE_Q6_K: *t = DTYPE_Q6_K; return true;
+    case GGML_TYPE_Q4_1: *t = DTYPE_Q4_1; return true;
+    case GGML_TYPE_Q5_0: *t = DTYPE_Q5_0; return true;
+    case GGML_TYPE_Q5_1: *t = DTYPE_Q5_1; return true;
+    case GGML_TYPE_IQ4_NL: *t = DTYPE_IQ4_NL; return true;
+    case GGML_TYPE_Q2_K: *t = DTYPE_Q2_K; return true;
+    case GGML_TYPE_Q3_K: *t = DTYPE_Q3_K; return true;
+    case GGML_TYPE_Q5_K: *t = DTYPE_Q5_K; return true;
     default: return false;
     }
 }
@@ -181,7 +188,8 @@ static vllm_status parse_tensor(cursor *c, int64_t index, gguf_tensor *t) {
         const char *n = ggml_type_name(g);
         if (n)
             return vllm_error(VLLM_ERR_UNSUPPORTED,
-                              "%s: tensor '%s': type %s is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+                              "%s: tensor '%s': type %s is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                              "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                               c->path, name, n);
         return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s': unknown ggml type %u", c->path, name, g);
     }
@@ -222,7 +230,10 @@ static vllm_status check_unique(const char *path, ref *refs, int64_t n, const ch
     return VLLM_OK;
 }
 
-vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f) {
+/* gguf_parse, or with tensors false only the header and the metadata: the
+ * tensor infos are not read, so a file whose tensor types we cannot compute
+ * in still gives its tokenizer and chat template. */
+static vllm_status parse(const void *bytes, size_t size, const char *path, bool tensors, gguf_file *f) {
     memset(f, 0, sizeof *f);
     vllm_status rc = VLLM_OK;
     ref *refs = NULL;
@@ -274,6 +285,10 @@ vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_fi
         f->alignment = a;
     }
 
+    if (!tensors) {
+        free(refs);
+        return VLLM_OK;
+    }
     for (f->num_tensors = 0; f->num_tensors < (int64_t)nt; f->num_tensors++)
         if ((rc = parse_tensor(&c, f->num_tensors, &f->tensors[f->num_tensors]))) goto fail;
     for (int64_t i = 0; i < f->num_tensors; i++) refs[i] = (ref){.s = f->tensors[i].name, .index = i};
@@ -323,7 +338,11 @@ fail:
     return rc;
 }
 
-vllm_status gguf_open(const char *path, gguf_file *f) {
+vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f) {
+    return parse(bytes, size, path, true, f);
+}
+
+static vllm_status open_file(const char *path, bool tensors, gguf_file *f) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return vllm_error(VLLM_ERR_IO, "%s: %s", path, strerror(errno));
@@ -341,7 +360,7 @@ vllm_status gguf_open(const char *path, gguf_file *f) {
     int e = errno;
     close(fd);
     if (map == MAP_FAILED) return vllm_error(VLLM_ERR_IO, "%s: mmap: %s", path, strerror(e));
-    vllm_status rc = gguf_parse(map, (size_t)st.st_size, path, f);
+    vllm_status rc = parse(map, (size_t)st.st_size, path, tensors, f);
     if (rc) {
         munmap(map, (size_t)st.st_size);
         return rc;
@@ -349,6 +368,10 @@ vllm_status gguf_open(const char *path, gguf_file *f) {
     f->map = map, f->map_size = (size_t)st.st_size;
     return VLLM_OK;
 }
+
+vllm_status gguf_open(const char *path, gguf_file *f) { return open_file(path, true, f); }
+
+vllm_status gguf_open_metadata(const char *path, gguf_file *f) { return open_file(path, false, f); }
 
 void gguf_deinit(gguf_file *f) {
     if (!f) return;
@@ -596,6 +619,7 @@ vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
         return vllm_error(VLLM_ERR_FORMAT, "%s: vocabulary size unknown (no %s.vocab_size, token list or token_embd)",
                           f->path, arch);
     cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+    cfg->attention_bias = gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
     const gguf_tensor *q = gguf_find_tensor(f, "blk.0.attn_q.weight");
     cfg->torch_dtype = q ? q->type : DTYPE_F32;
     cfg->bos_token_id = -1;
@@ -618,7 +642,7 @@ static vllm_status bind(const gguf_file *f, const char *name, int64_t rows, int6
         return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s' has ne [%lld, %lld] (%d dims), expected [%lld, %lld]", f->path,
                           name, (long long)t->ne[0], (long long)t->ne[1], t->ndim, (long long)cols, (long long)(rows ? rows : 1));
     if (!rows && t->type != DTYPE_F32 && t->type != DTYPE_F16 && t->type != DTYPE_BF16)
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: norm tensor '%s' is %s (F32/F16/BF16 expected)", f->path, name,
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: vector tensor '%s' is %s (F32/F16/BF16 expected)", f->path, name,
                           dtype_name(t->type));
     out->type = t->type;
     out->ndim = rows ? 2 : 1;
@@ -653,18 +677,29 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"post_attention_norm", 0, dim, &L->attn_post_norm},
             {"post_ffw_norm", 0, dim, &L->ffn_post_norm},
         };
+        /* optional, each on its own, as llama.cpp loads them: llama.cpp's
+         * converter writes a Llama checkpoint's attention_bias tensors here */
+        struct { const char *suffix; int64_t len; tensor *t; } biases[] = {
+            {"attn_q", qd, &L->q_bias}, {"attn_k", kvd, &L->k_bias},
+            {"attn_v", kvd, &L->v_bias}, {"attn_output", dim, &L->o_bias},
+        };
         size_t n_map = cfg->arch == MODEL_ARCH_GEMMA3 ? sizeof map / sizeof map[0] : 9;
         for (size_t i = 0; i < n_map; i++) {
             char name[64];
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, map[i].suffix);
-            if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) {
-                free(w->layers);
-                memset(w, 0, sizeof *w);
-                return rc;
-            }
+            if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) goto fail;
+        }
+        for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
+            if (gguf_find_tensor(f, name) && (rc = bind(f, name, 0, biases[i].len, biases[i].t))) goto fail;
         }
     }
     return VLLM_OK;
+fail:
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+    return rc;
 }
 
 /* ---- tokenizer ----------------------------------------------------------- */

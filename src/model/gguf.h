@@ -73,9 +73,16 @@ enum {
     GGML_TYPE_F32 = 0,
     GGML_TYPE_F16 = 1,
     GGML_TYPE_Q4_0 = 2,
+    GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
     GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q2_K = 10,
+    GGML_TYPE_Q3_K = 11,
     GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
     GGML_TYPE_Q6_K = 14,
+    GGML_TYPE_IQ4_NL = 20,
     GGML_TYPE_BF16 = 30,
 };
 
@@ -124,6 +131,9 @@ typedef struct gguf_file {
 vllm_status gguf_parse(const void *bytes, size_t size, const char *path, gguf_file *f);
 /* Opens and mmaps path read-only, then gguf_parse. */
 vllm_status gguf_open(const char *path, gguf_file *f);
+/* The same for the header and metadata only (num_tensors 0, data NULL): what
+ * the tokenizer and the chat template need, whatever the tensors' types. */
+vllm_status gguf_open_metadata(const char *path, gguf_file *f);
 /* Releases what parse/open acquired; f is zeroed. Safe on a zeroed f. */
 void gguf_deinit(gguf_file *f);
 

@@ -104,8 +104,9 @@ vllm_status chat_template_create(const json_t *config, const char *override_sour
     } else if (src && !json_is_null(src)) {
         rc = vllm_error(VLLM_ERR_FORMAT, "tokenizer_config.json: chat_template must be a string or a list");
     } else {
-        rc = vllm_error(VLLM_ERR_NOT_FOUND, "the model has no chat template (tokenizer_config.json has no "
-                                            "chat_template); pass one with --chat-template");
+        rc = vllm_error(VLLM_ERR_NOT_FOUND, "the model has no chat template (no chat_template in "
+                                            "tokenizer_config.json, no tokenizer.chat_template in a GGUF); pass "
+                                            "one with --chat-template");
     }
     for (size_t i = 0; !rc && config && i < sizeof special_keys / sizeof *special_keys; i++) {
         const json_t *v = json_object_get(config, special_keys[i]);

@@ -19,7 +19,10 @@
  *      - Sequence[Replace..., ByteFallback, Replace..., Fuse, Strip]: Replace
  *        per token, runs of <0xNN> tokens through the same state machine
  *        (TextDecoder's BOM rule included: a run that starts with U+FEFF loses
- *        it), Strip(c, start, stop) on the fused text: up to `start` leading
+ *        it), or, with Rust's rule (decoder_cfg.byte_fallback_per_byte:
+ *        Gemma's GGUF tokenizer), each run held whole until it ends and then either
+ *        decoded or, if it is not valid UTF-8, turned into one U+FFFD per
+ *        byte; Strip(c, start, stop) on the fused text: up to `start` leading
  *        c's dropped while nothing else has been seen, trailing c's held back
  *        (at most `stop`) until something else follows or the stream ends;
  *      - Metaspace: replacement -> ' ', first token's leading space dropped;
@@ -61,6 +64,7 @@ struct detokenizer {
     utf8_decoder u;     /* bytes of the current byte-level group / byte-fallback run */
     bool run_active;    /* ByteFallback: inside a run of <0xNN> tokens */
     bool run_start;     /* ByteFallback: no code point of this run decoded yet */
+    strbuf run;         /* ByteFallback per byte: the bytes of the current run */
     int64_t n_tokens;   /* tokens the decoder has seen (after skipping) */
     int strip_left;     /* Strip: leading strip chars still to drop, 0 once text seen */
     int strip_held;     /* Strip: trailing strip chars held back */
@@ -78,6 +82,7 @@ static void stream_init(detokenizer *d, const tokenizer *t, bool skip_special) {
 }
 
 static void stream_deinit(detokenizer *d) {
+    free(d->run.s);
     free(d->stage.s);
     free(d->a.s);
     free(d->b.s);
@@ -132,6 +137,25 @@ static vllm_status end_bytes(detokenizer *d, bool run) {
     uint32_t cp;
     if (!utf8_decoder_finish(&d->u, &cp)) return VLLM_OK;
     return run ? emit_run_cp(d, cp) : emit_cp(d, cp);
+}
+
+/* Ends a ByteFallback run, by the decoder's rule for invalid runs. */
+static vllm_status end_run(detokenizer *d) {
+    if (!d->t->dec.byte_fallback_per_byte) return end_bytes(d, true);
+    size_t n = d->run.len;
+    bool valid = utf8_valid_prefix(d->run.s, n) == n;
+    vllm_status rc = VLLM_OK;
+    for (size_t i = 0; i < n && !rc;) {
+        if (valid) {
+            rc = emit_run_cp(d, utf8_get(d->run.s + i));
+            i += (size_t)utf8_len((uint8_t)d->run.s[i]);
+        } else {
+            rc = emit_run_cp(d, UTF8_REPLACEMENT);
+            i++;
+        }
+    }
+    d->run.len = 0;
+    return rc;
 }
 
 static vllm_status push_byte(detokenizer *d, uint8_t byte, bool run) {
@@ -237,11 +261,12 @@ static vllm_status decode_token(detokenizer *d, int32_t id) {
         if ((rc = replace_pre(d, p, n))) break;
         uint8_t byte;
         if (c->byte_fallback && byte_token(d->stage.s, d->stage.len, &byte)) {
-            if (!d->run_active) d->run_active = d->run_start = true;
-            rc = push_byte(d, byte, true);
+            if (!d->run_active) d->run_start = !c->byte_fallback_per_byte; /* TextDecoder's BOM rule */
+            d->run_active = true;
+            rc = c->byte_fallback_per_byte ? sb_add(&d->run, (const char *)&byte, 1) : push_byte(d, byte, true);
             break;
         }
-        if (d->run_active && (rc = end_bytes(d, true))) break;
+        if (d->run_active && (rc = end_run(d))) break;
         d->run_active = false;
         for (size_t i = 0; i < d->stage.len && !rc;) {
             uint32_t cp = utf8_get(d->stage.s + i);
@@ -322,7 +347,7 @@ static vllm_status stream_push(detokenizer *d, int32_t id) {
 
 static vllm_status stream_finish(detokenizer *d) {
     const decoder_cfg *c = &d->t->dec;
-    vllm_status rc = end_bytes(d, c->kind == DEC_CHAIN);
+    vllm_status rc = c->kind == DEC_CHAIN ? end_run(d) : end_bytes(d, false);
     if (rc) return rc;
     d->strip_held = 0; /* Strip(stop): trailing strip chars are dropped */
     d->finished = true;

@@ -701,6 +701,24 @@ fail:
     return rc;
 }
 
+vllm_status tokenizer_load_config(const char *dir, json_t **out) {
+    *out = NULL;
+    char path[PATH_MAX], *gguf = NULL;
+    vllm_status rc = tokenizer_gguf_path(dir, &gguf);
+    if (rc) return rc;
+    if (gguf) {
+        rc = tokenizer_gguf_config(gguf, out);
+        free(gguf);
+        return rc;
+    }
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
+        return vllm_error(VLLM_ERR_INVALID, "%s: path too long", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return VLLM_OK;
+    fclose(f);
+    return read_json(path, JSON_DECODE_INT_AS_REAL, out);
+}
+
 vllm_status tokenizer_load(const char *dir, tokenizer **out) {
     char tj[PATH_MAX], tc[PATH_MAX], *gguf = NULL;
     vllm_status rc = tokenizer_gguf_path(dir, &gguf);

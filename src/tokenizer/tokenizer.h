@@ -34,6 +34,7 @@
 #ifndef VLLM_TOKENIZER_TOKENIZER_H
 #define VLLM_TOKENIZER_TOKENIZER_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,10 +48,18 @@ typedef struct tokenizer tokenizer;
  * a directory without config.json), tokenizer_load_gguf. */
 vllm_status tokenizer_load(const char *dir, tokenizer **out);
 /* The tokenizer embedded in a GGUF file (tokenizer.ggml.*), see
- * tokenizer_gguf.c: model "llama" (SentencePiece BPE with byte fallback,
- * merges ranked by the scores) and "gpt2" (byte-level BPE from the merges,
- * split regex chosen by tokenizer.ggml.pre); others are VLLM_ERR_UNSUPPORTED. */
+ * tokenizer_gguf.c: model "llama" (SentencePiece BPE with byte fallback;
+ * merges ranked by the scores, or in file order for Gemma) and "gpt2"
+ * (byte-level BPE from the merges, split regex chosen by tokenizer.ggml.pre);
+ * other models and unknown pre-tokenizers are VLLM_ERR_UNSUPPORTED naming them.
+ * Only the metadata is read, whatever the tensors' types. */
 vllm_status tokenizer_load_gguf(const char *path, tokenizer **out);
+/* The model's tokenizer_config (*out, caller json_decref's; NULL when it has
+ * none, which is not an error): dir/tokenizer_config.json, or for a GGUF
+ * model the one its metadata describes (special tokens, add_bos_token, the
+ * chat template(s); see tokenizer_gguf.c). The chat template and the
+ * request's special-token strings come from here. */
+vllm_status tokenizer_load_config(const char *dir, json_t **out);
 /* Same from explicit paths (config_path may be NULL). */
 vllm_status tokenizer_load_files(const char *tokenizer_json_path, const char *config_path,
                                  tokenizer **out);
@@ -91,7 +100,9 @@ vllm_status tokenizer_decode(const tokenizer *t, const int32_t *ids, int32_t n_i
  * It is the same streaming decoder tokenizer_decode runs, so this holds by
  * construction; a push costs O(bytes of that token), independent of the
  * sequence length. Held back at any time: at most an unfinished UTF-8
- * sequence, a few trailing bytes that clean-up could still rewrite (" n'"),
+ * sequence (for a Gemma GGUF tokenizer, whose byte-fallback runs decode as
+ * Rust's tokenizers decodes them, all or nothing: the current run of <0xNN>
+ * tokens), a few trailing bytes that clean-up could still rewrite (" n'"),
  * and trailing Strip characters.
  *
  * With prompt ids, the decoder state is primed with the prompt and the

@@ -70,6 +70,13 @@ typedef struct decoder_cfg {
     dec_replace post[DEC_MAX_REPLACE]; /* after ByteFallback, before Fuse (single-char patterns) */
     int n_pre, n_post;
     bool byte_fallback;
+    /* ByteFallback as Rust's tokenizers (Python transformers, vLLM) does it:
+     * a run of <0xNN> tokens that is not valid UTF-8 as a whole becomes one
+     * U+FFFD per byte, and a leading U+FEFF stays. Otherwise transformers.js's
+     * TextDecoder rules: U+FFFD per maximal invalid subpart, a leading BOM
+     * dropped. Set for Gemma GGUF files, whose reference is Python
+     * transformers (see tokenizer_gguf.c). */
+    bool byte_fallback_per_byte;
     bool strip;                /* Strip after Fuse */
     uint32_t strip_char;       /* its content (one BMP code point) */
     int strip_start, strip_stop;
@@ -120,6 +127,8 @@ struct tokenizer {
  * cfg (NULL = {}); takes ownership of both references. name is used in
  * messages. tokenizer_gguf.c synthesises root/cfg from GGUF metadata. */
 vllm_status tokenizer_load_json(json_t *root, json_t *cfg, const char *name, tokenizer **out);
+/* The tokenizer_config of a GGUF file (see tokenizer_gguf.c), *out new. */
+vllm_status tokenizer_gguf_config(const char *path, json_t **out);
 /* gguf_find_path (model/gguf.h): the GGUF file a model path names, or NULL. */
 vllm_status tokenizer_gguf_path(const char *path, char **out);
 

@@ -11,8 +11,9 @@ those values under the HF names, attn_q/attn_k rows put back from llama.cpp's
 interleaved order into HF's rotate-half order (the inverse of make_gguf's
 permute_rope), so tests/ref/torch_forward.py on OUT_DIR is the exact float64
 reference for our forward pass on the quantized file. OUT_DIR/act_quant.json
-lists the HF names of the Q8_0/Q4_0/Q4_K/Q6_K weights: our runner quantizes the inputs
-of those matmuls to 8 bits (torch_forward.py --act-quant models that).
+lists the HF names of the block-quantized weights (every type but F32/F16/BF16):
+our runner quantizes the inputs of those matmuls to 8 bits (torch_forward.py
+--act-quant models that).
 """
 import json
 import os
@@ -51,7 +52,7 @@ def main(hf_dir, ref_dir, out_dir):
             hf, nhead = names[base] + ".weight", None
         else:
             continue
-        if kind in ("q8_0", "q4_0", "q4_k", "q6_k"):
+        if kind not in ("f32", "f16", "bf16"):
             act_quant.append(hf)
         x = x.reshape(shapes[hf])
         if nhead:

@@ -46,10 +46,9 @@ def softmax(x):
     return out
 
 
-def vllm_probs(logits, prm, eos, stop, bias, prompt, output, margins=None):
-    """The distribution vLLM samples from. margins (a list) collects how far
-    each threshold decision was from flipping, so callers can avoid cases a
-    float32 implementation could legitimately decide the other way."""
+def vllm_logits(logits, prm, eos, stop, bias, prompt, output):
+    """The logits after vLLM's non-argmax-invariant processors and penalties,
+    before temperature: greedy sampling takes their argmax."""
     V = len(logits)
     x = np.asarray(logits, np.float64).copy()
     # non-argmax-invariant logits processors: min_tokens masks all stop ids, logit_bias adds
@@ -71,6 +70,15 @@ def vllm_probs(logits, prm, eos, stop, bias, prompt, output, margins=None):
         with np.errstate(invalid="ignore"):
             x = np.where(x > 0, x / pen, x * pen)
         x = x - freq * counts - pres * out_mask
+    return x
+
+
+def vllm_probs(logits, prm, eos, stop, bias, prompt, output, margins=None):
+    """The distribution vLLM samples from. margins (a list) collects how far
+    each threshold decision was from flipping, so callers can avoid cases a
+    float32 implementation could legitimately decide the other way."""
+    V = len(logits)
+    x = vllm_logits(logits, prm, eos, stop, bias, prompt, output)
     if not (x > -np.inf).any():
         return None   # everything masked: vLLM would sample garbage, the C sampler reports an error
     temp = prm["temperature"]

@@ -1,5 +1,17 @@
 #!/usr/bin/python3
-"""torch_forward.py - an independent reference forward pass for the Llama family.
+"""torch_forward.py - a second reference forward pass for the Llama family,
+written here from the Hugging Face modeling equations.
+
+The reference that proves the forward pass is Hugging Face transformers
+itself (tests/test_hf_forward.sh, tests/ref/hf_forward.py: its models, its
+forward, GGUFs written by llama.cpp's converter), which needs PyPI. This one
+stays for what that cannot cover: it runs on Debian's python3-torch, so a
+machine without PyPI still checks every architecture; it models the 8-bit
+activations of Q4_0/Q4_K/Q6_K dots on the GGUFs tools/make_gguf.py writes
+(test_gguf_forward.sh), types llama.cpp's converter does not produce. It was
+written from the same reading of the equations as the engine, so a shared
+misreading passes here; it did agree with transformers on every model of
+test_hf_forward.sh.
 
     /usr/bin/python3 tests/ref/torch_forward.py MODEL_DIR DUMP [--tol 1e-4]
 

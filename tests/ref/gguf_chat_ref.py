@@ -1,0 +1,46 @@
+"""gguf_chat_ref.py - the reference for chat templates of GGUF files:
+transformers' apply_chat_template, with the tokenizer (and so the special
+tokens, and the chat template unless TEMPLATE_FILE is given) that
+AutoTokenizer.from_pretrained(dir, gguf_file=name) loads from the file.
+
+    .venv/bin/python tests/ref/gguf_chat_ref.py MODEL.gguf CONVERSATIONS_JSON [TEMPLATE_FILE]
+
+Renders the model-independent conversations of CONVERSATIONS_JSON (those
+listed for every template, stories260K included) and prints
+[{name, ok, output | error, ids}]: ids are the rendering tokenized as vLLM
+tokenizes a chat prompt (add_special_tokens=False: the template writes the
+BOS). Messages go in as written (their contents are strings, which vLLM's
+normalization leaves alone).
+"""
+import json
+import os
+import sys
+
+
+def main():
+    model, conversations = sys.argv[1], sys.argv[2]
+    template = open(sys.argv[3]).read() if len(sys.argv) > 3 else None
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(model)), gguf_file=os.path.basename(model))
+    spec = json.load(open(conversations))
+    out = []
+    for case in spec["cases"]:
+        if "stories260K" not in case.get("templates", []):
+            continue
+        try:
+            text = tok.apply_chat_template(case["messages"], chat_template=template, tokenize=False,
+                                           add_generation_prompt=bool(case.get("add_generation_prompt")),
+                                           tools=case.get("tools"), documents=case.get("documents"),
+                                           **(case.get("kwargs") or {}))
+            out.append({"name": case["name"], "ok": True, "output": text,
+                        "ids": tok.encode(text, add_special_tokens=False)})
+        except Exception as e:  # the template's raise_exception, or a value it cannot handle
+            out.append({"name": case["name"], "ok": False, "error": str(e)})
+    json.dump(out, sys.stdout, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@
  * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
 #include <jansson.h>
-/* checks: 4 */
+/* checks: 9 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

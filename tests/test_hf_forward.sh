@@ -17,6 +17,8 @@
 # scripts/fetch_models.sh convert cannot fetch the converter. Without PyPI,
 # tests/test_forward_ref.sh (tests/ref/torch_forward.py on Debian's torch)
 # still checks the same equations on every architecture, written here.
+# The results are named by tests/ref/hf_forward.py --list.
+# checks: 35
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -26,7 +28,10 @@ if [ ! -x "$build/tools/dump_logits" ]; then
   echo "FAIL hf_forward: $build/tools/dump_logits not built"; exit 0
 fi
 if ! [ -x $py ] || ! $py -c "import torch, transformers, gguf" 2>/dev/null; then
-  echo "skip hf_forward: .venv lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)"; exit 0
+  for n in $(/usr/bin/python3 tests/ref/hf_forward.py --list); do
+    echo "skip $n: .venv lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)"
+  done
+  exit 0
 fi
 conv=()
 if dir=$(scripts/fetch_models.sh convert 2>/dev/null); then

@@ -6,6 +6,7 @@
 # processing (tests/ref/sampling_replay.py says what each case asserts, with
 # which tolerance, and how it shows that it could fail). Needs .venv
 # (scripts/setup.sh); without it every check is skipped.
+# checks: 106
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 py=.venv/bin/python

@@ -18,13 +18,14 @@ so activations are O(1) and attention is far from uniform: a wrong RoPE
 angle or a missing bias moves the logits by O(1), not by 1e-4.
 
 GGUF. For each row of GGUFS, llama.cpp's convert_hf_to_gguf.py (shipped in
-the llama-cpp-python sdist on PyPI; scripts/fetch_models.sh convert unpacks
-it, passed here as --converter) turns a transformers-written directory into
+the node-llama-cpp npm package's llama.cpp source; scripts/fetch_models.sh
+convert unpacks it, passed here as --converter) turns a transformers-written directory into
 a GGUF of the given outtype (f32/f16/bf16/q8_0) with its own Q/K
 permutation, tensor names, metadata and gguf-py's quantizer, run in this
 process. Rows our loader does not read yet (Qwen2/Qwen3 GGUFs, Llama 3.1's
-rope_freqs) must be refused with a clear message ("NAME_refused"); the day
-the loader reads them, the same row is compared like the others.
+rope_freqs) must be refused with a clear message ("ok NAME  # refused by our
+loader: ..."); the day the loader reads them, the same row is compared like
+the others.
 
 What is compared. build/tools/dump_logits runs several prompts the way the
 engine does (sequences joining at different steps, prefill in chunks mixed
@@ -371,7 +372,7 @@ def check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype):
     out = os.path.join(tmp, f"{name}.bin")
     err = dump_logits(a.build, path, out, DUMP_RUNS[0])
     if err and any(r in err for r in REFUSALS):
-        print(f"ok {name}_refused  # our loader: {err.split('model.gguf: ', 1)[-1]}", flush=True)
+        print(f"ok {name}  # refused by our loader: {err.split('model.gguf: ', 1)[-1]}", flush=True)
         return
     if err:
         c.fail(name, f"dump_logits: {err}")
@@ -409,7 +410,30 @@ def check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype):
         c.judge(name + suffix, errs, TOL[outtype], flips=outtype == "q8_0", extra=extra)
 
 
+def safetensors_names(i, name):
+    """The results check_safetensors prints for MODELS[i], in order."""
+    suffixes = [""] + (["_chunk3_block4"] if i == 0 else [])
+    suffixes += [f"_{suffix}" for suffix, _ in KERNEL_PATHS] if name in PATH_MODELS else []
+    return [f"hf_{name}{s}" for s in suffixes]
+
+
+def gguf_names(name, outtype):
+    """The results check_gguf prints for one GGUF row (a refused file: only the first)."""
+    paths = (QUANT_PATHS if outtype == "q8_0" else KERNEL_PATHS) if name in PATH_GGUFS else []
+    return [name] + [f"{name}_{suffix}" for suffix, _ in paths]
+
+
+def all_names():
+    """Every result this script prints on a machine that runs it all (the
+    test's declared count; tests/test_hf_forward.sh skips these by name)."""
+    names = [n for i, m in enumerate(MODELS) for n in safetensors_names(i, m[0])]
+    return names + [n for g in GGUFS for n in gguf_names(g[0], g[2])]
+
+
 def main():
+    if sys.argv[1:] == ["--list"]:  # no torch needed
+        print("\n".join(all_names()))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--converter", help="directory with llama.cpp's convert_hf_to_gguf.py, conversion/, gguf-py/")
@@ -442,7 +466,8 @@ def main():
             if a.only not in name:
                 continue
             if not a.converter:
-                print(f"skip {name}: no llama.cpp converter (scripts/fetch_models.sh convert could not fetch it)")
+                for n in gguf_names(name, outtype):
+                    print(f"skip {n}: no llama.cpp converter (scripts/fetch_models.sh convert could not fetch it)")
                 continue
             check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype)
         log(f"hf_forward: done ({time.time() - t0:.1f}s)")

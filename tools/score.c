@@ -81,7 +81,8 @@ int main(int argc, char **argv) {
                               .max_blocks_per_seq = blocks, .block_size = bs, .num_kv_groups = groups};
     runner *r = NULL;
     step_builder *b = NULL;
-    int32_t *table = malloc((size_t)blocks * (size_t)groups * sizeof *table), *chunk = malloc((size_t)ctx * sizeof *chunk);
+    int32_t *table = malloc((size_t)blocks * (size_t)groups * sizeof *table);
+    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
     float *logits = malloc((size_t)rows * (size_t)vocab * sizeof *logits);
     if (!table || !chunk || !logits || runner_create(m, &rc, &r) != VLLM_OK || step_builder_create(&bc, &b) != VLLM_OK) {
         fprintf(stderr, "score: %s\n", vllm_errmsg());

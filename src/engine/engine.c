@@ -28,7 +28,11 @@
  * KV pool size: --num-gpu-blocks-override, else --kv-cache-memory-bytes,
  * else 40% of MemAvailable capped at what max_num_seqs sequences of
  * max_model_len tokens could ever use (logged). It must hold at least one
- * sequence of max_model_len tokens, as vLLM requires.
+ * sequence of max_model_len tokens, as vLLM requires. A model with
+ * sliding-window layers (Gemma 3) has several KV cache groups
+ * (model/kv_layout.h): a block then holds fewer layers, and a sequence
+ * holds, per sliding group, only the blocks of its window and one step's
+ * tokens (kv_layout_blocks_per_seq).
  *
  * Threading: not thread-safe; one thread drives an engine (the server runs
  * it on its engine thread). The executor's worker threads, idle between
@@ -49,6 +53,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 #include "sample/sampler.h"
@@ -80,6 +85,7 @@ struct vllm_engine {
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
     vllm_kv_cache_report kv_report;  /* accumulated by build_output */
+    kv_layout *layout;               /* the model's KV cache groups (owned) */
 
     /* step scratch (sized at create, or by engine_set_spec) */
     int32_t max_scored;              /* rows of logits per step */
@@ -217,7 +223,7 @@ static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     const vllm_engine_args *a = &e->args;
     int32_t bs = a->block_size, L = e->info.max_model_len;
     size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs);
-    int64_t blocks_per_seq = (L + bs - 1) / bs;
+    int64_t blocks_per_seq = kv_layout_blocks_per_seq(e->layout, bs, L, e->info.max_num_batched_tokens);
     int64_t n;
     if (a->num_gpu_blocks_override > 0) {
         n = a->num_gpu_blocks_override;
@@ -238,10 +244,10 @@ static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     if (n < blocks_per_seq)
         return vllm_error(VLLM_ERR_INVALID,
                           "The model's max seq len (%d) is larger than the maximum number of tokens "
-                          "that can be stored in KV cache (%lld). Try increasing "
+                          "that can be stored in KV cache (%lld blocks of %d tokens, %lld needed). Try increasing "
                           "kv_cache_memory_bytes / num_gpu_blocks_override or decreasing "
                           "max_model_len.",
-                          L, (long long)n * bs);
+                          L, (long long)n, bs, (long long)blocks_per_seq);
     *num_blocks = (int32_t)n;
     e->info.kv_cache_memory_bytes = n * (int64_t)per_block;
     return VLLM_OK;
@@ -286,9 +292,10 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     step_builder_config bc = {.max_tokens = info->max_num_batched_tokens,
                               .max_seqs = info->max_num_seqs,
                               .max_scored = e->max_scored,
-                              .max_copies = info->max_num_seqs,
+                              .max_copies = info->max_num_seqs * e->layout->num_groups,
                               .max_blocks_per_seq = e->max_blocks_per_seq,
-                              .block_size = info->block_size};
+                              .block_size = info->block_size,
+                              .num_kv_groups = e->layout->num_groups};
     vllm_status rc = step_builder_create(&bc, &e->builder);
     size_t O = (size_t)e->max_out;
     e->logits = alloc_array((size_t)e->max_scored * (size_t)e->vocab, sizeof(float), &rc);
@@ -331,11 +338,25 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                         L, mc->max_position_embeddings);
         goto fail;
     }
-    if (mc->sliding_window > 0 && L > mc->sliding_window) {
+    /* Gemma 3 computes sliding-window attention; a Mistral or Qwen window is
+     * not implemented: within it full attention is the same computation */
+    if (mc->sliding_window > 0 && !model_has_sliding_layers(mc) && L > mc->sliding_window) {
+        if (args->max_model_len) {
+            rc = vllm_error(VLLM_ERR_UNSUPPORTED,
+                            "max_model_len %d exceeds the sliding_window %d of %s, whose sliding-window attention "
+                            "is not implemented (vllm.c attends to the whole context): use max_model_len <= %d",
+                            L, mc->sliding_window, mc->architecture, mc->sliding_window);
+            goto fail;
+        }
         log_warn("max_model_len %d capped to the model's sliding_window %d (sliding-window "
-                 "attention is not implemented)", L, mc->sliding_window);
+                 "attention is not implemented for %s)", L, mc->sliding_window, mc->architecture);
         L = mc->sliding_window;
     }
+    if (!(e->layout = malloc(sizeof *e->layout))) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    kv_layout_init(e->layout, mc);
     info->max_model_len = L;
     info->block_size = args->block_size;
     info->enable_prefix_caching = args->enable_prefix_caching;
@@ -363,8 +384,8 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .num_threads = args->num_threads};
     if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    if ((rc = kv_cache_manager_create(num_blocks, args->block_size, args->enable_prefix_caching,
-                                      &e->kv)) != VLLM_OK)
+    if ((rc = kv_cache_manager_create_groups(num_blocks, args->block_size, args->enable_prefix_caching,
+                                             e->layout->window, e->layout->num_groups, &e->kv)) != VLLM_OK)
         goto fail;
     scheduler_config sc = {.max_num_seqs = info->max_num_seqs,
                            .max_num_batched_tokens = info->max_num_batched_tokens,
@@ -392,11 +413,21 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                  spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
     }
 
+    int64_t per_seq = kv_layout_blocks_per_seq(e->layout, args->block_size, L, info->max_num_batched_tokens);
+    if (e->layout->num_groups > 1) {
+        int32_t sliding = 0;
+        for (int32_t g = 0; g < e->layout->num_groups; g++) sliding += e->layout->window[g] > 0;
+        log_info("KV cache groups: %d full-attention + %d sliding-window (window %d) of %d layers each; a "
+                 "%d-token request holds at most %lld blocks (%lld with every block kept)",
+                 e->layout->num_groups - sliding, sliding, mc->sliding_window, e->layout->group_size, L,
+                 (long long)per_seq, (long long)e->layout->num_groups * ((L + args->block_size - 1) / args->block_size));
+    }
     log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB); maximum concurrency "
              "for %d tokens per request: %.2fx",
              num_blocks, args->block_size, (long long)num_blocks * args->block_size,
              (double)info->kv_cache_memory_bytes / 1073741824.0, L,
-             (double)num_blocks * args->block_size / L);
+             e->layout->num_groups > 1 ? (double)num_blocks / (double)per_seq
+                                       : (double)num_blocks * args->block_size / L);
     log_info("scheduler: max_num_seqs %d, max_num_batched_tokens %d, policy %s, prefix caching %s, "
              "%d threads",
              info->max_num_seqs, info->max_num_batched_tokens,
@@ -440,6 +471,7 @@ void vllm_engine_free(vllm_engine *e) {
     kv_cache_manager_free(e->kv);
     executor_free(e->exec);
     model_free(e->model);
+    free(e->layout);
     free((char *)e->args.model);
     free((char *)e->args.tokenizer);
     free((char *)e->args.generation_config);
@@ -475,6 +507,8 @@ void vllm_engine_reset_prefix_cache(vllm_engine *e) { kv_cache_manager_reset_pre
 executor *engine_executor(vllm_engine *e) { return e->exec; }
 
 const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e) { return e->kv; }
+
+const model *engine_model(const vllm_engine *e) { return e->model; }
 
 vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
     if (vllm_engine_has_unfinished(e))
@@ -530,8 +564,8 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     if (opts) o = *opts;
     if (o.arrival_time == 0) o.arrival_time = now;
     request *r;
-    if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L,
-                             e->info.block_size, e->args.seed, e->next_serial, &r)) != VLLM_OK)
+    if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L, e->info.block_size,
+                             e->layout->num_groups, e->args.seed, e->next_serial, &r)) != VLLM_OK)
         return rc;
     if ((rc = map_insert(&e->requests, &r->by_id, r->id)) != VLLM_OK) {
         request_free(r);
@@ -656,7 +690,8 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
         const scheduled_seq *en = &so->seqs[i];
         const seq *q = en->seq;
         if ((rc = step_builder_add_seq(b, q->tokens + en->num_computed, en->num_new_tokens, en->num_computed,
-                                       q->block_ids, q->num_blocks, en->num_scored, q->req->lora_id)) != VLLM_OK)
+                                       q->block_ids, q->max_blocks, q->num_blocks, en->num_scored,
+                                       q->req->lora_id)) != VLLM_OK)
             return rc;
     }
     const step_batch *batch = step_builder_batch(b);

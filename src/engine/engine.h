@@ -22,4 +22,7 @@ executor *engine_executor(vllm_engine *e);
 /* The engine's block tables and prefix cache, for statistics and tests. */
 const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e);
 
+/* The loaded model (borrowed, read-only, for the engine's lifetime). */
+const model *engine_model(const vllm_engine *e);
+
 #endif

@@ -10,6 +10,13 @@
  * q[i] * K[i][0..block_size): a vector of 8 positions per FMA with no
  * horizontal sums. V rows are contiguous so p * V[j] is an FMA over head_dim.
  *
+ * Sliding window (attention_args.window, Gemma's local layers): a token at
+ * position p attends to positions p - window + 1 .. p only. The scan starts
+ * at the block holding the first of them, with that block's K and V
+ * pointers moved past the positions before it, so those are never read
+ * (not masked: their K/V may belong to a freed block) and every later step
+ * is the full-context algorithm on fewer positions.
+ *
  * Online softmax, block by block in position order: a block's scores
  * s_j = (q . k_j) * scale, the running max m rises to the block's max (the
  * running sum l and output rescaled by exp(m_old - m_new)), then each position
@@ -34,6 +41,12 @@
 /* Offsets of (block, kv head) in the K and V arrays (same for both). */
 static inline int64_t block_base(const attention_args *a, int64_t block, int32_t kv_head) {
     return (block * a->kv_heads + kv_head) * (int64_t)a->block_size * a->head_dim;
+}
+
+/* First position a token with n_ctx positions of context attends to: the
+ * last a->window of them with a sliding window, else 0. */
+static inline int32_t window_start(const attention_args *a, int32_t n_ctx) {
+    return a->window > 0 && n_ctx > a->window ? n_ctx - a->window : 0;
 }
 
 /* The online-softmax steps every implementation shares (scalar, so the same
@@ -83,11 +96,13 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
     const int32_t hd = a->head_dim, bs = a->block_size;
     float *m = scratch + (int64_t)group * bs; /* (group) running max */
     float *l = m + group;                     /* (group) running sum */
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const float *kt = a->k_cache + base + lo, *vb = a->v_cache + base + (int64_t)lo * hd;
         for (int32_t g = 0; g < group; g++) {
             const float *qg = q + (int64_t)g * hd;
             float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
@@ -187,11 +202,13 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
     float *m = scratch + (int64_t)group * bsv;    /* (group) running max */
     float *l = m + group;                         /* (group) running sum */
     const __m256 scale = _mm256_set1_ps(a->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const float *kt = a->k_cache + base + lo, *vb = a->v_cache + base + (int64_t)lo * hd;
         for (int32_t g0 = 0; g0 < group; g0 += 4)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;
@@ -303,11 +320,13 @@ attention_paged_avx512(const attention_args *a, float *out, const float *q, int3
     float *m = scratch + (int64_t)group * bsv;
     float *l = m + group;
     const __m512 scale = _mm512_set1_ps(a->scale);
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const float *kt = a->k_cache + base + lo, *vb = a->v_cache + base + (int64_t)lo * hd;
         for (int32_t g0 = 0; g0 < group; g0 += 8)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;

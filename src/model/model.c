@@ -284,7 +284,12 @@ static vllm_status bind_weights(model *m) {
     model_weights *w = &m->w;
     const int64_t dim = c->hidden_size, q_dim = (int64_t)c->num_attention_heads * c->head_dim,
                   kv_dim = (int64_t)c->num_key_value_heads * c->head_dim, ff = c->intermediate_size;
-    bool o_bias = c->attention_bias && (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN3);
+    bool o_bias = c->attention_bias &&
+                  (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3);
+    bool gemma3 = c->arch == MODEL_ARCH_GEMMA3;
+    /* HF Gemma 3's post_attention_layernorm follows attention; its
+     * pre_feedforward_layernorm is what Llama calls post_attention_layernorm */
+    const char *pre_mlp = gemma3 ? "pre_feedforward_layernorm" : "post_attention_layernorm";
     vllm_status rc;
     if (!(w->layers = calloc((size_t)c->num_hidden_layers, sizeof *w->layers)))
         return vllm_error(VLLM_ERR_NOMEM, "out of memory");
@@ -308,8 +313,11 @@ static vllm_status bind_weights(model *m) {
              (rc = bind_tensor(m, &l->q_norm, true, c->head_dim, -1, "%s.%d.self_attn.q_norm.weight", p, i))) ||
             (c->qk_norm &&
              (rc = bind_tensor(m, &l->k_norm, true, c->head_dim, -1, "%s.%d.self_attn.k_norm.weight", p, i))) ||
-            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1,
-                              "%s.%d.post_attention_layernorm.weight", p, i)) ||
+            (gemma3 && (rc = bind_tensor(m, &l->attn_post_norm, true, dim, -1,
+                                         "%s.%d.post_attention_layernorm.weight", p, i))) ||
+            (gemma3 && (rc = bind_tensor(m, &l->ffn_post_norm, true, dim, -1,
+                                         "%s.%d.post_feedforward_layernorm.weight", p, i))) ||
+            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)) ||
             (rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
             (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
             (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))

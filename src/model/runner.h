@@ -19,9 +19,12 @@
  * Memory: the KV pool and scratch for max_num_batched_tokens are allocated at
  * create time; runner_forward allocates nothing.
  *
- * KV layout (runner.c, kernels/attention.c): per layer a K and a V array of
+ * KV layout (runner.c, kernels/attention.c): per K/V slot of a block
+ * (model/kv_layout.h: one slot per layer of a KV cache group; every layer
+ * when the model has no sliding-window layers) a K and a V array of
  * num_blocks blocks, each block (kv_heads, head_dim, block_size) for K
- * (transposed) and (kv_heads, block_size, head_dim) for V, all F32.
+ * (transposed) and (kv_heads, block_size, head_dim) for V, all F32. A layer
+ * reads and writes its slot through its group's block tables in the batch.
  */
 #ifndef VLLM_MODEL_RUNNER_H
 #define VLLM_MODEL_RUNNER_H
@@ -42,12 +45,13 @@ typedef struct runner_config {
 
 typedef struct runner runner;
 
-/* Allocates the KV pool (2 * layers * num_blocks * block_size * kv_heads * head_dim
- * floats), scratch and threads. The model is borrowed and must outlive the runner. */
+/* Allocates the KV pool (2 * group_size * num_blocks * block_size * kv_heads *
+ * head_dim floats; group_size = layers unless the model has sliding-window
+ * layers), scratch and threads. The model is borrowed and must outlive the runner. */
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out);
 void runner_free(runner *r);
 
-/* Bytes of KV per block across all layers (for sizing the pool from a budget). */
+/* Bytes of KV per block across its slots (for sizing the pool from a budget). */
 size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
 
 /* Makes the batch's block copies, then runs the forward pass; writes logits
@@ -56,7 +60,7 @@ size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
  * names a slot/block outside the pool. */
 vllm_status runner_forward(runner *r, const step_batch *b, float *logits);
 
-/* Copies one block's K/V (all layers) to another: copy-on-write for n > 1.
+/* Copies one block's K/V (all slots) to another: copy-on-write for n > 1.
  * VLLM_ERR_INVALID (nothing copied) if either block is outside the pool. */
 vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block);
 

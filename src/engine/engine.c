@@ -187,7 +187,7 @@ static vllm_status check_args(const vllm_engine_args *a) {
 static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     const vllm_engine_args *a = &e->args;
     int32_t bs = a->block_size, L = e->info.max_model_len;
-    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs);
+    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs, KV_DTYPE_F32);
     int64_t blocks_per_seq = kv_layout_blocks_per_seq(e->layout, bs, L, e->info.max_num_batched_tokens);
     int64_t n;
     if (a->num_gpu_blocks_override > 0) {

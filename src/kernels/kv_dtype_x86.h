@@ -1,0 +1,110 @@
+/*
+ * kv_dtype_x86.h - vector loads of KV cache elements as F32 (kv_dtype.h),
+ * shared by the attention kernels and the conversion tests; x86 only.
+ *
+ * Every load is exact (each value of each type is an F32), so a kernel that
+ * reads K/V through these does the same float operations on the same values
+ * as one reading an F32 pool that holds them: the same bits.
+ *
+ *   bfloat16  the 16 bits shifted into the top of a 32-bit lane
+ *   float16   F16C's vcvtph2ps
+ *   fp8_e5m2  the byte shifted into the top of a 16-bit lane is the
+ *             binary16 with the same value (same exponent bias, 15), then
+ *             vcvtph2ps
+ *   fp8_e4m3  the byte sign-extended to 16 bits and shifted left by 7 puts
+ *             the sign in bit 15, a copy of it in bit 14 (cleared) and
+ *             exponent and mantissa in bits 13..7: a binary16 whose value
+ *             is the e4m3 value times 2^-8 (exponent bias 15 against 7;
+ *             e4m3 subnormals land on binary16 subnormals, exactly). The
+ *             NaN code S.1111.111 becomes 0x3F80 | sign, a finite 1.875,
+ *             so its exponent bits are set to 31 first (a binary16 NaN).
+ *             Then vcvtph2ps and a multiplication by 2^8, exact.
+ *
+ * A partial vector (n < 8 or 16 elements) is read with a masked load
+ * (AVX-512, and F32 on AVX2) or from a zero-padded copy (AVX2 16- and 8-bit
+ * types), never past element n - 1; the lanes past n are 0.
+ */
+#ifndef VLLM_KERNELS_KV_DTYPE_X86_H
+#define VLLM_KERNELS_KV_DTYPE_X86_H
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kv_dtype.h"
+
+#define KV_AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define KV_AVX512_FN \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+/* 8 binary16 values encoded as e4m3 (one per 16-bit lane, sign-extended) to F32. */
+KV_AVX2_FN __m256 kv_e4m3x8_avx2(__m128i s) {
+    __m128i h = _mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16((short)0xBFFF));
+    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x3F80)), _mm_set1_epi16(0x3F80));
+    h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+/* Elements 0..7 at p (type T, a constant in each caller) as F32. */
+KV_AVX2_FN __m256 kv_load8_avx2(const kv_dtype T, const void *p) {
+    switch (T) {
+    case KV_DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    case KV_DTYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case KV_DTYPE_FP8_E5M2:
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p)), 8));
+    case KV_DTYPE_FP8_E4M3: return kv_e4m3x8_avx2(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)p)));
+    default: return _mm256_loadu_ps((const float *)p);
+    }
+}
+
+/* Elements 0..n-1 at p as F32 (any n; lanes from n on are 0). */
+KV_AVX2_FN __m256 kv_load8_partial_avx2(const kv_dtype T, const void *p, int32_t n) {
+    if (n >= 8) return kv_load8_avx2(T, p);
+    if (T == KV_DTYPE_F32) {
+        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        return _mm256_maskload_ps((const float *)p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx));
+    }
+    uint8_t tmp[16] = {0};
+    if (n > 0) memcpy(tmp, p, (size_t)n * kv_dtype_size(T));
+    return kv_load8_avx2(T, tmp);
+}
+
+/* 16 values encoded as e4m3 (sign-extended to 16-bit lanes) to F32. */
+KV_AVX512_FN __m512 kv_e4m3x16_avx512(__m256i s) {
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16((short)0xBFFF));
+    __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+    h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+
+/* Elements 0..15 at p with lanes in m (the others 0, never read) as F32. */
+KV_AVX512_FN __m512 kv_load16_mask_avx512(const kv_dtype T, const void *p, __mmask16 m) {
+    switch (T) {
+    case KV_DTYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    case KV_DTYPE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+    case KV_DTYPE_FP8_E5M2:
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)), 8));
+    case KV_DTYPE_FP8_E4M3: return kv_e4m3x16_avx512(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, p)));
+    default: return _mm512_maskz_loadu_ps(m, p);
+    }
+}
+
+/* Elements 0..15 at p as F32. */
+KV_AVX512_FN __m512 kv_load16_avx512(const kv_dtype T, const void *p) {
+    switch (T) {
+    case KV_DTYPE_BF16:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    case KV_DTYPE_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    case KV_DTYPE_FP8_E5M2:
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), 8));
+    case KV_DTYPE_FP8_E4M3: return kv_e4m3x16_avx512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)));
+    default: return _mm512_loadu_ps((const float *)p);
+    }
+}
+
+#endif
+#endif

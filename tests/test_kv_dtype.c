@@ -370,12 +370,13 @@ TEST(torch_encode) {
     free(x);
 }
 
-/* One case of attention.bin (see kv_dtype_ref.py); the pointers point into the file. */
+/* One case of attention.bin (see kv_dtype_ref.py): the arrays copied out of
+ * the file (whose float64s need not be 8-byte aligned); caller frees q. */
 typedef struct attn_case {
     int32_t type, hd, group, n_ctx, window;
     float scale, k_scale, v_scale;
-    const float *q, *k, *v, *k_stored, *v_stored;
-    const double *out;
+    float *q, *k, *v, *k_stored, *v_stored; /* one allocation, from q */
+    double *out;
 } attn_case;
 
 static void check_torch_attention(attention_fn fn, const char *name) {
@@ -396,8 +397,11 @@ static void check_torch_attention(attention_fn fn, const char *name) {
         size_t qn = (size_t)k.group * k.hd, kvn = (size_t)k.n_ctx * k.hd;
         CHECK(k.type >= 0 && k.type < KV_DTYPE_COUNT && (size_t)(end - p) >= 4 * (qn + 4 * kvn) + 8 * qn,
               "attention.bin: case %d", c);
-        k.q = (const float *)p, k.k = k.q + qn, k.v = k.k + kvn, k.k_stored = k.v + kvn, k.v_stored = k.k_stored + kvn;
-        k.out = (const double *)(k.v_stored + kvn);
+        k.out = malloc(sizeof(double) * qn);
+        k.q = malloc(sizeof(float) * (qn + 4 * kvn));
+        memcpy(k.q, p, 4 * (qn + 4 * kvn));
+        memcpy(k.out, p + 4 * (qn + 4 * kvn), 8 * qn);
+        k.k = k.q + qn, k.v = k.k + kvn, k.k_stored = k.v + kvn, k.v_stored = k.k_stored + kvn;
         p += 4 * (qn + 4 * kvn) + 8 * qn;
 
         kv_dtype T = (kv_dtype)k.type;
@@ -434,7 +438,7 @@ static void check_torch_attention(attention_fn fn, const char *name) {
             double e = fabs((double)out[i] - k.out[i]) / (1 + fabs(k.out[i]));
             worst = isnan(e) ? INFINITY : fmax(worst, e);
         }
-        free(kc), free(vc), free(table), free(rowk), free(rowv), free(out), free(scratch);
+        free(kc), free(vc), free(table), free(rowk), free(rowv), free(out), free(scratch), free(k.q), free(k.out);
         cases_by_type[T]++;
         if (bad >= 0 || worst >= 1e-5) free(file);
         CHECK(bad < 0, "%s case %d (%s, scales %g/%g): stored element %lld is not torch's", name, c, kv_dtype_name(T),

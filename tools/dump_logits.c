@@ -82,6 +82,7 @@ static int run_engine(const char *dir, prompt_seq *seqs, int n, const engine_opt
     a.max_model_len = o->max_model_len;
     a.enable_prefix_caching = o->caching;
     a.num_threads = o->threads;
+    a.kv_cache_dtype = o->kv_cache_dtype;
     vllm_engine *e;
     if (vllm_engine_create(&a, &e) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());

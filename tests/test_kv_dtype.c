@@ -177,11 +177,11 @@ static float *decode_pool(const attention_args *a, const void *pool, size_t elem
 
 /* fn on each type (see the top); same_bits: the path fn must match bit for bit. */
 static void check_attention_types(attention_fn fn, const char *name, attention_fn same_bits) {
-    const int32_t block_sizes[] = {3, 16, 32}, head_dims[] = {8, 20, 64, 80}, groups[] = {1, 3, 4, 8};
+    const int32_t block_sizes[] = {3, 16, 32}, head_dims[] = {8, 20, 24, 64, 80}, groups[] = {1, 2, 3, 4, 5, 8};
     for (int t = KV_DTYPE_BF16; t < KV_DTYPE_COUNT; t++)
         for (int ib = 0; ib < 3; ib++)
-            for (int ih = 0; ih < 4; ih++)
-                for (int ig = 0; ig < 4; ig++) {
+            for (int ih = 0; ih < 5; ih++)
+                for (int ig = 0; ig < 6; ig++) {
                     kv_dtype T = (kv_dtype)t;
                     const int32_t bs = block_sizes[ib], hd = head_dims[ih], group = groups[ig], kv_heads = 2,
                                   n_max = 41, kvh = 1;

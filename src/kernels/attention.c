@@ -229,7 +229,7 @@ AVX2_FN void scores_avx2(const kv_dtype T, const int G, const float *q, int32_t 
         if (T == KV_DTYPE_F32) {
             k0 = _mm256_maskload_ps((const float *)row, m0), k1 = _mm256_maskload_ps((const float *)row + 8, m1);
         } else if (full) {
-            k0 = kv_load8_avx2(T, row), k1 = kv_load8_avx2(T, row + 8 * es);
+            kv_load16_avx2(T, row, &k0, &k1);
         } else {
             k0 = kv_load8_partial_avx2(T, row, cnt - j0), k1 = kv_load8_partial_avx2(T, row + 8 * es, cnt - j0 - 8);
         }
@@ -261,11 +261,48 @@ AVX2_FN void accum_v_avx2(const kv_dtype T, const int NV, float *o, const float 
     for (int32_t j = 0; j < cnt; j++) {
         const __m256 ej = _mm256_broadcast_ss(e + j);
         const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
-#pragma GCC unroll 8
-        for (int k = 0; k < NV; k++) acc[k] = _mm256_fmadd_ps(ej, kv_load8_avx2(T, vj + 8 * k * es), acc[k]);
+#pragma GCC unroll 4
+        for (int k = 0; k + 1 < NV; k += 2) {
+            __m256 v0, v1;
+            kv_load16_avx2(T, vj + 8 * k * es, &v0, &v1);
+            acc[k] = _mm256_fmadd_ps(ej, v0, acc[k]);
+            acc[k + 1] = _mm256_fmadd_ps(ej, v1, acc[k + 1]);
+        }
+        if (NV & 1) acc[NV - 1] = _mm256_fmadd_ps(ej, kv_load8_avx2(T, vj + 8 * (NV - 1) * es), acc[NV - 1]);
     }
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
+}
+
+/* accum_v_avx2 for G query heads at once (each V row loaded and converted
+ * once for all of them), G NV <= 8 vectors of accumulators: o_h[i] =
+ * fma(e_h[j], v_j[i], o_h[i]) for j in order, i < 8 NV; head h's output at
+ * o + h * hd, its weights at e + h * e_stride. */
+AVX2_FN void accum_vg_avx2(const kv_dtype T, const int G, const int NV, float *o, const float *e, int32_t e_stride,
+                           const uint8_t *v, int32_t hd, int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) acc[h][k] = _mm256_loadu_ps(o + (int64_t)h * hd + 8 * k);
+    for (int32_t j = 0; j < cnt; j++) {
+        const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
+        __m256 vv[4];
+#pragma GCC unroll 2
+        for (int k = 0; k + 1 < NV; k += 2) kv_load16_avx2(T, vj + 8 * k * es, &vv[k], &vv[k + 1]);
+        if (NV & 1) vv[NV - 1] = kv_load8_avx2(T, vj + 8 * (NV - 1) * es);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            const __m256 x = _mm256_broadcast_ss(e + (int64_t)h * e_stride + j);
+#pragma GCC unroll 4
+            for (int k = 0; k < NV; k++) acc[h][k] = _mm256_fmadd_ps(x, vv[k], acc[h][k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + (int64_t)h * hd + 8 * k, acc[h][k]);
 }
 
 /* Output elements [i0, hd) of one head by scalar FMAs, position order. */
@@ -275,6 +312,27 @@ AVX2_FN void accum_v_scalar(const kv_dtype T, float *o, const float *e, const ui
         for (int32_t j = 0; j < cnt; j++)
             o[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(e[j]), _mm_set_ss(kv_dtype_load(v, T, (int64_t)j * hd + i)),
                                               _mm_set_ss(o[i])));
+}
+
+/* One head's whole output row (hd elements) from a block: up to 8 vectors
+ * of accumulators at a time, then the scalar tail. */
+AVX2_FN void accum_head_avx2(const kv_dtype T, float *o, const float *e, const uint8_t *vb, int32_t hd, int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
+    const int32_t hd8 = hd & ~7;
+    for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
+        const uint8_t *vi = vb + (size_t)i0 * es;
+        switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {
+        case 1: accum_v_avx2(T, 1, o + i0, e, vi, hd, cnt); break;
+        case 2: accum_v_avx2(T, 2, o + i0, e, vi, hd, cnt); break;
+        case 3: accum_v_avx2(T, 3, o + i0, e, vi, hd, cnt); break;
+        case 4: accum_v_avx2(T, 4, o + i0, e, vi, hd, cnt); break;
+        case 5: accum_v_avx2(T, 5, o + i0, e, vi, hd, cnt); break;
+        case 6: accum_v_avx2(T, 6, o + i0, e, vi, hd, cnt); break;
+        case 7: accum_v_avx2(T, 7, o + i0, e, vi, hd, cnt); break;
+        default: accum_v_avx2(T, 8, o + i0, e, vi, hd, cnt); break;
+        }
+    }
+    accum_v_scalar(T, o, e, vb, hd, cnt, hd8);
 }
 
 AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group,
@@ -310,25 +368,37 @@ AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, co
             for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
             float bmax = hmax8(bmaxv);
             softmax_raise(og, &m[g], &l[g], bmax, hd);
-            /* weights e_j = exp(s_j - m), then l and the output in position order */
+            /* weights e_j = exp(s_j - m), then l in position order */
             const __m256 mv = _mm256_set1_ps(m[g]);
             for (int32_t j = 0; j < cnt; j += 8)
                 _mm256_storeu_ps(s + j, vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
             for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
-            for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
-                const uint8_t *vi = vb + (size_t)i0 * es;
-                switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {
-                case 1: accum_v_avx2(T, 1, og + i0, s, vi, hd, cnt); break;
-                case 2: accum_v_avx2(T, 2, og + i0, s, vi, hd, cnt); break;
-                case 3: accum_v_avx2(T, 3, og + i0, s, vi, hd, cnt); break;
-                case 4: accum_v_avx2(T, 4, og + i0, s, vi, hd, cnt); break;
-                case 5: accum_v_avx2(T, 5, og + i0, s, vi, hd, cnt); break;
-                case 6: accum_v_avx2(T, 6, og + i0, s, vi, hd, cnt); break;
-                case 7: accum_v_avx2(T, 7, og + i0, s, vi, hd, cnt); break;
-                default: accum_v_avx2(T, 8, og + i0, s, vi, hd, cnt); break;
-                }
+        }
+        /* outputs: on an F32 pool (loads are cheap) one head at a time with up
+         * to 8 vectors of accumulators; on the converted types up to 4 heads
+         * per V row load and conversion (a lone head as on F32) */
+        const int32_t gstep = T == KV_DTYPE_F32 ? 1 : 4;
+        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+            const int G = group - g0 < gstep ? group - g0 : gstep, nv_max = G == 2 ? 4 : 2;
+            float *og = out + (int64_t)g0 * hd;
+            const float *eg = scratch + (int64_t)g0 * bsv;
+            if (G == 1) {
+                accum_head_avx2(T, og, eg, vb, hd, cnt);
+                continue;
             }
-            accum_v_scalar(T, og, s, vb, hd, cnt, hd8);
+            for (int32_t i0 = 0; i0 < hd8;) {
+                const int nv = (hd8 - i0) / 8 < nv_max ? (hd8 - i0) / 8 : nv_max;
+                const uint8_t *vi = vb + (size_t)i0 * es;
+#define VG(g, n) case (g - 1) * 4 + n - 1: accum_vg_avx2(T, g, n, og + i0, eg, bsv, vi, hd, cnt); break
+                switch ((G - 1) * 4 + nv - 1) {
+                    VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
+                    VG(3, 1); VG(3, 2);
+                    VG(4, 1); VG(4, 2);
+                }
+#undef VG
+                i0 += 8 * nv;
+            }
+            for (int h = 0; h < G; h++) accum_v_scalar(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd8);
         }
     }
     softmax_end(out, l, group, hd, v_scale_of(a));
@@ -364,27 +434,47 @@ AVX512_FN void scores_avx512(const kv_dtype T, const int G, const float *q, int3
         _mm512_storeu_ps(s + (int64_t)g * s_stride + j0, _mm512_mask_blend_ps(m, ninf, _mm512_mul_ps(acc[g], scale)));
 }
 
-/* accum_v_avx2 for two query heads at once (each V row loaded once for
- * both; twice the independent FMA chains): o_h[i] = fma(e_h[j], v_j[i], o_h[i])
- * for j in order, i < 16 NV. */
-AVX512_FN void accum_v2_avx512(const kv_dtype T, const int NV, float *o0, float *o1, const float *e0, const float *e1,
-                               const uint8_t *v, int32_t hd, int32_t cnt) {
+/* accum_v_avx2 for G <= 4 query heads at once, 16 lanes (each V row loaded
+ * and converted once for all of them; G NV independent FMA chains):
+ * o_h[i] = fma(e_h[j], v_j[i], o_h[i]) for j in order, i < 16 NV; head h's
+ * output at o + h * hd, its weights at e + h * e_stride. */
+AVX512_FN void accum_vg_avx512(const kv_dtype T, const int G, const int NV, float *o, const float *e,
+                               int32_t e_stride, const uint8_t *v, int32_t hd, int32_t cnt) {
     const size_t es = kv_dtype_size(T);
-    __m512 a0[4], a1[4];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
-    for (int k = 0; k < NV; k++) a0[k] = _mm512_loadu_ps(o0 + 16 * k), a1[k] = _mm512_loadu_ps(o1 + 16 * k);
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) acc[h][k] = _mm512_loadu_ps(o + (int64_t)h * hd + 16 * k);
     for (int32_t j = 0; j < cnt; j++) {
-        const __m512 x0 = _mm512_set1_ps(e0[j]), x1 = _mm512_set1_ps(e1[j]);
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) x[h] = _mm512_set1_ps(e[(int64_t)h * e_stride + j]);
         const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
 #pragma GCC unroll 4
         for (int k = 0; k < NV; k++) {
             __m512 vv = kv_load16_avx512(T, vj + 16 * k * es);
-            a0[k] = _mm512_fmadd_ps(x0, vv, a0[k]);
-            a1[k] = _mm512_fmadd_ps(x1, vv, a1[k]);
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++) acc[h][k] = _mm512_fmadd_ps(x[h], vv, acc[h][k]);
         }
     }
 #pragma GCC unroll 4
-    for (int k = 0; k < NV; k++) _mm512_storeu_ps(o0 + 16 * k, a0[k]), _mm512_storeu_ps(o1 + 16 * k, a1[k]);
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) _mm512_storeu_ps(o + (int64_t)h * hd + 16 * k, acc[h][k]);
+}
+
+/* accum_vg_avx512 with G and NV as constants (4 x 4 instances). */
+AVX512_FN void accum_vg_dispatch_avx512(const kv_dtype T, int G, int NV, float *o, const float *e, int32_t e_stride,
+                                        const uint8_t *v, int32_t hd, int32_t cnt) {
+#define VG(g, nv) case (g - 1) * 4 + nv - 1: accum_vg_avx512(T, g, nv, o, e, e_stride, v, hd, cnt); break
+    switch ((G - 1) * 4 + NV - 1) {
+        VG(1, 1); VG(1, 2); VG(1, 3); VG(1, 4);
+        VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
+        VG(3, 1); VG(3, 2); VG(3, 3); VG(3, 4);
+        VG(4, 1); VG(4, 2); VG(4, 3); VG(4, 4);
+    }
+#undef VG
 }
 
 /* Output elements [i0, hd) of one head, the part the 16-lane loop leaves:
@@ -444,31 +534,29 @@ AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out
                 _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
             for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
         }
-        /* outputs, two heads at a time (an odd last head alone) */
-        for (int32_t g = 0; g < group; g += 2) {
-            float *o0 = out + (int64_t)g * hd, *o1 = o0 + hd;
-            const float *e0 = scratch + (int64_t)g * bsv, *e1 = e0 + bsv;
+        /* outputs: heads two at a time on an F32 pool, up to four per V row
+         * load and conversion on the others; a lone head with 8-lane vectors
+         * (twice the independent FMA chains) */
+        const int32_t gstep = T == KV_DTYPE_F32 ? 2 : 4;
+        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+            const int G = group - g0 < gstep ? group - g0 : gstep;
+            float *og = out + (int64_t)g0 * hd;
+            const float *eg = scratch + (int64_t)g0 * bsv;
             for (int32_t i0 = 0; i0 < hd16; i0 += 64) {
                 int nv = (hd16 - i0) / 16 < 4 ? (hd16 - i0) / 16 : 4;
                 const uint8_t *vi = vb + (size_t)i0 * es;
-                if (g + 1 == group) {
-                    switch (nv) {
-                    case 1: accum_v_avx2(T, 2, o0 + i0, e0, vi, hd, cnt); break;
-                    case 2: accum_v_avx2(T, 4, o0 + i0, e0, vi, hd, cnt); break;
-                    case 3: accum_v_avx2(T, 6, o0 + i0, e0, vi, hd, cnt); break;
-                    default: accum_v_avx2(T, 8, o0 + i0, e0, vi, hd, cnt); break;
-                    }
+                if (G > 1) {
+                    accum_vg_dispatch_avx512(T, G, nv, og + i0, eg, bsv, vi, hd, cnt);
                     continue;
                 }
                 switch (nv) {
-                case 1: accum_v2_avx512(T, 1, o0 + i0, o1 + i0, e0, e1, vi, hd, cnt); break;
-                case 2: accum_v2_avx512(T, 2, o0 + i0, o1 + i0, e0, e1, vi, hd, cnt); break;
-                case 3: accum_v2_avx512(T, 3, o0 + i0, o1 + i0, e0, e1, vi, hd, cnt); break;
-                default: accum_v2_avx512(T, 4, o0 + i0, o1 + i0, e0, e1, vi, hd, cnt); break;
+                case 1: accum_v_avx2(T, 2, og + i0, eg, vi, hd, cnt); break;
+                case 2: accum_v_avx2(T, 4, og + i0, eg, vi, hd, cnt); break;
+                case 3: accum_v_avx2(T, 6, og + i0, eg, vi, hd, cnt); break;
+                default: accum_v_avx2(T, 8, og + i0, eg, vi, hd, cnt); break;
                 }
             }
-            accum_v_tail_avx512(T, o0, e0, vb, hd, cnt, hd16);
-            if (g + 1 < group) accum_v_tail_avx512(T, o1, e1, vb, hd, cnt, hd16);
+            for (int h = 0; h < G; h++) accum_v_tail_avx512(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd16);
         }
     }
     softmax_end(out, l, group, hd, v_scale_of(a));

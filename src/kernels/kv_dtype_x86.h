@@ -59,6 +59,36 @@ KV_AVX2_FN __m256 kv_load8_avx2(const kv_dtype T, const void *p) {
     }
 }
 
+/* Elements 0..15 at p as F32 into *lo (0..7) and *hi (8..15): the 8- and
+ * 16-bit types widened and fixed up 16 at a time (one 256-bit vector of
+ * binary16 halves), then two vcvtph2ps. */
+KV_AVX2_FN void kv_load16_avx2(const kv_dtype T, const void *p, __m256 *lo, __m256 *hi) {
+    const uint8_t *b = p;
+    __m256i h;
+    switch (T) {
+    case KV_DTYPE_BF16:
+    case KV_DTYPE_F16:
+    case KV_DTYPE_F32:
+        *lo = kv_load8_avx2(T, b), *hi = kv_load8_avx2(T, b + 8 * kv_dtype_size(T));
+        return;
+    case KV_DTYPE_FP8_E5M2:
+        h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), 8);
+        *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+        return;
+    case KV_DTYPE_FP8_E4M3: {
+        h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)), 7),
+                             _mm256_set1_epi16((short)0xBFFF));
+        __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+        h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+        const __m256 two8 = _mm256_set1_ps(256.0f);
+        *lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), two8);
+        *hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), two8);
+        return;
+    }
+    default: return;
+    }
+}
+
 /* Elements 0..n-1 at p as F32 (any n; lanes from n on are 0). */
 KV_AVX2_FN __m256 kv_load8_partial_avx2(const kv_dtype T, const void *p, int32_t n) {
     if (n >= 8) return kv_load8_avx2(T, p);

@@ -44,7 +44,10 @@
  * hold for every type. Each path is one always-inline body instantiated
  * per type (the switch is outside every loop). FP8 scales are folded:
  * k_scale into the score scale, v_scale into the final division, so the
- * loops never multiply by them.
+ * loops never multiply by them. The V accumulation loads E4M3 values
+ * divided by 2^8 and multiplies the softmax weight by 2^8 instead: exact,
+ * the same FMA results (kv_dtype_x86.h), one multiplication per position
+ * instead of one per loaded vector.
  */
 #include <math.h>
 #include <string.h>
@@ -259,16 +262,16 @@ AVX2_FN void accum_v_avx2(const kv_dtype T, const int NV, float *o, const float 
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++) acc[k] = _mm256_loadu_ps(o + 8 * k);
     for (int32_t j = 0; j < cnt; j++) {
-        const __m256 ej = _mm256_broadcast_ss(e + j);
+        const __m256 ej = _mm256_set1_ps(e[j] * kv_raw_factor(T)); /* raw loads: kv_dtype_x86.h */
         const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
 #pragma GCC unroll 4
         for (int k = 0; k + 1 < NV; k += 2) {
             __m256 v0, v1;
-            kv_load16_avx2(T, vj + 8 * k * es, &v0, &v1);
+            kv_load16_raw_avx2(T, vj + 8 * k * es, &v0, &v1);
             acc[k] = _mm256_fmadd_ps(ej, v0, acc[k]);
             acc[k + 1] = _mm256_fmadd_ps(ej, v1, acc[k + 1]);
         }
-        if (NV & 1) acc[NV - 1] = _mm256_fmadd_ps(ej, kv_load8_avx2(T, vj + 8 * (NV - 1) * es), acc[NV - 1]);
+        if (NV & 1) acc[NV - 1] = _mm256_fmadd_ps(ej, kv_load8_raw_avx2(T, vj + 8 * (NV - 1) * es), acc[NV - 1]);
     }
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
@@ -290,11 +293,11 @@ AVX2_FN void accum_vg_avx2(const kv_dtype T, const int G, const int NV, float *o
         const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
         __m256 vv[4];
 #pragma GCC unroll 2
-        for (int k = 0; k + 1 < NV; k += 2) kv_load16_avx2(T, vj + 8 * k * es, &vv[k], &vv[k + 1]);
-        if (NV & 1) vv[NV - 1] = kv_load8_avx2(T, vj + 8 * (NV - 1) * es);
+        for (int k = 0; k + 1 < NV; k += 2) kv_load16_raw_avx2(T, vj + 8 * k * es, &vv[k], &vv[k + 1]);
+        if (NV & 1) vv[NV - 1] = kv_load8_raw_avx2(T, vj + 8 * (NV - 1) * es);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
-            const __m256 x = _mm256_broadcast_ss(e + (int64_t)h * e_stride + j);
+            const __m256 x = _mm256_set1_ps(e[(int64_t)h * e_stride + j] * kv_raw_factor(T));
 #pragma GCC unroll 4
             for (int k = 0; k < NV; k++) acc[h][k] = _mm256_fmadd_ps(x, vv[k], acc[h][k]);
         }
@@ -449,11 +452,11 @@ AVX512_FN void accum_vg_avx512(const kv_dtype T, const int G, const int NV, floa
     for (int32_t j = 0; j < cnt; j++) {
         __m512 x[4];
 #pragma GCC unroll 4
-        for (int h = 0; h < G; h++) x[h] = _mm512_set1_ps(e[(int64_t)h * e_stride + j]);
+        for (int h = 0; h < G; h++) x[h] = _mm512_set1_ps(e[(int64_t)h * e_stride + j] * kv_raw_factor(T));
         const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
 #pragma GCC unroll 4
         for (int k = 0; k < NV; k++) {
-            __m512 vv = kv_load16_avx512(T, vj + 16 * k * es);
+            __m512 vv = kv_load16_raw_avx512(T, vj + 16 * k * es);
 #pragma GCC unroll 4
             for (int h = 0; h < G; h++) acc[h][k] = _mm512_fmadd_ps(x[h], vv, acc[h][k]);
         }

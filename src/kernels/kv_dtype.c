@@ -31,6 +31,11 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 to_f32_avx2(const kv_dtype T, const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 lo, hi;
+        kv_load16_avx2(T, p + i * kv_dtype_size(T), &lo, &hi);
+        _mm256_storeu_ps(dst + i, lo), _mm256_storeu_ps(dst + i + 8, hi);
+    }
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, kv_load8_avx2(T, p + i * kv_dtype_size(T)));
     if (i < n) {
         float tail[8];

@@ -12,7 +12,8 @@
  *    the flags that made them;
  *  - broken files are made here (in a temp dir) by copying and corrupting
  *    stories260K, and each must fail with a message naming the file and the
- *    problem.
+ *    problem;
+ *  - FP8 KV cache scales (k_scale / v_scale) under vLLM's checkpoint names.
  */
 /* checks: 13 */
 #include <jansson.h>
@@ -775,6 +776,72 @@ TEST(test_bad_directories) {
     CHECK(load_fails(d, "rotary_emb.inv_freq", "overlap"));
 }
 
+/* A stories260K copy with extra scalar tensors appended to the data section:
+ * names[i] of dtype dtypes[i] and shape shapes[i] ("[]" or "[n]") holding
+ * the bytes bytes[i] (sizes[i] of them). */
+static bool write_stories_with(const char *dir, int n, const char *const *names, const char *const *dtypes,
+                               const int *dims, const void *const *bytes, const size_t *sizes) {
+    const uint8_t *data;
+    size_t size;
+    char *blob, path[512];
+    json_t *h = stories_header(&data, &size, &blob);
+    if (!h) return false;
+    size_t total = size;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    uint8_t *all = malloc(total);
+    memcpy(all, data, size);
+    size_t off = size;
+    for (int i = 0; i < n; i++) {
+        memcpy(all + off, bytes[i], sizes[i]);
+        json_t *shape = dims[i] ? json_pack("[i]", dims[i]) : json_array();
+        json_object_set_new(h, names[i], json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtypes[i], "shape", shape,
+                                                   "data_offsets", (json_int_t)off, (json_int_t)(off + sizes[i])));
+        off += sizes[i];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bool ok = copy_file(STORIES, dir, "config.json") && write_safetensors(path, h, all, total);
+    json_decref(h);
+    free(blob);
+    free(all);
+    return ok;
+}
+
+/* FP8 KV cache scales under every name vLLM loads (maybe_remap_kv_scale_name),
+ * scalar or [1], F32/BF16/F16; layers without any get 0 (= 1.0); a scale that
+ * is not one positive finite value is an error naming the tensor. */
+TEST(test_kv_cache_scales) {
+    char d[512];
+    const float f_half = 0.5f, f_quarter = 0.25f, f_three = 3.0f, f_neg = -1.0f, f_two[2] = {1.0f, 2.0f};
+    const uint16_t bf_two = 0x4000, h_one_half = 0x3E00;
+    const char *names[] = {"model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale",
+                           "model.layers.1.self_attn.kv_scale", "model.layers.2.self_attn.k_proj.k_scale",
+                           "model.layers.2.self_attn.v_proj.v_scale"};
+    const char *dtypes[] = {"F32", "BF16", "F32", "F16", "F32"};
+    const int dims[] = {0, 1, 0, 0, 1};
+    const void *bytes[] = {&f_half, &bf_two, &f_quarter, &h_one_half, &f_three};
+    const size_t sizes[] = {4, 2, 4, 2, 4};
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scales"), 5, names, dtypes, dims, bytes, sizes));
+    model *m = NULL;
+    CHECK(model_load(d, &m) == VLLM_OK, "%s", vllm_errmsg());
+    const layer_weights *l = m->w.layers;
+    const float want_k[5] = {0.5f, 0.25f, 1.5f, 0, 0}, want_v[5] = {2.0f, 0.25f, 3.0f, 0, 0};
+    bool same = true;
+    for (int i = 0; i < 5; i++) same &= l[i].k_scale == want_k[i] && l[i].v_scale == want_v[i];
+    for (int i = 0; i < 5 && !same; i++) printf("# layer %d: k_scale %g v_scale %g\n", i, l[i].k_scale, l[i].v_scale);
+    model_free(m);
+    CHECK(same, "scales not where vLLM puts them");
+
+    const char *bad_name[] = {"model.layers.3.self_attn.k_scale"};
+    const char *f32[] = {"F32"};
+    const int scalar[] = {0}, two[] = {2};
+    const void *neg[] = {&f_neg}, *pair[] = {f_two};
+    const size_t four[] = {4}, eight[] = {8};
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scale_negative"), 1, bad_name, f32, scalar, neg, four));
+    CHECK(load_fails(d, "'model.layers.3.self_attn.k_scale'", "one finite positive value"));
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scale_two_values"), 1, bad_name, f32, two, pair, eight));
+    CHECK(load_fails(d, "'model.layers.3.self_attn.k_scale'", "one finite positive value"));
+}
+
 TEST(test_bad_index) {
     char d[512], p[600];
     case_dir(d, sizeof d, "index_missing_shard");
@@ -833,6 +900,7 @@ int main(void) {
     RUN(test_random_model_tokenizers);
     RUN(test_bad_directories);
     RUN(test_bad_index);
+    RUN(test_kv_cache_scales);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);

@@ -4,13 +4,15 @@
  *
  *   build/tools/dump_logits --model DIR --prompts "1 5 9,1 7" --out FILE
  *       [--decode N] [--chunk N] [--budget N] [--threads N] [--block-size N]
- *       [--print-greedy]
+ *       [--kv-cache-dtype float32] [--print-greedy]
  *
  * Sequences join one per step (sequence s is first scheduled at step s), so
  * batches mix prefill chunks (at most --chunk tokens of a prompt per step)
  * and decode tokens, at most --budget tokens per step. After its prompt, each
  * sequence decodes --decode greedy tokens (argmax of our own logits), fed one
- * per step. KV blocks are handed out in a scrambled order, one table per KV
+ * per step. The KV pool holds --kv-cache-dtype elements (kernels/kv_dtype.h;
+ * float32, exact, unless given; the engine's "auto" is not accepted: name
+ * the type), in both modes. KV blocks are handed out in a scrambled order, one table per KV
  * cache group (model/kv_layout.h), and none is released: sliding-window
  * layers see every block, so only the attention kernel's window limits what
  * they read. Every token's logits are requested.
@@ -51,16 +53,20 @@ typedef struct prompt_seq {
 
 static int usage(void) {
     fprintf(stderr, "usage: dump_logits --model DIR --prompts \"IDS,IDS,...\" --out FILE [--decode N] [--chunk N]\n"
-                    "                   [--budget N] [--threads N] [--block-size N] [--print-greedy]\n"
+                    "                   [--budget N] [--threads N] [--block-size N] [--kv-cache-dtype T]\n"
+                    "                   [--print-greedy]\n"
                     "       dump_logits --engine --model DIR --prompts ... [--decode N] [--chunk N] [--budget N]\n"
                     "                   [--threads N] [--block-size N] [--num-blocks N] [--max-model-len N]\n"
-                    "                   [--no-prefix-caching] [--gap STEPS]\n");
+                    "                   [--no-prefix-caching] [--gap STEPS] [--kv-cache-dtype T]\n"
+                    "  T: float32 (default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2\n");
     return 2;
 }
 
 typedef struct engine_opts {
     int32_t decode, chunk, budget, threads, block_size, num_blocks, max_model_len, gap;
     bool caching;
+    const char *kv_cache_dtype;
+    kv_dtype kv_type;
 } engine_opts;
 
 /* --engine: the prompts through vllm_engine (see the top). */
@@ -76,6 +82,7 @@ static int run_engine(const char *dir, prompt_seq *seqs, int n, const engine_opt
     a.max_model_len = o->max_model_len;
     a.enable_prefix_caching = o->caching;
     a.num_threads = o->threads;
+    a.kv_cache_dtype = o->kv_cache_dtype;
     vllm_engine *e;
     if (vllm_engine_create(&a, &e) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
@@ -129,7 +136,7 @@ static int run_engine(const char *dir, prompt_seq *seqs, int n, const engine_opt
         const model_config *c = &engine_model(e)->config;
         kv_layout *lay = malloc(sizeof *lay);
         kv_layout_init(lay, c);
-        size_t bytes = kv_layout_block_bytes(lay, c, o->block_size);
+        size_t bytes = kv_layout_block_bytes(lay, c, o->block_size, o->kv_type);
         fprintf(stderr,
                 "kv: peak %d blocks in use of %d, %d at the last step with a running request, %d free at the end; "
                 "%d layers of %d per block, %zu bytes per block; %d groups; prefix cache hits %lld of %lld tokens; "
@@ -150,7 +157,7 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *prompts = NULL, *out = NULL;
+    const char *dir = NULL, *prompts = NULL, *out = NULL, *kv_name = "float32";
     int32_t decode = 0, chunk = 16, budget = 64, threads = 0, bs = 16, num_blocks = 0, max_model_len = 0, gap = 1;
     int print_greedy = 0, engine = 0, caching = 1;
     for (int i = 1; i < argc; i++) {
@@ -171,10 +178,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--num-blocks")) num_blocks = atoi(v);
         else if (!strcmp(a, "--max-model-len")) max_model_len = atoi(v);
         else if (!strcmp(a, "--gap")) gap = atoi(v);
+        else if (!strcmp(a, "--kv-cache-dtype")) kv_name = v;
         else return usage();
     }
+    kv_dtype kv_type;
     if (!dir || !prompts || decode < 0 || chunk < 1 || budget < 1 || bs < 1 || num_blocks < 0 || max_model_len < 0 ||
-        gap < 1)
+        gap < 1 || !kv_dtype_from_name(kv_name, &kv_type))
         return usage();
 
     prompt_seq seqs[MAX_SEQS];
@@ -198,7 +207,7 @@ int main(int argc, char **argv) {
     }
 
     if (engine) {
-        engine_opts o = {decode, chunk, budget, threads, bs, num_blocks, max_model_len, gap, caching};
+        engine_opts o = {decode, chunk, budget, threads, bs, num_blocks, max_model_len, gap, caching, kv_name, kv_type};
         int erc = run_engine(dir, seqs, n, &o);
         for (int s = 0; s < n; s++) free(seqs[s].ids);
         return erc;
@@ -227,7 +236,7 @@ int main(int argc, char **argv) {
     free(lay);
     total_blocks *= G;
     runner_config cfg = {.num_blocks = total_blocks + 1, .block_size = bs, .max_num_batched_tokens = budget,
-                         .max_num_seqs = n, .num_threads = threads};
+                         .max_num_seqs = n, .num_threads = threads, .kv_cache_dtype = kv_type};
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
         goto done;

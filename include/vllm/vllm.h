@@ -106,6 +106,15 @@ typedef struct vllm_engine_args {
     int32_t num_threads;             /* 0 = online CPUs */
     const char *generation_config;   /* "auto" (model dir), "vllm" (ignore), or a dir */
     vllm_speculative_config speculative_config; /* method NONE: off */
+    /* KV cache element type (vLLM's --kv-cache-dtype): "auto" (NULL too) =
+     * the model's dtype as vLLM picks it on CPU (bfloat16 for a float32 or
+     * bfloat16 checkpoint, float16 for a float16 one; float16 for a GGUF
+     * file, llama.cpp's default cache type; bfloat16 for Gemma 3, which
+     * vLLM never runs in float16), "bfloat16", "float16", "fp8" (=
+     * "fp8_e4m3"), "fp8_e4m3", "fp8_e5m2" (scaled by the checkpoint's
+     * k_scale/v_scale, else 1.0), or vllm.c's "float32" (exact; what
+     * earlier versions always stored). See docs/kv_cache_dtype.md. */
+    const char *kv_cache_dtype;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -227,6 +236,11 @@ typedef struct vllm_engine_info {
     int32_t block_size;
     int32_t num_gpu_blocks;          /* KV pool size in blocks */
     int64_t kv_cache_memory_bytes;   /* bytes of that pool */
+    const char *kv_cache_dtype;      /* as configured: "auto", "fp8", ... (cache_config_info's
+                                      * cache_dtype); a static string */
+    const char *kv_cache_storage_dtype; /* what the pool holds: "float32", "bfloat16", "float16",
+                                      * "fp8_e4m3" or "fp8_e5m2"; a static string */
+    int64_t kv_cache_bytes_per_token; /* K and V of every layer for one token in that type */
     bool enable_prefix_caching;
     int32_t max_num_seqs;
     int32_t max_num_batched_tokens;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kv_dtype.h"
+
 const char *engine_args_flag_name(const char *arg, char *name, size_t cap) {
     const char *eq = strchr(arg, '=');
     size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
@@ -170,7 +172,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
-        "--threads", "--speculative-config", NULL};
+        "--kv-cache-dtype", "--threads", "--speculative-config", NULL};
     bool known = false;
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
@@ -190,6 +192,11 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
     else if (!strcmp(name, "--generation-config")) a->generation_config = v;
     else if (!strcmp(name, "--speculative-config")) {
         if (engine_args_parse_speculative_config(&a->speculative_config, v, name) != 0) return -1;
+    }
+    else if (!strcmp(name, "--kv-cache-dtype")) {
+        kv_dtype t;
+        if (strcmp(v, "auto") && !kv_dtype_from_name(v, &t)) return bad(name, v, "choose from " KV_DTYPE_CHOICES);
+        a->kv_cache_dtype = v;
     }
     else if (!strcmp(name, "--max-model-len")) {
         if (!parse_i32(v, &a->max_model_len, true) || a->max_model_len < 1)
@@ -239,6 +246,11 @@ void engine_args_usage(FILE *f) {
             "                                  accepts 32k = 32000, 32K = 32768)\n"
             "  --block-size N                  KV cache block size in tokens (16)\n"
             "  --kv-cache-memory-bytes SIZE    KV cache size (e.g. 4G; default: from free memory)\n"
+            "  --kv-cache-dtype T              KV cache element type: auto (the model's dtype:\n"
+            "                                  bfloat16 for float32/bfloat16 checkpoints, float16 for\n"
+            "                                  float16 ones and GGUF files, bfloat16 for Gemma 3),\n"
+            "                                  bfloat16, float16, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2,\n"
+            "                                  float32 (exact; vllm.c only) (auto)\n"
             "  --num-gpu-blocks-override N     KV cache size in blocks\n"
             "  --[no-]enable-prefix-caching    prefix caching (on)\n"
             "  --max-num-seqs N                sequences per step\n"

@@ -1,7 +1,7 @@
 /*
  * engine_args.h - the engine flags `vllmc generate` and `vllmc serve` share,
  * with vLLM's names (EngineArgs): --model, --tokenizer, --max-model-len,
- * --block-size, --kv-cache-memory-bytes, --num-gpu-blocks-override,
+ * --block-size, --kv-cache-memory-bytes, --kv-cache-dtype, --num-gpu-blocks-override,
  * --[no-]enable-prefix-caching, --max-num-seqs, --max-num-batched-tokens,
  * --long-prefill-token-threshold, --scheduling-policy, --seed,
  * --generation-config, --speculative-config (JSON), and vllm.c's --threads. Both `--flag value` and `--flag=value` work, and

@@ -27,7 +27,10 @@
  *
  * KV pool size: --num-gpu-blocks-override, else --kv-cache-memory-bytes,
  * else 40% of MemAvailable capped at what max_num_seqs sequences of
- * max_model_len tokens could ever use (logged). It must hold at least one
+ * max_model_len tokens could ever use (logged); a block's bytes depend on
+ * --kv-cache-dtype (kernels/kv_dtype.h; "auto" resolved from the model by
+ * engine_kv_cache_dtype_auto below), so a 2-byte type fits twice the blocks of
+ * F32 in the same budget and FP8 four times. It must hold at least one
  * sequence of max_model_len tokens, as vLLM requires. A model with
  * sliding-window layers (Gemma 3) has several KV cache groups
  * (model/kv_layout.h): a block then holds fewer layers, and a sequence
@@ -66,8 +69,9 @@
 #define DEFAULT_KV_SHARE 0.40               /* of MemAvailable when nothing is given */
 
 struct vllm_engine {
-    vllm_engine_args args;           /* strings owned (copies) */
+    vllm_engine_args args;           /* strings owned (copies); kv_cache_dtype static */
     vllm_engine_info info;
+    kv_dtype kv_type;                /* what the KV pool stores (args.kv_cache_dtype resolved) */
     model *model;
     executor *exec;
     kv_cache_manager *kv;
@@ -120,6 +124,31 @@ void vllm_engine_args_init(vllm_engine_args *a) {
     a->max_num_seqs = DEFAULT_MAX_NUM_SEQS;
     a->scheduling_policy = VLLM_SCHEDULING_FCFS;
     a->generation_config = "auto";
+    a->kv_cache_dtype = "auto";
+}
+
+/* The --kv-cache-dtype values, as static strings (vllm_engine_info keeps one). */
+static const char *const kv_cache_dtype_values[] = {"auto",     "bfloat16", "float16", "float32",
+                                                    "fp8",      "fp8_e4m3", "fp8_e5m2"};
+
+static const char *kv_cache_dtype_value(const char *name) {
+    if (!name) return kv_cache_dtype_values[0];
+    for (size_t i = 0; i < sizeof kv_cache_dtype_values / sizeof *kv_cache_dtype_values; i++)
+        if (!strcmp(name, kv_cache_dtype_values[i])) return kv_cache_dtype_values[i];
+    return NULL;
+}
+
+/* What "auto" stores: vLLM's model dtype on a CPU (ModelConfig's
+ * _resolve_auto_dtype: a float32 checkpoint is downcast to the platform's
+ * first dtype, bfloat16 on x86; bfloat16 and float16 ones keep theirs);
+ * for a GGUF file, whose weights say nothing about an activation dtype,
+ * llama.cpp's default cache type, float16; Gemma 3 never float16 (vLLM
+ * refuses it for the gemma3 model types: numerical instability). Nothing
+ * vLLM-like picks float32 or an FP8 type by itself. */
+kv_dtype engine_kv_cache_dtype_auto(const model_config *c, bool gguf) {
+    if (c->arch == MODEL_ARCH_GEMMA3) return KV_DTYPE_BF16;
+    if (gguf) return KV_DTYPE_F16;
+    return c->torch_dtype == DTYPE_F16 ? KV_DTYPE_F16 : KV_DTYPE_BF16;
 }
 
 static request *find_request(const vllm_engine *e, const char *id) {
@@ -181,6 +210,19 @@ static vllm_status resolve_spec_config(const vllm_speculative_config *in, vllm_s
     return VLLM_OK;
 }
 
+/* Says where an FP8 cache's scales come from, or that the checkpoint's
+ * scales go unused (vLLM applies them only to an FP8 cache). */
+static void log_kv_scales(const model *m, kv_dtype t) {
+    int32_t n = 0, L = m->config.num_hidden_layers;
+    for (int32_t l = 0; l < L; l++) n += m->w.layers[l].k_scale > 0 || m->w.layers[l].v_scale > 0;
+    if (kv_dtype_is_fp8(t))
+        log_info("KV cache %s: %s", kv_dtype_name(t),
+                 n ? "k_scale/v_scale from the checkpoint (1.0 where a layer has none)"
+                   : "scaling factors 1.0 (the checkpoint has no k_scale/v_scale)");
+    else if (n)
+        log_info("the checkpoint's k_scale/v_scale (%d layers) apply only to an fp8 KV cache; unused", n);
+}
+
 static vllm_status check_args(const vllm_engine_args *a) {
     if (!a->model || !a->model[0]) return vllm_error(VLLM_ERR_INVALID, "engine args: model is not set");
     if (a->block_size < 1 || a->block_size > 1024)
@@ -209,6 +251,9 @@ static vllm_status check_args(const vllm_engine_args *a) {
     vllm_speculative_config spc;
     vllm_status rc = resolve_spec_config(&a->speculative_config, &spc);
     if (rc != VLLM_OK) return rc;
+    if (!kv_cache_dtype_value(a->kv_cache_dtype))
+        return vllm_error(VLLM_ERR_INVALID, "kv_cache_dtype '%s': invalid choice (choose from %s)",
+                          a->kv_cache_dtype, KV_DTYPE_CHOICES);
     const char *g = a->generation_config;
     if (g && strcmp(g, "auto") && strcmp(g, "vllm"))
         return vllm_error(VLLM_ERR_UNSUPPORTED,
@@ -222,7 +267,7 @@ static vllm_status check_args(const vllm_engine_args *a) {
 static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     const vllm_engine_args *a = &e->args;
     int32_t bs = a->block_size, L = e->info.max_model_len;
-    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs);
+    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs, e->kv_type);
     int64_t blocks_per_seq = kv_layout_blocks_per_seq(e->layout, bs, L, e->info.max_num_batched_tokens);
     int64_t n;
     if (a->num_gpu_blocks_override > 0) {
@@ -323,6 +368,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     e->args.model = dup_or_null(args->model, &rc);
     e->args.tokenizer = dup_or_null(args->tokenizer, &rc);
     e->args.generation_config = dup_or_null(args->generation_config ? args->generation_config : "auto", &rc);
+    e->args.kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype); /* static */
     list_init(&e->reported);
     if (rc != VLLM_OK) goto fail;
     if ((rc = model_load(args->model, &e->model)) != VLLM_OK) goto fail;
@@ -359,6 +405,13 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     kv_layout_init(e->layout, mc);
     info->max_model_len = L;
     info->block_size = args->block_size;
+    info->kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype);
+    if (!strcmp(info->kv_cache_dtype, "auto")) e->kv_type = engine_kv_cache_dtype_auto(mc, e->model->gguf != NULL);
+    else kv_dtype_from_name(info->kv_cache_dtype, &e->kv_type);
+    info->kv_cache_storage_dtype = kv_dtype_name(e->kv_type);
+    info->kv_cache_bytes_per_token = (int64_t)2 * mc->num_hidden_layers * mc->num_key_value_heads *
+                                     mc->head_dim * (int64_t)kv_dtype_size(e->kv_type);
+    log_kv_scales(e->model, e->kv_type);
     info->enable_prefix_caching = args->enable_prefix_caching;
     info->max_num_seqs = args->max_num_seqs;
     info->max_num_batched_tokens =
@@ -381,7 +434,8 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .block_size = args->block_size,
                           .max_num_batched_tokens = info->max_num_batched_tokens,
                           .max_num_seqs = info->max_num_seqs,
-                          .num_threads = args->num_threads};
+                          .num_threads = args->num_threads,
+                          .kv_cache_dtype = e->kv_type};
     if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if ((rc = kv_cache_manager_create_groups(num_blocks, args->block_size, args->enable_prefix_caching,
@@ -422,10 +476,11 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                  e->layout->num_groups - sliding, sliding, mc->sliding_window, e->layout->group_size, L,
                  (long long)per_seq, (long long)e->layout->num_groups * ((L + args->block_size - 1) / args->block_size));
     }
-    log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB); maximum concurrency "
-             "for %d tokens per request: %.2fx",
+    log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB, %s: %lld bytes per token; "
+             "--kv-cache-dtype %s); maximum concurrency for %d tokens per request: %.2fx",
              num_blocks, args->block_size, (long long)num_blocks * args->block_size,
-             (double)info->kv_cache_memory_bytes / 1073741824.0, L,
+             (double)info->kv_cache_memory_bytes / 1073741824.0, info->kv_cache_storage_dtype,
+             (long long)info->kv_cache_bytes_per_token, info->kv_cache_dtype, L,
              e->layout->num_groups > 1 ? (double)num_blocks / (double)per_seq
                                        : (double)num_blocks * args->block_size / L);
     log_info("scheduler: max_num_seqs %d, max_num_batched_tokens %d, policy %s, prefix caching %s, "

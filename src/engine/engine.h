@@ -25,4 +25,8 @@ const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e);
 /* The loaded model (borrowed, read-only, for the engine's lifetime). */
 const model *engine_model(const vllm_engine *e);
 
+/* What --kv-cache-dtype auto stores for a model with config c, loaded from a
+ * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */
+kv_dtype engine_kv_cache_dtype_auto(const model_config *c, bool gguf);
+
 #endif

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "kernels/kv_dtype.h"
 
 typedef enum kernels_isa {
     KERNELS_ISA_PORTABLE = 0,
@@ -178,13 +179,16 @@ void act_geglu_naive(float *g, const float *u, int64_t n);
 
 /* Paged attention over one layer's K/V pool (see attention.c for the layout:
  * K (num_blocks, kv_heads, head_dim, block_size), V (num_blocks, kv_heads,
- * block_size, head_dim)). */
+ * block_size, head_dim), elements of cache_dtype). */
 typedef struct attention_args {
-    const float *k_cache, *v_cache;
+    const void *k_cache, *v_cache;
     int32_t kv_heads, head_dim, block_size;
     float scale;             /* 1 / sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2 */
     int32_t window;          /* sliding window: attend to the last `window` positions only
                               * (HF: kv > q - window); 0 = the whole context */
+    kv_dtype cache_dtype;    /* element type of the pool (kernels/kv_dtype.h); 0 = F32 */
+    float k_scale, v_scale;  /* FP8 only: stored = x / scale (vLLM's per-tensor k_scale,
+                              * v_scale); 0 means 1. Ignored for the other types */
 } attention_args;
 
 /* Floats of scratch attention_paged needs for a group of query heads. */
@@ -193,8 +197,10 @@ static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size
 }
 
 /* Writes one token's K and V, (kv_heads, head_dim) each, into slot
- * (block * block_size + offset) of k_cache / v_cache (the pool a describes). */
-void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
+ * (block * block_size + offset) of k_cache / v_cache (the pool a describes),
+ * converted once to a->kv_dtype (divided by a->k_scale / v_scale first when
+ * FP8; kernels/kv_dtype.h says how each type rounds). */
+void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, int64_t slot, const float *k,
                         const float *v);
 
 /* Causal attention of one token's query heads that share one KV head:
@@ -211,7 +217,10 @@ void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache,
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 /* The implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2(),
- * avx512 kernels_cpu_has_avx512(); the two give identical bits). */
+ * avx512 kernels_cpu_has_avx512(); the two give identical bits). Each reads
+ * every kv_dtype, converting to F32 as it loads (exact), so with scales 1 a
+ * pool of another type gives the bits the same path gives on an F32 pool
+ * holding the same values. */
 void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
                             int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,

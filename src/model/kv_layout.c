@@ -44,9 +44,9 @@ void kv_layout_init(kv_layout *l, const model_config *c) {
     l->num_groups = g;
 }
 
-size_t kv_layout_block_bytes(const kv_layout *l, const model_config *c, int32_t block_size) {
+size_t kv_layout_block_bytes(const kv_layout *l, const model_config *c, int32_t block_size, kv_dtype t) {
     return (size_t)2 * (size_t)l->group_size * (size_t)c->num_key_value_heads * (size_t)c->head_dim *
-           (size_t)block_size * sizeof(float);
+           (size_t)block_size * kv_dtype_size(t);
 }
 
 int64_t kv_layout_blocks_per_seq(const kv_layout *l, int32_t block_size, int64_t num_tokens,

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kv_dtype.h"
 #include "model/model.h"
 
 #define KV_LAYOUT_MAX_GROUPS 16
@@ -57,8 +58,9 @@ typedef struct kv_layout {
 /* The layout of c's layers (see the top). */
 void kv_layout_init(kv_layout *l, const model_config *c);
 
-/* Bytes of one block: K and V (F32) of group_size layers for block_size positions. */
-size_t kv_layout_block_bytes(const kv_layout *l, const model_config *c, int32_t block_size);
+/* Bytes of one block: K and V (elements of type t) of group_size layers for
+ * block_size positions. */
+size_t kv_layout_block_bytes(const kv_layout *l, const model_config *c, int32_t block_size, kv_dtype t);
 
 /* The most blocks one sequence of num_tokens tokens holds at once across its
  * tables, when at most max_step_tokens of them are computed per step: a full

@@ -165,6 +165,8 @@ typedef struct layer_weights {
     tensor down_proj;                /* (dim, intermediate) */
     tensor ffn_post_norm;            /* (dim) Gemma3: on the MLP output before the residual add
                                       * (HF post_feedforward_layernorm, GGUF post_ffw_norm) */
+    float k_scale, v_scale;          /* FP8 KV cache scales from the checkpoint (vLLM's per-tensor
+                                      * self_attn.k_scale / v_scale, see model.c); 0 = none (1.0) */
 } layer_weights;
 
 typedef struct model_weights {

@@ -18,14 +18,17 @@
  * then the final norm and lm_head only for the scored_indices rows (the
  * last token of each sequence that samples, and its draft positions).
  *
- * KV pool: one anonymous mapping of floats (zero pages the kernel hands out
- * on first touch, so start-up does not write gigabytes), per K/V slot of a
- * block (model/kv_layout.h: group_size of them; slot s holds the s-th layer
- * of whichever KV cache group owns the block; one group of every layer
- * unless the model has sliding-window layers) K then V, each num_blocks
- * blocks of kv_heads * block_size * head_dim floats (K transposed within a
- * block, see kernels/attention.c); slot = block * block_size + offset,
- * through the block table and slot mapping of the layer's group.
+ * KV pool: one anonymous mapping (zero pages the kernel hands out on first
+ * touch, so start-up does not write gigabytes), per K/V slot of a block
+ * (model/kv_layout.h: group_size of them; slot s holds the s-th layer of
+ * whichever KV cache group owns the block; one group of every layer unless
+ * the model has sliding-window layers) K then V, each num_blocks blocks of
+ * kv_heads * block_size * head_dim elements (K transposed within a block,
+ * see kernels/attention.c); slot = block * block_size + offset, through
+ * the block table and slot mapping of the layer's group. Elements are of
+ * runner_config.kv_cache_dtype (kernels/kv_dtype.h: F32, BF16, F16, FP8):
+ * K and V are converted once as they are stored and back to F32 inside the
+ * attention kernel, with the layer's FP8 scales (model.h: k_scale, v_scale).
  *
  * Weights: F32/BF16/F16, or ggml block-quantized (GGUF Q8_0, Q4_0, Q4_K,
  * Q6_K): matmul_range picks the kernel from a per-dtype table
@@ -107,9 +110,11 @@ struct runner {
 
     /* KV pool */
     kv_layout layout;           /* layer -> (KV cache group, slot) */
-    float *kv;                  /* (group_size slots, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
-    size_t kv_block_floats;     /* n_kv * block_size * head_dim */
-    size_t kv_half_floats;      /* num_blocks * kv_block_floats: one slot's K (or V) */
+    kv_dtype kv_type;           /* element type of the pool */
+    uint8_t *kv;                /* (group_size slots, 2 (K, V), num_blocks, n_kv * block_size * head_dim)
+                                 * elements of kv_type */
+    size_t kv_block_bytes;      /* n_kv * block_size * head_dim elements */
+    size_t kv_half_bytes;       /* num_blocks * kv_block_bytes: one slot's K (or V) */
     size_t kv_bytes;            /* the mapping behind kv */
 
     /* scratch, T = max_num_batched_tokens */
@@ -193,22 +198,22 @@ static float *alloc_floats(size_t n, vllm_status *rc) { return alloc_zeroed(n, s
 
 /* The KV pool: gigabytes, so mapped rather than memset (zeroing 9 GiB took
  * 5 s of `serve` start-up); page-aligned, zero until written. */
-static float *map_floats(size_t n, size_t *bytes, vllm_status *rc) {
+static uint8_t *map_bytes(size_t n, size_t *bytes, vllm_status *rc) {
     if (*rc != VLLM_OK) return NULL;
     void *p = MAP_FAILED;
-    if (size_mul(bytes, n ? n : 1, sizeof(float)))
-        p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *bytes = n ? n : 1;
+    p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-        *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot map a KV cache of %zu floats", n);
+        *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot map a KV cache of %zu bytes", n);
         return NULL;
     }
     return p;
 }
 
-size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
+size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size, kv_dtype t) {
     kv_layout l;
     kv_layout_init(&l, c);
-    return kv_layout_block_bytes(&l, c, block_size);
+    return kv_layout_block_bytes(&l, c, block_size, t);
 }
 
 /* True if any matmul weight's dtype satisfies has. */
@@ -234,12 +239,13 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     *out = NULL;
     const model_config *c = &m->config;
     if (cfg->num_blocks < 1 || cfg->block_size < 1 || cfg->block_size > 4096 ||
-        cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->num_threads < 0)
+        cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->num_threads < 0 ||
+        (unsigned)cfg->kv_cache_dtype >= KV_DTYPE_COUNT)
         return vllm_error(VLLM_ERR_INVALID,
                           "runner: bad config: num_blocks %d, block_size %d (1..4096), "
-                          "max_num_batched_tokens %d, max_num_seqs %d, num_threads %d",
+                          "max_num_batched_tokens %d, max_num_seqs %d, num_threads %d, kv_cache_dtype %d",
                           cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens,
-                          cfg->max_num_seqs, cfg->num_threads);
+                          cfg->max_num_seqs, cfg->num_threads, (int)cfg->kv_cache_dtype);
     if (c->head_dim < 2 || c->head_dim % 2 || c->num_key_value_heads < 1 ||
         c->num_attention_heads % c->num_key_value_heads)
         return vllm_error(VLLM_ERR_UNSUPPORTED, "runner: head_dim %d, heads %d, kv heads %d",
@@ -274,14 +280,15 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->cfg.num_threads = r->nth;
 
     kv_layout_init(&r->layout, c);
-    r->kv_block_floats = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim;
-    r->kv_half_floats = (size_t)cfg->num_blocks * r->kv_block_floats;
-    size_t kv_floats;
-    if (!size_mul(&kv_floats, r->kv_half_floats, (size_t)2 * (size_t)r->layout.group_size)) {
+    r->kv_type = cfg->kv_cache_dtype;
+    r->kv_block_bytes = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim * kv_dtype_size(r->kv_type);
+    size_t kv_total;
+    if (!size_mul(&r->kv_half_bytes, (size_t)cfg->num_blocks, r->kv_block_bytes) ||
+        !size_mul(&kv_total, r->kv_half_bytes, (size_t)2 * (size_t)r->layout.group_size)) {
         rc = vllm_error(VLLM_ERR_INVALID, "runner: KV pool of %d blocks overflows", cfg->num_blocks);
         goto fail;
     }
-    r->kv = map_floats(kv_floats, &r->kv_bytes, &rc);
+    r->kv = map_bytes(kv_total, &r->kv_bytes, &rc);
 
     size_t T = (size_t)cfg->max_num_batched_tokens;
     r->inv_freq = alloc_floats((size_t)r->head_dim / 2, &rc);
@@ -351,30 +358,32 @@ vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block) {
         return vllm_error(VLLM_ERR_INVALID, "runner_copy_block: blocks %d -> %d outside the pool of %d",
                           src_block, dst_block, r->cfg.num_blocks);
     if (src_block == dst_block) return VLLM_OK;
-    size_t n = r->kv_block_floats;
+    size_t n = r->kv_block_bytes;
     for (int32_t half = 0; half < 2 * r->layout.group_size; half++) {
-        float *base = r->kv + (size_t)half * r->kv_half_floats;
-        memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n * sizeof(float));
+        uint8_t *base = r->kv + (size_t)half * r->kv_half_bytes;
+        memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n);
     }
     return VLLM_OK;
 }
 
 /* ---- the KV pool, block by block ------------------------------------------- */
 
-size_t runner_kv_block_bytes(const runner *r) { return r->kv_block_floats * sizeof(float); }
+size_t runner_kv_block_bytes(const runner *r) { return r->kv_block_bytes; }
+
+kv_dtype runner_kv_cache_dtype(const runner *r) { return r->kv_type; }
 
 int32_t runner_num_layers(const runner *r) { return r->n_layers; }
 
 threadpool *runner_threadpool(runner *r) { return r->pool; }
 
-/* The K array of a layer's slot (all blocks); V follows kv_half_floats later. */
-static float *kv_slot(const runner *r, int32_t layer) {
-    return r->kv + (size_t)(2 * r->layout.layer_slot[layer]) * r->kv_half_floats;
+/* The K array of a layer's slot (all blocks); V follows kv_half_bytes later. */
+static uint8_t *kv_slot(const runner *r, int32_t layer) {
+    return r->kv + (size_t)(2 * r->layout.layer_slot[layer]) * r->kv_half_bytes;
 }
 
-/* The K array of (layer, block); V follows kv_half_floats later. */
-static float *kv_block(const runner *r, int32_t layer, int32_t block) {
-    return kv_slot(r, layer) + (size_t)block * r->kv_block_floats;
+/* The K array of (layer, block); V follows kv_half_bytes later. */
+static uint8_t *kv_block(const runner *r, int32_t layer, int32_t block) {
+    return kv_slot(r, layer) + (size_t)block * r->kv_block_bytes;
 }
 
 static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block) {
@@ -387,18 +396,18 @@ static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block)
 vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v) {
     vllm_status rc = check_kv_block(r, layer, block);
     if (rc != VLLM_OK) return rc;
-    const float *kb = kv_block(r, layer, block);
-    memcpy(k, kb, runner_kv_block_bytes(r));
-    memcpy(v, kb + r->kv_half_floats, runner_kv_block_bytes(r));
+    const uint8_t *kb = kv_block(r, layer, block);
+    memcpy(k, kb, r->kv_block_bytes);
+    memcpy(v, kb + r->kv_half_bytes, r->kv_block_bytes);
     return VLLM_OK;
 }
 
 vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v) {
     vllm_status rc = check_kv_block(r, layer, block);
     if (rc != VLLM_OK) return rc;
-    float *kb = kv_block(r, layer, block);
-    memcpy(kb, k, runner_kv_block_bytes(r));
-    memcpy(kb + r->kv_half_floats, v, runner_kv_block_bytes(r));
+    uint8_t *kb = kv_block(r, layer, block);
+    memcpy(kb, k, r->kv_block_bytes);
+    memcpy(kb + r->kv_half_bytes, v, r->kv_block_bytes);
     return VLLM_OK;
 }
 
@@ -578,9 +587,10 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     const step_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
     int32_t hd = r->head_dim, half = hd / 2;
-    float *k_cache = kv_slot(r, r->layer), *v_cache = k_cache + r->kv_half_floats;
+    uint8_t *k_cache = kv_slot(r, r->layer), *v_cache = k_cache + r->kv_half_bytes;
     int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
-    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
+    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size,
+                         .cache_dtype = r->kv_type, .k_scale = lw->k_scale, .v_scale = lw->v_scale};
     bool sliding = r->rope_local && model_layer_is_sliding(&r->m->config, r->layer);
     for (int64_t t = lo; t < hi; t++) {
         float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
@@ -601,15 +611,20 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
 static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const step_batch *b = r->b;
+    const layer_weights *lw = &r->m->w.layers[r->layer];
+    const uint8_t *k_cache = kv_slot(r, r->layer);
     attention_args a = {
-        .k_cache = kv_slot(r, r->layer),
+        .k_cache = k_cache,
+        .v_cache = k_cache + r->kv_half_bytes,
         .kv_heads = r->n_kv,
         .head_dim = r->head_dim,
         .block_size = r->cfg.block_size,
         .scale = r->attn_scale,
         .window = model_layer_is_sliding(&r->m->config, r->layer) ? r->m->config.sliding_window : 0,
+        .cache_dtype = r->kv_type,
+        .k_scale = lw->k_scale,
+        .v_scale = lw->v_scale,
     };
-    a.v_cache = a.k_cache + r->kv_half_floats;
     int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
     float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
     for (int64_t i = lo; i < hi; i++) {

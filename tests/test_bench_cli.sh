@@ -5,7 +5,7 @@
 # output_len x num_prompts x n), printed percentiles equal to numpy's over the
 # latencies written by --output-json, and printed floats as Python's repr;
 # build/bench/bench_forward --context's KV cache dtype table on a toy run.
-# checks: 10
+# checks: 11
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}

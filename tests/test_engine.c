@@ -26,7 +26,7 @@
  *    and no prompt that continues a sequence with its rejected drafts ever
  *    hits the prefix cache past the committed tokens.
  */
-/* checks: 8 */
+/* checks: 13 */
 /* tags: tsan */
 #include <jansson.h>
 #include <math.h>

@@ -3,7 +3,7 @@
 # Expected values: llama2.c's greedy ids (reference_bos_greedy200.json), text
 # cut at stop strings by Python's str.find, and the same requests run one at a
 # time (batch invariance through the CLI). Prints "ok NAME" / "FAIL NAME: why".
-# checks: 6
+# checks: 7
 # tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."

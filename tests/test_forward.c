@@ -16,7 +16,7 @@
  *
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
-/* checks: 11 */
+/* checks: 12 */
 /* tags: tsan */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */

@@ -2,8 +2,8 @@
  * test_kv_dtype.c - the KV cache element types (kernels/kv_dtype.h) and the
  * attention kernel reading each of them.
  *
- * checks: 7 (run by tests/run.sh); with --torch-ref DIR: 5 more, run by
- * tests/test_kv_dtype_ref.sh
+ * Seven results without arguments (tests/run.sh); with --torch-ref DIR, the
+ * five of tests/test_kv_dtype_ref.sh.
  *
  * Without arguments:
  *  - names: every --kv-cache-dtype name, "fp8" = fp8_e4m3, unknown ones refused;
@@ -34,6 +34,7 @@
  *    (x / scale).to(type), and attention over them is within 1e-5 of
  *    torch-rounded K/V's float64 softmax.
  */
+/* checks: 7 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

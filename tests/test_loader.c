@@ -15,7 +15,7 @@
  *    problem;
  *  - FP8 KV cache scales (k_scale / v_scale) under vLLM's checkpoint names.
  */
-/* checks: 13 */
+/* checks: 14 */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>

@@ -26,7 +26,7 @@
 #     "stop" the client saw, not "length"; a malformed version is refused.
 # Needs the server (src/server); without it there is nothing to test and the
 # script says so on stderr.
-# checks: 25
+# checks: 26
 # tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,9 @@
  * bench_forward.c - forward-pass throughput of one sequence (or a batch).
  *
  *   build/bench/bench_forward --model DIR [--threads N] [--prefill 128] [--decode 64]
- *                             [--batch 1] [--repeat 1]
+ *                             [--batch 1] [--repeat 1] [--kv-cache-dtype float32]
+ *   build/bench/bench_forward --model DIR --context 1024,4096 [--kv-cache-dtype float32,bfloat16,fp8]
+ *                             [--decode 32] [--repeat 2] [--threads N]
  *
  * Prefill: each of --batch sequences gets --prefill random tokens, all in one
  * forward pass (logits for the last token of each). Decode: then --decode
@@ -11,6 +13,17 @@
  * are touched once before timing so page faults of the mmap are not counted.
  * CPU seconds (all threads) are printed beside wall time: on a shared
  * machine, wall time with N threads is only meaningful if CPU ~= N x wall.
+ * --kv-cache-dtype: the KV pool's element type (kernels/kv_dtype.h).
+ *
+ * --context: decode speed against context length per KV cache dtype, side
+ * by side. For each repeat, for each dtype in turn (so a noisy machine
+ * hits them all alike), one sequence is prefilled (untimed, chunks of 512)
+ * up to each context length in increasing order and then decodes --decode
+ * tokens there (timed). Prints a table: per dtype the KV bytes per token
+ * (K and V of every layer), and per context the KV bytes a decode step
+ * reads, the best decode tok/s of the repeats (wall clock) with its ratio to
+ * the first dtype's, and the least CPU time per token (all threads) with its
+ * ratio: on a loaded machine the CPU time is the steadier of the two.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +32,8 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
+#include "kernels/kv_dtype.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/runner.h"
 
@@ -61,9 +76,129 @@ static size_t touch_weights(const model *m, volatile unsigned *sink) {
     return total;
 }
 
+enum { MAX_LIST = 8, SWEEP_CHUNK = 512 };
+
+/* Splits a comma list of positive ints; the count, or -1 if malformed. */
+static int parse_ints(const char *s, int *out) {
+    int n = 0;
+    for (const char *p = s; *p && n < MAX_LIST;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 1 << 20 || (*end && *end != ',')) return -1;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Splits a comma list of KV cache dtype names; the count, or -1. */
+static int parse_dtypes(const char *s, kv_dtype *out) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < MAX_LIST; t = strtok_r(NULL, ",", &save))
+        if (!kv_dtype_from_name(t, &out[n++])) return -1;
+    return n;
+}
+
+/* One forward of tokens [p0, p1) of sequence 0 (blocks 0, 1, ... in order);
+ * logits for the last one. */
+static vllm_status forward_range(runner *r, int32_t vocab, int32_t G, int32_t max_blocks, int32_t *tables, int p0,
+                                 int p1, uint32_t *seed, float *logits, int32_t *ids, int32_t *pos, int64_t *slots) {
+    const int bs = 16, T = p1 - p0;
+    for (int t = 0; t < T; t++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        ids[t] = (int32_t)(*seed >> 8) % vocab;
+        pos[t] = p0 + t;
+        for (int g = 0; g < G; g++) slots[t * G + g] = (int64_t)tables[g * max_blocks + pos[t] / bs] * bs + pos[t] % bs;
+    }
+    int32_t qsl[2] = {0, T}, len = p1, last = T - 1;
+    step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
+                    .num_seqs = 1, .query_start_loc = qsl, .seq_lens = &len, .block_tables = tables,
+                    .max_blocks_per_seq = max_blocks, .num_scored = 1, .scored_indices = &last};
+    return runner_forward(r, &b, logits);
+}
+
+/* --context: see the top. */
+static int context_sweep(const model *m, int threads, const int *ctx, int nctx, const kv_dtype *types, int ntypes,
+                         int decode, int repeat) {
+    const model_config *c = &m->config;
+    const int bs = 16, max_len = ctx[nctx - 1] + decode, max_blocks = (max_len + bs - 1) / bs;
+    kv_layout *lay = malloc(sizeof *lay);
+    kv_layout_init(lay, c);
+    const int G = lay->num_groups;
+    free(lay);
+    double best[MAX_LIST][MAX_LIST] = {{0}}; /* [type][context] decode tok/s */
+    double best_cpu[MAX_LIST][MAX_LIST];     /* [type][context] CPU ms per token */
+    for (int i = 0; i < MAX_LIST; i++)
+        for (int j = 0; j < MAX_LIST; j++) best_cpu[i][j] = 1e30;
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(G * max_blocks)), *ids = malloc(sizeof(int32_t) * SWEEP_CHUNK),
+            *pos = malloc(sizeof(int32_t) * SWEEP_CHUNK);
+    int64_t *slots = malloc(sizeof(int64_t) * SWEEP_CHUNK * (size_t)G);
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    for (int i = 0; i < G * max_blocks; i++) tables[i] = i;
+    uint32_t seed = 12345;
+    for (int rep = 0; rep < repeat; rep++)
+        for (int ti = 0; ti < ntypes; ti++) {
+            runner_config cfg = {.num_blocks = G * max_blocks, .block_size = bs, .max_num_batched_tokens = SWEEP_CHUNK,
+                                 .max_num_seqs = 1, .num_threads = threads, .kv_cache_dtype = types[ti]};
+            runner *r = NULL;
+            if (runner_create(m, &cfg, &r) != VLLM_OK) {
+                fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
+                return 1;
+            }
+            int done = 0;
+            for (int ci = 0; ci < nctx; ci++) {
+                /* prefill up to ctx[ci] (what earlier contexts decoded is overwritten) */
+                for (int p = done < ctx[ci] ? (ci ? ctx[ci - 1] : 0) : ctx[ci]; p < ctx[ci];) {
+                    int p1 = p + SWEEP_CHUNK < ctx[ci] ? p + SWEEP_CHUNK : ctx[ci];
+                    if (forward_range(r, c->vocab_size, G, max_blocks, tables, p, p1, &seed, logits, ids, pos, slots)) {
+                        fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
+                        return 1;
+                    }
+                    p = p1;
+                }
+                double t0 = now_s(), c0 = cpu_s();
+                for (int step = 0; step < decode; step++)
+                    if (forward_range(r, c->vocab_size, G, max_blocks, tables, ctx[ci] + step, ctx[ci] + step + 1,
+                                      &seed, logits, ids, pos, slots)) {
+                        fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
+                        return 1;
+                    }
+                double t1 = now_s(), c1 = cpu_s(), tps = decode / (t1 - t0);
+                printf("run %d: %-9s context %5d: decode %d tokens in %.3f s (%.3f s CPU) = %.2f tok/s\n", rep + 1,
+                       kv_dtype_name(types[ti]), ctx[ci], decode, t1 - t0, c1 - c0, tps);
+                fflush(stdout);
+                if (tps > best[ti][ci]) best[ti][ci] = tps;
+                if ((c1 - c0) * 1e3 / decode < best_cpu[ti][ci]) best_cpu[ti][ci] = (c1 - c0) * 1e3 / decode;
+                done = ctx[ci];
+            }
+            runner_free(r);
+        }
+    printf("\nmodel %s: %d layers, %d KV heads x %d; kernels %s, threads %d (0 = all CPUs); best of %d, "
+           "%d decode steps each\n",
+           m->dir, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, kernels_isa_name(kernels_isa_get()),
+           threads, repeat, decode);
+    printf("%-10s %12s", "kv dtype", "bytes/token");
+    for (int ci = 0; ci < nctx; ci++) printf(" | ctx %5d: KV/step   tok/s  ratio  CPU ms/tok  ratio", ctx[ci]);
+    printf("\n");
+    for (int ti = 0; ti < ntypes; ti++) {
+        int64_t per_tok = (int64_t)2 * c->num_hidden_layers * c->num_key_value_heads * c->head_dim *
+                          (int64_t)kv_dtype_size(types[ti]);
+        printf("%-10s %12lld", kv_dtype_name(types[ti]), (long long)per_tok);
+        for (int ci = 0; ci < nctx; ci++)
+            printf(" | %11.1f MB %7.2f %5.2fx %11.2f %5.2fx", (double)per_tok * ctx[ci] / 1e6, best[ti][ci],
+                   best[0][ci] > 0 ? best[ti][ci] / best[0][ci] : 0, best_cpu[ti][ci],
+                   best_cpu[ti][ci] > 0 ? best_cpu[0][ci] / best_cpu[ti][ci] : 0);
+        printf("\n");
+    }
+    free(tables), free(ids), free(pos), free(slots), free(logits);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *dir = NULL;
-    int threads = 0, prefill = 128, decode = 64, batch = 1, repeat = 1;
+    const char *dir = NULL, *kv_list = NULL, *ctx_list = NULL;
+    int threads = 0, prefill = 128, decode = -1, batch = 1, repeat = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -71,11 +206,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-cache-dtype")) kv_list = argv[i + 1];
+        else if (!strcmp(argv[i], "--context")) ctx_list = argv[i + 1];
         else dir = NULL, i = argc;
     }
-    if (!dir || prefill < 1 || decode < 0 || batch < 1 || repeat < 1) {
+    kv_dtype types[MAX_LIST] = {KV_DTYPE_F32};
+    int ctx[MAX_LIST], ntypes = kv_list ? parse_dtypes(kv_list, types) : 1, nctx = ctx_list ? parse_ints(ctx_list, ctx) : 0;
+    if (decode < 0) decode = ctx_list ? 32 : 64;
+    if (repeat < 1) repeat = ctx_list ? 2 : 1;
+    bool sorted = true;
+    for (int i = 1; i < nctx; i++) sorted &= ctx[i] > ctx[i - 1];
+    if (!dir || prefill < 1 || decode < 0 || batch < 1 || ntypes < 1 || nctx < 0 || (ctx_list && (nctx < 1 || !sorted)) ||
+        (!ctx_list && ntypes != 1) || (ctx_list && decode < 1)) {
         fprintf(stderr, "usage: bench_forward --model DIR [--threads N] [--prefill 128] [--decode 64] "
-                        "[--batch 1] [--repeat 1]\n");
+                        "[--batch 1] [--repeat 1] [--kv-cache-dtype float32]\n"
+                        "       bench_forward --model DIR --context 1024,4096 [--kv-cache-dtype float32,bfloat16,fp8] "
+                        "[--decode 32] [--repeat 2] [--threads N]\n"
+                        "  contexts increasing; dtypes: float32 bfloat16 float16 fp8 fp8_e4m3 fp8_e5m2\n");
         return 2;
     }
     model *m = NULL;
@@ -83,9 +230,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
         return 1;
     }
+    if (ctx_list) {
+        int rc = context_sweep(m, threads, ctx, nctx, types, ntypes, decode, repeat);
+        model_free(m);
+        return rc;
+    }
     const int bs = 16, len = prefill + decode, max_blocks = (len + bs - 1) / bs;
-    runner_config cfg = {.num_blocks = batch * max_blocks, .block_size = bs,
-                         .max_num_batched_tokens = prefill * batch, .max_num_seqs = batch, .num_threads = threads};
+    kv_layout *lay = malloc(sizeof *lay); /* one table per KV cache group, every block kept */
+    kv_layout_init(lay, &m->config);
+    const int G = lay->num_groups;
+    free(lay);
+    runner_config cfg = {.num_blocks = batch * max_blocks * G, .block_size = bs,
+                         .max_num_batched_tokens = prefill * batch, .max_num_seqs = batch, .num_threads = threads,
+                         .kv_cache_dtype = types[0]};
     runner *r = NULL;
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
@@ -95,12 +252,12 @@ int main(int argc, char **argv) {
     size_t wbytes = touch_weights(m, &sink);
     int32_t vocab = m->config.vocab_size, T = prefill * batch;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
-    int64_t *slots = malloc(sizeof(int64_t) * (size_t)T);
+    int64_t *slots = malloc(sizeof(int64_t) * (size_t)T * G);
     int32_t *qsl = malloc(sizeof(int32_t) * (size_t)(batch + 1)), *lens = malloc(sizeof(int32_t) * (size_t)batch);
     int32_t *lidx = malloc(sizeof(int32_t) * (size_t)batch);
-    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(batch * max_blocks));
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(batch * G * max_blocks)); /* (batch, G, max_blocks) */
     float *logits = malloc(sizeof(float) * (size_t)batch * vocab);
-    for (int i = 0; i < batch * max_blocks; i++) tables[i] = i;
+    for (int i = 0; i < batch * G * max_blocks; i++) tables[i] = i;
     double best_prefill = 0, best_decode = 0;
     uint32_t seed = 12345;
     for (int rep = 0; rep < repeat; rep++) {
@@ -114,11 +271,12 @@ int main(int argc, char **argv) {
                 seed = seed * 1664525u + 1013904223u;
                 ids[t] = (int32_t)(seed >> 8) % vocab;
                 pos[t] = p;
-                slots[t] = (int64_t)tables[s * max_blocks + p / bs] * bs + p % bs;
+                for (int g = 0; g < G; g++)
+                    slots[t * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
             }
         }
         qsl[batch] = T;
-        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
                           .num_seqs = batch, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
                           .max_blocks_per_seq = max_blocks, .num_scored = batch, .scored_indices = lidx};
         double t0 = now_s(), c0 = cpu_s();
@@ -136,7 +294,8 @@ int main(int argc, char **argv) {
                 lidx[s] = s;
                 ids[s] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % vocab;
                 pos[s] = p;
-                slots[s] = (int64_t)tables[s * max_blocks + p / bs] * bs + p % bs;
+                for (int g = 0; g < G; g++)
+                    slots[s * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
             }
             qsl[batch] = batch;
             b.num_tokens = batch;
@@ -153,8 +312,9 @@ int main(int argc, char **argv) {
         if (pf > best_prefill) best_prefill = pf;
         if (dc > best_decode) best_decode = dc;
     }
-    printf("model %s: %.2f GB of weights (%s), kernels %s, threads %d (0 = all CPUs)\n", dir, wbytes / 1e9,
-           dtype_name(m->w.layers[0].q_proj.type), kernels_isa_name(kernels_isa_get()), threads);
+    printf("model %s: %.2f GB of weights (%s), KV cache %s, kernels %s, threads %d (0 = all CPUs)\n", dir,
+           wbytes / 1e9, dtype_name(m->w.layers[0].q_proj.type), kv_dtype_name(types[0]),
+           kernels_isa_name(kernels_isa_get()), threads);
     printf("best: prefill %.2f tok/s, decode %.2f tok/s (%.1f GB/s of weights)\n", best_prefill, best_decode,
            best_decode / batch * wbytes / 1e9);
     free(ids), free(pos), free(slots), free(qsl), free(lens), free(lidx), free(tables), free(logits);

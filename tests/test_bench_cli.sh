@@ -3,8 +3,9 @@
 # end on the bundled stories260K: vLLM's printed labels, figures that parse and
 # are positive, token totals equal to what was asked (input_len x num_prompts,
 # output_len x num_prompts x n), printed percentiles equal to numpy's over the
-# latencies written by --output-json, and printed floats as Python's repr.
-# checks: 10
+# latencies written by --output-json, and printed floats as Python's repr;
+# build/bench/bench_forward --context's KV cache dtype table on a toy run.
+# checks: 11
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -106,3 +107,23 @@ if "$VLLMC" bench throughput --num-prompts 1 --input-len 16 --output-len 3 --num
 then ok bench_throughput_kv_line; else fail bench_throughput_kv_line "$(cat "$tmp/kv.out") $(tail -3 "$tmp/err")"; fi
 # a shared prompt with no per-request part (vLLM's --prefix-len P --input-len 0)
 check_tp bench_throughput_prefix_only 256 32 8 --input-len 0 --prefix-len 32 --output-len 4 --ignore-eos
+
+# 6. bench_forward --context (the KV cache dtype benchmark, docs/bench.md) on a toy run:
+# one row per type with the bytes per token of stories260K (5 layers x 4 KV heads x 8 x
+# K and V x the type's size), a positive rate at each context, ratios against the first
+bf=${BUILD_DIR:-build}/bench/bench_forward
+if "$bf" --model models/stories260K --context 32,64 --kv-cache-dtype float32,bfloat16,fp8 --decode 4 --repeat 1 \
+     >"$tmp/bf.out" 2>"$tmp/err" &&
+   $PY - "$tmp/bf.out" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.split()[:1] in (["float32"], ["bfloat16"], ["fp8_e4m3"])]
+assert [(r[0], r[1]) for r in rows] == [("float32", "1280"), ("bfloat16", "640"), ("fp8_e4m3", "320")], rows
+for r in rows:
+    cells = " ".join(r[2:]).split("|")[1:]
+    assert len(cells) == 2, r
+    for c in cells:
+        f = c.split()  # KV/step MB tok/s ratio CPU-ms ratio
+        assert float(f[2]) > 0 and f[3].endswith("x") and f[5].endswith("x"), r
+assert rows[0][2:].count("1.00x") == 4, rows[0]
+EOF
+then ok bench_forward_kv_cache_dtypes; else fail bench_forward_kv_cache_dtypes "$(tail -4 "$tmp/bf.out") $(tail -3 "$tmp/err")"; fi

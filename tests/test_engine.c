@@ -14,6 +14,9 @@
  *  - priority scheduling with preemption: the most important request is never
  *    preempted and is never overtaken;
  *  - abort / stop_sequence, events and stats, bad input;
+ *  - --kv-cache-dtype: each value's storage type, pool size for a fixed
+ *    budget, bytes per token, the KV accessors; "auto" per model kind; the
+ *    batch invariance above in every type;
  *  - speculative decoding through the engine: with a proposer that is right
  *    three times in four and the exact verifier, the 64 requests give the
  *    same tokens and logprobs, bit for bit, as one token per step (also with
@@ -23,7 +26,7 @@
  *    and no prompt that continues a sequence with its rejected drafts ever
  *    hits the prefix cache past the committed tokens.
  */
-/* checks: 8 */
+/* checks: 13 */
 /* tags: tsan */
 #include <jansson.h>
 #include <math.h>
@@ -72,6 +75,9 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 33);
 }
 
+/* The tests below run with an F32 KV cache: llama2.c's reference is F32
+ * arithmetic, and the prefix-cache test expects 20 tokens before an EOS;
+ * test_batch_invariance runs again for every other --kv-cache-dtype. */
 static vllm_engine_args base_args(void) {
     vllm_engine_args a;
     vllm_engine_args_init(&a);
@@ -79,6 +85,7 @@ static vllm_engine_args base_args(void) {
     a.num_threads = 2;
     a.max_model_len = 256;
     a.max_num_seqs = 64;
+    a.kv_cache_dtype = "float32";
     return a;
 }
 
@@ -253,7 +260,9 @@ static int32_t oracle_propose(void *ud, const spec_seq_view *q, int32_t max_draf
     return max_drafts;
 }
 
-TEST(test_batch_invariance) {
+/* The 64 requests alone, then together in each configuration below, with
+ * the KV cache in kv (a --kv-cache-dtype value). */
+static void check_batch_invariance(const char *kv) {
     static req_spec specs[NREQ];
     static req_result alone[NREQ], batch[NREQ];
     make_specs(specs);
@@ -262,6 +271,7 @@ TEST(test_batch_invariance) {
     run_stats st;
     vllm_engine_args a = base_args();
     a.enable_prefix_caching = false;
+    a.kv_cache_dtype = kv;
     for (int32_t i = 0; i < NREQ; i++)
         if (!run_all(&a, specs, &all[i], 1, alone, &st)) return;
 
@@ -286,6 +296,7 @@ TEST(test_batch_invariance) {
     oracle orc = {.truth = alone};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         a = base_args();
+        a.kv_cache_dtype = kv;
         a.enable_prefix_caching = cfgs[c].caching;
         a.long_prefill_token_threshold = cfgs[c].threshold;
         a.max_num_batched_tokens = cfgs[c].budget;
@@ -305,11 +316,17 @@ TEST(test_batch_invariance) {
             CHECK(st.preemptions >= 20, "%s: only %lld preemptions", cfgs[c].name,
                   (long long)st.preemptions);
         if (cfgs[c].caching) CHECK(st.hits > 0, "%s: shared prefixes should hit", cfgs[c].name);
-        printf("# %s: %lld steps, %lld preemptions, %lld/%lld prefix tokens hit, max %d tokens/step\n",
-               cfgs[c].name, (long long)st.steps, (long long)st.preemptions, (long long)st.hits,
+        printf("# %s, %s KV: %lld steps, %lld preemptions, %lld/%lld prefix tokens hit, max %d tokens/step\n",
+               cfgs[c].name, kv, (long long)st.steps, (long long)st.preemptions, (long long)st.hits,
                (long long)st.queries, st.max_tokens_step);
     }
 }
+
+TEST(test_batch_invariance) { check_batch_invariance("float32"); }
+TEST(test_batch_invariance_kv_bfloat16) { check_batch_invariance("bfloat16"); }
+TEST(test_batch_invariance_kv_float16) { check_batch_invariance("float16"); }
+TEST(test_batch_invariance_kv_fp8_e4m3) { check_batch_invariance("fp8_e4m3"); }
+TEST(test_batch_invariance_kv_fp8_e5m2) { check_batch_invariance("fp8_e5m2"); }
 
 TEST(test_n_equals_separate_seeds) {
     req_spec specs[4];
@@ -648,6 +665,82 @@ TEST(test_spec_fake_proposer_and_verifier) {
     vllm_engine_free(e);
 }
 
+/* --kv-cache-dtype: what each value stores, the blocks a fixed budget holds
+ * (2x F32's for 16-bit types, 4x for FP8), the bytes per token, the KV
+ * accessors in the pool's type; "auto" per model kind; unknown values refused
+ * naming the accepted ones. stories260K: 5 layers, 4 KV heads of 8. */
+TEST(test_kv_cache_dtype_engine) {
+    const struct {
+        const char *value, *storage;
+        size_t bytes;
+    } cases[] = {{"float32", "float32", 4}, {"auto", "bfloat16", 2}, {"bfloat16", "bfloat16", 2},
+                 {"float16", "float16", 2}, {"fp8", "fp8_e4m3", 1},  {"fp8_e4m3", "fp8_e4m3", 1},
+                 {"fp8_e5m2", "fp8_e5m2", 1}, {NULL, "bfloat16", 2}};
+    const int64_t budget = 5120 * 4 * 100; /* 100 F32 blocks of 16 tokens */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        vllm_engine_args a = base_args();
+        a.kv_cache_dtype = cases[i].value;
+        a.kv_cache_memory_bytes = budget;
+        vllm_engine *e;
+        CHECK(vllm_engine_create(&a, &e) == VLLM_OK, "%s: %s", cases[i].value, vllm_errmsg());
+        vllm_engine_info info;
+        vllm_engine_get_info(e, &info);
+        const char *label = cases[i].value ? cases[i].value : "auto";
+        bool ok = !strcmp(info.kv_cache_dtype, label) && !strcmp(info.kv_cache_storage_dtype, cases[i].storage) &&
+                  info.num_gpu_blocks == (int32_t)(100 * 4 / cases[i].bytes) &&
+                  info.kv_cache_bytes_per_token == (int64_t)(2 * 5 * 4 * 8 * cases[i].bytes) &&
+                  executor_kv_block_bytes(engine_executor(e)) == 4 * 16 * 8 * cases[i].bytes;
+        /* a request's block read and written back through the executor */
+        vllm_sampling_params sp;
+        vllm_sampling_params_init(&sp);
+        sp.temperature = 0, sp.max_tokens = 3, sp.logprobs = 1;
+        int32_t prompt[20], len = 20;
+        for (int32_t j = 0; j < 20; j++) prompt[j] = 5 + 7 * j;
+        const int32_t *pp[1] = {prompt};
+        vllm_request_result *r1 = NULL, *r2 = NULL;
+        size_t kvb = executor_kv_block_bytes(engine_executor(e));
+        uint8_t *kb = malloc(kvb), *vb = malloc(kvb);
+        bool io = vllm_engine_generate(e, 1, pp, &len, &sp, NULL, &r1) == VLLM_OK &&
+                  executor_read_kv(engine_executor(e), 2, 0, kb, vb) == VLLM_OK &&
+                  executor_write_kv(engine_executor(e), 2, 0, kb, vb) == VLLM_OK &&
+                  vllm_engine_generate(e, 1, pp, &len, &sp, NULL, &r2) == VLLM_OK && r2[0].num_cached_tokens == 16 &&
+                  !memcmp(r1[0].seqs[0].token_ids, r2[0].seqs[0].token_ids, 3 * sizeof(int32_t)) &&
+                  !memcmp(r1[0].seqs[0].logprobs, r2[0].seqs[0].logprobs, 3 * sizeof(float));
+        if (r1) vllm_request_results_free(r1, 1);
+        if (r2) vllm_request_results_free(r2, 1);
+        free(kb), free(vb);
+        vllm_engine_free(e);
+        CHECK(ok, "%s: cache_dtype %s, storage %s, %d blocks, %lld bytes per token", label, info.kv_cache_dtype,
+              info.kv_cache_storage_dtype, info.num_gpu_blocks, (long long)info.kv_cache_bytes_per_token);
+        CHECK(io, "%s: a block read and written back, then hit in the prefix cache, changed the output", label);
+    }
+    /* auto per model kind */
+    model_config c = {.arch = MODEL_ARCH_LLAMA, .torch_dtype = DTYPE_F32};
+    CHECK(engine_kv_cache_dtype_auto(&c, false) == KV_DTYPE_BF16, "F32 checkpoint: vLLM downcasts to bfloat16");
+    c.torch_dtype = DTYPE_BF16;
+    CHECK(engine_kv_cache_dtype_auto(&c, false) == KV_DTYPE_BF16);
+    c.torch_dtype = DTYPE_F16;
+    CHECK(engine_kv_cache_dtype_auto(&c, false) == KV_DTYPE_F16);
+    c.torch_dtype = DTYPE_Q4_0;
+    CHECK(engine_kv_cache_dtype_auto(&c, true) == KV_DTYPE_F16, "GGUF: llama.cpp's float16");
+    c.arch = MODEL_ARCH_GEMMA3;
+    CHECK(engine_kv_cache_dtype_auto(&c, true) == KV_DTYPE_BF16, "Gemma 3: never float16");
+    c.torch_dtype = DTYPE_F16;
+    CHECK(engine_kv_cache_dtype_auto(&c, false) == KV_DTYPE_BF16, "Gemma 3: never float16");
+    /* unknown values */
+    const char *bad[] = {"fp16", "half", "int8", "fp8_e4m3fn", "FP8", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        vllm_engine_args a = base_args();
+        a.kv_cache_dtype = bad[i];
+        vllm_engine *e = (vllm_engine *)1;
+        CHECK(vllm_engine_create(&a, &e) == VLLM_ERR_INVALID && e == NULL, "'%s' accepted", bad[i]);
+        CHECK(strstr(vllm_errmsg(), "kv_cache_dtype") && strstr(vllm_errmsg(), "'auto', 'bfloat16', 'float16', "
+                                                                               "'float32', 'fp8', 'fp8_e4m3', "
+                                                                               "'fp8_e5m2'"),
+              "%s", vllm_errmsg());
+    }
+}
+
 TEST(test_bad_input) {
     vllm_engine_args a = base_args();
     vllm_engine *e;
@@ -696,11 +789,16 @@ TEST(test_bad_input) {
 int main(void) {
     RUN(test_greedy_bos_matches_llama2c);
     RUN(test_batch_invariance);
+    RUN(test_batch_invariance_kv_bfloat16);
+    RUN(test_batch_invariance_kv_float16);
+    RUN(test_batch_invariance_kv_fp8_e4m3);
+    RUN(test_batch_invariance_kv_fp8_e5m2);
     RUN(test_n_equals_separate_seeds);
     RUN(test_prefix_cache_ten_blocks);
     RUN(test_priority_with_preemption);
     RUN(test_abort_stop_events);
     RUN(test_spec_fake_proposer_and_verifier);
+    RUN(test_kv_cache_dtype_engine);
     RUN(test_bad_input);
     return harness_done();
 }

@@ -3,7 +3,7 @@
 # Expected values: llama2.c's greedy ids (reference_bos_greedy200.json), text
 # cut at stop strings by Python's str.find, and the same requests run one at a
 # time (batch invariance through the CLI). Prints "ok NAME" / "FAIL NAME: why".
-# checks: 6
+# checks: 7
 # tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -148,3 +148,29 @@ if [ $r1 -eq 2 ] && grep -q "max-tokens" "$tmp/e1" && [ $r2 -eq 1 ] && grep -q "
 else
   fail generate_bad_input "exits $r1 $r2 $r3 $r4 $r5: $(cat "$tmp/e1" "$tmp/e2" "$tmp/e3" "$tmp/e4" | tr '\n' ' ')"
 fi
+
+# 7. --kv-cache-dtype: each value runs (the 16-bit types and float32 still give llama2.c's
+# 200 greedy ids on this model; FP8 is only required to run to the end), the log line names
+# what the pool stores and its bytes per token (5 layers x 4 KV heads x 8 x 2 (K, V) elements);
+# an unknown value is refused naming the accepted ones (also with --flag=value)
+bad=""
+for spec in float32:float32:1280:same bfloat16:bfloat16:640:same auto:bfloat16:640:same float16:float16:640:same \
+            fp8:fp8_e4m3:320:runs fp8_e4m3:fp8_e4m3:320:runs fp8_e5m2:fp8_e5m2:320:runs; do
+  IFS=: read -r value storage bytes want <<< "$spec"
+  if ! VLLM_LOGGING_LEVEL=INFO "$VLLMC" generate --max-tokens 200 --temperature 0 --json --kv-cache-dtype "$value" \
+       >"$tmp/kv.json" 2>"$tmp/kv.err"; then bad="$bad $value: exit $?;"; continue; fi
+  grep -q "$storage: $bytes bytes per token; --kv-cache-dtype $value)" "$tmp/kv.err" ||
+    bad="$bad $value: no '$storage: $bytes bytes per token' in the log;"
+  $PY - "$tmp/kv.json" "$want" <<'PY' || bad="$bad $value: output;"
+import json, sys
+o = json.loads(open(sys.argv[1]).read())["outputs"][0]
+ref = json.load(open("models/stories260K/reference_bos_greedy200.json"))["greedy_ids"]
+assert len(o["token_ids"]) == 200 and o["finish_reason"] == "length"
+assert sys.argv[2] != "same" or o["token_ids"] == ref
+PY
+done
+"$VLLMC" generate --kv-cache-dtype=fp16 >/dev/null 2>"$tmp/kv.err"; r=$?
+if [ $r -ne 2 ] || ! grep -q "argument --kv-cache-dtype: invalid value 'fp16': choose from 'auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2'" "$tmp/kv.err"; then
+  bad="$bad fp16: exit $r, $(head -1 "$tmp/kv.err");"
+fi
+if [ -z "$bad" ]; then ok generate_kv_cache_dtype; else fail generate_kv_cache_dtype "$bad"; fi

@@ -5,7 +5,10 @@
  *    memcmp-identical alone, prefilled in chunks of 1, 7 or 64, inside a batch
  *    of 64 mixed requests (some prefilling, some decoding, joining at different
  *    steps), and with 1 or 3 threads; on in-memory random models of each
- *    architecture variant and dtype (odd sizes: head_dim 12, dim 44);
+ *    architecture variant and dtype (odd sizes: head_dim 12, dim 44), and
+ *    with the KV cache in each --kv-cache-dtype (FP8 also with per-layer
+ *    k_scale/v_scale);
+ *  - the KV accessors and block copies in each KV cache dtype;
  *  - validation: every malformed batch is VLLM_ERR_INVALID, with a message;
  *  - golden: greedy decoding from BOS on models/stories260K, one token per
  *    step through the paged KV, reproduces llama2.c's 200 ids, and so does a
@@ -13,7 +16,7 @@
  *
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
-/* checks: 11 */
+/* checks: 12 */
 /* tags: tsan */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
@@ -203,14 +206,16 @@ static vllm_status sim_run(runner *r, int32_t vocab, sim_seq *seqs, int n, int32
     }
 }
 
-static runner *make_runner(const model *m, int threads) {
+static runner *make_runner_kv(const model *m, int threads, kv_dtype kv) {
     runner_config cfg = {.num_blocks = NUM_BLOCKS, .block_size = BLOCK_SIZE, .max_num_batched_tokens = 512,
-                         .max_num_seqs = MAX_SEQS, .num_threads = threads};
+                         .max_num_seqs = MAX_SEQS, .num_threads = threads, .kv_cache_dtype = kv};
     runner *r = NULL;
     vllm_status rc = runner_create(m, &cfg, &r);
     if (rc != VLLM_OK) fprintf(stderr, "runner_create: %s\n", vllm_errmsg());
     return r;
 }
+
+static runner *make_runner(const model *m, int threads) { return make_runner_kv(m, threads, KV_DTYPE_F32); }
 
 /* Logits of `tokens` at every position under one schedule; caller frees. */
 static float *logits_alone(runner *r, int32_t vocab, const int32_t *tokens, int32_t len, int32_t chunk) {
@@ -224,11 +229,11 @@ static float *logits_alone(runner *r, int32_t vocab, const int32_t *tokens, int3
 
 /* Sequence 0 alone in one prefill, in chunks of 1, 7 and 64, inside a batch of
  * 64 mixed requests, and with another thread count: identical bits. */
-static void check_invariance(const model *m, const char *what) {
+static void check_invariance_kv(const model *m, const char *what, kv_dtype kv) {
     int32_t vocab = m->config.vocab_size, len = 150;
     int32_t *tokens = malloc(sizeof(int32_t) * MAX_SEQS * MAX_LEN);
     for (int i = 0; i < MAX_SEQS * MAX_LEN; i++) tokens[i] = (int32_t)((frand() + 1) * 0.5f * (vocab - 1));
-    runner *r = make_runner(m, 2), *r3 = make_runner(m, 3);
+    runner *r = make_runner_kv(m, 2, kv), *r3 = make_runner_kv(m, 3, kv);
     CHECK(r && r3, "runner_create");
     float *ref = logits_alone(r, vocab, tokens, len, 512);
     CHECK(ref, "%s: forward failed: %s", what, vllm_errmsg());
@@ -270,6 +275,8 @@ static void check_invariance(const model *m, const char *what) {
     CHECK(same, "%s: logits inside a batch of 64 differ from alone", what);
 }
 
+static void check_invariance(const model *m, const char *what) { check_invariance_kv(m, what, KV_DTYPE_F32); }
+
 TEST(test_invariance_llama_f32_untied) {
     fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
     check_invariance(&f->m, "llama f32");
@@ -297,6 +304,21 @@ TEST(test_invariance_llama_q8_0_gguf) {
 TEST(test_invariance_llama_q4_0_gguf_tied) {
     fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_Q4_0, true);
     check_invariance(&f->m, "llama q4_0");
+    fake_model_free(f);
+}
+
+/* The same with the KV pool in each 16- and 8-bit type; the FP8 ones also
+ * with per-layer k_scale / v_scale (folded into the attention kernel). */
+TEST(test_invariance_kv_cache_dtypes) {
+    fake_model *f = fake_model_create(MODEL_ARCH_QWEN3, DTYPE_BF16, false);
+    for (int t = KV_DTYPE_BF16; t < KV_DTYPE_COUNT; t++) {
+        check_invariance_kv(&f->m, kv_dtype_name((kv_dtype)t), (kv_dtype)t);
+        if (harness_failed()) break;
+    }
+    for (int32_t l = 0; l < f->m.config.num_hidden_layers; l++)
+        f->m.w.layers[l].k_scale = 0.75f + 0.5f * (float)l, f->m.w.layers[l].v_scale = 1.5f / (float)(l + 1);
+    if (!harness_failed()) check_invariance_kv(&f->m, "fp8_e4m3 with scales", KV_DTYPE_FP8_E4M3);
+    if (!harness_failed()) check_invariance_kv(&f->m, "fp8_e5m2 with scales", KV_DTYPE_FP8_E5M2);
     fake_model_free(f);
 }
 
@@ -352,10 +374,11 @@ TEST(test_invalid_batches) {
     fake_model_free(f);
 }
 
-/* Copy-on-write: a block copied to another serves the same attention. */
-TEST(test_copy_block) {
+/* Copy-on-write: a block copied to another serves the same attention (in
+ * each KV cache dtype). */
+static void check_copy_block(kv_dtype kv) {
     fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
-    runner *r = make_runner(&f->m, 1);
+    runner *r = make_runner_kv(&f->m, 1, kv);
     CHECK(r, "runner_create");
     int32_t ids[20], pos[20], qsl[2] = {0, 20}, lens[1] = {20}, table[MAX_BLOCKS] = {3, 4}, lidx[1] = {19};
     int64_t slots[20];
@@ -376,9 +399,13 @@ TEST(test_copy_block) {
     CHECK(runner_forward(r, &d, a) == VLLM_OK, "%s", vllm_errmsg());
     d.block_tables = t2;
     CHECK(runner_forward(r, &d, b2) == VLLM_OK, "%s", vllm_errmsg());
-    CHECK(!memcmp(a, b2, sizeof a), "logits through the copied block differ");
+    CHECK(!memcmp(a, b2, sizeof a), "%s: logits through the copied block differ", kv_dtype_name(kv));
     runner_free(r);
     fake_model_free(f);
+}
+
+TEST(test_copy_block) {
+    for (int t = 0; t < KV_DTYPE_COUNT && !harness_failed(); t++) check_copy_block((kv_dtype)t);
 }
 
 /* ---- golden: stories260K ------------------------------------------------------ */
@@ -445,10 +472,11 @@ TEST(test_stories260K_greedy_golden) {
 
 /* The KV accessors: a sequence's blocks read out layer by layer and written
  * into other blocks serve the same attention as the originals (what a KV
- * connector does between instances); bad layers and blocks are refused. */
-TEST(test_kv_read_write_blocks) {
+ * connector does between instances), in the pool's own dtype; bad layers
+ * and blocks are refused. */
+static void check_kv_read_write_blocks(kv_dtype kv) {
     fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
-    runner *r = make_runner(&f->m, 1);
+    runner *r = make_runner_kv(&f->m, 1, kv);
     CHECK(r, "runner_create");
     int32_t ids[20], pos[20], qsl[2] = {0, 20}, lens[1] = {20}, table[MAX_BLOCKS] = {3, 4}, lidx[1] = {19};
     int64_t slots[20];
@@ -459,8 +487,9 @@ TEST(test_kv_read_write_blocks) {
                       .max_blocks_per_seq = MAX_BLOCKS, .num_scored = 1, .scored_indices = lidx};
     CHECK(runner_forward(r, &pre, a) == VLLM_OK, "%s", vllm_errmsg());
     size_t bytes = runner_kv_block_bytes(r);
-    CHECK(bytes == (size_t)f->m.config.num_key_value_heads * 16 * (size_t)f->m.config.head_dim * sizeof(float),
-          "%zu bytes per block and layer", bytes);
+    CHECK(bytes == (size_t)f->m.config.num_key_value_heads * 16 * (size_t)f->m.config.head_dim * kv_dtype_size(kv),
+          "%s: %zu bytes per block and layer", kv_dtype_name(kv), bytes);
+    CHECK(runner_kv_cache_dtype(r) == kv);
     float *k = malloc(bytes), *v = malloc(bytes);
     CHECK(k && v);
     for (int32_t l = 0; l < runner_num_layers(r); l++)
@@ -478,7 +507,7 @@ TEST(test_kv_read_write_blocks) {
     d.block_tables = t2;
     d.slot_mapping = s2;
     CHECK(runner_forward(r, &d, b) == VLLM_OK, "%s", vllm_errmsg());
-    CHECK(!memcmp(a, b, sizeof a), "logits through the moved blocks differ");
+    CHECK(!memcmp(a, b, sizeof a), "%s: logits through the moved blocks differ", kv_dtype_name(kv));
     CHECK(runner_read_kv(r, runner_num_layers(r), 0, k, v) == VLLM_ERR_INVALID, "layer past the last");
     CHECK(runner_read_kv(r, 0, NUM_BLOCKS, k, v) == VLLM_ERR_INVALID, "block outside the pool");
     CHECK(runner_write_kv(r, -1, 0, k, v) == VLLM_ERR_INVALID, "negative layer");
@@ -486,6 +515,10 @@ TEST(test_kv_read_write_blocks) {
     free(v);
     runner_free(r);
     fake_model_free(f);
+}
+
+TEST(test_kv_read_write_blocks) {
+    for (int t = 0; t < KV_DTYPE_COUNT && !harness_failed(); t++) check_kv_read_write_blocks((kv_dtype)t);
 }
 
 /* A step_batch's block copies run before its forward, in order. */
@@ -533,8 +566,8 @@ TEST(test_step_builder) {
     int32_t ta[3] = {5, 6, 7}, blocks_a[2] = {9, 3}, tb[1] = {8}, blocks_b[2] = {1, 2};
     CHECK(step_builder_add_copy(b, 4, 9) == VLLM_OK);
     CHECK(step_builder_add_copy(b, 4, 9) == VLLM_ERR_INVALID, "a second copy past max_copies");
-    CHECK(step_builder_add_seq(b, ta, 3, 2, blocks_a, 2, 2, 0) == VLLM_OK, "%s", vllm_errmsg());
-    CHECK(step_builder_add_seq(b, tb, 1, 7, blocks_b, 2, 1, 5) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(step_builder_add_seq(b, ta, 3, 2, blocks_a, 2, 2, 2, 0) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(step_builder_add_seq(b, tb, 1, 7, blocks_b, 2, 2, 1, 5) == VLLM_OK, "%s", vllm_errmsg());
     const step_batch *x = step_builder_batch(b);
     int64_t want_slots[4] = {9 * 4 + 2, 9 * 4 + 3, 3 * 4 + 0, 2 * 4 + 3};
     CHECK(x->num_tokens == 4 && x->num_seqs == 2 && x->num_scored == 3 && x->num_copies == 1);
@@ -547,13 +580,13 @@ TEST(test_step_builder) {
           x->scored_indices[1] == 2 && x->scored_indices[2] == 3, "scored rows: the last 2 of a, the last of b");
     CHECK(x->block_tables[0] == 9 && x->block_tables[1] == 3 && x->block_tables[3] == 1 && x->block_tables[4] == 2);
     CHECK(x->lora_ids && x->lora_ids[0] == 0 && x->lora_ids[1] == 5 && x->copies[0] == 4 && x->copies[1] == 9);
-    CHECK(step_builder_add_seq(b, tb, 1, 0, blocks_b, 2, 1, 0) == VLLM_ERR_INVALID, "a third sequence");
+    CHECK(step_builder_add_seq(b, tb, 1, 0, blocks_b, 2, 2, 1, 0) == VLLM_ERR_INVALID, "a third sequence");
     step_builder_reset(b);
     CHECK(x->num_tokens == 0 && x->num_seqs == 0 && x->num_copies == 0 && x->lora_ids == NULL);
     int32_t six[6] = {1, 2, 3, 4, 5, 6};
-    CHECK(step_builder_add_seq(b, six, 6, 0, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "6 tokens > 5");
-    CHECK(step_builder_add_seq(b, six, 4, 6, blocks_a, 2, 1, 0) == VLLM_ERR_INVALID, "position 9 past 2 blocks");
-    CHECK(step_builder_add_seq(b, six, 2, 0, blocks_a, 2, 3, 0) == VLLM_ERR_INVALID, "3 scored of 2 new");
+    CHECK(step_builder_add_seq(b, six, 6, 0, blocks_a, 2, 2, 1, 0) == VLLM_ERR_INVALID, "6 tokens > 5");
+    CHECK(step_builder_add_seq(b, six, 4, 6, blocks_a, 2, 2, 1, 0) == VLLM_ERR_INVALID, "position 9 past 2 blocks");
+    CHECK(step_builder_add_seq(b, six, 2, 0, blocks_a, 2, 2, 3, 0) == VLLM_ERR_INVALID, "3 scored of 2 new");
     CHECK(x->num_tokens == 0 && x->num_seqs == 0, "a refused sequence leaves nothing behind");
     step_builder_free(b);
 }
@@ -564,6 +597,7 @@ int main(void) {
     RUN(test_invariance_qwen3_f16_tied);
     RUN(test_invariance_llama_q8_0_gguf);
     RUN(test_invariance_llama_q4_0_gguf_tied);
+    RUN(test_invariance_kv_cache_dtypes);
     RUN(test_invalid_batches);
     RUN(test_copy_block);
     RUN(test_kv_read_write_blocks);

@@ -3,7 +3,9 @@
  * file with metadata of every type, then one bad-file case per validation
  * (every truncation, bad magic/version, counts and string lengths beyond the
  * file, tensor data beyond the file or misaligned or overlapping, unknown and
- * unsupported types, duplicates).
+ * unsupported types, duplicates); a gemma3 file's layer kinds and local RoPE
+ * base as llama.cpp reads them (sliding_window_pattern as a period or one bool
+ * per layer, freq_base_swa, no window), and a malformed pattern refused.
  *
  *   test_gguf --compare FILE.gguf REFDIR   (used by tests/test_gguf_ref.sh)
  * checks FILE against tools/make_gguf.py --dump-ref output: our dequantizer
@@ -18,7 +20,7 @@
  * types seen, or "FAIL NAME: ..." naming the first element that differs.
  */
 #include <jansson.h>
-/* checks: 4 */
+/* checks: 10 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,6 +395,104 @@ TEST(test_gguf_tokenizer_special_flags) {
 
 /* ---- --compare mode -------------------------------------------------------- */
 
+/* ---- gemma3 layer kinds ------------------------------------------------------ */
+
+typedef struct g3_spec {
+    int32_t window;        /* attention.sliding_window; -1: absent */
+    int32_t period;        /* attention.sliding_window_pattern as a UINT32; -1: absent */
+    const char *kinds;     /* ... or as an array, one '1' (sliding) / '0' per element; NULL: absent */
+    uint32_t kinds_type;   /* the array's element type, 0 = BOOL */
+    float base_swa;        /* rope.freq_base_swa; 0: absent */
+} g3_spec;
+
+/* A gemma3 GGUF's metadata (8 layers, hidden 64, 4 heads), no tensors. */
+static void build_gemma3(buf *b, g3_spec s) {
+    b->n = 0;
+    put(b, "GGUF", 4);
+    u32(b, 3);
+    u64(b, 0);
+    u64(b, 8 + (s.window >= 0) + (s.period >= 0) + (s.kinds != NULL) + (s.base_swa > 0));
+    kv_str(b, "general.architecture", "gemma3");
+    str(b, "gemma3.attention.layer_norm_rms_epsilon"), u32(b, GGUF_TYPE_FLOAT32), put(b, &(float){1e-6f}, 4);
+    const char *keys[] = {"embedding_length", "feed_forward_length", "block_count", "attention.head_count",
+                          "context_length", "vocab_size"};
+    const uint32_t vals[] = {64, 128, 8, 4, 256, 16};
+    for (int i = 0; i < 6; i++) {
+        char k[64];
+        snprintf(k, sizeof k, "gemma3.%s", keys[i]);
+        str(b, k), u32(b, GGUF_TYPE_UINT32), u32(b, vals[i]);
+    }
+    if (s.window >= 0) str(b, "gemma3.attention.sliding_window"), u32(b, GGUF_TYPE_UINT32), u32(b, (uint32_t)s.window);
+    if (s.period >= 0)
+        str(b, "gemma3.attention.sliding_window_pattern"), u32(b, GGUF_TYPE_UINT32), u32(b, (uint32_t)s.period);
+    if (s.kinds) {
+        uint32_t t = s.kinds_type ? s.kinds_type : GGUF_TYPE_BOOL;
+        str(b, "gemma3.attention.sliding_window_pattern"), u32(b, GGUF_TYPE_ARRAY), u32(b, t), u64(b, strlen(s.kinds));
+        for (const char *c = s.kinds; *c; c++) {
+            if (t == GGUF_TYPE_BOOL) b->b[b->n++] = *c == '1';
+            else u32(b, *c == '1');
+        }
+    }
+    if (s.base_swa > 0) str(b, "gemma3.rope.freq_base_swa"), u32(b, GGUF_TYPE_FLOAT32), put(b, &s.base_swa, 4);
+}
+
+/* The config of s: rc, and on success the layers' kinds as '1' (sliding) / '0'
+ * in kinds[9], the window and the local RoPE base. */
+static vllm_status gemma3_kinds(g3_spec s, char kinds[9], int32_t *window, float *base) {
+    buf b;
+    build_gemma3(&b, s);
+    gguf_file f;
+    vllm_status rc = gguf_parse(b.b, b.n, "g3.gguf", &f);
+    if (rc) return rc;
+    model_config c;
+    rc = gguf_model_config(&f, &c);
+    gguf_deinit(&f);
+    if (rc) return rc;
+    for (int l = 0; l < 8; l++) kinds[l] = model_layer_is_sliding(&c, l) ? '1' : '0';
+    kinds[8] = 0;
+    *window = c.sliding_window, *base = c.rope_local_theta;
+    return VLLM_OK;
+}
+
+/* Which layers slide, as llama.cpp's gemma3 loader reads them
+ * (load_swa_pattern, llama_hparams::set_swa_pattern): the expected kinds are
+ * written out by hand from its rules (period n: layer l global iff
+ * l % n == n - 1; no pattern key: n = 6; n = 0: all sliding; no window: none). */
+TEST(test_gguf_gemma3_layer_kinds) {
+    const struct { const char *label; g3_spec s; const char *kinds; int32_t window; float base; } ok[] = {
+        {"implicit pattern 6", {.window = 512, .period = -1}, "11111011", 512, 10000.0f},
+        {"period 3, local base", {.window = 4, .period = 3, .base_swa = 5000.0f}, "11011011", 4, 5000.0f},
+        {"period 0", {.window = 4, .period = 0}, "11111111", 4, 10000.0f},
+        {"bool per layer", {.window = 7, .period = -1, .kinds = "10011100"}, "10011100", 7, 10000.0f},
+        {"no window", {.window = -1, .period = 2, .base_swa = 5000.0f}, "00000000", 0, 10000.0f},
+        {"window 0", {.window = 0, .period = -1}, "00000000", 0, 10000.0f},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char kinds[9];
+        int32_t window;
+        float base;
+        vllm_status rc = gemma3_kinds(ok[i].s, kinds, &window, &base);
+        CHECK(rc == VLLM_OK, "%s: %s", ok[i].label, vllm_errmsg());
+        CHECK(!strcmp(kinds, ok[i].kinds) && window == ok[i].window && base == ok[i].base,
+              "%s: kinds %s window %d base %g, want %s %d %g", ok[i].label, kinds, window, base, ok[i].kinds,
+              ok[i].window, ok[i].base);
+    }
+    const struct { const char *label; g3_spec s; const char *want; } bad[] = {
+        {"7 bools for 8 layers", {.window = 4, .period = -1, .kinds = "1111110"},
+         "gemma3.attention.sliding_window_pattern must be 8 bools (one per layer), not 7 of BOOL"},
+        {"int32 array", {.window = 4, .period = -1, .kinds = "11111110", .kinds_type = GGUF_TYPE_INT32},
+         "not 8 of INT32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char kinds[9];
+        int32_t window;
+        float base;
+        vllm_status rc = gemma3_kinds(bad[i].s, kinds, &window, &base);
+        CHECK(rc == VLLM_ERR_FORMAT && strstr(vllm_errmsg(), bad[i].want) && strstr(vllm_errmsg(), "g3.gguf"),
+              "%s: rc %d: %s", bad[i].label, rc, rc ? vllm_errmsg() : "accepted");
+    }
+}
+
 static void *read_all(const char *path, size_t *n) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return NULL;
@@ -545,5 +645,6 @@ int main(int argc, char **argv) {
     RUN(test_gguf_tokenizer_errors);
     RUN(test_gguf_tokenizer_pre_and_config);
     RUN(test_gguf_tokenizer_special_flags);
+    RUN(test_gguf_gemma3_layer_kinds);
     return harness_done();
 }

@@ -32,6 +32,7 @@
 #                         with an error naming the tensor and the type
 # Skips (never passes) without .venv's gguf/torch, or when the models cannot be
 # fetched (fetch_models.sh exit 3: registry unreachable).
+# checks: 33
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -39,7 +40,13 @@ py=.venv/bin/python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-names="gguf_types_random gguf_types_smollm2 gguf_types_gemma3 gguf_types_forward gguf_types_smollm2_vs_torch gguf_types_unsupported"
+names="gguf_types_random gguf_types_smollm2 gguf_types_gemma3"
+for type in q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q5_k; do
+  for r in vs_torch_dequantized avx2_vs_torch_dequantized portable_vs_torch_dequantized vs_torch_f32_activations; do
+    names+=" gguf_types_${type}_$r"
+  done
+done
+names+=" gguf_types_smollm2_vs_torch gguf_types_unsupported"
 if ! [ -x $py ] || ! $py -c "import gguf, numpy, torch" 2>/dev/null; then
   for n in $names; do echo "skip $n: .venv/bin/python lacks gguf/numpy/torch (scripts/setup.sh)"; done
   exit 0

@@ -4,10 +4,10 @@
  * batch-invariance property: a matmul output is bit-identical whatever range
  * of rows and tokens it is computed in. Each instruction-set path is called
  * directly where the CPU has it (a skip where it does not); the dispatched
- * kernels (rmsnorm, "dispatch" swiglu) run once per level through the
+ * kernels (rmsnorm, "dispatch" swiglu and geglu) run once per level through the
  * variants below.
  */
-/* checks: 14 */
+/* checks: 17 */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
 #include <math.h>
@@ -165,15 +165,20 @@ TEST(test_rmsnorm_vs_naive) {
                   *b = malloc(sizeof(float) * (size_t)n);
             for (int64_t j = 0; j < n; j++) x[j] = 3 * frand();
             void *w = rand_weights((dtype)d, n);
-            norm_rms(a, x, w, (dtype)d, n, 1e-5f);
-            norm_rms_naive(b, x, w, (dtype)d, n, 1e-5f);
-            double worst = 0;
-            for (int64_t j = 0; j < n; j++) worst = fmax(worst, fabs((double)a[j] - b[j]));
-            norm_rms(x, x, w, (dtype)d, n, 1e-5f); /* in place */
-            bool in_place = !memcmp(x, a, sizeof(float) * (size_t)n);
+            for (int off = 0; off < 2; off++) { /* Llama's w, Gemma's (1 + w) */
+                norm_rms(a, x, w, (dtype)d, n, 1e-5f, (float)off);
+                norm_rms_naive(b, x, w, (dtype)d, n, 1e-5f, (float)off);
+                double worst = 0;
+                for (int64_t j = 0; j < n; j++) worst = fmax(worst, fabs((double)a[j] - b[j]));
+                float *y = malloc(sizeof(float) * (size_t)n);
+                memcpy(y, x, sizeof(float) * (size_t)n);
+                norm_rms(y, y, w, (dtype)d, n, 1e-5f, (float)off); /* in place */
+                bool in_place = !memcmp(y, a, sizeof(float) * (size_t)n);
+                free(y);
+                CHECK(worst < 1e-5, "n=%lld offset %d: max error %g", (long long)n, off, worst);
+                CHECK(in_place, "n=%lld offset %d: in-place result differs", (long long)n, off);
+            }
             free(x), free(a), free(b), free(w);
-            CHECK(worst < 1e-5, "n=%lld: max error %g", (long long)n, worst);
-            CHECK(in_place, "n=%lld: in-place result differs", (long long)n);
         }
 }
 
@@ -217,6 +222,52 @@ static void check_swiglu(void (*fn)(float *, const float *, int64_t), const char
             CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%s n=%d [%d]: %g vs %g", name, len, i, g[i], ref[i]);
         if (len < N) CHECK(g[len] == keep, "%s n=%d wrote past the end", name, len);
     }
+}
+
+/* Each GeGLU path against the tanh formula in double (act_geglu_naive), on
+ * gates from -100 to 100 (the exp clamps of the vector paths; gelu(-100) is
+ * a denormal-size 0) and lengths that leave vector tails. */
+static void check_geglu(void (*fn)(float *, const float *, int64_t), const char *name) {
+    enum { N = 77 };
+    float g[N], u[N], ref[N];
+    for (int len = 1; len <= N; len += 19) {
+        for (int i = 0; i < N; i++) {
+            g[i] = i % 9 == 8 ? (i % 2 ? 100.0f : -100.0f) * frand() : 6 * frand();
+            u[i] = frand();
+            ref[i] = g[i];
+        }
+        act_geglu_naive(ref, u, N);
+        float keep = g[len - 1 + (len < N)];
+        fn(g, u, len);
+        for (int i = 0; i < len; i++)
+            CHECK(fabs(g[i] - ref[i]) < 1e-6 * (1 + fabs(ref[i])), "%s n=%d [%d]: %g vs %g", name, len, i, g[i], ref[i]);
+        if (len < N) CHECK(g[len] == keep, "%s n=%d wrote past the end", name, len);
+    }
+    /* torch.nn.functional.gelu(x, approximate="tanh") in double: 0.8411919906082768 and
+     * -0.0036373920817729943 for x = 1 and -3; in float32 0.8411920070648193 and
+     * -0.0036374330520629883, which the portable path (torch's formula) gives to the bit */
+    float x[2] = {1.0f, -3.0f}, one[2] = {1.0f, 1.0f};
+    fn(x, one, 2);
+    CHECK(fabs(x[0] - 0.8411919906082768) < 1e-7 && fabs(x[1] + 0.0036373920817729943) < 1e-7, "%s: %.9g %.9g",
+          name, x[0], x[1]);
+    if (fn == act_geglu_portable)
+        CHECK(x[0] == 0.8411920070648193f && x[1] == -0.0036374330520629883f, "portable: %.9g %.9g vs torch's float32",
+              x[0], x[1]);
+}
+
+TEST(test_geglu) {
+    check_geglu(act_geglu, "dispatch");
+    check_geglu(act_geglu_portable, "portable");
+}
+
+TEST(test_geglu_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_geglu(act_geglu_avx2, "avx2");
+}
+
+TEST(test_geglu_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_geglu(act_geglu_avx512, "avx512");
 }
 
 TEST(test_swiglu) {
@@ -279,23 +330,45 @@ static void check_attention_vs_naive(attention_fn fn, const char *name, attentio
                 float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
                 for (int i = 0; i < group * hd; i++) q[i] = frand();
                 double worst = 0;
-                for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
-                    fn(&a, out, q, group, kvh, table, n_ctx, scratch);
-                    if (same_bits) {
-                        same_bits(&a, out2, q, group, kvh, table, n_ctx, scratch);
-                        same = same && !memcmp(out, out2, sizeof(float) * (size_t)(group * hd));
-                    }
-                    for (int g = 0; g < group; g++) {
-                        attention_naive(ref, q + g * hd, kh, vh, n_ctx, hd, a.scale);
-                        for (int i = 0; i < hd; i++) {
-                            double e = fabs((double)out[g * hd + i] - ref[i]);
-                            worst = isnan(e) ? INFINITY : fmax(worst, e);
+                /* full context, then sliding windows of 1, 5 and 2 blocks + 1 (the
+                 * reference sees only the window's rows: a windowed token must not
+                 * read the blocks before its window, so their table entries are
+                 * made -1 and their slots NaN) */
+                const int32_t windows[] = {0, 1, 5, 2 * bs + 1};
+                for (int iw = 0; iw < 4; iw++) {
+                    a.window = windows[iw];
+                    for (int32_t n_ctx = 1; n_ctx <= n_max; n_ctx += 4) {
+                        int32_t start = a.window && n_ctx > a.window ? n_ctx - a.window : 0;
+                        int32_t *wtable = malloc(sizeof(int32_t) * (size_t)nblocks);
+                        for (int32_t j = 0; j < nblocks; j++) wtable[j] = j < start / bs ? -1 : table[j];
+                        float *kc2 = malloc(sizeof(float) * pool), *vc2 = malloc(sizeof(float) * pool);
+                        memcpy(kc2, kc, sizeof(float) * pool), memcpy(vc2, vc, sizeof(float) * pool);
+                        float *nan_rows = malloc(sizeof(float) * (size_t)(kv_heads * hd));
+                        for (int i = 0; i < kv_heads * hd; i++) nan_rows[i] = NAN;
+                        attention_args a2 = a;
+                        a2.k_cache = kc2, a2.v_cache = vc2;
+                        for (int32_t p = 0; p < start; p++)
+                            attention_store_kv(&a2, kc2, vc2, (int64_t)table[p / bs] * bs + p % bs, nan_rows, nan_rows);
+                        fn(&a2, out, q, group, kvh, wtable, n_ctx, scratch);
+                        if (same_bits) {
+                            same_bits(&a2, out2, q, group, kvh, wtable, n_ctx, scratch);
+                            same = same && !memcmp(out, out2, sizeof(float) * (size_t)(group * hd));
+                        }
+                        free(wtable), free(kc2), free(vc2), free(nan_rows);
+                        for (int g = 0; g < group; g++) {
+                            attention_naive(ref, q + g * hd, kh + start * hd, vh + start * hd, n_ctx - start, hd,
+                                            a.scale);
+                            for (int i = 0; i < hd; i++) {
+                                double e = fabs((double)out[g * hd + i] - ref[i]);
+                                worst = isnan(e) ? INFINITY : fmax(worst, e);
+                            }
                         }
                     }
                 }
                 free(kc), free(vc), free(table), free(q), free(out), free(ref), free(kk), free(vv), free(kh), free(vh),
                     free(scratch), free(out2);
-                CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d: max error %g", name, bs, hd, group, worst);
+                CHECK(worst < 2e-6, "%s: block_size %d head_dim %d group %d (windows too): max error %g", name, bs, hd,
+                      group, worst);
                 CHECK(same, "%s: block_size %d head_dim %d group %d: bits differ from the reference path", name, bs, hd,
                       group);
             }
@@ -326,6 +399,9 @@ int main(void) {
     RUN(test_swiglu);
     RUN(test_swiglu_avx2);
     RUN(test_swiglu_avx512);
+    RUN(test_geglu);
+    RUN(test_geglu_avx2);
+    RUN(test_geglu_avx512);
     RUN(test_attention_paged_vs_naive);
     RUN(test_attention_paged_avx2_vs_naive);
     RUN(test_attention_paged_avx512_vs_naive);

@@ -12,9 +12,10 @@
  *    the flags that made them;
  *  - broken files are made here (in a temp dir) by copying and corrupting
  *    stories260K, and each must fail with a message naming the file and the
- *    problem.
+ *    problem;
+ *  - FP8 KV cache scales (k_scale / v_scale) under vLLM's checkpoint names.
  */
-/* checks: 12 */
+/* checks: 14 */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -142,6 +143,55 @@ TEST(test_config_defaults) {
     CHECK(c.bos_token_id == -1 && c.num_eos_token_ids == 0);
     CHECK(c.torch_dtype == DTYPE_F32);
     CHECK(fabsf(c.rms_norm_eps - 1e-5f) < 1e-12f);
+}
+
+/* Gemma 3: Gemma3TextConfig's defaults, layer kinds from layer_types or the
+ * pattern, per-kind rope_parameters or the older flat keys. */
+TEST(test_config_gemma3) {
+    model_config c;
+    vllm_status rc = parse_cfg("Gemma3ForCausalLM", "\"num_hidden_layers\":13", &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(c.arch == MODEL_ARCH_GEMMA3 && c.hidden_act == MODEL_ACT_GELU_TANH && c.qk_norm && c.post_norms);
+    CHECK(c.head_dim == 256 && c.sliding_window == 4096 && c.tie_word_embeddings, "head_dim %d window %d", c.head_dim,
+          c.sliding_window);
+    CHECK(c.norm_weight_offset == 1.0f && c.embed_scale == 8.0f && c.attn_scale == 1.0f / 16);
+    CHECK(c.rope_theta == 1e6f && c.rope_local_theta == 10000.0f && c.final_logit_softcapping == 0);
+    for (int l = 0; l < 13; l++)
+        CHECK(model_layer_is_sliding(&c, l) == ((l + 1) % 6 != 0), "layer %d", l);
+    CHECK(model_has_sliding_layers(&c));
+    rc = parse_cfg("Gemma3ForCausalLM",
+                   "\"layer_types\":[\"full_attention\",\"sliding_attention\"],\"sliding_window\":512,"
+                   "\"head_dim\":16,\"query_pre_attn_scalar\":64,\"final_logit_softcapping\":30.0,"
+                   "\"hidden_size\":640,\"dtype\":\"bfloat16\",\"tie_word_embeddings\":false,"
+                   "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":8.0,"
+                   "\"rope_theta\":500000},\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":5000}}",
+                   &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(!model_layer_is_sliding(&c, 0) && model_layer_is_sliding(&c, 1) && c.sliding_window == 512);
+    CHECK(c.head_dim == 16 && c.attn_scale == 0.125f && c.final_logit_softcapping == 30.0f && !c.tie_word_embeddings);
+    CHECK(c.rope_theta == 500000.0f && c.rope_scaling == ROPE_SCALING_LINEAR && c.rope_factor == 8.0f);
+    CHECK(c.rope_local_theta == 5000.0f);
+    CHECK(c.embed_scale == 25.25f, "sqrt(640) = 25.298 in bfloat16 is 25.25, got %g", c.embed_scale);
+    rc = parse_cfg("Gemma3ForCausalLM",
+                   "\"sliding_window_pattern\":2,\"rope_theta\":20000,\"rope_local_base_freq\":300,"
+                   "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2}",
+                   &c);
+    CHECK(rc == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(model_layer_is_sliding(&c, 0) && !model_layer_is_sliding(&c, 1), "pattern 2: layer 1 global");
+    CHECK(c.rope_theta == 20000.0f && c.rope_local_theta == 300.0f && c.rope_factor == 2.0f);
+    CHECK(parse_cfg("Gemma3ForCausalLM", "\"sliding_window\":null", &c) == VLLM_OK && !model_has_sliding_layers(&c));
+    const struct { const char *extra, *needle; } bad[] = {
+        {"\"hidden_activation\":\"silu\"", "hidden_activation silu"},
+        {"\"use_bidirectional_attention\":true", "use_bidirectional_attention"},
+        {"\"attn_logit_softcapping\":50.0", "attn_logit_softcapping"},
+        {"\"layer_types\":[\"full_attention\"]", "layer_types"},
+        {"\"sliding_window_pattern\":0", "sliding_window_pattern"},
+        {"\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}", "sliding"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(parse_cfg("Gemma3ForCausalLM", bad[i].extra, &c) != VLLM_OK, "accepted %s", bad[i].extra);
+        CHECK(has(vllm_errmsg(), bad[i].needle), "%s: %s", bad[i].extra, vllm_errmsg());
+    }
 }
 
 TEST(test_config_fields) {
@@ -726,6 +776,72 @@ TEST(test_bad_directories) {
     CHECK(load_fails(d, "rotary_emb.inv_freq", "overlap"));
 }
 
+/* A stories260K copy with extra scalar tensors appended to the data section:
+ * names[i] of dtype dtypes[i] and shape shapes[i] ("[]" or "[n]") holding
+ * the bytes bytes[i] (sizes[i] of them). */
+static bool write_stories_with(const char *dir, int n, const char *const *names, const char *const *dtypes,
+                               const int *dims, const void *const *bytes, const size_t *sizes) {
+    const uint8_t *data;
+    size_t size;
+    char *blob, path[512];
+    json_t *h = stories_header(&data, &size, &blob);
+    if (!h) return false;
+    size_t total = size;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    uint8_t *all = malloc(total);
+    memcpy(all, data, size);
+    size_t off = size;
+    for (int i = 0; i < n; i++) {
+        memcpy(all + off, bytes[i], sizes[i]);
+        json_t *shape = dims[i] ? json_pack("[i]", dims[i]) : json_array();
+        json_object_set_new(h, names[i], json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtypes[i], "shape", shape,
+                                                   "data_offsets", (json_int_t)off, (json_int_t)(off + sizes[i])));
+        off += sizes[i];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bool ok = copy_file(STORIES, dir, "config.json") && write_safetensors(path, h, all, total);
+    json_decref(h);
+    free(blob);
+    free(all);
+    return ok;
+}
+
+/* FP8 KV cache scales under every name vLLM loads (maybe_remap_kv_scale_name),
+ * scalar or [1], F32/BF16/F16; layers without any get 0 (= 1.0); a scale that
+ * is not one positive finite value is an error naming the tensor. */
+TEST(test_kv_cache_scales) {
+    char d[512];
+    const float f_half = 0.5f, f_quarter = 0.25f, f_three = 3.0f, f_neg = -1.0f, f_two[2] = {1.0f, 2.0f};
+    const uint16_t bf_two = 0x4000, h_one_half = 0x3E00;
+    const char *names[] = {"model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale",
+                           "model.layers.1.self_attn.kv_scale", "model.layers.2.self_attn.k_proj.k_scale",
+                           "model.layers.2.self_attn.v_proj.v_scale"};
+    const char *dtypes[] = {"F32", "BF16", "F32", "F16", "F32"};
+    const int dims[] = {0, 1, 0, 0, 1};
+    const void *bytes[] = {&f_half, &bf_two, &f_quarter, &h_one_half, &f_three};
+    const size_t sizes[] = {4, 2, 4, 2, 4};
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scales"), 5, names, dtypes, dims, bytes, sizes));
+    model *m = NULL;
+    CHECK(model_load(d, &m) == VLLM_OK, "%s", vllm_errmsg());
+    const layer_weights *l = m->w.layers;
+    const float want_k[5] = {0.5f, 0.25f, 1.5f, 0, 0}, want_v[5] = {2.0f, 0.25f, 3.0f, 0, 0};
+    bool same = true;
+    for (int i = 0; i < 5; i++) same &= l[i].k_scale == want_k[i] && l[i].v_scale == want_v[i];
+    for (int i = 0; i < 5 && !same; i++) printf("# layer %d: k_scale %g v_scale %g\n", i, l[i].k_scale, l[i].v_scale);
+    model_free(m);
+    CHECK(same, "scales not where vLLM puts them");
+
+    const char *bad_name[] = {"model.layers.3.self_attn.k_scale"};
+    const char *f32[] = {"F32"};
+    const int scalar[] = {0}, two[] = {2};
+    const void *neg[] = {&f_neg}, *pair[] = {f_two};
+    const size_t four[] = {4}, eight[] = {8};
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scale_negative"), 1, bad_name, f32, scalar, neg, four));
+    CHECK(load_fails(d, "'model.layers.3.self_attn.k_scale'", "one finite positive value"));
+    CHECK(write_stories_with(case_dir(d, sizeof d, "kv_scale_two_values"), 1, bad_name, f32, two, pair, eight));
+    CHECK(load_fails(d, "'model.layers.3.self_attn.k_scale'", "one finite positive value"));
+}
+
 TEST(test_bad_index) {
     char d[512], p[600];
     case_dir(d, sizeof d, "index_missing_shard");
@@ -773,6 +889,7 @@ int main(void) {
     }
     RUN(test_config_defaults);
     RUN(test_config_fields);
+    RUN(test_config_gemma3);
     RUN(test_config_rope_scaling);
     RUN(test_config_errors);
     RUN(test_generation_config);
@@ -783,6 +900,7 @@ int main(void) {
     RUN(test_random_model_tokenizers);
     RUN(test_bad_directories);
     RUN(test_bad_index);
+    RUN(test_kv_cache_scales);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);

@@ -15,6 +15,7 @@
 # Lower bounds are exact in D (nanosleep never sleeps less); upper bounds allow
 # SLACK per step for the step's own compute and scheduling noise (stories260K
 # computes a step in well under a millisecond). Uses only /usr/bin/python3.
+# checks: 19
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 D_US=60000

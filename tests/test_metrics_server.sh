@@ -19,12 +19,14 @@
 #     is positive, histogram_quantile over TTFT answers, the prefix-cache hit
 #     ratio equals the ratio of the two counters.
 #   - a second server with --disable-log-stats --show-hidden-metrics-for-version
-#     0.10: no stats log line, the hidden names appear (and not on the first);
+#     0.10 --kv-cache-dtype fp8: no stats log line, the hidden names appear (and
+#     not on the first); cache_config_info's cache_dtype is "fp8" there, "auto"
+#     on the first (vLLM prints the flag's value);
 #     a stop string that completes on the max_tokens-th token counts as the
 #     "stop" the client saw, not "length"; a malformed version is refused.
 # Needs the server (src/server); without it there is nothing to test and the
 # script says so on stderr.
-# checks: 25
+# checks: 26
 # tags: tsan
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,6 +83,8 @@ other=$(grep -v -e "metric names should not contain ':'" \
 if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then echo "FAIL $name: exit $rc: $(head -3 "$tmp/lint")"
 elif [ -n "$other" ]; then echo "FAIL $name: $(echo "$other" | head -3 | tr '\n' ' ')"
 elif ! grep -q '^vllm:cache_config_info{.*num_gpu_blocks="24"' "$tmp/m0"; then echo "FAIL $name: no cache_config_info"
+elif ! grep -q '^vllm:cache_config_info{block_size="16",cache_dtype="auto",' "$tmp/m0"; then
+  echo "FAIL $name: cache_dtype is not \"auto\": $(grep '^vllm:cache_config_info' "$tmp/m0")"
 else echo "ok $name"; fi
 
 # ---- phase 1: a mixed load, everything completes ------------------------------------
@@ -200,7 +204,8 @@ else echo "FAIL metrics_server_prometheus_hit_ratio: $r ($h / $qq)"; fi
 # ---- the flags, and a stop string on the last allowed token -------------------------------
 if grep -q '^vllm:gpu_cache_usage_perc' "$tmp/m0"; then echo "FAIL metrics_server_hidden_off: shown without the flag"
 else echo "ok metrics_server_hidden_off"; fi
-server_start H models/stories260K --max-model-len 256 --disable-log-stats --show-hidden-metrics-for-version 0.10 || exit 0
+server_start H models/stories260K --max-model-len 256 --disable-log-stats --show-hidden-metrics-for-version 0.10 \
+  --kv-cache-dtype fp8 || exit 0
 body='{"prompt":"Once upon a time","max_tokens":8,"temperature":0}'
 text=$(curl -s --max-time 30 -H 'Content-Type: application/json' -d "$body" "$H_URL/v1/completions" | jq -r '.choices[0].text')
 stop=${text: -4} # ends on the 8th token; must not occur before it
@@ -219,6 +224,8 @@ else
   if grep -q '^vllm:gpu_cache_usage_perc{' "$tmp/h1" && grep -q '^vllm:gpu_prefix_cache_queries_total{' "$tmp/h1"; then
     echo "ok metrics_server_hidden_on"
   else echo "FAIL metrics_server_hidden_on: no vllm:gpu_* with --show-hidden-metrics-for-version 0.10"; fi
+  if grep -q '^vllm:cache_config_info{block_size="16",cache_dtype="fp8",' "$tmp/h1"; then echo "ok metrics_server_cache_dtype"
+  else echo "FAIL metrics_server_cache_dtype: $(grep '^vllm:cache_config_info' "$tmp/h1")"; fi
 fi
 sleep 2.5 # VLLM_LOG_STATS_INTERVAL=1: two intervals, one with tokens
 if grep -q 'Engine 000: Avg prompt throughput' "$H_LOG"; then echo "FAIL metrics_server_disable_log_stats: $(grep -m1 'Engine 000: Avg' "$H_LOG")"

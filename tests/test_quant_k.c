@@ -24,7 +24,7 @@
  * A kernel the CPU lacks reports itself skipped; the dispatched checks run
  * again on the AVX2 and portable levels and with AMX off (variants).
  */
-/* checks: 10 */
+/* checks: 13 */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
 /* variant: VLLM_AMX=0 needs amx-int8 */

@@ -17,6 +17,9 @@
  *   - batch invariance: any token count (1..40) and row range == the single
  *     dot, and quant_matmul_act_f32_range gives the same bytes.
  */
+/* checks: 9 */
+/* variant: VLLM_KERNELS=avx2 needs avx2 */
+/* variant: VLLM_KERNELS=portable */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -55,7 +55,7 @@ static request *fx_add(fixture *f, int32_t prompt_len, int32_t base, int32_t max
     char id[16];
     snprintf(id, sizeof id, "r%d", f->num_reqs);
     request *r;
-    if (request_create(id, prompt, prompt_len, &sp, &o, 64, BS, 0, (uint64_t)f->num_reqs, &r) != VLLM_OK)
+    if (request_create(id, prompt, prompt_len, &sp, &o, 64, BS, 1, 0, (uint64_t)f->num_reqs, &r) != VLLM_OK)
         return NULL;
     f->reqs[f->num_reqs++] = r;
     scheduler_add_request(f->s, r, f->now);
@@ -349,7 +349,7 @@ TEST(test_abort_and_stop_rules) {
     sp.stop_token_ids[0] = 9;
     int32_t prompt[3] = {1, 1, 1}, eos[2] = {2, 3}, stop;
     request *r;
-    CHECK(request_create("x", prompt, 3, &sp, NULL, 8, BS, 0, 99, &r) == VLLM_OK);
+    CHECK(request_create("x", prompt, 3, &sp, NULL, 8, BS, 1, 0, 99, &r) == VLLM_OK);
     seq *q = &r->seqs[0];
     seq_append_token(q, 2);
     CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_NONE, "below min_tokens");
@@ -368,7 +368,7 @@ TEST(test_abort_and_stop_rules) {
     CHECK(seq_check_stop(q, 8, eos, 2, &stop) == VLLM_FINISH_LENGTH && stop == -1, "max_tokens");
     request_free(r);
     sp.max_tokens = -1;
-    CHECK(request_create("y", prompt, 3, &sp, NULL, 6, BS, 0, 100, &r) == VLLM_OK);
+    CHECK(request_create("y", prompt, 3, &sp, NULL, 6, BS, 1, 0, 100, &r) == VLLM_OK);
     CHECK(r->max_tokens == 3, "-1 = up to max_model_len");
     seq_append_token(&r->seqs[0], 4);
     seq_append_token(&r->seqs[0], 4);

@@ -122,7 +122,7 @@ static bool add_request(sim *m, int32_t step, const int32_t *prompt, int32_t np,
     char id[32];
     snprintf(id, sizeof id, "r%d", m->num_added);
     request *r;
-    CHECK_OR(false, request_create(id, prompt, np, &sp, &opts, MAX_MODEL_LEN, BS, 7,
+    CHECK_OR(false, request_create(id, prompt, np, &sp, &opts, MAX_MODEL_LEN, BS, 1, 7,
                                    (uint64_t)m->num_added, &r) == VLLM_OK);
     m->first_sched_step[m->num_added] = -1;
     m->finish_step[m->num_added] = -1;

@@ -21,6 +21,7 @@
 
 #include "base/buf.h"
 #include "base/error.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/runner.h"
 #include "model/step_batch.h"
@@ -68,19 +69,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "score: --bos, but the model has no BOS token\n");
         return 1;
     }
-    runner_config rc = {.num_blocks = blocks, .block_size = bs, .max_num_batched_tokens = ctx, .max_num_seqs = 1,
-                        .num_threads = threads};
+    /* one table per KV cache group (model/kv_layout.h), each over blocks of its own */
+    kv_layout *lay = malloc(sizeof *lay);
+    if (!lay) return 1;
+    kv_layout_init(lay, &m->config);
+    int32_t groups = lay->num_groups;
+    free(lay);
+    runner_config rc = {.num_blocks = blocks * groups, .block_size = bs, .max_num_batched_tokens = ctx,
+                        .max_num_seqs = 1, .num_threads = threads};
     step_builder_config bc = {.max_tokens = ctx, .max_seqs = 1, .max_scored = rows, .max_copies = 0,
-                              .max_blocks_per_seq = blocks, .block_size = bs};
+                              .max_blocks_per_seq = blocks, .block_size = bs, .num_kv_groups = groups};
     runner *r = NULL;
     step_builder *b = NULL;
-    int32_t *table = malloc((size_t)blocks * sizeof *table), *chunk = malloc((size_t)ctx * sizeof *chunk);
+    int32_t *table = malloc((size_t)blocks * (size_t)groups * sizeof *table);
+    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
     float *logits = malloc((size_t)rows * (size_t)vocab * sizeof *logits);
     if (!table || !chunk || !logits || runner_create(m, &rc, &r) != VLLM_OK || step_builder_create(&bc, &b) != VLLM_OK) {
         fprintf(stderr, "score: %s\n", vllm_errmsg());
         return 1;
     }
-    for (int32_t i = 0; i < blocks; i++) table[i] = i;
+    for (int32_t i = 0; i < blocks * groups; i++) table[i] = i;
     double sum = 0;
     long scored = 0;
     for (size_t c = 0; (c + 1) * (size_t)ctx <= n; c++) {
@@ -88,7 +96,7 @@ int main(int argc, char **argv) {
         if (bos) chunk[0] = m->config.bos_token_id;
         /* a fresh sequence over the same blocks: positions from 0 overwrite them */
         step_builder_reset(b);
-        if (step_builder_add_seq(b, chunk, ctx, 0, table, blocks, rows, 0) != VLLM_OK ||
+        if (step_builder_add_seq(b, chunk, ctx, 0, table, blocks, blocks, rows, 0) != VLLM_OK ||
             runner_forward(r, step_builder_batch(b), logits) != VLLM_OK) {
             fprintf(stderr, "score: %s\n", vllm_errmsg());
             return 1;

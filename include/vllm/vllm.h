@@ -69,6 +69,26 @@ typedef enum vllm_scheduling_policy {
     VLLM_SCHEDULING_PRIORITY,        /* lower value first, ties by arrival */
 } vllm_scheduling_policy;
 
+/* --speculative-config (vLLM's SpeculativeConfig). Only method "ngram"
+ * (prompt lookup, no draft model) exists here. Drafts are verified exactly:
+ * the committed tokens are the ones decoding without drafts gives, greedy
+ * and seeded alike (sampler.h), a stronger promise than vLLM's rejection
+ * sampler, which is equal only in distribution. */
+typedef enum vllm_spec_method {
+    VLLM_SPEC_METHOD_NONE = 0,       /* speculative decoding off */
+    VLLM_SPEC_METHOD_NGRAM,
+} vllm_spec_method;
+
+#define VLLM_MAX_SPEC_TOKENS 128     /* vLLM's rejection sampler's MAX_SPEC_LEN */
+
+typedef struct vllm_speculative_config {
+    vllm_spec_method method;
+    int32_t num_speculative_tokens;  /* k, 1..VLLM_MAX_SPEC_TOKENS: drafts per sequence per step at most */
+    int32_t prompt_lookup_min;       /* 0 = prompt_lookup_max, or 5 if both 0 (vLLM's defaults) */
+    int32_t prompt_lookup_max;       /* 0 = prompt_lookup_min, or 5 if both 0 */
+    int32_t disable_by_batch_size;   /* 0 = never; else (>= 2) no drafts while this many sequences run */
+} vllm_speculative_config;
+
 /* EngineArgs with vLLM's flag names (vllm_engine_args_init sets defaults). */
 typedef struct vllm_engine_args {
     const char *model;               /* HF model directory */
@@ -85,6 +105,16 @@ typedef struct vllm_engine_args {
     uint64_t seed;                   /* 0: seeds requests that give none */
     int32_t num_threads;             /* 0 = online CPUs */
     const char *generation_config;   /* "auto" (model dir), "vllm" (ignore), or a dir */
+    vllm_speculative_config speculative_config; /* method NONE: off */
+    /* KV cache element type (vLLM's --kv-cache-dtype): "auto" (NULL too) =
+     * the model's dtype as vLLM picks it on CPU (bfloat16 for a float32 or
+     * bfloat16 checkpoint, float16 for a float16 one; float16 for a GGUF
+     * file, llama.cpp's default cache type; bfloat16 for Gemma 3, which
+     * vLLM never runs in float16), "bfloat16", "float16", "fp8" (=
+     * "fp8_e4m3"), "fp8_e4m3", "fp8_e5m2" (scaled by the checkpoint's
+     * k_scale/v_scale, else 1.0), or vllm.c's "float32" (exact; what
+     * earlier versions always stored). See docs/kv_cache_dtype.md. */
+    const char *kv_cache_dtype;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -176,6 +206,14 @@ typedef struct vllm_scheduler_stats {
      * (a partially filled block shared by n > 1 siblings before copy-on-write
      * counts once per sibling, so this can only overstate). */
     int64_t num_kv_slots_used, num_kv_slots_empty;
+    /* Speculative decoding in this step (vLLM's SpecDecodingStats), all 0
+     * when it is off: sequences whose drafts were scored, their drafts, the
+     * drafts accepted (before stop checks), and per draft position j how
+     * many sequences accepted the draft at j. */
+    int32_t num_spec_tokens;         /* k; the per-position entries in use */
+    int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
+    /* by value, like every field here, so the stats can be copied across threads */
+    int32_t spec_num_accepted_tokens_per_pos[VLLM_MAX_SPEC_TOKENS];
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {
@@ -198,6 +236,11 @@ typedef struct vllm_engine_info {
     int32_t block_size;
     int32_t num_gpu_blocks;          /* KV pool size in blocks */
     int64_t kv_cache_memory_bytes;   /* bytes of that pool */
+    const char *kv_cache_dtype;      /* as configured: "auto", "fp8", ... (cache_config_info's
+                                      * cache_dtype); a static string */
+    const char *kv_cache_storage_dtype; /* what the pool holds: "float32", "bfloat16", "float16",
+                                      * "fp8_e4m3" or "fp8_e5m2"; a static string */
+    int64_t kv_cache_bytes_per_token; /* K and V of every layer for one token in that type */
     bool enable_prefix_caching;
     int32_t max_num_seqs;
     int32_t max_num_batched_tokens;
@@ -208,6 +251,7 @@ typedef struct vllm_engine_info {
     int32_t num_eos_token_ids;
     int32_t eos_token_ids[8];        /* config.json + generation_config.json */
     int32_t num_threads;
+    vllm_speculative_config speculative_config; /* with defaults applied; method NONE: off */
 } vllm_engine_info;
 
 void vllm_engine_get_info(const vllm_engine *e, vllm_engine_info *info);

@@ -450,6 +450,8 @@ static bool print_json(const gen_request *r) {
 
 typedef struct gen_stats {
     int64_t steps, preemptions, queries, hits;
+    int64_t spec_drafts, spec_draft_tokens, spec_accepted; /* speculative decoding */
+    bool spec;
     int32_t max_tokens, max_seqs, blocks_total, blocks_free;
 } gen_stats;
 
@@ -457,9 +459,15 @@ static void print_stats(const gen_stats *st) {
     fprintf(stderr,
             "{\"num_steps\":%lld,\"num_preemptions\":%lld,\"prefix_cache_queries\":%lld,"
             "\"prefix_cache_hits\":%lld,\"max_tokens_in_step\":%d,\"max_seqs_in_step\":%d,"
-            "\"num_blocks_total\":%d,\"num_blocks_free_at_end\":%d}\n",
+            "\"num_blocks_total\":%d,\"num_blocks_free_at_end\":%d",
             (long long)st->steps, (long long)st->preemptions, (long long)st->queries,
             (long long)st->hits, st->max_tokens, st->max_seqs, st->blocks_total, st->blocks_free);
+    if (st->spec) /* vLLM's mean acceptance length: 1 + accepted / drafts */
+        fprintf(stderr, ",\"spec_decode_num_drafts\":%lld,\"spec_decode_num_draft_tokens\":%lld,"
+                "\"spec_decode_num_accepted_tokens\":%lld,\"mean_acceptance_length\":%.4f",
+                (long long)st->spec_drafts, (long long)st->spec_draft_tokens, (long long)st->spec_accepted,
+                st->spec_drafts ? 1.0 + (double)st->spec_accepted / (double)st->spec_drafts : 0.0);
+    fputs("}\n", stderr);
 }
 
 #define FLAG(name) (!strcmp(arg, name))
@@ -646,6 +654,10 @@ int cmd_generate(int argc, char **argv) {
         st.preemptions += s->num_preemptions;
         st.queries += s->prefix_cache_queries;
         st.hits += s->prefix_cache_hits;
+        st.spec |= s->num_spec_tokens > 0;
+        st.spec_drafts += s->spec_num_drafts;
+        st.spec_draft_tokens += s->spec_num_draft_tokens;
+        st.spec_accepted += s->spec_num_accepted_tokens;
         if (s->num_scheduled_tokens > st.max_tokens) st.max_tokens = s->num_scheduled_tokens;
         if (s->num_scheduled_seqs > st.max_seqs) st.max_seqs = s->num_scheduled_seqs;
         st.blocks_total = s->num_blocks_total;

@@ -278,7 +278,9 @@ int cmd_serve(int argc, char **argv) {
     mc.num_gpu_blocks_override = ea.num_gpu_blocks_override;
     mc.enable_prefix_caching = info.enable_prefix_caching;
     mc.kv_cache_memory_bytes = ea.kv_cache_memory_bytes; /* as configured; 0: None */
+    mc.cache_dtype = info.kv_cache_dtype;                /* as configured: "auto", "fp8", ... */
     mc.num_gpu_blocks = info.num_gpu_blocks;
+    mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
         (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());

@@ -3,9 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/kv_dtype.h"
 
 const char *engine_args_flag_name(const char *arg, char *name, size_t cap) {
     const char *eq = strchr(arg, '=');
@@ -64,6 +67,97 @@ static bool parse_i32(const char *s, int32_t *out, bool sized) {
     return true;
 }
 
+/* A JSON integer key of --speculative-config in lo..hi (absent or null
+ * leaves *out). */
+static bool spec_int(json_t *o, const char *key, int32_t lo, int32_t hi, int32_t *out, const char *flag) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        fprintf(stderr, "vllmc: argument %s: %s=%s: expected an integer in %d..%d\n", flag, key, txt ? txt : "?",
+                lo, hi);
+        free(txt);
+        return false;
+    }
+    *out = (int32_t)json_integer_value(v);
+    return true;
+}
+
+int engine_args_parse_speculative_config(vllm_speculative_config *c, const char *json, const char *flag) {
+    static const char *const methods_elsewhere[] = {
+        "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "deepseek_mtp", "ernie_mtp",
+        "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp", NULL};
+    /* SpeculativeConfig's other keys: accepted, and meaningless for ngram */
+    static const char *const ignored[] = {
+        "model", "draft_tensor_parallel_size", "quantization", "max_model_len", "revision", "code_revision",
+        "enforce_eager", "disable_logprobs", "disable_padded_drafter_batch", "speculative_token_tree", NULL};
+    json_error_t err;
+    json_t *o = json_loads(json, 0, &err);
+    if (!o || !json_is_object(o)) {
+        fprintf(stderr, "vllmc: argument %s: expected a JSON object%s%s\n", flag, o ? "" : ": ",
+                o ? "" : err.text);
+        json_decref(o);
+        return -1;
+    }
+    vllm_speculative_config r = {0};
+    int rc = -1;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        static const char *const ours[] = {"method", "num_speculative_tokens", "prompt_lookup_min",
+                                           "prompt_lookup_max", "disable_by_batch_size", NULL};
+        bool known = false;
+        for (const char *const *k = ours; *k && !known; k++) known = !strcmp(key, *k);
+        for (const char *const *k = ignored; *k && !known; k++) known = !strcmp(key, *k);
+        if (!known) {
+            fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, num_speculative_tokens, "
+                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size)\n", flag, key);
+            goto done;
+        }
+    }
+    json_t *m = json_object_get(o, "method"), *model = json_object_get(o, "model");
+    const char *method = json_is_string(m) ? json_string_value(m) : NULL;
+    if (m && !json_is_null(m) && !method) {
+        fprintf(stderr, "vllmc: argument %s: method must be a string (accepted: 'ngram')\n", flag);
+        goto done;
+    }
+    if (!method && json_is_string(model)) /* vLLM: {"model": "ngram"} means the method */
+        method = !strcmp(json_string_value(model), "ngram") || !strcmp(json_string_value(model), "[ngram]")
+                     ? "ngram" : "draft_model";
+    if (!method) {
+        fprintf(stderr, "vllmc: argument %s: method is required (accepted: 'ngram')\n", flag);
+        goto done;
+    }
+    if (strcmp(method, "ngram") && strcmp(method, "[ngram]")) {
+        bool vllm_has = false;
+        for (const char *const *k = methods_elsewhere; *k; k++) vllm_has |= !strcmp(method, *k);
+        fprintf(stderr, "vllmc: argument %s: method '%s' %s (accepted: 'ngram')\n", flag, method,
+                vllm_has ? "is not supported by vllm.c yet" : "is unknown");
+        goto done;
+    }
+    r.method = VLLM_SPEC_METHOD_NGRAM;
+    if (!json_object_get(o, "num_speculative_tokens") || json_is_null(json_object_get(o, "num_speculative_tokens"))) {
+        fprintf(stderr, "vllmc: argument %s: num_speculative_tokens is required for method 'ngram' (1..%d)\n",
+                flag, VLLM_MAX_SPEC_TOKENS);
+        goto done;
+    }
+    if (!spec_int(o, "num_speculative_tokens", 1, VLLM_MAX_SPEC_TOKENS, &r.num_speculative_tokens, flag) ||
+        !spec_int(o, "prompt_lookup_min", 1, INT32_MAX, &r.prompt_lookup_min, flag) ||
+        !spec_int(o, "prompt_lookup_max", 1, INT32_MAX, &r.prompt_lookup_max, flag) ||
+        !spec_int(o, "disable_by_batch_size", 2, INT32_MAX, &r.disable_by_batch_size, flag))
+        goto done;
+    if (r.prompt_lookup_min && r.prompt_lookup_max && r.prompt_lookup_min > r.prompt_lookup_max) {
+        fprintf(stderr, "vllmc: argument %s: prompt_lookup_min=%d must be <= prompt_lookup_max=%d\n", flag,
+                r.prompt_lookup_min, r.prompt_lookup_max);
+        goto done;
+    }
+    *c = r;
+    rc = 0;
+done:
+    json_decref(o);
+    return rc;
+}
+
 int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
     char name[64];
     const char *inline_val = engine_args_flag_name(argv[*i], name, sizeof name);
@@ -78,7 +172,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
-        "--threads", NULL};
+        "--kv-cache-dtype", "--threads", "--speculative-config", NULL};
     bool known = false;
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
@@ -96,6 +190,14 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
     if (!strcmp(name, "--model")) a->model = v;
     else if (!strcmp(name, "--tokenizer")) a->tokenizer = v;
     else if (!strcmp(name, "--generation-config")) a->generation_config = v;
+    else if (!strcmp(name, "--speculative-config")) {
+        if (engine_args_parse_speculative_config(&a->speculative_config, v, name) != 0) return -1;
+    }
+    else if (!strcmp(name, "--kv-cache-dtype")) {
+        kv_dtype t;
+        if (strcmp(v, "auto") && !kv_dtype_from_name(v, &t)) return bad(name, v, "choose from " KV_DTYPE_CHOICES);
+        a->kv_cache_dtype = v;
+    }
     else if (!strcmp(name, "--max-model-len")) {
         if (!parse_i32(v, &a->max_model_len, true) || a->max_model_len < 1)
             return bad(name, v, "expected a positive length such as 4096, 32k or 32K");
@@ -144,6 +246,11 @@ void engine_args_usage(FILE *f) {
             "                                  accepts 32k = 32000, 32K = 32768)\n"
             "  --block-size N                  KV cache block size in tokens (16)\n"
             "  --kv-cache-memory-bytes SIZE    KV cache size (e.g. 4G; default: from free memory)\n"
+            "  --kv-cache-dtype T              KV cache element type: auto (the model's dtype:\n"
+            "                                  bfloat16 for float32/bfloat16 checkpoints, float16 for\n"
+            "                                  float16 ones and GGUF files, bfloat16 for Gemma 3),\n"
+            "                                  bfloat16, float16, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2,\n"
+            "                                  float32 (exact; vllm.c only) (auto)\n"
             "  --num-gpu-blocks-override N     KV cache size in blocks\n"
             "  --[no-]enable-prefix-caching    prefix caching (on)\n"
             "  --max-num-seqs N                sequences per step\n"
@@ -152,5 +259,9 @@ void engine_args_usage(FILE *f) {
             "  --scheduling-policy fcfs|priority\n"
             "  --seed N                        seed for requests that give none (0)\n"
             "  --threads N                     compute threads (0 = every online CPU)\n"
-            "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n");
+            "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n"
+            "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"
+            "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"
+            "                                  method (ngram), num_speculative_tokens (1..128),\n"
+            "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n");
 }

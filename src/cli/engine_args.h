@@ -1,10 +1,10 @@
 /*
  * engine_args.h - the engine flags `vllmc generate` and `vllmc serve` share,
  * with vLLM's names (EngineArgs): --model, --tokenizer, --max-model-len,
- * --block-size, --kv-cache-memory-bytes, --num-gpu-blocks-override,
+ * --block-size, --kv-cache-memory-bytes, --kv-cache-dtype, --num-gpu-blocks-override,
  * --[no-]enable-prefix-caching, --max-num-seqs, --max-num-batched-tokens,
  * --long-prefill-token-threshold, --scheduling-policy, --seed,
- * --generation-config, and vllm.c's --threads. Both `--flag value` and `--flag=value` work, and
+ * --generation-config, --speculative-config (JSON), and vllm.c's --threads. Both `--flag value` and `--flag=value` work, and
  * underscores may stand for dashes (--max_model_len), as in vLLM.
  * Sizes take vLLM's suffixes: 32k = 32000, 32K = 32768 (k/m/g/t decimal,
  * K/M/G/T binary).
@@ -23,6 +23,14 @@
  * (and its value) when it is one, 0 when it is not (nothing consumed), -1
  * on a bad value (a message naming the flag is printed to stderr). */
 int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i);
+
+/* --speculative-config's JSON (vLLM's SpeculativeConfig keys) into *c:
+ * method "ngram" (or "[ngram]", or model "ngram" without a method),
+ * num_speculative_tokens (required), prompt_lookup_min, prompt_lookup_max,
+ * disable_by_batch_size; vLLM's other keys are accepted and ignored. 0 on
+ * success; -1 with a message naming the key and the accepted values on
+ * stderr (other methods, unknown keys, values out of range). */
+int engine_args_parse_speculative_config(vllm_speculative_config *c, const char *json, const char *flag);
 
 /* Prints the engine flags for --help. */
 void engine_args_usage(FILE *f);

@@ -58,6 +58,7 @@ typedef struct pool_block {
     uint64_t gen;                    /* bumped on every reuse */
     /* the cache key, valid while cached */
     block_hash hash;
+    int32_t group;
     int32_t parent;
     uint64_t parent_gen;
     int32_t lora_id;
@@ -151,13 +152,14 @@ static void queue_insert_before(block_pool *p, int32_t pos, int32_t id) {
     p->num_free++;
 }
 
-static int32_t *bucket_of(const block_pool *p, block_hash h) {
-    return &p->buckets[h.lo & p->bucket_mask];
+/* The bucket of (hash, group): groups caching the same tokens spread out. */
+static int32_t *bucket_of(const block_pool *p, block_hash h, int32_t group) {
+    return &p->buckets[(h.lo ^ (uint64_t)group * 0x9e3779b97f4a7c15ULL) & p->bucket_mask];
 }
 
 static void uncache(block_pool *p, int32_t id) {
     pool_block *b = &p->blocks[id];
-    int32_t *link = bucket_of(p, b->hash);
+    int32_t *link = bucket_of(p, b->hash, b->group);
     while (*link != id) link = &p->blocks[*link].hash_next;
     *link = b->hash_next;
     b->hash_next = -1;
@@ -196,7 +198,7 @@ void block_pool_release(block_pool *p, int32_t id) {
 
 static bool key_matches(const block_pool *p, int32_t id, const block_pool_key *k) {
     const pool_block *b = &p->blocks[id];
-    return b->hash.lo == k->hash.lo && b->hash.hi == k->hash.hi && b->parent == k->parent &&
+    return b->hash.lo == k->hash.lo && b->hash.hi == k->hash.hi && b->group == k->group && b->parent == k->parent &&
            b->parent_gen == k->parent_gen && b->lora_id == k->lora_id &&
            salt_equal(b->salt, k->salt) &&
            memcmp(&p->tokens[(size_t)id * (size_t)p->block_size], k->tokens,
@@ -205,7 +207,7 @@ static bool key_matches(const block_pool *p, int32_t id, const block_pool_key *k
 
 int32_t block_pool_lookup(const block_pool *p, const block_pool_key *k) {
     if (!p->enable_caching) return -1;
-    for (int32_t id = *bucket_of(p, k->hash); id >= 0; id = p->blocks[id].hash_next)
+    for (int32_t id = *bucket_of(p, k->hash, k->group); id >= 0; id = p->blocks[id].hash_next)
         if (key_matches(p, id, k)) return id;
     return -1;
 }
@@ -215,13 +217,14 @@ bool block_pool_cache(block_pool *p, int32_t id, const block_pool_key *k) {
     if (!p->enable_caching || b->cached || block_pool_lookup(p, k) >= 0) return false;
     b->cached = true;
     b->hash = k->hash;
+    b->group = k->group;
     b->parent = k->parent;
     b->parent_gen = k->parent_gen;
     b->lora_id = k->lora_id;
     b->salt = block_pool_salt_ref((block_pool_salt *)k->salt);
     memcpy(&p->tokens[(size_t)id * (size_t)p->block_size], k->tokens,
            (size_t)p->block_size * sizeof *k->tokens);
-    int32_t *head = bucket_of(p, k->hash);
+    int32_t *head = bucket_of(p, k->hash, k->group);
     b->hash_next = *head;
     *head = id;
     return true;
@@ -261,7 +264,7 @@ vllm_status block_pool_check(const block_pool *p) {
                               b->ref_cnt, b->prev >= 0 ? "in" : "not in");
         if (b->cached) {
             cached++;
-            int32_t j = *bucket_of(p, b->hash);
+            int32_t j = *bucket_of(p, b->hash, b->group);
             while (j >= 0 && j != id) j = p->blocks[j].hash_next;
             if (j != id)
                 return vllm_error(VLLM_ERR_INVALID, "cached block %d missing from its bucket", id);
@@ -274,7 +277,7 @@ vllm_status block_pool_check(const block_pool *p) {
         int32_t chained = 0;
         for (uint64_t bkt = 0; bkt <= p->bucket_mask; bkt++)
             for (int32_t id = p->buckets[bkt]; id >= 0; id = p->blocks[id].hash_next) {
-                if (!p->blocks[id].cached || (p->blocks[id].hash.lo & p->bucket_mask) != bkt)
+                if (!p->blocks[id].cached || bucket_of(p, p->blocks[id].hash, p->blocks[id].group) != &p->buckets[bkt])
                     return vllm_error(VLLM_ERR_INVALID, "bucket %llu holds block %d wrongly",
                                       (unsigned long long)bkt, id);
                 if (++chained > cached)

@@ -12,8 +12,8 @@
  * blocks with reusable content are evicted last.
  *
  * Prefix cache (cached_block_hash_to_block): a full block is cached under a
- * key = (chained 128-bit hash, parent block id and generation, its tokens,
- * extra keys). The map is a bucket array indexed by the hash with chains
+ * key = (chained 128-bit hash, KV cache group, parent block id and
+ * generation, its tokens, extra keys). The map is a bucket array indexed by the hash with chains
  * threaded through the blocks, so it never allocates.
  *
  * Why a collision can never serve wrong KV: a lookup matches a block only if
@@ -54,10 +54,15 @@ void block_pool_salt_unref(block_pool_salt *s); /* NULL is a no-op */
 const char *block_pool_salt_bytes(const block_pool_salt *s, size_t *len);
 
 /* What a cached block must match. Extra keys (salt, LoRA id) belong to the
- * first block of a chain only: later blocks inherit them through parent. */
+ * first block of a chain only: later blocks inherit them through parent.
+ * group: the KV cache group whose layers' K/V the block holds (several
+ * groups share the pool and may cache the same tokens). */
 typedef struct block_pool_key {
     block_hash hash;
-    int32_t parent;                  /* block id of the previous block; -1 for the first */
+    int32_t group;
+    int32_t parent;                  /* block id of the previous block (or, for a sliding
+                                        group, the same block of the anchor group;
+                                        kv_cache_manager.h); -1 for the first */
     uint64_t parent_gen;             /* block_pool_generation(parent) */
     const int32_t *tokens;           /* (block_size) */
     const block_pool_salt *salt;     /* NULL = none */

@@ -27,8 +27,15 @@
  *
  * KV pool size: --num-gpu-blocks-override, else --kv-cache-memory-bytes,
  * else 40% of MemAvailable capped at what max_num_seqs sequences of
- * max_model_len tokens could ever use (logged). It must hold at least one
- * sequence of max_model_len tokens, as vLLM requires.
+ * max_model_len tokens could ever use (logged); a block's bytes depend on
+ * --kv-cache-dtype (kernels/kv_dtype.h; "auto" resolved from the model by
+ * engine_kv_cache_dtype_auto below), so a 2-byte type fits twice the blocks of
+ * F32 in the same budget and FP8 four times. It must hold at least one
+ * sequence of max_model_len tokens, as vLLM requires. A model with
+ * sliding-window layers (Gemma 3) has several KV cache groups
+ * (model/kv_layout.h): a block then holds fewer layers, and a sequence
+ * holds, per sliding group, only the blocks of its window and one step's
+ * tokens (kv_layout_blocks_per_seq).
  *
  * Threading: not thread-safe; one thread drives an engine (the server runs
  * it on its engine thread). The executor's worker threads, idle between
@@ -49,9 +56,11 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 #include "sample/sampler.h"
+#include "spec/ngram.h"
 #include "spec/spec.h"
 #include "vllm/vllm.h"
 
@@ -60,8 +69,9 @@
 #define DEFAULT_KV_SHARE 0.40               /* of MemAvailable when nothing is given */
 
 struct vllm_engine {
-    vllm_engine_args args;           /* strings owned (copies) */
+    vllm_engine_args args;           /* strings owned (copies); kv_cache_dtype static */
     vllm_engine_info info;
+    kv_dtype kv_type;                /* what the KV pool stores (args.kv_cache_dtype resolved) */
     model *model;
     executor *exec;
     kv_cache_manager *kv;
@@ -74,10 +84,12 @@ struct vllm_engine {
     generation_defaults gen;
     uint64_t next_serial;
     spec_config spec;                /* num_speculative_tokens 0: off */
+    ngram *ngram;                    /* the proposer of args.speculative_config "ngram", or NULL */
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
     vllm_kv_cache_report kv_report;  /* accumulated by build_output */
+    kv_layout *layout;               /* the model's KV cache groups (owned) */
 
     /* step scratch (sized at create, or by engine_set_spec) */
     int32_t max_scored;              /* rows of logits per step */
@@ -93,6 +105,8 @@ struct vllm_engine {
     int32_t *top_ids;                /* (max_out, VLLM_MAX_LOGPROBS) */
     float *top_lps;
     int32_t *drafts;                 /* (num_speculative_tokens) a proposer's answer */
+    int32_t *spec_per_pos;           /* (num_speculative_tokens) this step's accepted drafts by position */
+    int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted; /* this step */
 
     /* step output */
     vllm_step_output out;
@@ -110,6 +124,31 @@ void vllm_engine_args_init(vllm_engine_args *a) {
     a->max_num_seqs = DEFAULT_MAX_NUM_SEQS;
     a->scheduling_policy = VLLM_SCHEDULING_FCFS;
     a->generation_config = "auto";
+    a->kv_cache_dtype = "auto";
+}
+
+/* The --kv-cache-dtype values, as static strings (vllm_engine_info keeps one). */
+static const char *const kv_cache_dtype_values[] = {"auto",     "bfloat16", "float16", "float32",
+                                                    "fp8",      "fp8_e4m3", "fp8_e5m2"};
+
+static const char *kv_cache_dtype_value(const char *name) {
+    if (!name) return kv_cache_dtype_values[0];
+    for (size_t i = 0; i < sizeof kv_cache_dtype_values / sizeof *kv_cache_dtype_values; i++)
+        if (!strcmp(name, kv_cache_dtype_values[i])) return kv_cache_dtype_values[i];
+    return NULL;
+}
+
+/* What "auto" stores: vLLM's model dtype on a CPU (ModelConfig's
+ * _resolve_auto_dtype: a float32 checkpoint is downcast to the platform's
+ * first dtype, bfloat16 on x86; bfloat16 and float16 ones keep theirs);
+ * for a GGUF file, whose weights say nothing about an activation dtype,
+ * llama.cpp's default cache type, float16; Gemma 3 never float16 (vLLM
+ * refuses it for the gemma3 model types: numerical instability). Nothing
+ * vLLM-like picks float32 or an FP8 type by itself. */
+kv_dtype engine_kv_cache_dtype_auto(const model_config *c, bool gguf) {
+    if (c->arch == MODEL_ARCH_GEMMA3) return KV_DTYPE_BF16;
+    if (gguf) return KV_DTYPE_F16;
+    return c->torch_dtype == DTYPE_F16 ? KV_DTYPE_F16 : KV_DTYPE_BF16;
 }
 
 static request *find_request(const vllm_engine *e, const char *id) {
@@ -143,6 +182,47 @@ static char *dup_or_null(const char *s, vllm_status *rc) {
     return d;
 }
 
+/* vLLM's SpeculativeConfig checks and defaults (ngram: prompt_lookup_min
+ * and _max default to each other, or both to 5); out gets the result. */
+static vllm_status resolve_spec_config(const vllm_speculative_config *in, vllm_speculative_config *out) {
+    *out = (vllm_speculative_config){0};
+    if (in->method == VLLM_SPEC_METHOD_NONE) return VLLM_OK;
+    if (in->method != VLLM_SPEC_METHOD_NGRAM)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: method %d is not supported (only 'ngram')",
+                          (int)in->method);
+    vllm_speculative_config c = *in;
+    if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: num_speculative_tokens=%d must be in 1..%d",
+                          c.num_speculative_tokens, VLLM_MAX_SPEC_TOKENS);
+    if (c.prompt_lookup_min < 0 || c.prompt_lookup_max < 0)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: prompt_lookup_min=%d and prompt_lookup_max=%d "
+                          "must be > 0", c.prompt_lookup_min, c.prompt_lookup_max);
+    if (!c.prompt_lookup_min && !c.prompt_lookup_max) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+    else if (!c.prompt_lookup_min) c.prompt_lookup_min = c.prompt_lookup_max;
+    else if (!c.prompt_lookup_max) c.prompt_lookup_max = c.prompt_lookup_min;
+    if (c.prompt_lookup_min > c.prompt_lookup_max)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: prompt_lookup_min=%d must be <= "
+                          "prompt_lookup_max=%d", c.prompt_lookup_min, c.prompt_lookup_max);
+    if (c.disable_by_batch_size < 0 || c.disable_by_batch_size == 1)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: disable_by_batch_size=%d: expect the batch "
+                          "size threshold of disabling speculative decoding to be > 1", c.disable_by_batch_size);
+    *out = c;
+    return VLLM_OK;
+}
+
+/* Says where an FP8 cache's scales come from, or that the checkpoint's
+ * scales go unused (vLLM applies them only to an FP8 cache). */
+static void log_kv_scales(const model *m, kv_dtype t) {
+    int32_t n = 0, L = m->config.num_hidden_layers;
+    for (int32_t l = 0; l < L; l++) n += m->w.layers[l].k_scale > 0 || m->w.layers[l].v_scale > 0;
+    if (kv_dtype_is_fp8(t))
+        log_info("KV cache %s: %s", kv_dtype_name(t),
+                 n ? "k_scale/v_scale from the checkpoint (1.0 where a layer has none)"
+                   : "scaling factors 1.0 (the checkpoint has no k_scale/v_scale)");
+    else if (n)
+        log_info("the checkpoint's k_scale/v_scale (%d layers) apply only to an fp8 KV cache; unused", n);
+}
+
 static vllm_status check_args(const vllm_engine_args *a) {
     if (!a->model || !a->model[0]) return vllm_error(VLLM_ERR_INVALID, "engine args: model is not set");
     if (a->block_size < 1 || a->block_size > 1024)
@@ -168,6 +248,12 @@ static vllm_status check_args(const vllm_engine_args *a) {
                           (int)a->scheduling_policy);
     if (a->num_threads < 0)
         return vllm_error(VLLM_ERR_INVALID, "num_threads %d must be >= 0", a->num_threads);
+    vllm_speculative_config spc;
+    vllm_status rc = resolve_spec_config(&a->speculative_config, &spc);
+    if (rc != VLLM_OK) return rc;
+    if (!kv_cache_dtype_value(a->kv_cache_dtype))
+        return vllm_error(VLLM_ERR_INVALID, "kv_cache_dtype '%s': invalid choice (choose from %s)",
+                          a->kv_cache_dtype, KV_DTYPE_CHOICES);
     const char *g = a->generation_config;
     if (g && strcmp(g, "auto") && strcmp(g, "vllm"))
         return vllm_error(VLLM_ERR_UNSUPPORTED,
@@ -181,8 +267,8 @@ static vllm_status check_args(const vllm_engine_args *a) {
 static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     const vllm_engine_args *a = &e->args;
     int32_t bs = a->block_size, L = e->info.max_model_len;
-    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs);
-    int64_t blocks_per_seq = (L + bs - 1) / bs;
+    size_t per_block = runner_kv_bytes_per_block(&e->model->config, bs, e->kv_type);
+    int64_t blocks_per_seq = kv_layout_blocks_per_seq(e->layout, bs, L, e->info.max_num_batched_tokens);
     int64_t n;
     if (a->num_gpu_blocks_override > 0) {
         n = a->num_gpu_blocks_override;
@@ -203,10 +289,10 @@ static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     if (n < blocks_per_seq)
         return vllm_error(VLLM_ERR_INVALID,
                           "The model's max seq len (%d) is larger than the maximum number of tokens "
-                          "that can be stored in KV cache (%lld). Try increasing "
+                          "that can be stored in KV cache (%lld blocks of %d tokens, %lld needed). Try increasing "
                           "kv_cache_memory_bytes / num_gpu_blocks_override or decreasing "
                           "max_model_len.",
-                          L, (long long)n * bs);
+                          L, (long long)n, bs, (long long)blocks_per_seq);
     *num_blocks = (int32_t)n;
     e->info.kv_cache_memory_bytes = n * (int64_t)per_block;
     return VLLM_OK;
@@ -232,7 +318,8 @@ static void free_step_scratch(vllm_engine *e) {
     free(e->top_ids);
     free(e->top_lps);
     free(e->drafts);
-    e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = NULL;
+    free(e->spec_per_pos);
+    e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = e->spec_per_pos = NULL;
     e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
 }
 
@@ -250,9 +337,10 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     step_builder_config bc = {.max_tokens = info->max_num_batched_tokens,
                               .max_seqs = info->max_num_seqs,
                               .max_scored = e->max_scored,
-                              .max_copies = info->max_num_seqs,
+                              .max_copies = info->max_num_seqs * e->layout->num_groups,
                               .max_blocks_per_seq = e->max_blocks_per_seq,
-                              .block_size = info->block_size};
+                              .block_size = info->block_size,
+                              .num_kv_groups = e->layout->num_groups};
     vllm_status rc = step_builder_create(&bc, &e->builder);
     size_t O = (size_t)e->max_out;
     e->logits = alloc_array((size_t)e->max_scored * (size_t)e->vocab, sizeof(float), &rc);
@@ -266,6 +354,7 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     e->top_ids = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
     e->top_lps = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
     e->drafts = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    e->spec_per_pos = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
     return rc;
 }
 
@@ -279,6 +368,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     e->args.model = dup_or_null(args->model, &rc);
     e->args.tokenizer = dup_or_null(args->tokenizer, &rc);
     e->args.generation_config = dup_or_null(args->generation_config ? args->generation_config : "auto", &rc);
+    e->args.kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype); /* static */
     list_init(&e->reported);
     if (rc != VLLM_OK) goto fail;
     if ((rc = model_load(args->model, &e->model)) != VLLM_OK) goto fail;
@@ -294,13 +384,34 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                         L, mc->max_position_embeddings);
         goto fail;
     }
-    if (mc->sliding_window > 0 && L > mc->sliding_window) {
+    /* Gemma 3 computes sliding-window attention; a Mistral or Qwen window is
+     * not implemented: within it full attention is the same computation */
+    if (mc->sliding_window > 0 && !model_has_sliding_layers(mc) && L > mc->sliding_window) {
+        if (args->max_model_len) {
+            rc = vllm_error(VLLM_ERR_UNSUPPORTED,
+                            "max_model_len %d exceeds the sliding_window %d of %s, whose sliding-window attention "
+                            "is not implemented (vllm.c attends to the whole context): use max_model_len <= %d",
+                            L, mc->sliding_window, mc->architecture, mc->sliding_window);
+            goto fail;
+        }
         log_warn("max_model_len %d capped to the model's sliding_window %d (sliding-window "
-                 "attention is not implemented)", L, mc->sliding_window);
+                 "attention is not implemented for %s)", L, mc->sliding_window, mc->architecture);
         L = mc->sliding_window;
     }
+    if (!(e->layout = malloc(sizeof *e->layout))) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    kv_layout_init(e->layout, mc);
     info->max_model_len = L;
     info->block_size = args->block_size;
+    info->kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype);
+    if (!strcmp(info->kv_cache_dtype, "auto")) e->kv_type = engine_kv_cache_dtype_auto(mc, e->model->gguf != NULL);
+    else kv_dtype_from_name(info->kv_cache_dtype, &e->kv_type);
+    info->kv_cache_storage_dtype = kv_dtype_name(e->kv_type);
+    info->kv_cache_bytes_per_token = (int64_t)2 * mc->num_hidden_layers * mc->num_key_value_heads *
+                                     mc->head_dim * (int64_t)kv_dtype_size(e->kv_type);
+    log_kv_scales(e->model, e->kv_type);
     info->enable_prefix_caching = args->enable_prefix_caching;
     info->max_num_seqs = args->max_num_seqs;
     info->max_num_batched_tokens =
@@ -323,11 +434,12 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .block_size = args->block_size,
                           .max_num_batched_tokens = info->max_num_batched_tokens,
                           .max_num_seqs = info->max_num_seqs,
-                          .num_threads = args->num_threads};
+                          .num_threads = args->num_threads,
+                          .kv_cache_dtype = e->kv_type};
     if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    if ((rc = kv_cache_manager_create(num_blocks, args->block_size, args->enable_prefix_caching,
-                                      &e->kv)) != VLLM_OK)
+    if ((rc = kv_cache_manager_create_groups(num_blocks, args->block_size, args->enable_prefix_caching,
+                                             e->layout->window, e->layout->num_groups, &e->kv)) != VLLM_OK)
         goto fail;
     scheduler_config sc = {.max_num_seqs = info->max_num_seqs,
                            .max_num_batched_tokens = info->max_num_batched_tokens,
@@ -342,12 +454,35 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         goto fail;
     map_init(&e->requests);
     if ((rc = alloc_step_scratch(e)) != VLLM_OK) goto fail;
+    if ((rc = resolve_spec_config(&args->speculative_config, &info->speculative_config)) != VLLM_OK) goto fail;
+    const vllm_speculative_config *spc = &info->speculative_config;
+    if (spc->method == VLLM_SPEC_METHOD_NGRAM) {
+        if ((rc = ngram_create(spc->prompt_lookup_min, spc->prompt_lookup_max, &e->ngram)) != VLLM_OK) goto fail;
+        spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
+                           .disable_by_batch_size = spc->disable_by_batch_size,
+                           .proposer = ngram_as_proposer(e->ngram)};
+        if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
+        log_info("speculative decoding: ngram, num_speculative_tokens %d, prompt_lookup_min %d, "
+                 "prompt_lookup_max %d, disable_by_batch_size %d", spc->num_speculative_tokens,
+                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
+    }
 
-    log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB); maximum concurrency "
-             "for %d tokens per request: %.2fx",
+    int64_t per_seq = kv_layout_blocks_per_seq(e->layout, args->block_size, L, info->max_num_batched_tokens);
+    if (e->layout->num_groups > 1) {
+        int32_t sliding = 0;
+        for (int32_t g = 0; g < e->layout->num_groups; g++) sliding += e->layout->window[g] > 0;
+        log_info("KV cache groups: %d full-attention + %d sliding-window (window %d) of %d layers each; a "
+                 "%d-token request holds at most %lld blocks (%lld with every block kept)",
+                 e->layout->num_groups - sliding, sliding, mc->sliding_window, e->layout->group_size, L,
+                 (long long)per_seq, (long long)e->layout->num_groups * ((L + args->block_size - 1) / args->block_size));
+    }
+    log_info("KV cache: %d blocks of %d tokens = %lld tokens (%.2f GiB, %s: %lld bytes per token; "
+             "--kv-cache-dtype %s); maximum concurrency for %d tokens per request: %.2fx",
              num_blocks, args->block_size, (long long)num_blocks * args->block_size,
-             (double)info->kv_cache_memory_bytes / 1073741824.0, L,
-             (double)num_blocks * args->block_size / L);
+             (double)info->kv_cache_memory_bytes / 1073741824.0, info->kv_cache_storage_dtype,
+             (long long)info->kv_cache_bytes_per_token, info->kv_cache_dtype, L,
+             e->layout->num_groups > 1 ? (double)num_blocks / (double)per_seq
+                                       : (double)num_blocks * args->block_size / L);
     log_info("scheduler: max_num_seqs %d, max_num_batched_tokens %d, policy %s, prefix caching %s, "
              "%d threads",
              info->max_num_seqs, info->max_num_batched_tokens,
@@ -385,11 +520,13 @@ void vllm_engine_free(vllm_engine *e) {
     free_requests_in(&e->reported);
     map_deinit(&e->requests);
     free_step_scratch(e);
+    ngram_free(e->ngram);
     sampler_free(e->sampler);
     scheduler_free(e->sched);
     kv_cache_manager_free(e->kv);
     executor_free(e->exec);
     model_free(e->model);
+    free(e->layout);
     free((char *)e->args.model);
     free((char *)e->args.tokenizer);
     free((char *)e->args.generation_config);
@@ -426,14 +563,16 @@ executor *engine_executor(vllm_engine *e) { return e->exec; }
 
 const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e) { return e->kv; }
 
+const model *engine_model(const vllm_engine *e) { return e->model; }
+
 vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
     if (vllm_engine_has_unfinished(e))
         return vllm_error(VLLM_ERR_INVALID, "speculative decoding can only change while no request is running");
     spec_config off = {0};
     if (!cfg || cfg->num_speculative_tokens <= 0 || !cfg->proposer.propose) cfg = &off;
-    if (cfg->num_speculative_tokens > e->info.max_model_len)
-        return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d",
-                          cfg->num_speculative_tokens, e->info.max_model_len);
+    if (cfg->num_speculative_tokens > e->info.max_model_len || cfg->num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
+        return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d or %d",
+                          cfg->num_speculative_tokens, e->info.max_model_len, VLLM_MAX_SPEC_TOKENS);
     e->spec = *cfg;
     vllm_status rc = alloc_step_scratch(e);
     if (rc != VLLM_OK) {
@@ -480,8 +619,8 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     if (opts) o = *opts;
     if (o.arrival_time == 0) o.arrival_time = now;
     request *r;
-    if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L,
-                             e->info.block_size, e->args.seed, e->next_serial, &r)) != VLLM_OK)
+    if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L, e->info.block_size,
+                             e->layout->num_groups, e->args.seed, e->next_serial, &r)) != VLLM_OK)
         return rc;
     if ((rc = map_insert(&e->requests, &r->by_id, r->id)) != VLLM_OK) {
         request_free(r);
@@ -567,6 +706,13 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
         for (int32_t k = 0; k < en->num_samples; k++, ns++) {
             const sample_seq *x = &e->samples[ns];
             e->num_committed[i] += x->num_out;
+            if (x->num_drafts > 0) { /* vLLM counts before stop checks: the verifier's accepted drafts */
+                int32_t acc = x->num_out - 1 < x->num_drafts ? x->num_out - 1 : x->num_drafts;
+                e->spec_num_drafts++;
+                e->spec_num_draft_tokens += x->num_drafts;
+                e->spec_num_accepted += acc;
+                for (int32_t j = 0; j < acc; j++) e->spec_per_pos[j]++;
+            }
             for (int32_t j = 0; x->out_results && j < x->num_out; j++) {
                 const sample_result *res = &x->out_results[j];
                 size_t slot = (size_t)(x->out_results - e->results) + (size_t)j;
@@ -599,7 +745,8 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
         const scheduled_seq *en = &so->seqs[i];
         const seq *q = en->seq;
         if ((rc = step_builder_add_seq(b, q->tokens + en->num_computed, en->num_new_tokens, en->num_computed,
-                                       q->block_ids, q->num_blocks, en->num_scored, q->req->lora_id)) != VLLM_OK)
+                                       q->block_ids, q->max_blocks, q->num_blocks, en->num_scored,
+                                       q->req->lora_id)) != VLLM_OK)
             return rc;
     }
     const step_batch *batch = step_builder_batch(b);
@@ -617,6 +764,8 @@ static void propose(vllm_engine *e) {
         seq *q = list_entry(n, seq, node);
         const request *r = q->req;
         if (!r->forked || q->num_drafts || q->num_computed_tokens != q->num_tokens - 1) continue;
+        if (e->spec.disable_by_batch_size > 0 && scheduler_num_running(e->sched) >= e->spec.disable_by_batch_size)
+            return;
         int32_t m = e->spec.num_speculative_tokens;
         int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
         int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
@@ -703,7 +852,14 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .num_blocks_total = total,
         .num_blocks_free = free_blocks,
         .num_kv_slots_empty = scheduler_num_empty_slots(e->sched),
+        .num_spec_tokens = e->spec.num_speculative_tokens,
+        .spec_num_drafts = e->spec_num_drafts,
+        .spec_num_draft_tokens = e->spec_num_draft_tokens,
+        .spec_num_accepted_tokens = e->spec_num_accepted,
     };
+    if (e->spec.num_speculative_tokens > 0)
+        memcpy(out->stats.spec_num_accepted_tokens_per_pos, e->spec_per_pos,
+               (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     int32_t used_blocks = total - free_blocks;
     out->stats.num_kv_slots_used = (int64_t)used_blocks * e->info.block_size;
     if (so && so->num_seqs > 0) {
@@ -729,6 +885,8 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     *out = NULL;
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
     free_requests_in(&e->reported);
+    e->spec_num_drafts = e->spec_num_draft_tokens = e->spec_num_accepted = 0;
+    if (e->spec_per_pos) memset(e->spec_per_pos, 0, (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     const scheduler_output *so = NULL;
     if (scheduler_has_unfinished(e->sched)) {
         double now = vllm_monotonic_time();

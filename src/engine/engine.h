@@ -11,7 +11,7 @@
 #include "spec/spec.h"
 #include "vllm/vllm.h"
 
-/* Turns speculative decoding on (k > 0, a proposer) or off (NULL or k 0).
+/* Turns speculative decoding on (0 < k <= VLLM_MAX_SPEC_TOKENS, a proposer) or off (NULL or k 0).
  * Only while the engine has no unfinished request (VLLM_ERR_INVALID
  * otherwise); sizes the step's logits for k + 1 rows per sequence. The
  * proposer's and verifier's ud are borrowed. */
@@ -21,5 +21,12 @@ vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg);
 executor *engine_executor(vllm_engine *e);
 /* The engine's block tables and prefix cache, for statistics and tests. */
 const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e);
+
+/* The loaded model (borrowed, read-only, for the engine's lifetime). */
+const model *engine_model(const vllm_engine *e);
+
+/* What --kv-cache-dtype auto stores for a model with config c, loaded from a
+ * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */
+kv_dtype engine_kv_cache_dtype_auto(const model_config *c, bool gguf);
 
 #endif

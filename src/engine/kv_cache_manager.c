@@ -1,10 +1,12 @@
 /*
- * kv_cache_manager.c - block tables, prefix-cache lookups, copy-on-write.
- * See kv_cache_manager.h for the design; block_pool.c holds the pool itself.
+ * kv_cache_manager.c - block tables, prefix-cache lookups, copy-on-write,
+ * sliding-window release. See kv_cache_manager.h for the design;
+ * block_pool.c holds the pool itself.
  */
 #include "engine/kv_cache_manager.h"
 
 #include <stdlib.h>
+#include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -18,11 +20,23 @@ struct kv_cache_manager {
     block_pool *pool;
     int32_t block_size;
     bool enable_caching;
+    int32_t num_groups;
+    int32_t window[KV_CACHE_MAX_GROUPS]; /* sliding window in tokens, 0 = full attention */
+    int32_t anchor;                      /* the first full-attention group, -1 if none */
 };
 
 vllm_status kv_cache_manager_create(int32_t num_blocks, int32_t block_size, bool enable_caching,
                                     kv_cache_manager **out) {
+    int32_t full = 0;
+    return kv_cache_manager_create_groups(num_blocks, block_size, enable_caching, &full, 1, out);
+}
+
+vllm_status kv_cache_manager_create_groups(int32_t num_blocks, int32_t block_size, bool enable_caching,
+                                           const int32_t *windows, int32_t num_groups, kv_cache_manager **out) {
     *out = NULL;
+    if (num_groups < 1 || num_groups > KV_CACHE_MAX_GROUPS)
+        return vllm_error(VLLM_ERR_INVALID, "kv cache manager: %d KV cache groups (1..%d)", num_groups,
+                          KV_CACHE_MAX_GROUPS);
     kv_cache_manager *m = calloc(1, sizeof *m);
     if (!m) return vllm_error(VLLM_ERR_NOMEM, "kv cache manager: out of memory");
     vllm_status rc = block_pool_create(num_blocks, block_size, enable_caching, &m->pool);
@@ -32,6 +46,12 @@ vllm_status kv_cache_manager_create(int32_t num_blocks, int32_t block_size, bool
     }
     m->block_size = block_size;
     m->enable_caching = enable_caching;
+    m->num_groups = num_groups;
+    m->anchor = -1;
+    for (int32_t g = 0; g < num_groups; g++) {
+        m->window[g] = windows[g] > 0 ? windows[g] : 0;
+        if (!m->window[g] && m->anchor < 0) m->anchor = g;
+    }
     *out = m;
     return VLLM_OK;
 }
@@ -43,9 +63,13 @@ void kv_cache_manager_free(kv_cache_manager *m) {
 }
 
 int32_t kv_cache_manager_block_size(const kv_cache_manager *m) { return m->block_size; }
+int32_t kv_cache_manager_num_groups(const kv_cache_manager *m) { return m->num_groups; }
 bool kv_cache_manager_caching_enabled(const kv_cache_manager *m) { return m->enable_caching; }
 const block_pool *kv_cache_manager_pool(const kv_cache_manager *m) { return m->pool; }
 void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m) { block_pool_reset_cache(m->pool); }
+
+/* A sliding group whose cache keys hang on the anchor group's blocks. */
+static bool anchored(const kv_cache_manager *m, int32_t g) { return m->window[g] > 0 && m->anchor >= 0; }
 
 block_hash kv_cache_manager_hash_block(const block_hash *parent, const int32_t *tokens,
                                        int32_t block_size, int32_t lora_id,
@@ -79,10 +103,13 @@ static void ensure_hashes(const kv_cache_manager *m, seq *q, int32_t n) {
     if (n > q->num_block_hashes) q->num_block_hashes = n;
 }
 
-static block_pool_key key_of(const kv_cache_manager *m, const seq *q, int32_t i, int32_t parent,
+/* The key of q's block i in group g; parent: the previous block of the
+ * chain, or for an anchored group the anchor group's block i. */
+static block_pool_key key_of(const kv_cache_manager *m, const seq *q, int32_t g, int32_t i, int32_t parent,
                              uint64_t parent_gen) {
     return (block_pool_key){
         .hash = q->block_hashes[i],
+        .group = g,
         .parent = parent,
         .parent_gen = parent_gen,
         .tokens = q->tokens + (size_t)i * (size_t)m->block_size,
@@ -96,6 +123,13 @@ int32_t kv_cache_manager_hit_tokens(const kv_cache_manager *m, const seq *q, int
     return num_hits > 0 && t > q->num_tokens - 1 ? q->num_tokens - 1 : t;
 }
 
+/* First block a sliding group g still needs when the next token to compute
+ * is at position `next`: the block of position next - window + 1. */
+static int32_t window_first_block(const kv_cache_manager *m, int32_t g, int32_t next) {
+    int32_t first = next - m->window[g] + 1;
+    return m->window[g] > 0 && first > 0 ? first / m->block_size : 0;
+}
+
 bool kv_cache_manager_block_hash(const kv_cache_manager *m, seq *q, int32_t i, block_hash *out) {
     if (i < 0 || i >= q->num_tokens / m->block_size) return false;
     ensure_hashes(m, q, i + 1);
@@ -103,71 +137,132 @@ bool kv_cache_manager_block_hash(const kv_cache_manager *m, seq *q, int32_t i, b
     return true;
 }
 
-int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q, int32_t *hits) {
+int32_t kv_cache_manager_find_longest_cache_hit(kv_cache_manager *m, seq *q) {
     if (!m->enable_caching) return 0;
-    int32_t max_hit = q->num_tokens / m->block_size;
-    ensure_hashes(m, q, max_hit);
-    int32_t n = 0, parent = -1;
-    uint64_t pgen = 0;
-    while (n < max_hit) {
-        block_pool_key k = key_of(m, q, n, parent, pgen);
-        int32_t id = block_pool_lookup(m->pool, &k);
-        if (id < 0) break;
-        hits[n++] = id;
-        parent = id;
-        pgen = block_pool_generation(m->pool, id);
+    int32_t n = q->num_tokens / m->block_size;
+    ensure_hashes(m, q, n);
+    /* chained groups (full attention, or sliding without an anchor): from the left */
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        if (anchored(m, g)) continue;
+        int32_t *table = seq_block_table(q, g), i = 0, parent = -1;
+        uint64_t pgen = 0;
+        for (; i < n; i++) {
+            block_pool_key k = key_of(m, q, g, i, parent, pgen);
+            int32_t id = block_pool_lookup(m->pool, &k);
+            if (id < 0) break;
+            table[i] = id;
+            parent = id;
+            pgen = block_pool_generation(m->pool, id);
+        }
+        n = i;
     }
+    /* anchored groups: the blocks in the window of the first token to compute,
+     * from the right; a miss at block i leaves at most i blocks hit */
+    const int32_t *anchor = m->anchor >= 0 ? seq_block_table(q, m->anchor) : NULL;
+    for (int32_t cand = n; cand > 0;) {
+        int32_t next = kv_cache_manager_hit_tokens(m, q, cand), miss = -1;
+        for (int32_t i = cand - 1; i >= 0 && miss < 0; i--) {
+            bool needed = false;
+            for (int32_t g = 0; g < m->num_groups && miss < 0; g++) {
+                if (!anchored(m, g) || i < window_first_block(m, g, next)) continue;
+                needed = true;
+                block_pool_key k = key_of(m, q, g, i, anchor[i], block_pool_generation(m->pool, anchor[i]));
+                int32_t id = block_pool_lookup(m->pool, &k);
+                if (id < 0) miss = i;
+                else seq_block_table(q, g)[i] = id;
+            }
+            if (!needed) break;
+        }
+        if (miss < 0) break;
+        n = cand = miss;
+    }
+    for (int32_t g = 0; g < m->num_groups; g++)
+        if (anchored(m, g))
+            for (int32_t i = 0, lo = window_first_block(m, g, kv_cache_manager_hit_tokens(m, q, n)); i < lo; i++)
+                seq_block_table(q, g)[i] = -1;
     return n;
 }
 
-vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t num_new_tokens,
-                                            const int32_t *hits, int32_t num_hits,
+/* Releases group g's blocks of q before table entry `upto` (sliding window:
+ * no token from here on reads them), first to last so the window's own
+ * blocks stay longest in the prefix cache. */
+static void release_skipped(kv_cache_manager *m, seq *q, int32_t g, int32_t upto) {
+    seq_kv_group *gs = &q->kv_groups[g];
+    int32_t *table = seq_block_table(q, g);
+    if (upto > q->num_blocks) upto = q->num_blocks;
+    for (int32_t i = gs->num_skipped; i < upto; i++)
+        if (table[i] >= 0) {
+            block_pool_release(m->pool, table[i]);
+            table[i] = -1;
+        }
+    if (upto > gs->num_skipped) gs->num_skipped = upto;
+}
+
+vllm_status kv_cache_manager_allocate_slots(kv_cache_manager *m, seq *q, int32_t num_new_tokens, int32_t num_hits,
                                             block_copy *copies, int32_t *num_copies) {
-    int32_t bs = m->block_size;
+    int32_t bs = m->block_size, G = m->num_groups;
     /* first new token's position */
     int32_t start = q->num_computed_tokens + kv_cache_manager_hit_tokens(m, q, num_hits);
     int32_t total = start + num_new_tokens;
     int32_t have = q->num_blocks + num_hits;
     int32_t need = (total + bs - 1) / bs - have;
     if (need < 0) need = 0;
+    /* sliding groups first give back what no token from `start` on can read */
+    for (int32_t g = 0; g < G; g++)
+        if (m->window[g] > 0) {
+            int32_t lo = window_first_block(m, g, start);
+            if (num_hits > 0 && q->num_blocks == 0) q->kv_groups[g].num_skipped = lo; /* entries -1 already */
+            release_skipped(m, q, g, lo);
+        }
     /* the first new token lands in an existing, partially filled block that
      * is shared, or in a hit block (the last token of a prompt that hit all
-     * its blocks): either way others read it, so we write into a copy */
-    int32_t cow_idx = start / bs;
+     * its blocks): either way others read it, so we write into a copy (in
+     * every group) */
+    int32_t cow_idx = start / bs, num_cow = 0;
     bool cow = false;
     if (num_new_tokens > 0 && start % bs != 0) {
         if (cow_idx >= q->num_blocks && cow_idx - q->num_blocks < num_hits) cow = true;
-        else if (cow_idx < q->num_blocks) cow = block_pool_ref_count(m->pool, q->block_ids[cow_idx]) > 1;
+        else if (cow_idx < q->num_blocks)
+            for (int32_t g = 0; g < G; g++) num_cow += block_pool_ref_count(m->pool, seq_block_table(q, g)[cow_idx]) > 1;
     }
+    if (cow) num_cow = G;
     int32_t evictable = 0;
-    for (int32_t i = 0; i < num_hits; i++)
-        if (block_pool_ref_count(m->pool, hits[i]) == 0) evictable++;
-    if (need + (cow ? 1 : 0) > block_pool_num_free(m->pool) - evictable)
-        return vllm_error(VLLM_ERR_FULL, "kv cache: %d blocks needed, %d free",
-                          need + (cow ? 1 : 0), block_pool_num_free(m->pool) - evictable);
-    /* seq_reserve sizes the table for every committed and draft token, and
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t i = q->num_blocks; i < q->num_blocks + num_hits; i++) {
+            int32_t id = seq_block_table(q, g)[i];
+            if (id >= 0 && block_pool_ref_count(m->pool, id) == 0) evictable++;
+        }
+    int32_t want = G * need + num_cow, avail = block_pool_num_free(m->pool) - evictable;
+    if (want > avail) return vllm_error(VLLM_ERR_FULL, "kv cache: %d blocks needed, %d free", want, avail);
+    /* seq_reserve sizes the tables for every committed and draft token, and
      * nothing schedules past them: a table too short is a bug that would
      * write past its end */
     if (have + need > q->max_blocks) abort();
 
-    for (int32_t i = 0; i < num_hits; i++) {
-        block_pool_touch(m->pool, hits[i]);
-        q->block_ids[q->num_blocks++] = hits[i];
-    }
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t i = q->num_blocks; i < q->num_blocks + num_hits; i++) {
+            int32_t id = seq_block_table(q, g)[i];
+            if (id >= 0) block_pool_touch(m->pool, id);
+        }
+    q->num_blocks += num_hits;
     if (num_hits > 0) {
         q->num_cached_blocks = q->num_blocks;
-        q->cache_parent = hits[num_hits - 1];
-        q->cache_parent_gen = block_pool_generation(m->pool, q->cache_parent);
+        for (int32_t g = 0; g < G; g++) {
+            int32_t last = seq_block_table(q, g)[q->num_blocks - 1];
+            q->kv_groups[g].cache_parent = last;
+            q->kv_groups[g].cache_parent_gen = block_pool_generation(m->pool, last);
+        }
     }
-    if (cow) {
-        int32_t dst;
+    for (int32_t g = 0; g < G && num_cow; g++) {
+        int32_t *src = &seq_block_table(q, g)[cow_idx], dst;
+        if (!cow && block_pool_ref_count(m->pool, *src) <= 1) continue;
         block_pool_alloc(m->pool, 1, &dst);
-        copies[(*num_copies)++] = (block_copy){q->block_ids[cow_idx], dst};
-        block_pool_release(m->pool, q->block_ids[cow_idx]);
-        q->block_ids[cow_idx] = dst;
+        copies[(*num_copies)++] = (block_copy){*src, dst};
+        block_pool_release(m->pool, *src);
+        *src = dst;
     }
     if (need > 0) {
-        block_pool_alloc(m->pool, need, q->block_ids + q->num_blocks);
+        for (int32_t g = 0; g < G; g++) block_pool_alloc(m->pool, need, seq_block_table(q, g) + q->num_blocks);
         q->num_blocks += need;
     }
     return VLLM_OK;
@@ -181,27 +276,51 @@ void kv_cache_manager_cache_blocks(kv_cache_manager *m, seq *q) {
     if (full <= q->num_cached_blocks) return;
     ensure_hashes(m, q, full);
     for (int32_t i = q->num_cached_blocks; i < full; i++) {
-        int32_t parent = i ? q->cache_parent : -1;
-        uint64_t pgen = i ? q->cache_parent_gen : 0;
-        block_pool_key k = key_of(m, q, i, parent, pgen);
-        /* The canonical block for this content: an identical cached one if
-         * there is one (our block stays a private duplicate), else ours.
-         * Later blocks chain to it: their K/V depend only on the content. */
-        int32_t canon = block_pool_lookup(m->pool, &k);
-        if (canon < 0) {
-            canon = q->block_ids[i];
-            block_pool_cache(m->pool, canon, &k);
+        /* chained groups: the canonical block for this content is an
+         * identical cached one if there is one (our block stays a private
+         * duplicate), else ours; later blocks chain to it, their K/V
+         * depending only on the content */
+        for (int32_t g = 0; g < m->num_groups; g++) {
+            seq_kv_group *gs = &q->kv_groups[g];
+            int32_t id = seq_block_table(q, g)[i];
+            if (anchored(m, g) || gs->cache_parent == -2) continue;
+            if (id < 0) { /* released uncached: no chain past it */
+                gs->cache_parent = -2;
+                continue;
+            }
+            block_pool_key k = key_of(m, q, g, i, i ? gs->cache_parent : -1, i ? gs->cache_parent_gen : 0);
+            int32_t canon = block_pool_lookup(m->pool, &k);
+            if (canon < 0) {
+                canon = id;
+                block_pool_cache(m->pool, canon, &k);
+            }
+            gs->cache_parent = canon;
+            gs->cache_parent_gen = block_pool_generation(m->pool, canon);
         }
-        q->cache_parent = canon;
-        q->cache_parent_gen = block_pool_generation(m->pool, canon);
+        /* anchored groups: keyed by the anchor's canonical block i, which
+         * stands for the whole prefix up to the end of block i */
+        if (m->anchor < 0 || q->kv_groups[m->anchor].cache_parent < 0) continue;
+        int32_t anc = q->kv_groups[m->anchor].cache_parent;
+        uint64_t anc_gen = q->kv_groups[m->anchor].cache_parent_gen;
+        for (int32_t g = 0; g < m->num_groups; g++) {
+            int32_t id = seq_block_table(q, g)[i];
+            if (!anchored(m, g) || id < 0) continue;
+            block_pool_key k = key_of(m, q, g, i, anc, anc_gen);
+            if (block_pool_lookup(m->pool, &k) < 0) block_pool_cache(m->pool, id, &k);
+        }
     }
     q->num_cached_blocks = full;
 }
 
 void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child) {
-    for (int32_t i = 0; i < parent->num_blocks; i++) {
-        block_pool_touch(m->pool, parent->block_ids[i]);
-        child->block_ids[i] = parent->block_ids[i];
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        const int32_t *from = seq_block_table(parent, g);
+        int32_t *to = seq_block_table(child, g);
+        for (int32_t i = 0; i < parent->num_blocks; i++) {
+            if (from[i] >= 0) block_pool_touch(m->pool, from[i]);
+            to[i] = from[i];
+        }
+        child->kv_groups[g] = parent->kv_groups[g];
     }
     child->num_blocks = parent->num_blocks;
     int32_t nh = parent->num_block_hashes;
@@ -211,20 +330,43 @@ void kv_cache_manager_fork(kv_cache_manager *m, const seq *parent, seq *child) {
     for (int32_t i = 0; i < nh; i++) child->block_hashes[i] = parent->block_hashes[i];
     child->num_block_hashes = nh;
     child->num_cached_blocks = parent->num_cached_blocks;
-    child->cache_parent = parent->cache_parent;
-    child->cache_parent_gen = parent->cache_parent_gen;
 }
 
 void kv_cache_manager_trim(kv_cache_manager *m, seq *q, int32_t num_blocks) {
     if (num_blocks < 0) num_blocks = 0;
-    for (int32_t i = q->num_blocks - 1; i >= num_blocks; i--) block_pool_release(m->pool, q->block_ids[i]);
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        int32_t *table = seq_block_table(q, g);
+        for (int32_t i = q->num_blocks - 1; i >= num_blocks; i--)
+            if (table[i] >= 0) block_pool_release(m->pool, table[i]);
+        if (q->kv_groups[g].num_skipped > num_blocks) q->kv_groups[g].num_skipped = num_blocks;
+    }
     if (q->num_blocks > num_blocks) q->num_blocks = num_blocks;
 }
 
 void kv_cache_manager_free_blocks(kv_cache_manager *m, seq *q) {
-    for (int32_t i = q->num_blocks - 1; i >= 0; i--) block_pool_release(m->pool, q->block_ids[i]);
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        int32_t *table = seq_block_table(q, g);
+        if (anchored(m, g)) /* the window's blocks are the ones a hit needs: freed last, evicted last */
+            release_skipped(m, q, g, q->num_blocks);
+        else
+            for (int32_t i = q->num_blocks - 1; i >= 0; i--)
+                if (table[i] >= 0) block_pool_release(m->pool, table[i]);
+        q->kv_groups[g] = (seq_kv_group){.cache_parent = -1};
+    }
     q->num_blocks = 0;
     q->num_cached_blocks = 0;
-    q->cache_parent = -1;
-    q->cache_parent_gen = 0;
+}
+
+int64_t kv_cache_manager_empty_slots(const kv_cache_manager *m, const seq *q) {
+    int64_t empty = 0;
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        int64_t first = (int64_t)q->kv_groups[g].num_skipped * m->block_size;
+        int64_t slots = (int64_t)q->num_blocks * m->block_size - first, held = q->num_computed_tokens - first;
+        if (slots > held) empty += slots - (held > 0 ? held : 0);
+    }
+    return empty;
+}
+
+int32_t kv_cache_manager_num_held_blocks(const kv_cache_manager *m, const seq *q, int32_t g) {
+    return q->num_blocks - q->kv_groups[g].num_skipped;
 }

@@ -16,6 +16,7 @@ void request_free(request *r) {
         for (int32_t i = 0; i < r->n; i++) {
             free(r->seqs[i].tokens);
             free(r->seqs[i].block_ids);
+            free(r->seqs[i].kv_groups);
             free(r->seqs[i].block_hashes);
         }
     free(r->seqs);
@@ -26,8 +27,8 @@ void request_free(request *r) {
 
 vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t num_prompt_ids,
                            const vllm_sampling_params *sp, const vllm_request_opts *opts,
-                           int32_t max_model_len, int32_t block_size, uint64_t default_seed,
-                           uint64_t serial, request **out) {
+                           int32_t max_model_len, int32_t block_size, int32_t num_kv_groups,
+                           uint64_t default_seed, uint64_t serial, request **out) {
     *out = NULL;
     request *r = calloc(1, sizeof *r);
     if (!r) goto nomem;
@@ -53,6 +54,7 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
     }
     r->serial = serial;
     r->block_size = block_size;
+    r->num_kv_groups = num_kv_groups > 0 ? num_kv_groups : 1;
     r->forked = r->n == 1;
     r->num_unfinished = r->n;
 
@@ -67,12 +69,13 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         q->cap_tokens = cap;
         q->max_blocks = max_blocks;
         q->tokens = malloc((size_t)cap * sizeof *q->tokens);
-        q->block_ids = malloc((size_t)max_blocks * sizeof *q->block_ids);
+        q->block_ids = malloc((size_t)max_blocks * (size_t)r->num_kv_groups * sizeof *q->block_ids);
+        q->kv_groups = calloc((size_t)r->num_kv_groups, sizeof *q->kv_groups);
         q->block_hashes = malloc((size_t)max_blocks * sizeof *q->block_hashes);
-        if (!q->tokens || !q->block_ids || !q->block_hashes) goto nomem;
+        if (!q->tokens || !q->block_ids || !q->kv_groups || !q->block_hashes) goto nomem;
+        for (int32_t g = 0; g < r->num_kv_groups; g++) q->kv_groups[g].cache_parent = -1;
         memcpy(q->tokens, prompt_ids, (size_t)num_prompt_ids * sizeof *prompt_ids);
         q->num_tokens = num_prompt_ids;
-        q->cache_parent = -1;
         q->stop_token_id = -1;
         q->step_slot = -1;
         sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
@@ -92,15 +95,28 @@ int seq_compare(const seq *a, const seq *b, bool use_priority) {
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
+/* Group tables of max_blocks entries each grown to `blocks` each: one
+ * reallocation, then the tables moved apart (last first, so none is
+ * overwritten before it moves). */
+static vllm_status grow_tables(seq *q, size_t blocks) {
+    size_t G = (size_t)q->req->num_kv_groups, old = (size_t)q->max_blocks;
+    if (blocks <= old) return VLLM_OK;
+    int32_t *t = realloc(q->block_ids, blocks * G * sizeof *t);
+    if (!t) return vllm_error(VLLM_ERR_NOMEM, "out of memory for %zu block table entries", blocks * G);
+    for (size_t g = G; g-- > 1;) memmove(t + g * blocks, t + g * old, old * sizeof *t);
+    q->block_ids = t;
+    return VLLM_OK;
+}
+
 /* cap_tokens is what both the token array and the block tables can hold. */
 vllm_status seq_reserve(seq *q, int32_t num_tokens) {
     if (num_tokens <= q->cap_tokens) return VLLM_OK;
     size_t bs = (size_t)q->req->block_size, blocks = ((size_t)num_tokens + bs - 1) / bs;
-    size_t ids = (size_t)q->max_blocks, hashes = (size_t)q->max_blocks, cap = (size_t)q->cap_tokens;
+    size_t hashes = (size_t)q->max_blocks, cap = (size_t)q->cap_tokens;
     vllm_status rc;
-    if ((rc = buf_grow((void **)&q->block_ids, &ids, blocks, sizeof *q->block_ids)) == VLLM_OK &&
-        (rc = buf_grow((void **)&q->block_hashes, &hashes, blocks, sizeof *q->block_hashes)) == VLLM_OK) {
-        q->max_blocks = (int32_t)(ids < hashes ? ids : hashes);
+    if ((rc = buf_grow((void **)&q->block_hashes, &hashes, blocks, sizeof *q->block_hashes)) == VLLM_OK &&
+        (rc = grow_tables(q, hashes)) == VLLM_OK) {
+        q->max_blocks = (int32_t)hashes;
         if ((rc = buf_grow((void **)&q->tokens, &cap, (size_t)num_tokens, sizeof *q->tokens)) == VLLM_OK) {
             size_t covered = (size_t)q->max_blocks * bs;
             q->cap_tokens = (int32_t)(cap < covered ? cap : covered);

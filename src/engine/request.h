@@ -49,6 +49,16 @@ typedef enum seq_status {
 
 typedef struct request request;
 
+/* A sequence's state in one KV cache group (model/kv_layout.h), kept by
+ * kv_cache_manager. */
+typedef struct seq_kv_group {
+    int32_t num_skipped;             /* leading table entries released (sliding window): -1 */
+    int32_t cache_parent;            /* chained groups: canonical cached block equal to block
+                                        num_cached_blocks - 1; -1 before the first, -2 when a
+                                        released block broke the chain (nothing more is cached) */
+    uint64_t cache_parent_gen;
+} seq_kv_group;
+
 typedef struct seq {
     list_node node;                  /* in the scheduler's waiting or running queue */
     request *req;
@@ -62,14 +72,15 @@ typedef struct seq {
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache, first schedule */
     bool scheduled_once;
 
-    /* KV state, kept by kv_cache_manager */
-    int32_t *block_ids;              /* (max_blocks) the block table */
-    int32_t num_blocks, max_blocks;
+    /* KV state, kept by kv_cache_manager: a block table per KV cache group,
+     * group g's at block_ids + g * max_blocks (seq_block_table); logical
+     * block i of each holds positions [i * block_size, (i + 1) * block_size) */
+    int32_t *block_ids;              /* (req->num_kv_groups, max_blocks) the block tables */
+    int32_t num_blocks, max_blocks;  /* entries in each table (the same in every group), capacity */
+    seq_kv_group *kv_groups;         /* (req->num_kv_groups) */
     block_hash *block_hashes;        /* (max_blocks) chained hashes of full token blocks */
     int32_t num_block_hashes;
     int32_t num_cached_blocks;       /* leading blocks already offered to the prefix cache */
-    int32_t cache_parent;            /* canonical cached block equal to block num_cached_blocks-1 */
-    uint64_t cache_parent_gen;
 
     sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
     int32_t step_slot;               /* engine: this step's first logprob slot, or -1 */
@@ -98,6 +109,7 @@ struct request {
     block_pool_salt *salt;           /* NULL = none (one reference) */
     int32_t lora_id;                 /* 0 = none; part of the first block's cache key */
     int32_t block_size;              /* of the KV pool the block tables index */
+    int32_t num_kv_groups;           /* block tables per sequence */
     int32_t n;
     bool forked;                     /* siblings split off seq 0 (always true for n == 1) */
     int32_t num_unfinished;          /* sequences not yet finished */
@@ -105,15 +117,21 @@ struct request {
 };
 
 /* Allocates a request and its n sequences, each with room for the prompt
- * plus its max tokens (capped by max_model_len) and the blocks for that. Sequence
+ * plus its max tokens (capped by max_model_len) and the blocks for that in
+ * num_kv_groups block tables (>= 1). Sequence
  * i's generator is seeded by sampler_rng_seed_request (params.seed + i, or
  * default_seed, the request id and i). Inputs are assumed validated
  * (engine_add_request does that); only allocation can fail. */
 vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t num_prompt_ids,
                            const vllm_sampling_params *sp, const vllm_request_opts *opts,
-                           int32_t max_model_len, int32_t block_size, uint64_t default_seed,
-                           uint64_t serial, request **out);
+                           int32_t max_model_len, int32_t block_size, int32_t num_kv_groups,
+                           uint64_t default_seed, uint64_t serial, request **out);
 void request_free(request *r);
+
+/* Group g's block table of q. */
+static inline int32_t *seq_block_table(const seq *q, int32_t g) {
+    return q->block_ids + (size_t)g * (size_t)q->max_blocks;
+}
 
 /* Output tokens of a sequence so far. */
 static inline int32_t seq_num_output_tokens(const seq *q) {

@@ -7,8 +7,9 @@
  * preempted sequence going back to its place. The running queue is in order
  * of admission (forked siblings join at its tail).
  *
- * All per-step arrays (entries, copies, hit scratch) are sized at create
- * time from max_num_seqs and max_model_len; scheduling allocates nothing.
+ * All per-step arrays (entries, copies) are sized at create time from
+ * max_num_seqs and the KV cache groups; scheduling allocates nothing (a
+ * prefix-cache lookup leaves its hits in the sequence's own tables).
  * (Appending committed tokens may grow a sequence's token array, and only
  * when a caller asked for more than its max_tokens' room: seq_reserve.)
  */
@@ -28,8 +29,7 @@ struct scheduler {
     list_node finished;               /* requests whose sequences all finished */
     seq *news_head, **news_tail;
     scheduler_output out;
-    seq **copy_owner;                 /* (max_num_seqs) which sequence each copy belongs to */
-    int32_t *hits;                    /* (max_blocks_per_seq) prefix-cache hit scratch */
+    seq **copy_owner;                 /* (max_copies) which sequence each copy belongs to */
 };
 
 vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, scheduler **out) {
@@ -57,13 +57,12 @@ vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, 
     list_init(&s->running);
     list_init(&s->finished);
     s->news_tail = &s->news_head;
-    int32_t bs = kv_cache_manager_block_size(kv);
-    int32_t max_blocks = (cfg->max_model_len + 1 + bs - 1) / bs;
+    /* at most one copy-on-write per sequence and group in a step */
+    size_t max_copies = (size_t)cfg->max_num_seqs * (size_t)kv_cache_manager_num_groups(kv);
     s->out.seqs = calloc((size_t)cfg->max_num_seqs, sizeof *s->out.seqs);
-    s->out.copies = calloc((size_t)cfg->max_num_seqs, sizeof *s->out.copies);
-    s->copy_owner = calloc((size_t)cfg->max_num_seqs, sizeof *s->copy_owner);
-    s->hits = calloc((size_t)max_blocks, sizeof *s->hits);
-    if (!s->out.seqs || !s->out.copies || !s->copy_owner || !s->hits) {
+    s->out.copies = calloc(max_copies, sizeof *s->out.copies);
+    s->copy_owner = calloc(max_copies, sizeof *s->copy_owner);
+    if (!s->out.seqs || !s->out.copies || !s->copy_owner) {
         scheduler_free(s);
         return vllm_error(VLLM_ERR_NOMEM, "scheduler: out of memory");
     }
@@ -76,7 +75,6 @@ void scheduler_free(scheduler *s) {
     free(s->out.seqs);
     free(s->out.copies);
     free(s->copy_owner);
-    free(s->hits);
     free(s);
 }
 
@@ -88,11 +86,8 @@ const list_node *scheduler_running(const scheduler *s) { return &s->running; }
 
 int64_t scheduler_num_empty_slots(const scheduler *s) {
     int64_t empty = 0;
-    for (const list_node *n = s->running.next; n != &s->running; n = n->next) {
-        const seq *q = list_entry(n, seq, node);
-        int64_t slots = (int64_t)q->num_blocks * kv_cache_manager_block_size(s->kv);
-        if (slots > q->num_computed_tokens) empty += slots - q->num_computed_tokens;
-    }
+    for (const list_node *n = s->running.next; n != &s->running; n = n->next)
+        empty += kv_cache_manager_empty_slots(s->kv, list_entry(n, seq, node));
     return empty;
 }
 const list_node *scheduler_waiting(const scheduler *s) { return &s->waiting; }
@@ -224,8 +219,7 @@ static int32_t cap_new_tokens(const scheduler *s, int32_t num_new, int32_t budge
 static vllm_status allocate(scheduler *s, seq *q, int32_t num_new, int32_t num_hits) {
     scheduler_output *o = &s->out;
     int32_t before = o->num_copies;
-    vllm_status rc = kv_cache_manager_allocate_slots(s->kv, q, num_new, s->hits, num_hits,
-                                                     o->copies, &o->num_copies);
+    vllm_status rc = kv_cache_manager_allocate_slots(s->kv, q, num_new, num_hits, o->copies, &o->num_copies);
     for (int32_t i = before; i < o->num_copies; i++) s->copy_owner[i] = q;
     return rc;
 }
@@ -299,7 +293,7 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         seq *q = list_entry(s->waiting.next, seq, node);
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
-        int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q, s->hits);
+        int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q);
         if (prefix_in_flight(s, q, num_hits)) break;
         int32_t computed = kv_cache_manager_hit_tokens(s->kv, q, num_hits);
         int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);

@@ -10,6 +10,13 @@
  * q[i] * K[i][0..block_size): a vector of 8 positions per FMA with no
  * horizontal sums. V rows are contiguous so p * V[j] is an FMA over head_dim.
  *
+ * Sliding window (attention_args.window, Gemma's local layers): a token at
+ * position p attends to positions p - window + 1 .. p only. The scan starts
+ * at the block holding the first of them, with that block's K and V
+ * pointers moved past the positions before it, so those are never read
+ * (not masked: their K/V may belong to a freed block) and every later step
+ * is the full-context algorithm on fewer positions.
+ *
  * Online softmax, block by block in position order: a block's scores
  * s_j = (q . k_j) * scale, the running max m rises to the block's max (the
  * running sum l and output rescaled by exp(m_old - m_new)), then each position
@@ -25,16 +32,65 @@
  * a polynomial exp), AVX-512 (16 positions, two query heads' outputs per V
  * row load; every float operation the same as AVX2's, so the same bits) and
  * portable C (libm expf); one process uses one of them.
+ *
+ * KV cache dtype (attention_args.cache_dtype, --kv-cache-dtype): the pool
+ * holds F32, BF16, F16 or FP8 (E4M3, E5M2) elements in the layout above;
+ * a store converts each element once (kv_dtype_store), and every load
+ * converts to F32 in registers as part of the dot product or the V
+ * accumulation (kernels/kv_dtype_x86.h; kv_dtype_load in the portable
+ * path and the scalar tails). The conversions are exact, so each path does
+ * on a 16-bit or FP8 pool the float operations it does on an F32 pool
+ * holding the same values: batch invariance and the AVX2 = AVX-512 bits
+ * hold for every type. Each path is one always-inline body instantiated
+ * per type (the switch is outside every loop). FP8 scales are folded:
+ * k_scale into the score scale, v_scale into the final division, so the
+ * loops never multiply by them. The V accumulation loads E4M3 values
+ * divided by 2^8 and multiplies the softmax weight by 2^8 instead: exact,
+ * the same FMA results (kv_dtype_x86.h), one multiplication per position
+ * instead of one per loaded vector.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/kv_dtype.h"
 
-/* Offsets of (block, kv head) in the K and V arrays (same for both). */
+/* Element offsets of (block, kv head) in the K and V arrays (same for both). */
 static inline int64_t block_base(const attention_args *a, int64_t block, int32_t kv_head) {
     return (block * a->kv_heads + kv_head) * (int64_t)a->block_size * a->head_dim;
 }
+
+/* First position a token with n_ctx positions of context attends to: the
+ * last a->window of them with a sliding window, else 0. */
+static inline int32_t window_start(const attention_args *a, int32_t n_ctx) {
+    return a->window > 0 && n_ctx > a->window ? n_ctx - a->window : 0;
+}
+
+/* FP8 dequantization scales (1 for the other types and when unset). */
+static inline float k_scale_of(const attention_args *a) {
+    return kv_dtype_is_fp8(a->cache_dtype) && a->k_scale != 0 ? a->k_scale : 1.0f;
+}
+static inline float v_scale_of(const attention_args *a) {
+    return kv_dtype_is_fp8(a->cache_dtype) && a->v_scale != 0 ? a->v_scale : 1.0f;
+}
+
+/* The score scale with k_scale folded in: s_j = (q . k8_j) * scale * k_scale
+ * (exactly a->scale without FP8 scales). */
+static inline float score_scale(const attention_args *a) {
+    float ks = k_scale_of(a);
+    return ks == 1.0f ? a->scale : a->scale * ks;
+}
+
+/* Generates the switch over cache types around impl(T, args...), T a
+ * constant in each case so each instance is specialized. */
+#define KV_DISPATCH(t, impl, ...)                                               \
+    switch (t) {                                                                \
+    case KV_DTYPE_BF16: impl(KV_DTYPE_BF16, __VA_ARGS__); break;                \
+    case KV_DTYPE_F16: impl(KV_DTYPE_F16, __VA_ARGS__); break;                  \
+    case KV_DTYPE_FP8_E4M3: impl(KV_DTYPE_FP8_E4M3, __VA_ARGS__); break;        \
+    case KV_DTYPE_FP8_E5M2: impl(KV_DTYPE_FP8_E5M2, __VA_ARGS__); break;        \
+    default: impl(KV_DTYPE_F32, __VA_ARGS__); break;                            \
+    }
 
 /* The online-softmax steps every implementation shares (scalar, so the same
  * bits in each): the state of `group` heads at the start (running max -inf,
@@ -57,58 +113,78 @@ static inline void softmax_raise(float *og, float *m, float *l, float bmax, int3
     }
 }
 
-static inline void softmax_end(float *out, const float *l, int32_t group, int32_t hd) {
+/* vs: v_scale (1 exactly unless FP8 scales are set, so 1 / l as before). */
+static inline void softmax_end(float *out, const float *l, int32_t group, int32_t hd, float vs) {
     for (int32_t g = 0; g < group; g++) {
-        float inv = 1.0f / l[g];
+        float inv = vs / l[g];
         for (int32_t i = 0; i < hd; i++) out[(int64_t)g * hd + i] *= inv;
     }
 }
 
-void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
+void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, int64_t slot, const float *k,
                         const float *v) {
     int32_t bs = a->block_size, hd = a->head_dim;
     int64_t block = slot / bs, off = slot % bs;
+    const kv_dtype t = a->cache_dtype;
+    const float ks = k_scale_of(a), vs = v_scale_of(a);
     for (int32_t h = 0; h < a->kv_heads; h++) {
         int64_t base = block_base(a, block, h);
-        const float *kh = k + (int64_t)h * hd;
-        for (int32_t i = 0; i < hd; i++) k_cache[base + (int64_t)i * bs + off] = kh[i];
-        memcpy(v_cache + base + off * hd, v + (int64_t)h * hd, sizeof(float) * (size_t)hd);
+        const float *kh = k + (int64_t)h * hd, *vh = v + (int64_t)h * hd;
+        if (t == KV_DTYPE_F32) {
+            float *kc = k_cache, *vc = v_cache;
+            for (int32_t i = 0; i < hd; i++) kc[base + (int64_t)i * bs + off] = kh[i];
+            memcpy(vc + base + off * hd, vh, sizeof(float) * (size_t)hd);
+            continue;
+        }
+        for (int32_t i = 0; i < hd; i++) kv_dtype_store(k_cache, t, base + (int64_t)i * bs + off, kh[i] / ks);
+        for (int32_t i = 0; i < hd; i++) kv_dtype_store(v_cache, t, base + off * hd + i, vh[i] / vs);
     }
 }
 
 /* ---- portable -------------------------------------------------------------- */
 
-void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
-                                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+static inline __attribute__((always_inline)) void
+portable_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+              const int32_t *block_table, int32_t n_ctx, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size;
+    const size_t es = kv_dtype_size(T);
+    const float scale = score_scale(a);
     float *m = scratch + (int64_t)group * bs; /* (group) running max */
     float *l = m + group;                     /* (group) running sum */
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
+        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
         for (int32_t g = 0; g < group; g++) {
             const float *qg = q + (int64_t)g * hd;
             float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
             for (int32_t j = 0; j < cnt; j++) s[j] = 0.0f;
             for (int32_t i = 0; i < hd; i++)
-                for (int32_t j = 0; j < cnt; j++) s[j] += qg[i] * kt[(int64_t)i * bs + j];
+                for (int32_t j = 0; j < cnt; j++) s[j] += qg[i] * kv_dtype_load(kt, T, (int64_t)i * bs + j);
             float bmax = -INFINITY;
             for (int32_t j = 0; j < cnt; j++) {
-                s[j] *= a->scale;
+                s[j] *= scale;
                 if (s[j] > bmax) bmax = s[j];
             }
             softmax_raise(og, &m[g], &l[g], bmax, hd);
             for (int32_t j = 0; j < cnt; j++) {
                 float e = expf(s[j] - m[g]);
-                const float *vj = vb + (int64_t)j * hd;
+                const uint8_t *vj = vb + (size_t)j * (size_t)hd * es;
                 l[g] += e;
-                for (int32_t i = 0; i < hd; i++) og[i] += e * vj[i];
+                for (int32_t i = 0; i < hd; i++) og[i] += e * kv_dtype_load(vj, T, i);
             }
         }
     }
-    softmax_end(out, l, group, hd);
+    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
+void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
+                              int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, portable_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
 }
 
 /* ---- AVX2 -------------------------------------------------------------------- */
@@ -116,9 +192,11 @@ void attention_paged_portable(const attention_args *a, float *out, const float *
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include "kernels/kv_dtype_x86.h"
 #include "kernels/vexp.h"
 
-#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX2_ENTRY __attribute__((target("avx2,fma,f16c")))
 
 /* Lanes 0..cnt-1 set (cnt may exceed 8). */
 AVX2_FN __m256i lane_mask(int32_t cnt) {
@@ -135,18 +213,29 @@ AVX2_FN float hmax8(__m256 v) {
 
 /* Scores of G query heads (G <= 4) for block positions j0 .. j0+15:
  * s[g][j] = scale * sum_i q[g][i] * K^T[i][j], i in order; lanes at or past
- * cnt are -inf (masked loads never touch them). 2G independent FMA chains
- * hide the FMA latency; each score is still one chain over i in order. */
-AVX2_FN void scores_avx2(const int G, const float *q, int32_t hd, const float *kt, int32_t bs, int32_t j0,
-                         int32_t cnt, __m256 scale, float *s, int32_t s_stride) {
+ * cnt are -inf (their K never read: masked loads, or zero padding for the
+ * 16- and 8-bit types). 2G independent FMA chains hide the FMA latency; each
+ * score is still one chain over i in order. kt: K^T row 0 at position 0 of
+ * the block's scan, elements of type T. */
+AVX2_FN void scores_avx2(const kv_dtype T, const int G, const float *q, int32_t hd, const uint8_t *kt, int32_t bs,
+                         int32_t j0, int32_t cnt, __m256 scale, float *s, int32_t s_stride) {
     const __m256i m0 = lane_mask(cnt - j0), m1 = lane_mask(cnt - j0 - 8);
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const size_t es = kv_dtype_size(T);
+    const bool full = cnt - j0 >= 16;
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
     for (int32_t i = 0; i < hd; i++) {
-        const float *row = kt + (int64_t)i * bs + j0;
-        __m256 k0 = _mm256_maskload_ps(row, m0), k1 = _mm256_maskload_ps(row + 8, m1);
+        const uint8_t *row = kt + ((int64_t)i * bs + j0) * es;
+        __m256 k0, k1;
+        if (T == KV_DTYPE_F32) {
+            k0 = _mm256_maskload_ps((const float *)row, m0), k1 = _mm256_maskload_ps((const float *)row + 8, m1);
+        } else if (full) {
+            kv_load16_avx2(T, row, &k0, &k1);
+        } else {
+            k0 = kv_load8_partial_avx2(T, row, cnt - j0), k1 = kv_load8_partial_avx2(T, row + 8 * es, cnt - j0 - 8);
+        }
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             __m256 qi = _mm256_broadcast_ss(q + (int64_t)g * hd + i);
@@ -164,43 +253,116 @@ AVX2_FN void scores_avx2(const int G, const float *q, int32_t hd, const float *k
 }
 
 /* o[i] = fma(e_j, v_j[i], o[i]) for j = 0 .. cnt-1 in order, i < 8 NV: the
- * NV output vectors stay in registers across the block's positions. */
-AVX2_FN void accum_v_avx2(const int NV, float *o, const float *e, const float *v, int32_t hd, int32_t cnt) {
+ * NV output vectors stay in registers across the block's positions. v: V
+ * row 0 at output element 0, rows hd elements of type T apart. */
+AVX2_FN void accum_v_avx2(const kv_dtype T, const int NV, float *o, const float *e, const uint8_t *v, int32_t hd,
+                          int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++) acc[k] = _mm256_loadu_ps(o + 8 * k);
     for (int32_t j = 0; j < cnt; j++) {
-        const __m256 ej = _mm256_broadcast_ss(e + j);
-        const float *vj = v + (int64_t)j * hd;
-#pragma GCC unroll 8
-        for (int k = 0; k < NV; k++) acc[k] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vj + 8 * k), acc[k]);
+        const __m256 ej = _mm256_set1_ps(e[j] * kv_raw_factor(T)); /* raw loads: kv_dtype_x86.h */
+        const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
+#pragma GCC unroll 4
+        for (int k = 0; k + 1 < NV; k += 2) {
+            __m256 v0, v1;
+            kv_load16_raw_avx2(T, vj + 8 * k * es, &v0, &v1);
+            acc[k] = _mm256_fmadd_ps(ej, v0, acc[k]);
+            acc[k + 1] = _mm256_fmadd_ps(ej, v1, acc[k + 1]);
+        }
+        if (NV & 1) acc[NV - 1] = _mm256_fmadd_ps(ej, kv_load8_raw_avx2(T, vj + 8 * (NV - 1) * es), acc[NV - 1]);
     }
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
 }
 
-__attribute__((target("avx2,fma"))) void
-attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
-                     const int32_t *block_table, int32_t n_ctx, float *scratch) {
+/* accum_v_avx2 for G query heads at once (each V row loaded and converted
+ * once for all of them), G NV <= 8 vectors of accumulators: o_h[i] =
+ * fma(e_h[j], v_j[i], o_h[i]) for j in order, i < 8 NV; head h's output at
+ * o + h * hd, its weights at e + h * e_stride. */
+AVX2_FN void accum_vg_avx2(const kv_dtype T, const int G, const int NV, float *o, const float *e, int32_t e_stride,
+                           const uint8_t *v, int32_t hd, int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) acc[h][k] = _mm256_loadu_ps(o + (int64_t)h * hd + 8 * k);
+    for (int32_t j = 0; j < cnt; j++) {
+        const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
+        __m256 vv[4];
+#pragma GCC unroll 2
+        for (int k = 0; k + 1 < NV; k += 2) kv_load16_raw_avx2(T, vj + 8 * k * es, &vv[k], &vv[k + 1]);
+        if (NV & 1) vv[NV - 1] = kv_load8_raw_avx2(T, vj + 8 * (NV - 1) * es);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            const __m256 x = _mm256_set1_ps(e[(int64_t)h * e_stride + j] * kv_raw_factor(T));
+#pragma GCC unroll 4
+            for (int k = 0; k < NV; k++) acc[h][k] = _mm256_fmadd_ps(x, vv[k], acc[h][k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) _mm256_storeu_ps(o + (int64_t)h * hd + 8 * k, acc[h][k]);
+}
+
+/* Output elements [i0, hd) of one head by scalar FMAs, position order. */
+AVX2_FN void accum_v_scalar(const kv_dtype T, float *o, const float *e, const uint8_t *v, int32_t hd, int32_t cnt,
+                            int32_t i0) {
+    for (int32_t i = i0; i < hd; i++)
+        for (int32_t j = 0; j < cnt; j++)
+            o[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(e[j]), _mm_set_ss(kv_dtype_load(v, T, (int64_t)j * hd + i)),
+                                              _mm_set_ss(o[i])));
+}
+
+/* One head's whole output row (hd elements) from a block: up to 8 vectors
+ * of accumulators at a time, then the scalar tail. */
+AVX2_FN void accum_head_avx2(const kv_dtype T, float *o, const float *e, const uint8_t *vb, int32_t hd, int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
+    const int32_t hd8 = hd & ~7;
+    for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
+        const uint8_t *vi = vb + (size_t)i0 * es;
+        switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {
+        case 1: accum_v_avx2(T, 1, o + i0, e, vi, hd, cnt); break;
+        case 2: accum_v_avx2(T, 2, o + i0, e, vi, hd, cnt); break;
+        case 3: accum_v_avx2(T, 3, o + i0, e, vi, hd, cnt); break;
+        case 4: accum_v_avx2(T, 4, o + i0, e, vi, hd, cnt); break;
+        case 5: accum_v_avx2(T, 5, o + i0, e, vi, hd, cnt); break;
+        case 6: accum_v_avx2(T, 6, o + i0, e, vi, hd, cnt); break;
+        case 7: accum_v_avx2(T, 7, o + i0, e, vi, hd, cnt); break;
+        default: accum_v_avx2(T, 8, o + i0, e, vi, hd, cnt); break;
+        }
+    }
+    accum_v_scalar(T, o, e, vb, hd, cnt, hd8);
+}
+
+AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group,
+                       int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd8 = hd & ~7;
+    const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;          /* scores padded to whole pairs of vectors */
     float *m = scratch + (int64_t)group * bsv;    /* (group) running max */
     float *l = m + group;                         /* (group) running sum */
-    const __m256 scale = _mm256_set1_ps(a->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 scale = _mm256_set1_ps(score_scale(a)), ninf = _mm256_set1_ps(-INFINITY);
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
+        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
         for (int32_t g0 = 0; g0 < group; g0 += 4)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;
                 float *sg = scratch + (int64_t)g0 * bsv;
                 switch (group - g0 < 4 ? group - g0 : 4) {
-                case 1: scores_avx2(1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 2: scores_avx2(2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 3: scores_avx2(3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                default: scores_avx2(4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 1: scores_avx2(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 2: scores_avx2(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 3: scores_avx2(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                default: scores_avx2(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
                 }
             }
         for (int32_t g = 0; g < group; g++) {
@@ -209,47 +371,64 @@ attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_
             for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
             float bmax = hmax8(bmaxv);
             softmax_raise(og, &m[g], &l[g], bmax, hd);
-            /* weights e_j = exp(s_j - m), then l and the output in position order */
+            /* weights e_j = exp(s_j - m), then l in position order */
             const __m256 mv = _mm256_set1_ps(m[g]);
             for (int32_t j = 0; j < cnt; j += 8)
                 _mm256_storeu_ps(s + j, vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
             for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
-            for (int32_t i0 = 0; i0 < hd8; i0 += 64) {
-                switch ((hd8 - i0) / 8 < 8 ? (hd8 - i0) / 8 : 8) {
-                case 1: accum_v_avx2(1, og + i0, s, vb + i0, hd, cnt); break;
-                case 2: accum_v_avx2(2, og + i0, s, vb + i0, hd, cnt); break;
-                case 3: accum_v_avx2(3, og + i0, s, vb + i0, hd, cnt); break;
-                case 4: accum_v_avx2(4, og + i0, s, vb + i0, hd, cnt); break;
-                case 5: accum_v_avx2(5, og + i0, s, vb + i0, hd, cnt); break;
-                case 6: accum_v_avx2(6, og + i0, s, vb + i0, hd, cnt); break;
-                case 7: accum_v_avx2(7, og + i0, s, vb + i0, hd, cnt); break;
-                default: accum_v_avx2(8, og + i0, s, vb + i0, hd, cnt); break;
-                }
+        }
+        /* outputs: on an F32 pool (loads are cheap) one head at a time with up
+         * to 8 vectors of accumulators; on the converted types up to 4 heads
+         * per V row load and conversion (a lone head as on F32) */
+        const int32_t gstep = T == KV_DTYPE_F32 ? 1 : 4;
+        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+            const int G = group - g0 < gstep ? group - g0 : gstep, nv_max = G == 2 ? 4 : 2;
+            float *og = out + (int64_t)g0 * hd;
+            const float *eg = scratch + (int64_t)g0 * bsv;
+            if (G == 1) {
+                accum_head_avx2(T, og, eg, vb, hd, cnt);
+                continue;
             }
-            for (int32_t i = hd8; i < hd; i++)
-                for (int32_t j = 0; j < cnt; j++)
-                    og[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s[j]), _mm_set_ss(vb[(int64_t)j * hd + i]),
-                                                       _mm_set_ss(og[i])));
+            for (int32_t i0 = 0; i0 < hd8;) {
+                const int nv = (hd8 - i0) / 8 < nv_max ? (hd8 - i0) / 8 : nv_max;
+                const uint8_t *vi = vb + (size_t)i0 * es;
+#define VG(g, n) case (g - 1) * 4 + n - 1: accum_vg_avx2(T, g, n, og + i0, eg, bsv, vi, hd, cnt); break
+                switch ((G - 1) * 4 + nv - 1) {
+                    VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
+                    VG(3, 1); VG(3, 2);
+                    VG(4, 1); VG(4, 2);
+                }
+#undef VG
+                i0 += 8 * nv;
+            }
+            for (int h = 0; h < G; h++) accum_v_scalar(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd8);
         }
     }
-    softmax_end(out, l, group, hd);
+    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
+AVX2_ENTRY void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group,
+                                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx2_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
 }
 
 /* ---- AVX-512 --------------------------------------------------------------- */
 
-#define AVX512_FN static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma")))
+#define AVX512_FN static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512_ENTRY __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 /* scores_avx2 on 16 positions per vector for G <= 8 query heads: each score is
  * the same FMA chain over i, so the same bits. */
-AVX512_FN void scores_avx512(const int G, const float *q, int32_t hd, const float *kt, int32_t bs, int32_t j0,
-                             int32_t cnt, __m512 scale, float *s, int32_t s_stride) {
+AVX512_FN void scores_avx512(const kv_dtype T, const int G, const float *q, int32_t hd, const uint8_t *kt, int32_t bs,
+                             int32_t j0, int32_t cnt, __m512 scale, float *s, int32_t s_stride) {
     const __mmask16 m = cnt - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cnt - j0)) - 1);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const size_t es = kv_dtype_size(T);
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
     for (int32_t i = 0; i < hd; i++) {
-        __m512 k = _mm512_maskz_loadu_ps(m, kt + (int64_t)i * bs + j0);
+        __m512 k = kv_load16_mask_avx512(T, kt + ((int64_t)i * bs + j0) * es, m);
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(int64_t)g * hd + i]), k, acc[g]);
     }
@@ -258,69 +437,92 @@ AVX512_FN void scores_avx512(const int G, const float *q, int32_t hd, const floa
         _mm512_storeu_ps(s + (int64_t)g * s_stride + j0, _mm512_mask_blend_ps(m, ninf, _mm512_mul_ps(acc[g], scale)));
 }
 
-/* accum_v_avx2 for two query heads at once (each V row loaded once for
- * both; twice the independent FMA chains): o_h[i] = fma(e_h[j], v_j[i], o_h[i])
- * for j in order, i < 16 NV. */
-AVX512_FN void accum_v2_avx512(const int NV, float *o0, float *o1, const float *e0, const float *e1,
-                               const float *v, int32_t hd, int32_t cnt) {
-    __m512 a0[4], a1[4];
+/* accum_v_avx2 for G <= 4 query heads at once, 16 lanes (each V row loaded
+ * and converted once for all of them; G NV independent FMA chains):
+ * o_h[i] = fma(e_h[j], v_j[i], o_h[i]) for j in order, i < 16 NV; head h's
+ * output at o + h * hd, its weights at e + h * e_stride. */
+AVX512_FN void accum_vg_avx512(const kv_dtype T, const int G, const int NV, float *o, const float *e,
+                               int32_t e_stride, const uint8_t *v, int32_t hd, int32_t cnt) {
+    const size_t es = kv_dtype_size(T);
+    __m512 acc[4][4];
 #pragma GCC unroll 4
-    for (int k = 0; k < NV; k++) a0[k] = _mm512_loadu_ps(o0 + 16 * k), a1[k] = _mm512_loadu_ps(o1 + 16 * k);
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) acc[h][k] = _mm512_loadu_ps(o + (int64_t)h * hd + 16 * k);
     for (int32_t j = 0; j < cnt; j++) {
-        const __m512 x0 = _mm512_set1_ps(e0[j]), x1 = _mm512_set1_ps(e1[j]);
-        const float *vj = v + (int64_t)j * hd;
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) x[h] = _mm512_set1_ps(e[(int64_t)h * e_stride + j] * kv_raw_factor(T));
+        const uint8_t *vj = v + (size_t)j * (size_t)hd * es;
 #pragma GCC unroll 4
         for (int k = 0; k < NV; k++) {
-            __m512 vv = _mm512_loadu_ps(vj + 16 * k);
-            a0[k] = _mm512_fmadd_ps(x0, vv, a0[k]);
-            a1[k] = _mm512_fmadd_ps(x1, vv, a1[k]);
+            __m512 vv = kv_load16_raw_avx512(T, vj + 16 * k * es);
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++) acc[h][k] = _mm512_fmadd_ps(x[h], vv, acc[h][k]);
         }
     }
 #pragma GCC unroll 4
-    for (int k = 0; k < NV; k++) _mm512_storeu_ps(o0 + 16 * k, a0[k]), _mm512_storeu_ps(o1 + 16 * k, a1[k]);
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; k++) _mm512_storeu_ps(o + (int64_t)h * hd + 16 * k, acc[h][k]);
+}
+
+/* accum_vg_avx512 with G and NV as constants (4 x 4 instances). */
+AVX512_FN void accum_vg_dispatch_avx512(const kv_dtype T, int G, int NV, float *o, const float *e, int32_t e_stride,
+                                        const uint8_t *v, int32_t hd, int32_t cnt) {
+#define VG(g, nv) case (g - 1) * 4 + nv - 1: accum_vg_avx512(T, g, nv, o, e, e_stride, v, hd, cnt); break
+    switch ((G - 1) * 4 + NV - 1) {
+        VG(1, 1); VG(1, 2); VG(1, 3); VG(1, 4);
+        VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
+        VG(3, 1); VG(3, 2); VG(3, 3); VG(3, 4);
+        VG(4, 1); VG(4, 2); VG(4, 3); VG(4, 4);
+    }
+#undef VG
 }
 
 /* Output elements [i0, hd) of one head, the part the 16-lane loop leaves:
  * one 8-lane step, then scalar FMAs (the AVX2 path's own tail). */
-AVX512_FN void accum_v_tail_avx512(float *o, const float *e, const float *v, int32_t hd, int32_t cnt, int32_t i0) {
+AVX512_FN void accum_v_tail_avx512(const kv_dtype T, float *o, const float *e, const uint8_t *v, int32_t hd,
+                                   int32_t cnt, int32_t i0) {
     if (hd - i0 >= 8) {
-        accum_v_avx2(1, o + i0, e, v + i0, hd, cnt);
+        accum_v_avx2(T, 1, o + i0, e, v + (size_t)i0 * kv_dtype_size(T), hd, cnt);
         i0 += 8;
     }
-    for (int32_t i = i0; i < hd; i++)
-        for (int32_t j = 0; j < cnt; j++)
-            o[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(e[j]), _mm_set_ss(v[(int64_t)j * hd + i]), _mm_set_ss(o[i])));
+    accum_v_scalar(T, o, e, v, hd, cnt, i0);
 }
 
-/* attention_paged_avx2 with 16-lane vectors: the same operations on every
- * score, weight and output element in the same order (vexp_avx512 is
- * vexp_avx2 on 16 lanes), so the same bits; one process uses either. */
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) void
-attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
-                       const int32_t *block_table, int32_t n_ctx, float *scratch) {
+/* avx2_impl with 16-lane vectors: the same operations on every score,
+ * weight and output element in the same order (vexp_avx512 is vexp_avx2 on
+ * 16 lanes), so the same bits; one process uses either. */
+AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group,
+                           int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd16 = hd & ~15;
+    const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;
     float *m = scratch + (int64_t)group * bsv;
     float *l = m + group;
-    const __m512 scale = _mm512_set1_ps(a->scale);
+    const __m512 scale = _mm512_set1_ps(score_scale(a));
+    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = 0; (int64_t)b * bs < n_ctx; b++) {
-        int32_t cnt = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
+        int32_t lo = b == start / bs ? start % bs : 0;
+        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
-        const float *kt = a->k_cache + base, *vb = a->v_cache + base;
+        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
+        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
         for (int32_t g0 = 0; g0 < group; g0 += 8)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;
                 float *sg = scratch + (int64_t)g0 * bsv;
                 switch (group - g0 < 8 ? group - g0 : 8) {
-                case 1: scores_avx512(1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 2: scores_avx512(2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 3: scores_avx512(3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 4: scores_avx512(4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 5: scores_avx512(5, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 6: scores_avx512(6, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 7: scores_avx512(7, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                default: scores_avx512(8, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 1: scores_avx512(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 2: scores_avx512(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 3: scores_avx512(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 4: scores_avx512(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 5: scores_avx512(T, 5, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 6: scores_avx512(T, 6, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                case 7: scores_avx512(T, 7, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+                default: scores_avx512(T, 8, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
                 }
             }
         /* per head: the running max, rescale, weights e_j and the sum l */
@@ -335,33 +537,37 @@ attention_paged_avx512(const attention_args *a, float *out, const float *q, int3
                 _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
             for (int32_t j = 0; j < cnt; j++) l[g] += s[j];
         }
-        /* outputs, two heads at a time (an odd last head alone) */
-        for (int32_t g = 0; g < group; g += 2) {
-            float *o0 = out + (int64_t)g * hd, *o1 = o0 + hd;
-            const float *e0 = scratch + (int64_t)g * bsv, *e1 = e0 + bsv;
+        /* outputs: heads two at a time on an F32 pool, up to four per V row
+         * load and conversion on the others; a lone head with 8-lane vectors
+         * (twice the independent FMA chains) */
+        const int32_t gstep = T == KV_DTYPE_F32 ? 2 : 4;
+        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+            const int G = group - g0 < gstep ? group - g0 : gstep;
+            float *og = out + (int64_t)g0 * hd;
+            const float *eg = scratch + (int64_t)g0 * bsv;
             for (int32_t i0 = 0; i0 < hd16; i0 += 64) {
                 int nv = (hd16 - i0) / 16 < 4 ? (hd16 - i0) / 16 : 4;
-                if (g + 1 == group) {
-                    switch (nv) {
-                    case 1: accum_v_avx2(2, o0 + i0, e0, vb + i0, hd, cnt); break;
-                    case 2: accum_v_avx2(4, o0 + i0, e0, vb + i0, hd, cnt); break;
-                    case 3: accum_v_avx2(6, o0 + i0, e0, vb + i0, hd, cnt); break;
-                    default: accum_v_avx2(8, o0 + i0, e0, vb + i0, hd, cnt); break;
-                    }
+                const uint8_t *vi = vb + (size_t)i0 * es;
+                if (G > 1) {
+                    accum_vg_dispatch_avx512(T, G, nv, og + i0, eg, bsv, vi, hd, cnt);
                     continue;
                 }
                 switch (nv) {
-                case 1: accum_v2_avx512(1, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
-                case 2: accum_v2_avx512(2, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
-                case 3: accum_v2_avx512(3, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
-                default: accum_v2_avx512(4, o0 + i0, o1 + i0, e0, e1, vb + i0, hd, cnt); break;
+                case 1: accum_v_avx2(T, 2, og + i0, eg, vi, hd, cnt); break;
+                case 2: accum_v_avx2(T, 4, og + i0, eg, vi, hd, cnt); break;
+                case 3: accum_v_avx2(T, 6, og + i0, eg, vi, hd, cnt); break;
+                default: accum_v_avx2(T, 8, og + i0, eg, vi, hd, cnt); break;
                 }
             }
-            accum_v_tail_avx512(o0, e0, vb, hd, cnt, hd16);
-            if (g + 1 < group) accum_v_tail_avx512(o1, e1, vb, hd, cnt, hd16);
+            for (int h = 0; h < G; h++) accum_v_tail_avx512(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd16);
         }
     }
-    softmax_end(out, l, group, hd);
+    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
+AVX512_ENTRY void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
+                                         int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx512_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
 }
 #endif
 

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "kernels/kv_dtype.h"
 
 typedef enum kernels_isa {
     KERNELS_ISA_PORTABLE = 0,
@@ -137,12 +138,14 @@ bool matmul_use_amx(void);
  * matmul_amx.c). */
 bool matmul_amx_takes(dtype wtype);
 
-/* ---- RMSNorm (norm.c), RoPE (rope.c), SwiGLU (act.c) -------------------- */
+/* ---- RMSNorm (norm.c), RoPE (rope.c), SwiGLU / GeGLU (act.c) ------------ */
 
-/* out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)), i < n (HF LlamaRMSNorm in
- * F32). out may alias x. The mean is summed in a fixed 8-lane order. */
-void norm_rms(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps);
-void norm_rms_naive(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps);
+/* out[i] = (w[i] + w_offset) * (x[i] / sqrt(mean(x^2) + eps)), i < n: HF
+ * LlamaRMSNorm in F32 with w_offset 0, Gemma3RMSNorm ((1 + w), the sum in
+ * F32) with w_offset 1. out may alias x. The mean is summed in a fixed
+ * 8-lane order. */
+void norm_rms(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps, float w_offset);
+void norm_rms_naive(float *out, const float *x, const void *w, dtype wtype, int64_t n, float eps, float w_offset);
 
 /* HF rotate_half RoPE on n_heads heads of x (n_heads, head_dim) in place:
  * element i pairs with i + head_dim/2, angle_i = pos * inv_freq[i].
@@ -161,15 +164,31 @@ void act_swiglu_portable(float *g, const float *u, int64_t n);
 void act_swiglu_avx2(float *g, const float *u, int64_t n);
 void act_swiglu_avx512(float *g, const float *u, int64_t n);
 
+/* g[i] = gelu_tanh(g[i]) * u[i], i < n: Gemma's GeGLU with torch's
+ * gelu(approximate="tanh") = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ * The portable path is that formula in F32 (tanhf); the vector paths use the
+ * identity 0.5 (1 + tanh(y)) = 1 / (1 + exp(-2y)) with vexp.h's exp. */
+void act_geglu(float *g, const float *u, int64_t n);
+void act_geglu_portable(float *g, const float *u, int64_t n);
+void act_geglu_avx2(float *g, const float *u, int64_t n);
+void act_geglu_avx512(float *g, const float *u, int64_t n);
+/* Reference: the formula in double. */
+void act_geglu_naive(float *g, const float *u, int64_t n);
+
 /* ---- attention (attention.c) -------------------------------------------- */
 
 /* Paged attention over one layer's K/V pool (see attention.c for the layout:
  * K (num_blocks, kv_heads, head_dim, block_size), V (num_blocks, kv_heads,
- * block_size, head_dim)). */
+ * block_size, head_dim), elements of cache_dtype). */
 typedef struct attention_args {
-    const float *k_cache, *v_cache;
+    const void *k_cache, *v_cache;
     int32_t kv_heads, head_dim, block_size;
-    float scale;             /* 1 / sqrt(head_dim) */
+    float scale;             /* 1 / sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2 */
+    int32_t window;          /* sliding window: attend to the last `window` positions only
+                              * (HF: kv > q - window); 0 = the whole context */
+    kv_dtype cache_dtype;    /* element type of the pool (kernels/kv_dtype.h); 0 = F32 */
+    float k_scale, v_scale;  /* FP8 only: stored = x / scale (vLLM's per-tensor k_scale,
+                              * v_scale); 0 means 1. Ignored for the other types */
 } attention_args;
 
 /* Floats of scratch attention_paged needs for a group of query heads. */
@@ -178,14 +197,19 @@ static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size
 }
 
 /* Writes one token's K and V, (kv_heads, head_dim) each, into slot
- * (block * block_size + offset) of k_cache / v_cache (the pool a describes). */
-void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache, int64_t slot, const float *k,
+ * (block * block_size + offset) of k_cache / v_cache (the pool a describes),
+ * converted once to a->kv_dtype (divided by a->k_scale / v_scale first when
+ * FP8; kernels/kv_dtype.h says how each type rounds). */
+void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, int64_t slot, const float *k,
                         const float *v);
 
 /* Causal attention of one token's query heads that share one KV head:
  *   q, out:  (group, head_dim)  query heads kv_head*group .. +group-1
  *   block_table: physical block of logical block j = position / block_size
- *   n_ctx:   attend to positions 0 .. n_ctx-1 (the token's own position + 1)
+ *   n_ctx:   attend to positions 0 .. n_ctx-1 (the token's own position + 1),
+ *            or with a window only n_ctx - window .. n_ctx-1: the blocks
+ *            before the window are never read (their table entries may be
+ *            anything, e.g. -1 once freed)
  *   scratch: attention_scratch_floats(group, block_size) floats
  * Scans the context block by block in position order with an online softmax
  * (running max and sum), the same sequence of operations for a token whether
@@ -193,7 +217,10 @@ void attention_store_kv(const attention_args *a, float *k_cache, float *v_cache,
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 /* The implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2(),
- * avx512 kernels_cpu_has_avx512(); the two give identical bits). */
+ * avx512 kernels_cpu_has_avx512(); the two give identical bits). Each reads
+ * every kv_dtype, converting to F32 as it loads (exact), so with scales 1 a
+ * pool of another type gives the bits the same path gives on an F32 pool
+ * holding the same values. */
 void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
                             int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,

@@ -86,6 +86,9 @@ struct metrics {
     /* hidden (deprecated) names, NULL unless shown */
     prom_series *gpu_cache_usage, *gpu_prefix_queries, *gpu_prefix_hits;
     prom_series *swapped, *cpu_cache_usage, *gpu_prefix_hit_rate, *h_time_in_queue;
+    /* speculative decoding (num_speculative_tokens > 0) */
+    prom_series *spec_drafts, *spec_draft_tokens, *spec_accepted;
+    prom_series **spec_per_pos;      /* (num_speculative_tokens) position "0".."k-1" */
     /* vllm.c additions */
     prom_series *kv_capacity, *kv_headroom, *queue_delay;
     /* HTTP */
@@ -99,6 +102,8 @@ struct metrics {
 
     /* under the registry lock: log line and autoscaling state */
     int64_t log_prompt_tokens, log_generation_tokens;
+    int64_t log_spec_drafts, log_spec_draft_tokens, log_spec_accepted;
+    int64_t *log_spec_per_pos;       /* (num_speculative_tokens) */
     double last_log_time, last_prompt_tp, last_generation_tp;
     int32_t last_running, last_waiting;
     double last_kv_usage;
@@ -391,6 +396,23 @@ static void add_families(builder *b) {
                                      "DEPRECATED: Use vllm:request_queue_time_seconds instead.",
                                      PROM_HISTOGRAM, latency_buckets, COUNT(latency_buckets));
     }
+    if (m->cfg.num_speculative_tokens > 0) { /* vLLM's SpecDecodingProm */
+        m->spec_drafts = add_std(b, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                                 PROM_COUNTER, NULL, 0);
+        m->spec_draft_tokens = add_std(b, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                                       PROM_COUNTER, NULL, 0);
+        m->spec_accepted = add_std(b, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                                   PROM_COUNTER, NULL, 0);
+        static const char *const labels[] = {"model_name", "engine", "position"};
+        prom_family *f = add_family(b, "vllm:spec_decode_num_accepted_tokens_per_pos",
+                                    "Accepted tokens per draft position.", PROM_COUNTER, labels, 3, NULL, 0);
+        for (int32_t j = 0; j < m->cfg.num_speculative_tokens && b->rc == VLLM_OK; j++) {
+            char pos[16];
+            snprintf(pos, sizeof pos, "%d", j);
+            const char *values[] = {m->model_name, m->engine, pos};
+            b->rc = prom_series_get(m->reg, f, values, &m->spec_per_pos[j]);
+        }
+    }
     m->kv_capacity = add_std(b, "vllm:kv_cache_capacity_tokens",
                              "KV cache capacity in tokens (blocks x block size). vllm.c extension.",
                              PROM_GAUGE, NULL, 0);
@@ -443,6 +465,9 @@ vllm_status metrics_create(const metrics_config *c, metrics **out) {
     if (c->log_stats && !(c->log_stats_interval > 0))
         return vllm_error(VLLM_ERR_INVALID, "metrics: log_stats_interval = %g, must be > 0",
                           c->log_stats_interval);
+    if (c->num_speculative_tokens < 0 || c->num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
+        return vllm_error(VLLM_ERR_INVALID, "metrics: num_speculative_tokens = %d, must be in 0..%d",
+                          c->num_speculative_tokens, VLLM_MAX_SPEC_TOKENS);
     metrics *m = calloc(1, sizeof *m);
     if (!m) return vllm_error(VLLM_ERR_NOMEM, "metrics: create");
     m->cfg = *c;
@@ -465,7 +490,10 @@ vllm_status metrics_create(const metrics_config *c, metrics **out) {
     pthread_condattr_destroy(&ca);
     stats_iteration_init(&m->it);
     m->last_log_time = clock_now();
-    if (!m->model_name || !m->cache_dtype || !m->hash_algo ||
+    size_t k = (size_t)c->num_speculative_tokens;
+    m->spec_per_pos = calloc(k ? k : 1, sizeof *m->spec_per_pos);
+    m->log_spec_per_pos = calloc(k ? k : 1, sizeof *m->log_spec_per_pos);
+    if (!m->model_name || !m->cache_dtype || !m->hash_algo || !m->spec_per_pos || !m->log_spec_per_pos ||
         (c->show_hidden_metrics_for_version && !m->hidden_version)) {
         metrics_free(m);
         return vllm_error(VLLM_ERR_NOMEM, "metrics: create");
@@ -503,6 +531,8 @@ void metrics_free(metrics *m) {
     free(m->cache_dtype);
     free(m->hash_algo);
     free(m->hidden_version);
+    free(m->spec_per_pos);
+    free(m->log_spec_per_pos);
     free(m);
 }
 
@@ -603,6 +633,18 @@ static void record_scheduler_locked(metrics *m, const vllm_step_output *out, con
     prom_gauge_set(m->kv_capacity, (double)ss->num_blocks_total * m->cfg.block_size);
     prom_gauge_set(m->kv_headroom, (double)ss->num_blocks_free * m->cfg.block_size);
     prom_counter_add(m->preemptions, ss->num_preemptions);
+    if (m->cfg.num_speculative_tokens > 0 && ss->spec_num_drafts > 0) {
+        prom_counter_add(m->spec_drafts, ss->spec_num_drafts);
+        prom_counter_add(m->spec_draft_tokens, ss->spec_num_draft_tokens);
+        prom_counter_add(m->spec_accepted, ss->spec_num_accepted_tokens);
+        m->log_spec_drafts += ss->spec_num_drafts;
+        m->log_spec_draft_tokens += ss->spec_num_draft_tokens;
+        m->log_spec_accepted += ss->spec_num_accepted_tokens;
+        for (int32_t j = 0; j < m->cfg.num_speculative_tokens && j < ss->num_spec_tokens; j++) {
+            prom_counter_add(m->spec_per_pos[j], ss->spec_num_accepted_tokens_per_pos[j]);
+            m->log_spec_per_pos[j] += ss->spec_num_accepted_tokens_per_pos[j];
+        }
+    }
     if (out->num_outputs > 0 || ss->num_scheduled_tokens > 0)
         prom_observe(m->h_iteration, (double)(it->num_prompt_tokens + it->num_generation_tokens));
 
@@ -754,12 +796,30 @@ void metrics_log_stats(metrics *m, double now) {
     m->last_generation_tp = gen_tp;
     int32_t running = m->last_running, waiting = m->last_waiting;
     double kv = m->last_kv_usage, hit = prefix_hit_rate_locked(m);
+    /* vLLM's SpecDecodingLogging: the interval's drafts, rates per position */
+    int64_t drafts = m->log_spec_drafts, drafted = m->log_spec_draft_tokens, accepted = m->log_spec_accepted;
+    char rates[VLLM_MAX_SPEC_TOKENS * 8 + 8];
+    size_t used = 0;
+    rates[0] = 0;
+    for (int32_t j = 0; drafts > 0 && j < m->cfg.num_speculative_tokens && used < sizeof rates; j++)
+        used += (size_t)snprintf(rates + used, sizeof rates - used, "%s%.3f", j ? ", " : "",
+                                 (double)m->log_spec_per_pos[j] / (double)drafts);
+    m->log_spec_drafts = m->log_spec_draft_tokens = m->log_spec_accepted = 0;
+    for (int32_t j = 0; j < m->cfg.num_speculative_tokens; j++) m->log_spec_per_pos[j] = 0;
     prom_unlock(m->reg);
     log_write(active ? LOG_INFO : LOG_DEBUG, __FILE__, __LINE__,
               "Engine %03d: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f "
               "tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache "
               "hit rate: %.1f%%",
               m->cfg.engine_index, prompt_tp, gen_tp, running, waiting, kv * 100, hit * 100);
+    if (drafts > 0)
+        log_write(LOG_INFO, __FILE__, __LINE__,
+                  "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+                  "Drafted throughput: %.2f tokens/s, Accepted: %lld tokens, Drafted: %lld tokens, "
+                  "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%",
+                  1.0 + (double)accepted / (double)drafts, dt > 0 ? (double)accepted / dt : 0.0,
+                  dt > 0 ? (double)drafted / dt : 0.0, (long long)accepted, (long long)drafted, rates,
+                  drafted > 0 ? 100.0 * (double)accepted / (double)drafted : 0.0);
 }
 
 static void *logger_main(void *arg) {

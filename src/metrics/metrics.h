@@ -70,6 +70,9 @@ typedef struct metrics_config {
     double cpu_offload_gb;           /* 0 */
     int64_t kv_cache_memory_bytes;   /* 0: None */
     int64_t num_gpu_blocks;          /* KV blocks in the pool (also the startup log line) */
+    /* speculative decoding's k (vllm_engine_info.speculative_config); 0:
+     * off, and no vllm:spec_decode_* families, as vLLM without the config */
+    int32_t num_speculative_tokens;
 } metrics_config;
 
 void metrics_config_init(metrics_config *c);
@@ -126,7 +129,9 @@ void metrics_http_observe(metrics *m, const char *handler, const char *method, i
 vllm_status metrics_render(metrics *m, double now, char **out, size_t *len);
 
 /* One LoggingStatLogger.log(): the throughput since the previous call. INFO
- * if this or the previous interval saw tokens, else DEBUG (quiet when idle). */
+ * if this or the previous interval saw tokens, else DEBUG (quiet when idle).
+ * With speculative decoding, also vLLM's "SpecDecoding metrics: ..." line
+ * for the interval's drafts (none when no draft was scored). */
 void metrics_log_stats(metrics *m, double now);
 /* Starts a thread calling metrics_log_stats every log_stats_interval
  * seconds (no-op when log_stats is off); metrics_free stops it. */

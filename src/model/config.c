@@ -12,6 +12,14 @@
  *
  * Newer transformers write "dtype" for "torch_dtype" and "rope_parameters"
  * (holding rope_theta and the scaling) for "rope_scaling"; both are read.
+ *
+ * Gemma 3 (Gemma3TextConfig) has defaults of its own (head_dim 256,
+ * rope_theta 1e6 for the global layers, 10000 for the local ones, tied
+ * embeddings, query_pre_attn_scalar 256, sliding_window 4096 every layer but
+ * each sliding_window_pattern-th (6)), lists its layers' kinds in
+ * layer_types when written by newer transformers, and nests rope_parameters
+ * per kind ({"full_attention": {...}, "sliding_attention": {...}}). What it
+ * changes in the forward pass lands in model_config's Gemma fields.
  */
 #include <jansson.h>
 #include <math.h>
@@ -22,7 +30,7 @@
 #include "model/model.h"
 
 #define MAX_DIM (1 << 24)   /* hidden, intermediate, vocab */
-#define MAX_LAYERS 1024
+#define MAX_LAYERS MODEL_MAX_LAYERS
 #define MAX_HEADS 4096
 #define MAX_HEAD_DIM 4096
 
@@ -34,8 +42,10 @@ static const struct {
     {"MistralForCausalLM", "mistral", MODEL_ARCH_MISTRAL},
     {"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3},
+    {"Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3},
 };
-#define SUPPORTED_ARCHS "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+#define SUPPORTED_ARCHS \
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM"
 
 static bool is_absent(json_t *v) { return !v || json_is_null(v); }
 
@@ -191,7 +201,7 @@ static vllm_status parse_dtype(json_t *root, const char *path, model_config *cfg
 }
 
 static vllm_status parse_sliding_window(json_t *root, const char *path, model_config *cfg) {
-    if (cfg->arch == MODEL_ARCH_LLAMA) return VLLM_OK;
+    if (cfg->arch == MODEL_ARCH_LLAMA || cfg->arch == MODEL_ARCH_GEMMA3) return VLLM_OK; /* Gemma: parse_gemma3 */
     if (cfg->arch != MODEL_ARCH_MISTRAL) { /* Qwen2/3 carry a window that is off unless asked for */
         bool use = false;
         vllm_status rc = get_bool(root, "use_sliding_window", path, false, &use);
@@ -200,47 +210,169 @@ static vllm_status parse_sliding_window(json_t *root, const char *path, model_co
     return get_int(root, "sliding_window", path, false, 0, 1, INT32_MAX, &cfg->sliding_window);
 }
 
+/* The rope_theta of a Gemma 3 layer kind: rope_parameters[kind].rope_theta,
+ * else the old flat key (rope_theta / rope_local_base_freq), else def. */
+static vllm_status gemma3_rope_theta(json_t *root, json_t *kind, const char *flat_key, const char *path,
+                                     float def, float *out) {
+    bool has = false;
+    *out = def;
+    vllm_status rc = VLLM_OK;
+    if (kind && (rc = get_float(kind, "rope_theta", path, 1e-6, 1e30, &has, out))) return rc;
+    if (!has) rc = get_float(root, flat_key, path, 1e-6, 1e30, &has, out);
+    return rc;
+}
+
+/* Which layers are sliding: layer_types (a list of "sliding_attention" /
+ * "full_attention", one per layer), else every layer but each
+ * sliding_window_pattern-th (HF: (i + 1) % pattern != 0). A null
+ * sliding_window makes every layer global. */
+static vllm_status gemma3_layer_types(json_t *root, const char *path, model_config *cfg) {
+    memset(cfg->sliding_layers, 0, sizeof cfg->sliding_layers);
+    if (!cfg->sliding_window) return VLLM_OK;
+    json_t *types = json_object_get(root, "layer_types");
+    int32_t n = cfg->num_hidden_layers;
+    if (!is_absent(types)) {
+        if (!json_is_array(types) || json_array_size(types) != (size_t)n)
+            return vllm_error(VLLM_ERR_FORMAT, "%s: \"layer_types\" must list one kind per layer (%d)", path, n);
+        for (int32_t l = 0; l < n; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            bool sliding = t && !strcmp(t, "sliding_attention");
+            if (!sliding && (!t || strcmp(t, "full_attention")))
+                return vllm_error(VLLM_ERR_UNSUPPORTED,
+                                  "%s: layer_types[%d] is %s%s%s (sliding_attention or full_attention)", path, l,
+                                  t ? "\"" : "", t ? t : "not a string", t ? "\"" : "");
+            if (sliding) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        }
+        return VLLM_OK;
+    }
+    int32_t pattern;
+    vllm_status rc = get_int(root, "sliding_window_pattern", path, false, 6, 1, MAX_LAYERS, &pattern);
+    if (rc) return rc;
+    for (int32_t l = 0; l < n; l++)
+        if ((l + 1) % pattern) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+    return VLLM_OK;
+}
+
+/* Gemma3TextConfig's fields (see the top). */
+static vllm_status parse_gemma3(json_t *root, const char *path, model_config *cfg) {
+    vllm_status rc;
+    bool has;
+    const char *act = json_string_value(json_object_get(root, "hidden_activation"));
+    if (!act) act = json_string_value(json_object_get(root, "hidden_act"));
+    if (act && strcmp(act, "gelu_pytorch_tanh"))
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: hidden_activation %s is not supported (gelu_pytorch_tanh only)",
+                          path, act);
+    cfg->hidden_act = MODEL_ACT_GELU_TANH;
+    cfg->norm_weight_offset = 1.0f;
+    cfg->post_norms = true;
+    cfg->qk_norm = true;
+    bool flag = false;
+    if ((rc = get_bool(root, "use_bidirectional_attention", path, false, &flag))) return rc;
+    if (flag)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not supported (causal only)",
+                          path);
+    float cap = 0;
+    if ((rc = get_float(root, "attn_logit_softcapping", path, 1e-6, 1e30, &has, &cap))) return rc;
+    if (has)
+        return vllm_error(VLLM_ERR_UNSUPPORTED,
+                          "%s: attn_logit_softcapping %g is not supported (Gemma 3 checkpoints leave it null)", path,
+                          cap);
+    if ((rc = get_float(root, "final_logit_softcapping", path, 1e-6, 1e30, &has, &cfg->final_logit_softcapping)))
+        return rc;
+    float scalar = 256;
+    if ((rc = get_float(root, "query_pre_attn_scalar", path, 1e-6, 1e30, &has, &scalar))) return rc;
+    cfg->attn_scale = (float)pow((double)scalar, -0.5); /* HF: query_pre_attn_scalar**-0.5 */
+    /* sliding_window: 4096 when absent, none when null */
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (!sw) cfg->sliding_window = 4096;
+    else if (!json_is_null(sw) &&
+             (rc = get_int(root, "sliding_window", path, false, 0, 1, INT32_MAX, &cfg->sliding_window)))
+        return rc;
+    if ((rc = gemma3_layer_types(root, path, cfg))) return rc;
+
+    /* RoPE: the global layers' base and scaling, the local layers' base */
+    json_t *rp = json_object_get(root, "rope_parameters"), *full = NULL, *local = NULL;
+    if (!is_absent(rp)) {
+        if (!json_is_object(rp))
+            return vllm_error(VLLM_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
+        full = json_object_get(rp, "full_attention");
+        local = json_object_get(rp, "sliding_attention");
+        if ((full && !json_is_object(full)) || (local && !json_is_object(local)))
+            return vllm_error(VLLM_ERR_FORMAT, "%s: rope_parameters.full_attention / sliding_attention must be objects",
+                              path);
+        if (!full && !local) full = rp; /* one set for both kinds */
+    }
+    if ((rc = gemma3_rope_theta(root, full, "rope_theta", path, 1e6f, &cfg->rope_theta)) ||
+        (rc = gemma3_rope_theta(root, local, "rope_local_base_freq", path, 10000.0f, &cfg->rope_local_theta)))
+        return rc;
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if ((rc = parse_rope_scaling(is_absent(rs) ? full : rs, path, cfg))) return rc;
+    if (local && local != full) {
+        model_config tmp = {0};
+        if ((rc = parse_rope_scaling(local, path, &tmp))) return rc;
+        if (tmp.rope_scaling != ROPE_SCALING_NONE)
+            return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention: only the default RoPE is "
+                              "supported on sliding layers", path);
+    }
+    return VLLM_OK;
+}
+
+/* sqrt(hidden) as HF's Gemma3TextScaledWordEmbedding multiplies: a float32
+ * tensor converted to the weights' dtype. */
+static float gemma3_embed_scale(const model_config *cfg) {
+    float s = (float)sqrt((double)cfg->hidden_size);
+    if (cfg->torch_dtype == DTYPE_BF16) return bf16_to_f32(f32_to_bf16(s));
+    if (cfg->torch_dtype == DTYPE_F16) return f16_to_f32(f32_to_f16(s));
+    return s;
+}
+
 static vllm_status parse_fields(json_t *root, const char *path, model_config *cfg) {
     vllm_status rc;
     bool has;
     if ((rc = parse_architecture(root, path, cfg))) return rc;
+    bool gemma3 = cfg->arch == MODEL_ARCH_GEMMA3;
     if ((rc = get_int(root, "hidden_size", path, true, 0, 1, MAX_DIM, &cfg->hidden_size)) ||
         (rc = get_int(root, "intermediate_size", path, true, 0, 1, MAX_DIM, &cfg->intermediate_size)) ||
         (rc = get_int(root, "num_hidden_layers", path, true, 0, 1, MAX_LAYERS, &cfg->num_hidden_layers)) ||
         (rc = get_int(root, "num_attention_heads", path, true, 0, 1, MAX_HEADS, &cfg->num_attention_heads)) ||
         (rc = get_int(root, "num_key_value_heads", path, false, cfg->num_attention_heads, 1, MAX_HEADS,
                       &cfg->num_key_value_heads)) ||
-        (rc = get_int(root, "head_dim", path, false, 0, 1, MAX_HEAD_DIM, &cfg->head_dim)) ||
+        (rc = get_int(root, "head_dim", path, false, gemma3 ? 256 : 0, 1, MAX_HEAD_DIM, &cfg->head_dim)) ||
         (rc = get_int(root, "vocab_size", path, true, 0, 1, MAX_DIM, &cfg->vocab_size)) ||
-        (rc = get_int(root, "max_position_embeddings", path, false, 2048, 1, INT32_MAX,
+        (rc = get_int(root, "max_position_embeddings", path, false, gemma3 ? 131072 : 2048, 1, INT32_MAX,
                       &cfg->max_position_embeddings)))
         return rc;
 
     cfg->rms_norm_eps = 1e-6f;
     if ((rc = get_float(root, "rms_norm_eps", path, 1e-30, 1.0, &has, &cfg->rms_norm_eps))) return rc;
-    /* rope_parameters (newer transformers) holds rope_theta and the scaling together */
-    json_t *rp = json_object_get(root, "rope_parameters"), *rs = json_object_get(root, "rope_scaling");
-    if (!is_absent(rp) && !json_is_object(rp))
-        return vllm_error(VLLM_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
-    cfg->rope_theta = 10000.0f;
-    if ((rc = get_float(root, "rope_theta", path, 1e-6, 1e30, &has, &cfg->rope_theta))) return rc;
-    if (!has && !is_absent(rp) &&
-        (rc = get_float(rp, "rope_theta", path, 1e-6, 1e30, &has, &cfg->rope_theta)))
-        return rc;
-    if ((rc = parse_rope_scaling(is_absent(rs) ? rp : rs, path, cfg))) return rc;
+    if (gemma3) {
+        if ((rc = parse_gemma3(root, path, cfg))) return rc;
+    } else {
+        /* rope_parameters (newer transformers) holds rope_theta and the scaling together */
+        json_t *rp = json_object_get(root, "rope_parameters"), *rs = json_object_get(root, "rope_scaling");
+        if (!is_absent(rp) && !json_is_object(rp))
+            return vllm_error(VLLM_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
+        cfg->rope_theta = 10000.0f;
+        if ((rc = get_float(root, "rope_theta", path, 1e-6, 1e30, &has, &cfg->rope_theta))) return rc;
+        if (!has && !is_absent(rp) &&
+            (rc = get_float(rp, "rope_theta", path, 1e-6, 1e30, &has, &cfg->rope_theta)))
+            return rc;
+        if ((rc = parse_rope_scaling(is_absent(rs) ? rp : rs, path, cfg))) return rc;
+        const char *act = json_string_value(json_object_get(root, "hidden_act"));
+        if (act && strcmp(act, "silu"))
+            return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: hidden_act %s is not supported (silu only)", path, act);
+    }
 
-    if ((rc = get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings))) return rc;
+    if ((rc = get_bool(root, "tie_word_embeddings", path, gemma3, &cfg->tie_word_embeddings))) return rc;
     if ((rc = get_bool(root, "attention_bias", path, false, &cfg->attention_bias))) return rc;
     if (cfg->arch == MODEL_ARCH_QWEN2) cfg->attention_bias = true;  /* q/k/v always biased */
     if (cfg->arch == MODEL_ARCH_MISTRAL) cfg->attention_bias = false; /* never biased */
-    cfg->qk_norm = cfg->arch == MODEL_ARCH_QWEN3;
+    cfg->qk_norm = cfg->arch == MODEL_ARCH_QWEN3 || gemma3;
     bool mlp_bias;
     if ((rc = get_bool(root, "mlp_bias", path, false, &mlp_bias))) return rc;
     if (mlp_bias) return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: mlp_bias true is not supported", path);
-    const char *act = json_string_value(json_object_get(root, "hidden_act"));
-    if (act && strcmp(act, "silu"))
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: hidden_act %s is not supported (silu only)", path, act);
     if ((rc = parse_dtype(root, path, cfg)) || (rc = parse_sliding_window(root, path, cfg))) return rc;
+    if (gemma3) cfg->embed_scale = gemma3_embed_scale(cfg);
 
     if ((rc = get_int(root, "bos_token_id", path, false, -1, 0, cfg->vocab_size - 1, &cfg->bos_token_id)))
         return rc;

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -516,52 +517,113 @@ static vllm_status get_f32(const gguf_file *f, const char *key, float *out, bool
     return VLLM_OK;
 }
 
+/* "<arch>.<suffix>" into buf (arch: "llama" or "gemma3"). */
+static const char *arch_key(char *buf, size_t size, const char *arch, const char *suffix) {
+    snprintf(buf, size, "%s.%s", arch, suffix);
+    return buf;
+}
+
+/* Gemma 3's settings as llama.cpp's loader reads them (llama_model_gemma3::
+ * load_arch_hparams). Layer kinds: no (or a zero) attention.sliding_window
+ * makes every layer global; otherwise attention.sliding_window_pattern names
+ * the sliding layers, as one bool per layer (what newer converters write for
+ * a config's layer_types) or as a period n (layer l global iff l % n == n - 1;
+ * n = 0: every layer sliding), 6 when the key is absent (the original
+ * converter writes none). The sliding layers' RoPE base is rope.freq_base_swa,
+ * 10000 without it, never scaled. Attention scale 1/sqrt(head_dim), except
+ * the 62-layer 27B model's 1/sqrt(hidden / heads) (HF's query_pre_attn_scalar
+ * 168); norms stored as w + 1 (convert_hf_to_gguf adds Gemma's 1); embeddings
+ * times sqrtf(hidden) in F32 (llama.cpp's ggml_scale). */
+static vllm_status gemma3_config(const gguf_file *f, model_config *cfg) {
+    cfg->arch = MODEL_ARCH_GEMMA3;
+    snprintf(cfg->architecture, sizeof cfg->architecture, "Gemma3ForCausalLM");
+    cfg->hidden_act = MODEL_ACT_GELU_TANH;
+    cfg->post_norms = true;
+    cfg->qk_norm = true;
+    cfg->norm_weight_offset = 0.0f;
+    cfg->embed_scale = sqrtf((float)cfg->hidden_size);
+    cfg->rope_local_theta = 10000.0f;
+    cfg->attn_scale = cfg->num_hidden_layers == 62
+                          ? 1.0f / sqrtf((float)(cfg->hidden_size / cfg->num_attention_heads))
+                          : 1.0f / sqrtf((float)cfg->head_dim);
+    cfg->sliding_window = 0;
+    vllm_status rc = get_i32(f, "gemma3.attention.sliding_window", &cfg->sliding_window, 0, INT32_MAX, true);
+    if (rc) return rc;
+    if (cfg->sliding_window > 0) {
+        const char *pkey = "gemma3.attention.sliding_window_pattern";
+        const gguf_kv *pattern = gguf_find_kv(f, pkey);
+        int32_t n = cfg->num_hidden_layers, period = 6;
+        if (pattern && pattern->type == GGUF_TYPE_ARRAY) {
+            if (pattern->elem_type != GGUF_TYPE_BOOL || pattern->count != (uint64_t)n)
+                return vllm_error(VLLM_ERR_FORMAT, "%s: %s must be %d bools (one per layer), not %llu of %s", f->path,
+                                  pkey, n, (unsigned long long)pattern->count, gguf_type_name(pattern->elem_type));
+            for (int32_t l = 0; l < n; l++)
+                if (pattern->value[l]) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        } else {
+            if ((rc = get_i32(f, pkey, &period, 0, INT32_MAX, true))) return rc;
+            for (int32_t l = 0; l < n; l++)
+                if (period == 0 || l % period < period - 1) cfg->sliding_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        }
+        if ((rc = get_f32(f, "gemma3.rope.freq_base_swa", &cfg->rope_local_theta, true))) return rc;
+    }
+    double cap;
+    if (gguf_get_float(f, "gemma3.final_logit_softcapping", &cap) == VLLM_OK && cap > 0)
+        cfg->final_logit_softcapping = (float)cap;
+    if (gguf_get_float(f, "gemma3.attn_logit_softcapping", &cap) == VLLM_OK && cap > 0)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: gemma3.attn_logit_softcapping %g is not supported", f->path, cap);
+    return VLLM_OK;
+}
+
 vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    gguf_str arch;
-    vllm_status rc = gguf_get_string(f, "general.architecture", &arch);
+    gguf_str arch_s;
+    vllm_status rc = gguf_get_string(f, "general.architecture", &arch_s);
     if (rc) return rc;
-    if (!str_eq(arch, "llama"))
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: general.architecture '%.*s' is not supported (llama is)", f->path,
-                          (int)(arch.len < 64 ? arch.len : 64), arch.s);
+    bool gemma3 = str_eq(arch_s, "gemma3");
+    if (!str_eq(arch_s, "llama") && !gemma3)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: general.architecture '%.*s' is not supported (llama and gemma3 are)",
+                          f->path, (int)(arch_s.len < 64 ? arch_s.len : 64), arch_s.s);
+    const char *arch = gemma3 ? "gemma3" : "llama";
     cfg->arch = MODEL_ARCH_LLAMA;
     snprintf(cfg->architecture, sizeof cfg->architecture, "LlamaForCausalLM");
     const int32_t big = 1 << 30;
-    if ((rc = get_i32(f, "llama.embedding_length", &cfg->hidden_size, 1, big, false)) ||
-        (rc = get_i32(f, "llama.feed_forward_length", &cfg->intermediate_size, 1, big, false)) ||
-        (rc = get_i32(f, "llama.block_count", &cfg->num_hidden_layers, 1, 1 << 16, false)) ||
-        (rc = get_i32(f, "llama.attention.head_count", &cfg->num_attention_heads, 1, 1 << 16, false)) ||
-        (rc = get_i32(f, "llama.context_length", &cfg->max_position_embeddings, 1, big, false)))
+    char k[96];
+#define KEY(suffix) arch_key(k, sizeof k, arch, suffix)
+    if ((rc = get_i32(f, KEY("embedding_length"), &cfg->hidden_size, 1, big, false)) ||
+        (rc = get_i32(f, KEY("feed_forward_length"), &cfg->intermediate_size, 1, big, false)) ||
+        (rc = get_i32(f, KEY("block_count"), &cfg->num_hidden_layers, 1, MODEL_MAX_LAYERS, false)) ||
+        (rc = get_i32(f, KEY("attention.head_count"), &cfg->num_attention_heads, 1, 1 << 16, false)) ||
+        (rc = get_i32(f, KEY("context_length"), &cfg->max_position_embeddings, 1, big, false)))
         return rc;
     cfg->num_key_value_heads = cfg->num_attention_heads;
-    if ((rc = get_i32(f, "llama.attention.head_count_kv", &cfg->num_key_value_heads, 1, cfg->num_attention_heads, true)))
+    if ((rc = get_i32(f, KEY("attention.head_count_kv"), &cfg->num_key_value_heads, 1, cfg->num_attention_heads, true)))
         return rc;
     if (cfg->num_attention_heads % cfg->num_key_value_heads)
         return vllm_error(VLLM_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", f->path,
                           cfg->num_attention_heads, cfg->num_key_value_heads);
     cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    if ((rc = get_i32(f, "llama.attention.key_length", &cfg->head_dim, 1, big, true))) return rc;
+    if ((rc = get_i32(f, KEY("attention.key_length"), &cfg->head_dim, 1, big, true))) return rc;
     if (cfg->head_dim % 2)
         return vllm_error(VLLM_ERR_FORMAT, "%s: head dimension %d is odd", f->path, cfg->head_dim);
     int32_t rot = cfg->head_dim, vlen = cfg->head_dim;
-    if ((rc = get_i32(f, "llama.rope.dimension_count", &rot, 1, big, true)) ||
-        (rc = get_i32(f, "llama.attention.value_length", &vlen, 1, big, true)))
+    if ((rc = get_i32(f, KEY("rope.dimension_count"), &rot, 1, big, true)) ||
+        (rc = get_i32(f, KEY("attention.value_length"), &vlen, 1, big, true)))
         return rc;
     if (rot != cfg->head_dim || vlen != cfg->head_dim)
         return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: rope.dimension_count %d / value_length %d differ from head dim %d",
                           f->path, rot, vlen, cfg->head_dim);
     cfg->rms_norm_eps = 1e-5f;
-    cfg->rope_theta = 10000.0f;
-    if ((rc = get_f32(f, "llama.attention.layer_norm_rms_epsilon", &cfg->rms_norm_eps, false)) ||
-        (rc = get_f32(f, "llama.rope.freq_base", &cfg->rope_theta, true)))
+    cfg->rope_theta = gemma3 ? 1e6f : 10000.0f;
+    if ((rc = get_f32(f, KEY("attention.layer_norm_rms_epsilon"), &cfg->rms_norm_eps, false)) ||
+        (rc = get_f32(f, KEY("rope.freq_base"), &cfg->rope_theta, true)))
         return rc;
     gguf_str st;
-    if (gguf_get_string(f, "llama.rope.scaling.type", &st) == VLLM_OK && !str_eq(st, "none")) {
+    if (gguf_get_string(f, KEY("rope.scaling.type"), &st) == VLLM_OK && !str_eq(st, "none")) {
         if (!str_eq(st, "linear"))
-            return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: llama.rope.scaling.type '%.*s' is not supported", f->path,
+            return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: %s '%.*s' is not supported", f->path, k,
                               (int)(st.len < 32 ? st.len : 32), st.s);
         cfg->rope_scaling = ROPE_SCALING_LINEAR;
-        if ((rc = get_f32(f, "llama.rope.scaling.factor", &cfg->rope_factor, false))) return rc;
+        if ((rc = get_f32(f, KEY("rope.scaling.factor"), &cfg->rope_factor, false))) return rc;
     }
     if (gguf_find_tensor(f, "rope_freqs.weight"))
         return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: rope_freqs.weight (Llama 3.1 RoPE scaling) is not supported yet", f->path);
@@ -569,11 +631,13 @@ vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     const gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
     cfg->vocab_size = 0;
-    if ((rc = get_i32(f, "llama.vocab_size", &cfg->vocab_size, 1, big, true))) return rc;
+    if ((rc = get_i32(f, KEY("vocab_size"), &cfg->vocab_size, 1, big, true))) return rc;
+#undef KEY
     if (!cfg->vocab_size && toks && toks->count <= (uint64_t)big) cfg->vocab_size = (int32_t)toks->count;
     if (!cfg->vocab_size && emb && emb->ndim == 2 && emb->ne[1] <= big) cfg->vocab_size = (int32_t)emb->ne[1];
     if (cfg->vocab_size <= 0)
-        return vllm_error(VLLM_ERR_FORMAT, "%s: vocabulary size unknown (no llama.vocab_size, token list or token_embd)", f->path);
+        return vllm_error(VLLM_ERR_FORMAT, "%s: vocabulary size unknown (no %s.vocab_size, token list or token_embd)",
+                          f->path, arch);
     cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
     cfg->attention_bias = gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
     const gguf_tensor *q = gguf_find_tensor(f, "blk.0.attn_q.weight");
@@ -586,7 +650,7 @@ vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     if ((rc = get_i32(f, "tokenizer.ggml.eot_token_id", &eos, 0, cfg->vocab_size - 1, true))) return rc;
     if (eos >= 0 && (cfg->num_eos_token_ids == 0 || cfg->eos_token_ids[0] != eos))
         cfg->eos_token_ids[cfg->num_eos_token_ids++] = eos;
-    return VLLM_OK;
+    return gemma3 ? gemma3_config(f, cfg) : VLLM_OK;
 }
 
 /* Binds *out to tensor name with model.h shape (rows, cols) / (cols) if rows == 0. */
@@ -628,6 +692,10 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"attn_output", dim, qd, &L->o_proj},       {"ffn_norm", 0, dim, &L->post_attention_layernorm},
             {"ffn_gate", ff, dim, &L->gate_proj},       {"ffn_up", ff, dim, &L->up_proj},
             {"ffn_down", dim, ff, &L->down_proj},
+            /* Gemma 3 only (the first n_map entries are every architecture's) */
+            {"attn_q_norm", 0, hd, &L->q_norm},         {"attn_k_norm", 0, hd, &L->k_norm},
+            {"post_attention_norm", 0, dim, &L->attn_post_norm},
+            {"post_ffw_norm", 0, dim, &L->ffn_post_norm},
         };
         /* optional, each on its own, as llama.cpp loads them: llama.cpp's
          * converter writes a Llama checkpoint's attention_bias tensors here */
@@ -635,7 +703,8 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"attn_q", qd, &L->q_bias}, {"attn_k", kvd, &L->k_bias},
             {"attn_v", kvd, &L->v_bias}, {"attn_output", dim, &L->o_bias},
         };
-        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        size_t n_map = cfg->arch == MODEL_ARCH_GEMMA3 ? sizeof map / sizeof map[0] : 9;
+        for (size_t i = 0; i < n_map; i++) {
             char name[64];
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, map[i].suffix);
             if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) goto fail;

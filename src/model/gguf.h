@@ -1,7 +1,7 @@
 /*
  * gguf.h - read-only, zero-copy access to GGUF files (llama.cpp's format),
- * and the mapping of a llama-architecture GGUF onto model_config /
- * model_weights.
+ * and the mapping of a llama- or gemma3-architecture GGUF onto model_config
+ * / model_weights.
  *
  * The format (v2 and v3; little-endian; v1 had 32-bit counts and is refused):
  *     "GGUF" u32 version; u64 n_tensors; u64 n_kv;
@@ -31,7 +31,8 @@
  * same permutation of q and k; v and attn_output are not permuted), OR
  * un-permute the rows at load time (a copy). gguf_file.rope_interleaved says
  * which order the file is in (true for every llama GGUF from llama.cpp's
- * converter and from tools/make_gguf.py).
+ * converter and from tools/make_gguf.py; gemma3 files keep HF's order, which
+ * llama.cpp rotates as NEOX).
  *
  * Lifetime: gguf_open() maps, gguf_deinit() unmaps; every pointer into the
  * file (tensor data, string values) is borrowed until gguf_deinit.
@@ -165,19 +166,23 @@ void gguf_array_strings(const gguf_kv *kv, gguf_str *out);
 
 const char *gguf_type_name(gguf_type t);
 
-/* Fills cfg from a llama-architecture file's metadata (general.architecture
- * "llama"): llama.{context_length, embedding_length, block_count,
+/* Fills cfg from the metadata of a file whose general.architecture is
+ * "llama" or "gemma3": <arch>.{context_length, embedding_length, block_count,
  * feed_forward_length, attention.head_count, attention.head_count_kv,
+ * attention.key_length, attention.value_length,
  * attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count,
- * vocab_size, rope.scaling.*}, vocabulary size from llama.vocab_size or the
+ * vocab_size, rope.scaling.*}, vocabulary size from <arch>.vocab_size or the
  * token list or token_embd, bos/eos from tokenizer.ggml.*, tie from the
- * absence of output.weight. Errors name the key. */
+ * absence of output.weight. gemma3 adds attention.sliding_window and what
+ * llama.cpp's loader fixes for it (gguf.c: gemma3_config). Errors name the
+ * key. */
 vllm_status gguf_model_config(const gguf_file *f, model_config *cfg);
 
 /* Points w at the tensors of a llama GGUF (token_embd, blk.N.{attn_norm,
  * attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down},
- * output_norm, output) after checking each one's presence and shape against
- * cfg. Shapes are given in model.h's order (out, in). w->layers is allocated
+ * output_norm, output; gemma3 adds blk.N.{attn_q_norm, attn_k_norm,
+ * post_attention_norm, post_ffw_norm}) after checking each one's presence
+ * and shape against cfg. Shapes are given in model.h's order (out, in). w->layers is allocated
  * (caller frees it); tensor data is borrowed from f. */
 vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, model_weights *w);
 

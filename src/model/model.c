@@ -38,6 +38,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +226,18 @@ done:
     return rc;
 }
 
+/* The one element of a scalar tensor as F32. */
+static float kv_scale_value(const void *data, dtype t) {
+    uint16_t h;
+    float f;
+    switch (t) {
+    case DTYPE_BF16: return memcpy(&h, data, 2), bf16_to_f32(h);
+    case DTYPE_F16: return memcpy(&h, data, 2), f16_to_f32(h);
+    case DTYPE_F32: return memcpy(&f, data, 4), f;
+    default: return NAN;
+    }
+}
+
 /* Finds name in exactly one file; *file gets the file (for messages). */
 static vllm_status find_tensor(model *m, const char *name, safetensors_tensor **out, safetensors_file **file) {
     *out = NULL;
@@ -279,12 +292,45 @@ static vllm_status bind_tensor(model *m, tensor *out, bool required, int64_t d0,
     return VLLM_OK;
 }
 
+/* One FP8 KV cache scale of layer i: the first of the checkpoint names
+ * vLLM loads for it (maybe_remap_kv_scale_name: self_attn.k_scale /
+ * v_scale from compressed-tensors and Quark, self_attn.k_proj.k_scale /
+ * v_proj.v_scale from ModelOpt, the deprecated self_attn.kv_scale for
+ * both), one element (shape [] or [1]) that must be finite and positive.
+ * *out stays 0 (no scale: 1.0) when none is there. */
+static vllm_status bind_kv_scale(model *m, float *out, int32_t i, const char *const *names, int32_t num_names) {
+    for (int32_t n = 0; n < num_names; n++) {
+        char name[256];
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", i, names[n]);
+        safetensors_tensor *t;
+        safetensors_file *f = NULL;
+        vllm_status rc = find_tensor(m, name, &t, &f);
+        if (rc) return rc;
+        if (!t) continue;
+        int64_t numel = 1;
+        for (int32_t d = 0; d < t->ndim; d++) numel *= t->shape[d];
+        float v = numel == 1 ? kv_scale_value(t->data, t->type) : NAN;
+        if (!(v > 0) || !isfinite(v))
+            return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s': a KV cache scale must be one finite positive value",
+                              f->path, name);
+        t->used = true;
+        *out = v;
+        return VLLM_OK;
+    }
+    return VLLM_OK;
+}
+
 static vllm_status bind_weights(model *m) {
     const model_config *c = &m->config;
     model_weights *w = &m->w;
     const int64_t dim = c->hidden_size, q_dim = (int64_t)c->num_attention_heads * c->head_dim,
                   kv_dim = (int64_t)c->num_key_value_heads * c->head_dim, ff = c->intermediate_size;
-    bool o_bias = c->attention_bias && (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN3);
+    bool o_bias = c->attention_bias &&
+                  (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3);
+    bool gemma3 = c->arch == MODEL_ARCH_GEMMA3;
+    /* HF Gemma 3's post_attention_layernorm follows attention; its
+     * pre_feedforward_layernorm is what Llama calls post_attention_layernorm */
+    const char *pre_mlp = gemma3 ? "pre_feedforward_layernorm" : "post_attention_layernorm";
     vllm_status rc;
     if (!(w->layers = calloc((size_t)c->num_hidden_layers, sizeof *w->layers)))
         return vllm_error(VLLM_ERR_NOMEM, "out of memory");
@@ -308,11 +354,18 @@ static vllm_status bind_weights(model *m) {
              (rc = bind_tensor(m, &l->q_norm, true, c->head_dim, -1, "%s.%d.self_attn.q_norm.weight", p, i))) ||
             (c->qk_norm &&
              (rc = bind_tensor(m, &l->k_norm, true, c->head_dim, -1, "%s.%d.self_attn.k_norm.weight", p, i))) ||
-            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1,
-                              "%s.%d.post_attention_layernorm.weight", p, i)) ||
+            (gemma3 && (rc = bind_tensor(m, &l->attn_post_norm, true, dim, -1,
+                                         "%s.%d.post_attention_layernorm.weight", p, i))) ||
+            (gemma3 && (rc = bind_tensor(m, &l->ffn_post_norm, true, dim, -1,
+                                         "%s.%d.post_feedforward_layernorm.weight", p, i))) ||
+            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)) ||
             (rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
             (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
             (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
+            return rc;
+        static const char *const k_names[] = {"k_scale", "k_proj.k_scale", "kv_scale"};
+        static const char *const v_names[] = {"v_scale", "v_proj.v_scale", "kv_scale"};
+        if ((rc = bind_kv_scale(m, &l->k_scale, i, k_names, 3)) || (rc = bind_kv_scale(m, &l->v_scale, i, v_names, 3)))
             return rc;
     }
     if (c->tie_word_embeddings) w->lm_head = w->embed_tokens;

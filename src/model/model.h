@@ -42,7 +42,17 @@ typedef enum model_arch {
     MODEL_ARCH_MISTRAL,   /* MistralForCausalLM (Llama math; see sliding_window) */
     MODEL_ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v biases */
     MODEL_ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head RMSNorm on q and k */
+    MODEL_ARCH_GEMMA3,    /* Gemma3ForCausalLM: the Gemma fields below, q/k norms, GeGLU,
+                           * interleaved sliding-window and global layers */
 } model_arch;
+
+/* The gate activation of the MLP: down(act(gate(x)) * up(x)). */
+typedef enum model_act {
+    MODEL_ACT_SILU = 0,   /* SwiGLU (Llama, Mistral, Qwen) */
+    MODEL_ACT_GELU_TANH,  /* GeGLU with torch's gelu(approximate="tanh") (Gemma: gelu_pytorch_tanh) */
+} model_act;
+
+#define MODEL_MAX_LAYERS 1024
 
 typedef enum rope_scaling_type {
     ROPE_SCALING_NONE = 0,
@@ -76,16 +86,47 @@ typedef struct model_config {
     int32_t eos_token_ids[8];        /* config.json eos, merged with generation_config */
     int32_t num_eos_token_ids;
     /* Sliding-window attention span in tokens, 0 = none (full attention).
-     * Mistral's sliding_window, or Qwen2/Qwen3's when use_sliding_window is true.
-     * The forward pass attends to the full context, so the engine must cap
-     * max_model_len at sliding_window when it is set (what vLLM's
-     * --disable-sliding-window does); within that cap full and sliding
+     * Gemma 3: the span of its sliding (local) layers, those set in
+     * sliding_layers; the forward pass attends there to the last
+     * sliding_window positions only and the KV cache frees what they can no
+     * longer reach (model/kv_layout.h).
+     * Mistral's sliding_window, or Qwen2/Qwen3's when use_sliding_window is
+     * true: no layer is marked sliding and the forward pass attends to the
+     * full context, so the engine caps max_model_len at sliding_window (what
+     * vLLM's --disable-sliding-window does); within that cap full and sliding
      * attention are the same computation. */
     int32_t sliding_window;
+    uint64_t sliding_layers[MODEL_MAX_LAYERS / 64]; /* bit l: layer l attends through the window */
     /* q/k rows in llama.cpp's interleaved RoPE order (llama GGUF files; see
      * model/gguf.h): RoPE turns adjacent pairs instead of halves. */
     bool rope_interleaved;
+
+    /* What Gemma 3 changes; the defaults (zeros) are Llama's math. */
+    model_act hidden_act;            /* SwiGLU or GeGLU */
+    float norm_weight_offset;        /* every RMSNorm scales by (w + offset): Gemma's 1 in HF files
+                                      * (GGUF files store w + 1 already: 0) */
+    float embed_scale;               /* embeddings times this, 0 = not scaled. Gemma: sqrt(hidden)
+                                      * rounded to torch_dtype, as HF multiplies in the weights' dtype */
+    float attn_scale;                /* attention score scale, 0 = 1/sqrt(head_dim); Gemma:
+                                      * query_pre_attn_scalar^-1/2 */
+    bool post_norms;                 /* RMSNorm on the attention and the MLP outputs before each
+                                      * residual add (layer_weights.attn_post_norm, ffn_post_norm) */
+    float final_logit_softcapping;   /* 0 = none; else logits = cap * tanh(logits / cap) */
+    float rope_local_theta;          /* RoPE base of the sliding layers (Gemma's rope_local_base_freq;
+                                      * no scaling); the others use rope_theta and rope_scaling */
 } model_config;
+
+/* True if layer l attends through cfg's sliding window (a Gemma 3 local layer). */
+static inline bool model_layer_is_sliding(const model_config *cfg, int32_t l) {
+    return (cfg->sliding_layers[l >> 6] >> (l & 63)) & 1;
+}
+
+/* True if any layer does: the model computes real sliding-window attention. */
+static inline bool model_has_sliding_layers(const model_config *cfg) {
+    for (int32_t l = 0; l < cfg->num_hidden_layers && l < MODEL_MAX_LAYERS; l++)
+        if (model_layer_is_sliding(cfg, l)) return true;
+    return false;
+}
 
 /* Sampling defaults from generation_config.json; has_* false when absent. */
 typedef struct generation_defaults {
@@ -107,18 +148,25 @@ typedef struct tensor {
 } tensor;
 
 typedef struct layer_weights {
-    tensor input_layernorm;          /* (dim) */
+    tensor input_layernorm;          /* (dim) before attention */
     tensor q_proj;                   /* (n_heads * head_dim, dim) */
     tensor k_proj;                   /* (n_kv_heads * head_dim, dim) */
     tensor v_proj;                   /* (n_kv_heads * head_dim, dim) */
     tensor o_proj;                   /* (dim, n_heads * head_dim) */
     tensor q_bias, k_bias, v_bias;   /* (out) Qwen2 / attention_bias, else data NULL */
-    tensor o_bias;                   /* (dim) Llama/Qwen3 with attention_bias, else data NULL */
-    tensor q_norm, k_norm;           /* (head_dim) Qwen3, else data NULL */
-    tensor post_attention_layernorm; /* (dim) */
+    tensor o_bias;                   /* (dim) Llama/Qwen3/Gemma3 with attention_bias, else data NULL */
+    tensor q_norm, k_norm;           /* (head_dim) Qwen3, Gemma3, else data NULL */
+    tensor attn_post_norm;           /* (dim) Gemma3: on the attention output before the residual
+                                      * add (HF post_attention_layernorm, GGUF post_attention_norm) */
+    tensor post_attention_layernorm; /* (dim) before the MLP: HF Llama's post_attention_layernorm,
+                                      * Gemma3's pre_feedforward_layernorm (GGUF ffn_norm) */
     tensor gate_proj;                /* (intermediate, dim) */
     tensor up_proj;                  /* (intermediate, dim) */
     tensor down_proj;                /* (dim, intermediate) */
+    tensor ffn_post_norm;            /* (dim) Gemma3: on the MLP output before the residual add
+                                      * (HF post_feedforward_layernorm, GGUF post_ffw_norm) */
+    float k_scale, v_scale;          /* FP8 KV cache scales from the checkpoint (vLLM's per-tensor
+                                      * self_attn.k_scale / v_scale, see model.c); 0 = none (1.0) */
 } layer_weights;
 
 typedef struct model_weights {

@@ -18,10 +18,17 @@
  * then the final norm and lm_head only for the scored_indices rows (the
  * last token of each sequence that samples, and its draft positions).
  *
- * KV pool: one anonymous mapping of floats (zero pages the kernel hands out
- * on first touch, so start-up does not write gigabytes), per layer K then V, each
- * num_blocks blocks of kv_heads * block_size * head_dim floats (K transposed
- * within a block, see kernels/attention.c); slot = block * block_size + offset.
+ * KV pool: one anonymous mapping (zero pages the kernel hands out on first
+ * touch, so start-up does not write gigabytes), per K/V slot of a block
+ * (model/kv_layout.h: group_size of them; slot s holds the s-th layer of
+ * whichever KV cache group owns the block; one group of every layer unless
+ * the model has sliding-window layers) K then V, each num_blocks blocks of
+ * kv_heads * block_size * head_dim elements (K transposed within a block,
+ * see kernels/attention.c); slot = block * block_size + offset, through
+ * the block table and slot mapping of the layer's group. Elements are of
+ * runner_config.kv_cache_dtype (kernels/kv_dtype.h: F32, BF16, F16, FP8):
+ * K and V are converted once as they are stored and back to F32 inside the
+ * attention kernel, with the layer's FP8 scales (model.h: k_scale, v_scale).
  *
  * Weights: F32/BF16/F16, or ggml block-quantized (GGUF Q8_0, Q4_0, Q4_K,
  * Q6_K): matmul_range picks the kernel from a per-dtype table
@@ -58,6 +65,7 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "model/kv_layout.h"
 
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
@@ -71,12 +79,12 @@ enum {
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
- * or a gate/up pair combined by SwiGLU into part[0].y (part[1].y unused: each
- * work item computes its block of up into per-thread scratch). */
+ * or a gate/up pair combined by SwiGLU / GeGLU into part[0].y (part[1].y
+ * unused: each work item computes its block of up into per-thread scratch). */
 typedef struct mm_op {
     matmul_args part[3];
     int nparts;
-    bool swiglu;
+    bool swiglu;                /* a gate/up pair: the runner's glu combines them */
     int64_t tokens;
     int64_t row_chunk;
     int64_t num_tchunks;
@@ -93,13 +101,20 @@ struct runner {
     int32_t dim, n_heads, n_kv, head_dim, group, inter, vocab, n_layers;
     int64_t q_dim, kv_dim;
     float eps, attn_scale;
+    float norm_off;             /* RMSNorm weight offset: 0, Gemma's 1 */
+    bool has_sliding;           /* some layers attend through a sliding window (Gemma 3) */
+    void (*glu)(float *g, const float *u, int64_t n); /* act_swiglu or act_geglu */
     float *inv_freq;            /* (head_dim / 2) with rope_scaling applied */
+    float *inv_freq_local;      /* (head_dim / 2) the sliding layers' (rope_local_theta), or NULL */
     void (*rope_fn)(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
 
     /* KV pool */
-    float *kv;                  /* (n_layers, 2 (K, V), num_blocks, n_kv * block_size * head_dim) */
-    size_t kv_block_floats;     /* n_kv * block_size * head_dim */
-    size_t kv_half_floats;      /* num_blocks * kv_block_floats: one layer's K (or V) */
+    kv_layout layout;           /* layer -> (KV cache group, slot) */
+    kv_dtype kv_type;           /* element type of the pool */
+    uint8_t *kv;                /* (group_size slots, 2 (K, V), num_blocks, n_kv * block_size * head_dim)
+                                 * elements of kv_type */
+    size_t kv_block_bytes;      /* n_kv * block_size * head_dim elements */
+    size_t kv_half_bytes;       /* num_blocks * kv_block_bytes: one slot's K (or V) */
     size_t kv_bytes;            /* the mapping behind kv */
 
     /* scratch, T = max_num_batched_tokens */
@@ -111,6 +126,7 @@ struct runner {
     float *hb;                  /* (T, inter) silu(gate) * up */
     float *up;                  /* (nth, MM_TOKEN_CHUNK * MM_MAX_ROWS) one work item's up */
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
+    float *rope_local;          /* (T, head_dim) the same for the sliding layers, or NULL */
     float *att_scratch;         /* (nth, attention_scratch_floats) */
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
@@ -123,19 +139,22 @@ struct runner {
     int32_t *token_seq;         /* (T) sequence of each token of the batch */
     int32_t layer;
     mm_op mm;
+    float *logits;              /* the caller's, during runner_forward */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
 
-/* HF inv_freq = 1 / theta^(2i/d), in F32 like torch, then rope_scaling:
- * linear divides by factor; llama3 (HF _compute_llama3_parameters) divides
- * low frequencies by factor, keeps high ones and interpolates between. */
-static void rope_init_inv_freq(float *inv_freq, const model_config *c) {
+/* HF inv_freq = 1 / theta^(2i/d), in F32 like torch, then (if scaled) the
+ * config's rope_scaling: linear divides by factor; llama3 (HF
+ * _compute_llama3_parameters) divides low frequencies by factor, keeps high
+ * ones and interpolates between. */
+static void rope_init_inv_freq(float *inv_freq, const model_config *c, float theta, bool scaled) {
     int32_t half = c->head_dim / 2;
     for (int32_t i = 0; i < half; i++) {
         float expo = (float)(2 * i) / (float)c->head_dim;
-        float f = 1.0f / powf(c->rope_theta, expo);
-        if (c->rope_scaling == ROPE_SCALING_LINEAR) {
+        float f = 1.0f / powf(theta, expo);
+        if (!scaled) {
+        } else if (c->rope_scaling == ROPE_SCALING_LINEAR) {
             f = f / c->rope_factor;
         } else if (c->rope_scaling == ROPE_SCALING_LLAMA3) {
             float old_len = (float)c->rope_original_max_position_embeddings;
@@ -179,21 +198,22 @@ static float *alloc_floats(size_t n, vllm_status *rc) { return alloc_zeroed(n, s
 
 /* The KV pool: gigabytes, so mapped rather than memset (zeroing 9 GiB took
  * 5 s of `serve` start-up); page-aligned, zero until written. */
-static float *map_floats(size_t n, size_t *bytes, vllm_status *rc) {
+static uint8_t *map_bytes(size_t n, size_t *bytes, vllm_status *rc) {
     if (*rc != VLLM_OK) return NULL;
     void *p = MAP_FAILED;
-    if (size_mul(bytes, n ? n : 1, sizeof(float)))
-        p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *bytes = n ? n : 1;
+    p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-        *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot map a KV cache of %zu floats", n);
+        *rc = vllm_error(VLLM_ERR_NOMEM, "runner: cannot map a KV cache of %zu bytes", n);
         return NULL;
     }
     return p;
 }
 
-size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size) {
-    return (size_t)2 * (size_t)c->num_hidden_layers * (size_t)c->num_key_value_heads *
-           (size_t)c->head_dim * (size_t)block_size * sizeof(float);
+size_t runner_kv_bytes_per_block(const model_config *c, int32_t block_size, kv_dtype t) {
+    kv_layout l;
+    kv_layout_init(&l, c);
+    return kv_layout_block_bytes(&l, c, block_size, t);
 }
 
 /* True if any matmul weight's dtype satisfies has. */
@@ -219,12 +239,13 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     *out = NULL;
     const model_config *c = &m->config;
     if (cfg->num_blocks < 1 || cfg->block_size < 1 || cfg->block_size > 4096 ||
-        cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->num_threads < 0)
+        cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->num_threads < 0 ||
+        (unsigned)cfg->kv_cache_dtype >= KV_DTYPE_COUNT)
         return vllm_error(VLLM_ERR_INVALID,
                           "runner: bad config: num_blocks %d, block_size %d (1..4096), "
-                          "max_num_batched_tokens %d, max_num_seqs %d, num_threads %d",
+                          "max_num_batched_tokens %d, max_num_seqs %d, num_threads %d, kv_cache_dtype %d",
                           cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens,
-                          cfg->max_num_seqs, cfg->num_threads);
+                          cfg->max_num_seqs, cfg->num_threads, (int)cfg->kv_cache_dtype);
     if (c->head_dim < 2 || c->head_dim % 2 || c->num_key_value_heads < 1 ||
         c->num_attention_heads % c->num_key_value_heads)
         return vllm_error(VLLM_ERR_UNSUPPORTED, "runner: head_dim %d, heads %d, kv heads %d",
@@ -249,23 +270,32 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->q_dim = (int64_t)r->n_heads * r->head_dim;
     r->kv_dim = (int64_t)r->n_kv * r->head_dim;
     r->eps = c->rms_norm_eps;
-    r->attn_scale = (float)(1.0 / sqrt((double)r->head_dim));
+    r->attn_scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt((double)r->head_dim));
+    r->norm_off = c->norm_weight_offset;
+    r->has_sliding = model_has_sliding_layers(c);
+    r->glu = c->hidden_act == MODEL_ACT_GELU_TANH ? act_geglu : act_swiglu;
 
     if ((rc = threadpool_create(cfg->num_threads, &r->pool)) != VLLM_OK) goto fail;
     r->nth = threadpool_num_threads(r->pool);
     r->cfg.num_threads = r->nth;
 
-    r->kv_block_floats = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim;
-    r->kv_half_floats = (size_t)cfg->num_blocks * r->kv_block_floats;
-    size_t kv_floats;
-    if (!size_mul(&kv_floats, r->kv_half_floats, (size_t)2 * (size_t)r->n_layers)) {
+    kv_layout_init(&r->layout, c);
+    r->kv_type = cfg->kv_cache_dtype;
+    r->kv_block_bytes = (size_t)r->n_kv * (size_t)cfg->block_size * (size_t)r->head_dim * kv_dtype_size(r->kv_type);
+    size_t kv_total;
+    if (!size_mul(&r->kv_half_bytes, (size_t)cfg->num_blocks, r->kv_block_bytes) ||
+        !size_mul(&kv_total, r->kv_half_bytes, (size_t)2 * (size_t)r->layout.group_size)) {
         rc = vllm_error(VLLM_ERR_INVALID, "runner: KV pool of %d blocks overflows", cfg->num_blocks);
         goto fail;
     }
-    r->kv = map_floats(kv_floats, &r->kv_bytes, &rc);
+    r->kv = map_bytes(kv_total, &r->kv_bytes, &rc);
 
     size_t T = (size_t)cfg->max_num_batched_tokens;
     r->inv_freq = alloc_floats((size_t)r->head_dim / 2, &rc);
+    if (r->has_sliding) {
+        r->inv_freq_local = alloc_floats((size_t)r->head_dim / 2, &rc);
+        r->rope_local = alloc_floats(T * (size_t)r->head_dim, &rc);
+    }
     r->x = alloc_floats(T * (size_t)r->dim, &rc);
     r->xb = alloc_floats(T * (size_t)r->dim, &rc);
     r->q = alloc_floats(T * (size_t)r->q_dim, &rc);
@@ -290,7 +320,8 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
     }
     if (rc != VLLM_OK) goto fail;
-    rope_init_inv_freq(r->inv_freq, c);
+    rope_init_inv_freq(r->inv_freq, c, c->rope_theta, true);
+    if (r->has_sliding) rope_init_inv_freq(r->inv_freq_local, c, c->rope_local_theta, false);
     r->rope_fn = c->rope_interleaved ? rope_apply_interleaved : rope_apply;
     *out = r;
     return VLLM_OK;
@@ -304,6 +335,8 @@ void runner_free(runner *r) {
     threadpool_free(r->pool);
     if (r->kv) munmap(r->kv, r->kv_bytes);
     free(r->inv_freq);
+    free(r->inv_freq_local);
+    free(r->rope_local);
     free(r->x);
     free(r->xb);
     free(r->q);
@@ -325,25 +358,32 @@ vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block) {
         return vllm_error(VLLM_ERR_INVALID, "runner_copy_block: blocks %d -> %d outside the pool of %d",
                           src_block, dst_block, r->cfg.num_blocks);
     if (src_block == dst_block) return VLLM_OK;
-    size_t n = r->kv_block_floats;
-    for (int32_t half = 0; half < 2 * r->n_layers; half++) {
-        float *base = r->kv + (size_t)half * r->kv_half_floats;
-        memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n * sizeof(float));
+    size_t n = r->kv_block_bytes;
+    for (int32_t half = 0; half < 2 * r->layout.group_size; half++) {
+        uint8_t *base = r->kv + (size_t)half * r->kv_half_bytes;
+        memcpy(base + (size_t)dst_block * n, base + (size_t)src_block * n, n);
     }
     return VLLM_OK;
 }
 
 /* ---- the KV pool, block by block ------------------------------------------- */
 
-size_t runner_kv_block_bytes(const runner *r) { return r->kv_block_floats * sizeof(float); }
+size_t runner_kv_block_bytes(const runner *r) { return r->kv_block_bytes; }
+
+kv_dtype runner_kv_cache_dtype(const runner *r) { return r->kv_type; }
 
 int32_t runner_num_layers(const runner *r) { return r->n_layers; }
 
 threadpool *runner_threadpool(runner *r) { return r->pool; }
 
-/* The K array of (layer, block); V follows kv_half_floats later. */
-static float *kv_block(const runner *r, int32_t layer, int32_t block) {
-    return r->kv + (size_t)(2 * layer) * r->kv_half_floats + (size_t)block * r->kv_block_floats;
+/* The K array of a layer's slot (all blocks); V follows kv_half_bytes later. */
+static uint8_t *kv_slot(const runner *r, int32_t layer) {
+    return r->kv + (size_t)(2 * r->layout.layer_slot[layer]) * r->kv_half_bytes;
+}
+
+/* The K array of (layer, block); V follows kv_half_bytes later. */
+static uint8_t *kv_block(const runner *r, int32_t layer, int32_t block) {
+    return kv_slot(r, layer) + (size_t)block * r->kv_block_bytes;
 }
 
 static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block) {
@@ -356,18 +396,18 @@ static vllm_status check_kv_block(const runner *r, int32_t layer, int32_t block)
 vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v) {
     vllm_status rc = check_kv_block(r, layer, block);
     if (rc != VLLM_OK) return rc;
-    const float *kb = kv_block(r, layer, block);
-    memcpy(k, kb, runner_kv_block_bytes(r));
-    memcpy(v, kb + r->kv_half_floats, runner_kv_block_bytes(r));
+    const uint8_t *kb = kv_block(r, layer, block);
+    memcpy(k, kb, r->kv_block_bytes);
+    memcpy(v, kb + r->kv_half_bytes, r->kv_block_bytes);
     return VLLM_OK;
 }
 
 vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v) {
     vllm_status rc = check_kv_block(r, layer, block);
     if (rc != VLLM_OK) return rc;
-    float *kb = kv_block(r, layer, block);
-    memcpy(kb, k, runner_kv_block_bytes(r));
-    memcpy(kb + r->kv_half_floats, v, runner_kv_block_bytes(r));
+    uint8_t *kb = kv_block(r, layer, block);
+    memcpy(kb, k, r->kv_block_bytes);
+    memcpy(kb + r->kv_half_bytes, v, r->kv_block_bytes);
     return VLLM_OK;
 }
 
@@ -398,6 +438,11 @@ static vllm_status check_batch(const runner *r, const step_batch *b) {
     if (b->query_start_loc[0] != 0 || b->query_start_loc[b->num_seqs] != b->num_tokens)
         return vllm_error(VLLM_ERR_INVALID, "runner: query_start_loc must run from 0 to num_tokens %d (got %d..%d)",
                           b->num_tokens, b->query_start_loc[0], b->query_start_loc[b->num_seqs]);
+    const kv_layout *lay = &r->layout;
+    int32_t G = b->num_kv_groups ? b->num_kv_groups : 1;
+    if (G != lay->num_groups)
+        return vllm_error(VLLM_ERR_INVALID, "runner: the batch has %d KV cache groups, the model %d", G,
+                          lay->num_groups);
     for (int32_t s = 0; s < b->num_seqs; s++) {
         int32_t t0 = b->query_start_loc[s], t1 = b->query_start_loc[s + 1];
         int32_t len = b->seq_lens[s];
@@ -409,26 +454,34 @@ static vllm_status check_batch(const runner *r, const step_batch *b) {
                               "runner: seq_lens[%d] = %d: fewer than its %d new tokens or more than "
                               "max_blocks_per_seq %d * block_size %d",
                               s, len, t1 - t0, b->max_blocks_per_seq, bs);
-        const int32_t *table = b->block_tables + (int64_t)s * b->max_blocks_per_seq;
-        for (int32_t j = 0; (int64_t)j * bs < len; j++)
-            if (table[j] < 0 || table[j] >= c->num_blocks)
-                return vllm_error(VLLM_ERR_INVALID, "runner: block_tables[%d][%d] = %d outside the pool of %d",
-                                  s, j, table[j], c->num_blocks);
-        for (int32_t t = t0; t < t1; t++) {
-            int32_t pos = b->positions[t];
-            if (pos != len - (t1 - t0) + (t - t0))
-                return vllm_error(VLLM_ERR_INVALID,
-                                  "runner: positions[%d] = %d, expected %d (sequence %d: seq_len %d, %d new tokens)",
-                                  t, pos, len - (t1 - t0) + (t - t0), s, len, t1 - t0);
-            int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
-            if (b->slot_mapping[t] != slot)
-                return vllm_error(VLLM_ERR_INVALID,
-                                  "runner: slot_mapping[%d] = %lld, but the block table puts position %d at %lld",
-                                  t, (long long)b->slot_mapping[t], pos, (long long)slot);
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t *table = b->block_tables + ((int64_t)s * G + g) * b->max_blocks_per_seq;
+            /* a sliding group's first new token reads back window - 1 positions; blocks
+             * before those may have been released */
+            int32_t first = len - (t1 - t0) - (lay->window[g] ? lay->window[g] - 1 : len);
+            for (int32_t j = first > 0 ? first / bs : 0; (int64_t)j * bs < len; j++)
+                if (table[j] < 0 || table[j] >= c->num_blocks)
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: block_tables[%d][group %d][%d] = %d outside the pool of %d", s, g, j,
+                                      table[j], c->num_blocks);
+            for (int32_t t = t0; t < t1; t++) {
+                int32_t pos = b->positions[t];
+                if (pos != len - (t1 - t0) + (t - t0))
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: positions[%d] = %d, expected %d (sequence %d: seq_len %d, %d new tokens)",
+                                      t, pos, len - (t1 - t0) + (t - t0), s, len, t1 - t0);
+                int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
+                if (b->slot_mapping[(int64_t)t * G + g] != slot)
+                    return vllm_error(VLLM_ERR_INVALID,
+                                      "runner: slot_mapping[%d][group %d] = %lld, but the block table puts position "
+                                      "%d at %lld",
+                                      t, g, (long long)b->slot_mapping[(int64_t)t * G + g], pos, (long long)slot);
+            }
+        }
+        for (int32_t t = t0; t < t1; t++)
             if (b->token_ids[t] < 0 || b->token_ids[t] >= r->vocab)
                 return vllm_error(VLLM_ERR_INVALID, "runner: token_ids[%d] = %d outside the vocabulary of %d", t,
                                   b->token_ids[t], r->vocab);
-        }
     }
     for (int32_t i = 0; i < b->num_scored; i++)
         if (b->scored_indices[i] < 0 || b->scored_indices[i] >= b->num_tokens)
@@ -463,14 +516,21 @@ static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
         float *x = r->x + t * r->dim;
         quant_dequantize_row(e->type, (const char *)e->data + (size_t)b->token_ids[t] * dtype_row_bytes(e->type, r->dim),
                              x, r->dim);
+        float scale = r->m->config.embed_scale;
+        if (scale > 0)
+            for (int32_t i = 0; i < r->dim; i++) x[i] *= scale;
         float *cs = r->rope + t * r->head_dim;
         rope_cos_sin(cs, cs + half, r->inv_freq, half, b->positions[t]);
+        if (r->rope_local) {
+            cs = r->rope_local + t * r->head_dim;
+            rope_cos_sin(cs, cs + half, r->inv_freq_local, half, b->positions[t]);
+        }
     }
 }
 
 static void stage_norm(runner *r, int64_t lo, int64_t hi, const tensor *w) {
     for (int64_t t = lo; t < hi; t++)
-        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps);
+        norm_rms(r->xb + t * r->dim, r->x + t * r->dim, w->data, w->type, r->dim, r->eps, r->norm_off);
 }
 
 static void stage_input_norm(void *arg, int64_t lo, int64_t hi, int ith) {
@@ -483,13 +543,42 @@ static void stage_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     stage_norm(r, lo, hi, &r->m->w.layers[r->layer].post_attention_layernorm);
 }
 
+/* Gemma's post-norms: x += norm(xb) (xb: the attention's or the MLP's output). */
+static void stage_norm_residual(runner *r, int64_t lo, int64_t hi, const tensor *w) {
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = r->x + t * r->dim, *y = r->xb + t * r->dim;
+        norm_rms(y, y, w->data, w->type, r->dim, r->eps, r->norm_off);
+        for (int32_t i = 0; i < r->dim; i++) x[i] += y[i];
+    }
+}
+
+static void stage_attn_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    stage_norm_residual(r, lo, hi, &r->m->w.layers[r->layer].attn_post_norm);
+}
+
+static void stage_ffn_post_norm(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    stage_norm_residual(r, lo, hi, &r->m->w.layers[r->layer].ffn_post_norm);
+}
+
+/* logits[i] = cap * tanh(logits[i] / cap) (Gemma's final_logit_softcapping). */
+static void stage_softcap(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    float cap = r->m->config.final_logit_softcapping;
+    for (int64_t i = lo; i < hi; i++) {
+        float *y = r->logits + i * r->vocab;
+        for (int32_t j = 0; j < r->vocab; j++) y[j] = tanhf(y[j] / cap) * cap;
+    }
+}
+
 /* xb[i] = norm(x[scored_indices[i]]): the rows that get logits. */
 static void stage_final_norm(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const tensor *w = &r->m->w.norm;
     for (int64_t i = lo; i < hi; i++)
         norm_rms(r->xb + i * r->dim, r->x + (int64_t)r->b->scored_indices[i] * r->dim, w->data, w->type, r->dim,
-                 r->eps);
+                 r->eps, r->norm_off);
 }
 
 /* Per token: Qwen3 q/k norms, RoPE on q and k, K and V into the pool. */
@@ -498,21 +587,23 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     const step_batch *b = r->b;
     const layer_weights *lw = &r->m->w.layers[r->layer];
     int32_t hd = r->head_dim, half = hd / 2;
-    float *k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats;
-    float *v_cache = k_cache + r->kv_half_floats;
-    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size};
+    uint8_t *k_cache = kv_slot(r, r->layer), *v_cache = k_cache + r->kv_half_bytes;
+    int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
+    attention_args kv = {.kv_heads = r->n_kv, .head_dim = hd, .block_size = r->cfg.block_size,
+                         .cache_dtype = r->kv_type, .k_scale = lw->k_scale, .v_scale = lw->v_scale};
+    bool sliding = r->rope_local && model_layer_is_sliding(&r->m->config, r->layer);
     for (int64_t t = lo; t < hi; t++) {
         float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
         if (lw->q_norm.data)
             for (int32_t h = 0; h < r->n_heads; h++)
-                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps);
+                norm_rms(q + h * hd, q + h * hd, lw->q_norm.data, lw->q_norm.type, hd, r->eps, r->norm_off);
         if (lw->k_norm.data)
             for (int32_t h = 0; h < r->n_kv; h++)
-                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps);
-        const float *cs = r->rope + t * hd;
+                norm_rms(k + h * hd, k + h * hd, lw->k_norm.data, lw->k_norm.type, hd, r->eps, r->norm_off);
+        const float *cs = (sliding ? r->rope_local : r->rope) + t * hd;
         r->rope_fn(q, r->n_heads, hd, cs, cs + half);
         r->rope_fn(k, r->n_kv, hd, cs, cs + half);
-        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t], k, v);
+        attention_store_kv(&kv, k_cache, v_cache, b->slot_mapping[t * G + g], k, v);
     }
 }
 
@@ -520,20 +611,28 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
 static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const step_batch *b = r->b;
+    const layer_weights *lw = &r->m->w.layers[r->layer];
+    const uint8_t *k_cache = kv_slot(r, r->layer);
     attention_args a = {
-        .k_cache = r->kv + (size_t)(2 * r->layer) * r->kv_half_floats,
+        .k_cache = k_cache,
+        .v_cache = k_cache + r->kv_half_bytes,
         .kv_heads = r->n_kv,
         .head_dim = r->head_dim,
         .block_size = r->cfg.block_size,
         .scale = r->attn_scale,
+        .window = model_layer_is_sliding(&r->m->config, r->layer) ? r->m->config.sliding_window : 0,
+        .cache_dtype = r->kv_type,
+        .k_scale = lw->k_scale,
+        .v_scale = lw->v_scale,
     };
-    a.v_cache = a.k_cache + r->kv_half_floats;
+    int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
     float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
     for (int64_t i = lo; i < hi; i++) {
         int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), s = r->token_seq[t];
         int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
         attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h,
-                        b->block_tables + (int64_t)s * b->max_blocks_per_seq, b->positions[t] + 1, scratch);
+                        b->block_tables + ((int64_t)s * G + g) * b->max_blocks_per_seq, b->positions[t] + 1,
+                        scratch);
     }
 }
 
@@ -604,7 +703,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
             blk.ldy = blk.n = n1 - n0;
             matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
-            for (int64_t t = t0; t < t1; t++) act_swiglu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
+            for (int64_t t = t0; t < t1; t++) r->glu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
         }
     }
 }
@@ -692,9 +791,14 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         run_rows(r, stage_rope_store, T);
         run_attention(r);
 
+        /* o_proj adds into the residual stream, or (Gemma) goes through
+         * its post-norm first */
+        bool post = r->m->config.post_norms;
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(r->x, r->dim, r->att, r->q_dim, &lw->o_proj, lw->o_bias.data ? &lw->o_bias : NULL, true);
+        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->att, r->q_dim, &lw->o_proj,
+                                lw->o_bias.data ? &lw->o_bias : NULL, !post);
         run_matmul(r, T);
+        if (post) run_rows(r, stage_attn_post_norm, T);
 
         run_rows(r, stage_post_norm, T);
 
@@ -704,14 +808,20 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         run_matmul(r, T);
 
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, true);
+        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, !post);
         run_matmul(r, T);
+        if (post) run_rows(r, stage_ffn_post_norm, T);
     }
     if (b->num_scored) {
         run_rows(r, stage_final_norm, b->num_scored);
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
         run_matmul(r, b->num_scored);
+        if (r->m->config.final_logit_softcapping > 0) {
+            r->logits = logits;
+            threadpool_run(r->pool, stage_softcap, r, b->num_scored, 1);
+            r->logits = NULL;
+        }
     }
     r->b = NULL;
     return VLLM_OK;

@@ -19,9 +19,14 @@
  * Memory: the KV pool and scratch for max_num_batched_tokens are allocated at
  * create time; runner_forward allocates nothing.
  *
- * KV layout (runner.c, kernels/attention.c): per layer a K and a V array of
+ * KV layout (runner.c, kernels/attention.c): per K/V slot of a block
+ * (model/kv_layout.h: one slot per layer of a KV cache group; every layer
+ * when the model has no sliding-window layers) a K and a V array of
  * num_blocks blocks, each block (kv_heads, head_dim, block_size) for K
- * (transposed) and (kv_heads, block_size, head_dim) for V, all F32.
+ * (transposed) and (kv_heads, block_size, head_dim) for V, elements of
+ * runner_config.kv_cache_dtype (F32, BF16, F16, FP8 E4M3/E5M2: see
+ * kernels/kv_dtype.h). A layer reads and writes its slot through its
+ * group's block tables in the batch.
  */
 #ifndef VLLM_MODEL_RUNNER_H
 #define VLLM_MODEL_RUNNER_H
@@ -29,6 +34,7 @@
 #include <stdint.h>
 
 #include "base/threadpool.h"
+#include "kernels/kv_dtype.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 
@@ -38,17 +44,21 @@ typedef struct runner_config {
     int32_t max_num_batched_tokens;  /* scratch capacity: tokens per forward */
     int32_t max_num_seqs;            /* sequences per forward */
     int32_t num_threads;             /* 0 = number of online CPUs */
+    kv_dtype kv_cache_dtype;         /* element type of the KV pool; 0 = F32 */
 } runner_config;
 
 typedef struct runner runner;
 
-/* Allocates the KV pool (2 * layers * num_blocks * block_size * kv_heads * head_dim
- * floats), scratch and threads. The model is borrowed and must outlive the runner. */
+/* Allocates the KV pool (2 * group_size * num_blocks * block_size * kv_heads *
+ * head_dim elements of kv_cache_dtype; group_size = layers unless the model
+ * has sliding-window layers), scratch and threads. The model is borrowed and
+ * must outlive the runner. */
 vllm_status runner_create(const model *m, const runner_config *cfg, runner **out);
 void runner_free(runner *r);
 
-/* Bytes of KV per block across all layers (for sizing the pool from a budget). */
-size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
+/* Bytes of KV per block across its slots, in type t (for sizing the pool
+ * from a budget). */
+size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size, kv_dtype t);
 
 /* Makes the batch's block copies, then runs the forward pass; writes logits
  * (num_scored, vocab_size) row-major in F32. Returns VLLM_ERR_INVALID (and
@@ -56,16 +66,20 @@ size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size);
  * names a slot/block outside the pool. */
 vllm_status runner_forward(runner *r, const step_batch *b, float *logits);
 
-/* Copies one block's K/V (all layers) to another: copy-on-write for n > 1.
+/* Copies one block's K/V (all slots) to another: copy-on-write for n > 1.
  * VLLM_ERR_INVALID (nothing copied) if either block is outside the pool. */
 vllm_status runner_copy_block(runner *r, int32_t src_block, int32_t dst_block);
 
 /* The KV pool, one block and one layer at a time (what a KV connector moves
  * between instances or tiers). K and V of a block are each
- * runner_kv_block_bytes() bytes, in the pool's layout (the KV layout below,
- * F32). Reading and writing back gives the same attention bit for bit.
- * VLLM_ERR_INVALID (nothing touched) for a layer or block outside the pool. */
+ * runner_kv_block_bytes() bytes, in the pool's layout and element type
+ * (the KV layout at the top, runner_kv_cache_dtype()): a connector moves
+ * the stored bytes, never converts them, so reading and writing back gives
+ * the same attention bit for bit; two instances exchanging blocks must use
+ * the same type. VLLM_ERR_INVALID (nothing touched) for a layer or block
+ * outside the pool. */
 size_t runner_kv_block_bytes(const runner *r);
+kv_dtype runner_kv_cache_dtype(const runner *r);
 int32_t runner_num_layers(const runner *r);
 vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v);
 vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v);

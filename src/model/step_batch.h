@@ -8,12 +8,16 @@
  * "super-sequence" with no padding (mission.md §3):
  *
  *   token_ids[t], positions[t]          for t in [0, num_tokens)
- *   slot_mapping[t]                     where token t's K/V are written:
+ *   slot_mapping[t*G + g]               where token t's K/V are written in KV cache
+ *                                       group g (G = num_kv_groups, model/kv_layout.h):
  *                                       block_id * block_size + position % block_size
  *   query_start_loc[s] .. [s+1]         the tokens of sequence s (s < num_seqs)
  *   seq_lens[s]                         sequence s's context length after this step
  *                                       (tokens with K/V before + its new tokens)
- *   block_tables + s*max_blocks_per_seq sequence s's block table (physical block ids)
+ *   block_tables + (s*G + g)*max_blocks_per_seq
+ *                                       sequence s's block table of group g (physical
+ *                                       block ids; a sliding-window group's entries
+ *                                       before its window may be -1)
  *   scored_start[s] .. [s+1]            sequence s's rows in scored_indices: its
  *                                       last scored_start[s+1] - scored_start[s]
  *                                       tokens (0 during a prefill chunk, 1 for a
@@ -25,8 +29,11 @@
  *   lora_ids[s]                         sequence s's adapter, 0 = the base model
  *                                       (NULL = all 0)
  *
- * A token at position p attends to positions 0..p of its own sequence,
- * through its block table; K/V of earlier steps are already in the pool.
+ * A token at position p attends to positions 0..p of its own sequence (a
+ * sliding-window layer to the last window of them), through the block table
+ * of its layer's group; K/V of earlier steps are already in the pool. With
+ * one group (G = 1, every model without sliding layers) the arrays are a
+ * single slot mapping and one table per sequence.
  * Scoring several positions of one sequence is how draft tokens are verified:
  * row j is the distribution after positions 0..p_j, so a proposer's k drafts
  * and the token after them cost one forward (spec/ proposes, sample/ accepts).
@@ -51,11 +58,12 @@ typedef struct step_batch {
     int32_t num_tokens;
     const int32_t *token_ids;        /* (num_tokens) */
     const int32_t *positions;        /* (num_tokens) */
-    const int64_t *slot_mapping;     /* (num_tokens) */
+    int32_t num_kv_groups;           /* G; 0 means 1 */
+    const int64_t *slot_mapping;     /* (num_tokens, G) */
     int32_t num_seqs;
     const int32_t *query_start_loc;  /* (num_seqs + 1) */
     const int32_t *seq_lens;         /* (num_seqs) */
-    const int32_t *block_tables;     /* (num_seqs, max_blocks_per_seq) */
+    const int32_t *block_tables;     /* (num_seqs, G, max_blocks_per_seq) */
     int32_t max_blocks_per_seq;
     const int32_t *scored_start;     /* (num_seqs + 1), or NULL (then only scored_indices is read) */
     int32_t num_scored;
@@ -72,6 +80,7 @@ typedef struct step_builder_config {
     int32_t max_copies;
     int32_t max_blocks_per_seq;
     int32_t block_size;
+    int32_t num_kv_groups;           /* 0 means 1 */
 } step_builder_config;
 
 typedef struct step_builder step_builder;
@@ -83,14 +92,15 @@ void step_builder_free(step_builder *b);
 void step_builder_reset(step_builder *b);
 
 /* Appends one sequence: its num_new tokens (new_tokens, the token ids at
- * positions first_pos .. first_pos + num_new - 1), its block table (at
- * least enough blocks for those positions), its last num_scored tokens
- * scored, its adapter. VLLM_ERR_INVALID (nothing appended) when a capacity
- * would be exceeded or the arguments disagree (num_scored > num_new, a
- * position outside the table). */
+ * positions first_pos .. first_pos + num_new - 1), its block tables (one per
+ * KV cache group, group g's num_blocks entries at block_ids + g *
+ * table_stride; at least enough blocks for those positions), its last
+ * num_scored tokens scored, its adapter. VLLM_ERR_INVALID (nothing appended)
+ * when a capacity would be exceeded or the arguments disagree (num_scored >
+ * num_new, a position outside the table or on a released (-1) entry). */
 vllm_status step_builder_add_seq(step_builder *b, const int32_t *new_tokens, int32_t num_new, int32_t first_pos,
-                                 const int32_t *block_ids, int32_t num_blocks, int32_t num_scored,
-                                 int32_t lora_id);
+                                 const int32_t *block_ids, int32_t table_stride, int32_t num_blocks,
+                                 int32_t num_scored, int32_t lora_id);
 
 /* Appends a copy-on-write block copy. */
 vllm_status step_builder_add_copy(step_builder *b, int32_t src, int32_t dst);

@@ -11,13 +11,42 @@ listed for every template, stories260K included) and prints
 tokenizes a chat prompt (add_special_tokens=False: the template writes the
 BOS). Messages go in as written (their contents are strings, which vLLM's
 normalization leaves alone).
+
+    .venv/bin/python tests/ref/gguf_chat_ref.py --generate N MODEL.gguf MESSAGES_JSON [TEMPLATE_FILE]
+
+renders MESSAGES_JSON (a list of messages) with the generation prompt, and
+greedily generates N tokens with the model transformers loads from the same
+file (dequantized, float32); prints {ids, completion_ids, text}, text
+decoded without special tokens (vLLM's default skip_special_tokens).
 """
 import json
 import os
 import sys
 
 
+def generate(n, model, messages, template):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(2)
+    d, f = os.path.dirname(os.path.abspath(model)), os.path.basename(model)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    text = tok.apply_chat_template(json.loads(messages), chat_template=template, tokenize=False,
+                                   add_generation_prompt=True)
+    ids = tok.encode(text, add_special_tokens=False)
+    m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = m.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)[0, len(ids):].tolist()
+    json.dump({"ids": ids, "completion_ids": out, "text": tok.decode(out, skip_special_tokens=True)}, sys.stdout,
+              ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
 def main():
+    if sys.argv[1] == "--generate":
+        template = open(sys.argv[5]).read() if len(sys.argv) > 5 else None
+        return generate(int(sys.argv[2]), sys.argv[3], sys.argv[4], template)
     model, conversations = sys.argv[1], sys.argv[2]
     template = open(sys.argv[3]).read() if len(sys.argv) > 3 else None
     from transformers import AutoTokenizer

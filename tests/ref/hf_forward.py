@@ -16,15 +16,25 @@ with stories260K's SentencePiece tokenizer files beside it (vocab 512) so
 that the converter can write a vocabulary. Linear weights ~ N(0, 1/fan_in),
 so activations are O(1) and attention is far from uniform: a wrong RoPE
 angle or a missing bias moves the logits by O(1), not by 1e-4.
+Gemma 3 rows (gemma3_text, Gemma3ForCausalLM) keep Gemma3TextConfig's layer
+kinds (every sixth layer global: six layers, one global) and local RoPE base
+10000, and set query_pre_attn_scalar to head_dim: what llama.cpp's gemma3
+loader assumes, since its converter writes none of the three, so the same
+directory makes a GGUF that means the same model. Their (1 + w) norms draw
+w = 1 + 0.2 N(0, 1) like every norm here; hidden 64 makes the embedding
+scale sqrt(64) = 8 exact in every dtype. Sliding windows of 8 and 5 tokens
+(the prompts run past them, decoding too) are computed, and compared at
+every position.
 
 GGUF. For each row of GGUFS, llama.cpp's convert_hf_to_gguf.py (shipped in
-the llama-cpp-python sdist on PyPI; scripts/fetch_models.sh convert unpacks
-it, passed here as --converter) turns a transformers-written directory into
+the node-llama-cpp npm package's llama.cpp source; scripts/fetch_models.sh
+convert unpacks it, passed here as --converter) turns a transformers-written directory into
 a GGUF of the given outtype (f32/f16/bf16/q8_0) with its own Q/K
 permutation, tensor names, metadata and gguf-py's quantizer, run in this
 process. Rows our loader does not read yet (Qwen2/Qwen3 GGUFs, Llama 3.1's
-rope_freqs) must be refused with a clear message ("NAME_refused"); the day
-the loader reads them, the same row is compared like the others.
+rope_freqs) must be refused with a clear message ("ok NAME  # refused by our
+loader: ..."); the day the loader reads them, the same row is compared like
+the others.
 
 What is compared. build/tools/dump_logits runs several prompts the way the
 engine does (sequences joining at different steps, prefill in chunks mixed
@@ -37,9 +47,11 @@ which reads and dequantizes it with transformers' and gguf-py's code, not
 ours. (transformers' GGUF reader drops Llama attention biases, the
 converter stores them as F32: for such a file the reference is the source
 directory's architecture with every tensor transformers did read from the
-GGUF, and the biases from the source; the ok line says so.)
+GGUF, and the biases from the source; the ok line says so. It also reads a
+gemma3 file's attention scale and final logit softcapping otherwise than
+llama.cpp, whose format it is: the reference takes llama.cpp's, and says so.)
 Error at a position = max |ours - ref| / max |ref| over its sequence.
-Mistral's sliding window: positions at or past it are not compared; the
+Mistral's sliding window (not Gemma 3's): positions at or past it are not compared; the
 engine caps max_model_len at the window (engine.c), so never runs them.
 
 Tolerances (TOL below; the ok line prints the measured error):
@@ -108,6 +120,11 @@ MODELS = [
     ("qwen3_bf16_head_dim_tied", "qwen3", "bfloat16",
      dict(num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)),
     ("qwen3_f16", "qwen3", "float16", dict(num_key_value_heads=1, head_dim=16)),
+    ("gemma3_f32_window8", "gemma3_text", "float32",
+     dict(num_hidden_layers=6, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
+    ("gemma3_bf16_window5_softcap_untied", "gemma3_text", "bfloat16",
+     dict(num_hidden_layers=6, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32, sliding_window=5,
+          final_logit_softcapping=1.5, tie_word_embeddings=False)),
 ]
 # GGUF name, source model, converter outtype.
 GGUFS = [
@@ -121,6 +138,9 @@ GGUFS = [
     ("gguf_llama3_rope_bf16", "llama_bf16_tied_llama3", "bf16"),
     ("gguf_qwen2_q8_0", "qwen2_bf16", "q8_0"),
     ("gguf_qwen3_f16", "qwen3_f32", "f16"),
+    ("gguf_gemma3_f32", "gemma3_f32_window8", "f32"),
+    ("gguf_gemma3_q8_0", "gemma3_f32_window8", "q8_0"),
+    ("gguf_gemma3_softcap_untied_bf16", "gemma3_bf16_window5_softcap_untied", "bf16"),
 ]
 # What our loader says about a GGUF it does not read yet (the _refused checks).
 REFUSALS = ("is not supported",)
@@ -143,7 +163,7 @@ SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 # The other kernel paths this CPU can run (kernels.h, quant.h), on the same
 # references: (check suffix, environment); the default path runs everything.
 KERNEL_PATHS = [("avx2", {"VLLM_KERNELS": "avx2"}), ("portable", {"VLLM_KERNELS": "portable"})]
-PATH_MODELS = {"llama_f32_gqa", "mistral_f16_window", "qwen2_bf16", "qwen3_bf16_head_dim_tied"}
+PATH_MODELS = {"llama_f32_gqa", "mistral_f16_window", "qwen2_bf16", "qwen3_bf16_head_dim_tied", "gemma3_f32_window8"}
 QUANT_PATHS = KERNEL_PATHS + [("wide", {"VLLM_QUANT_ORDER": "wide"})]
 PATH_GGUFS = {"gguf_llama_q8_0", "gguf_llama_f16"}
 
@@ -228,15 +248,40 @@ def load_hf(transformers, torch, path, dtype, gguf_file=None):
         return transformers.AutoModelForCausalLM.from_pretrained(path, **kw).eval()
 
 
+def gemma3_as_llamacpp_reads(g, path):
+    """What transformers' GGUF reader leaves out of a gemma3 file, set on g as
+    llama.cpp's loader reads it (models/gemma3.cpp); returns a note. The
+    attention scale: the file has no query_pre_attn_scalar, llama.cpp scales
+    by 1/sqrt(head_dim) (but for the 62-layer 27B), transformers assumes 256.
+    final_logit_softcapping: llama.cpp reads gemma3.final_logit_softcapping
+    (gguf-py reads it here), transformers does not."""
+    import gguf
+
+    cfg, notes = g.config, []
+    if cfg.query_pre_attn_scalar != cfg.head_dim:
+        notes.append(f"query_pre_attn_scalar {cfg.head_dim} (transformers' GGUF reader: {cfg.query_pre_attn_scalar})")
+        cfg.query_pre_attn_scalar = cfg.head_dim
+        for layer in g.model.layers:
+            layer.self_attn.scaling = cfg.head_dim ** -0.5
+    field = gguf.GGUFReader(path).fields.get("gemma3.final_logit_softcapping")
+    if field is not None and cfg.final_logit_softcapping != float(field.contents()):
+        notes.append(f"final_logit_softcapping {float(field.contents()):g} (transformers' GGUF reader: "
+                     f"{cfg.final_logit_softcapping})")
+        cfg.final_logit_softcapping = float(field.contents())
+    return f"; as llama.cpp reads the file: {', '.join(notes)}" if notes else ""
+
+
 def gguf_reference(transformers, torch, gdir, src):
     """transformers' float64 model of gdir/model.gguf, and a note. Tensors its
     GGUF reader leaves out (Llama attention biases) come from the source
-    directory, in the source's architecture, with everything else from the GGUF."""
+    directory, in the source's architecture, with everything else from the GGUF;
+    a gemma3 file's settings are llama.cpp's (gemma3_as_llamacpp_reads)."""
     g = load_hf(transformers, torch, gdir, torch.float64, gguf_file="model.gguf")
     ref = load_hf(transformers, torch, src, torch.float64)
+    note = gemma3_as_llamacpp_reads(g, os.path.join(gdir, "model.gguf")) if g.config.model_type == "gemma3_text" else ""
     gsd, missing = g.state_dict(), [k for k in ref.state_dict() if k not in g.state_dict()]
     if not missing:
-        return g, ""
+        return g, note
     unexpected = [k for k in gsd if k not in ref.state_dict()]
     if unexpected:
         raise ValueError(f"transformers' GGUF model has tensors the source lacks: {unexpected[:3]}")
@@ -371,7 +416,7 @@ def check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype):
     out = os.path.join(tmp, f"{name}.bin")
     err = dump_logits(a.build, path, out, DUMP_RUNS[0])
     if err and any(r in err for r in REFUSALS):
-        print(f"ok {name}_refused  # our loader: {err.split('model.gguf: ', 1)[-1]}", flush=True)
+        print(f"ok {name}  # refused by our loader: {err.split('model.gguf: ', 1)[-1]}", flush=True)
         return
     if err:
         c.fail(name, f"dump_logits: {err}")
@@ -409,7 +454,30 @@ def check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype):
         c.judge(name + suffix, errs, TOL[outtype], flips=outtype == "q8_0", extra=extra)
 
 
+def safetensors_names(i, name):
+    """The results check_safetensors prints for MODELS[i], in order."""
+    suffixes = [""] + (["_chunk3_block4"] if i == 0 else [])
+    suffixes += [f"_{suffix}" for suffix, _ in KERNEL_PATHS] if name in PATH_MODELS else []
+    return [f"hf_{name}{s}" for s in suffixes]
+
+
+def gguf_names(name, outtype):
+    """The results check_gguf prints for one GGUF row (a refused file: only the first)."""
+    paths = (QUANT_PATHS if outtype == "q8_0" else KERNEL_PATHS) if name in PATH_GGUFS else []
+    return [name] + [f"{name}_{suffix}" for suffix, _ in paths]
+
+
+def all_names():
+    """Every result this script prints on a machine that runs it all (the
+    test's declared count; tests/test_hf_forward.sh skips these by name)."""
+    names = [n for i, m in enumerate(MODELS) for n in safetensors_names(i, m[0])]
+    return names + [n for g in GGUFS for n in gguf_names(g[0], g[2])]
+
+
 def main():
+    if sys.argv[1:] == ["--list"]:  # no torch needed
+        print("\n".join(all_names()))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--converter", help="directory with llama.cpp's convert_hf_to_gguf.py, conversion/, gguf-py/")
@@ -434,15 +502,17 @@ def main():
             if name in wanted:
                 make_model(torch, transformers, os.path.join(tmp, name), model_type, dtype, over, seed=i)
         log(f"hf_forward: models written ({time.time() - t0:.1f}s)")
-        for i, (name, _, dtype, over) in enumerate(MODELS):
+        for i, (name, model_type, dtype, over) in enumerate(MODELS):
             if a.only in f"hf_{name}":
-                check_safetensors(c, torch, transformers, a, tmp, i, name, dtype, over.get("sliding_window"))
+                window = over.get("sliding_window") if model_type == "mistral" else None  # capped (see the top)
+                check_safetensors(c, torch, transformers, a, tmp, i, name, dtype, window)
         log(f"hf_forward: safetensors checks done ({time.time() - t0:.1f}s)")
         for name, src, outtype in GGUFS:
             if a.only not in name:
                 continue
             if not a.converter:
-                print(f"skip {name}: no llama.cpp converter (scripts/fetch_models.sh convert could not fetch it)")
+                for n in gguf_names(name, outtype):
+                    print(f"skip {n}: no llama.cpp converter (scripts/fetch_models.sh convert could not fetch it)")
                 continue
             check_gguf(c, torch, transformers, gguf, a, tmp, name, src, outtype)
         log(f"hf_forward: done ({time.time() - t0:.1f}s)")

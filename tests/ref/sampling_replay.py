@@ -307,7 +307,7 @@ FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "top_p": 
 
 def flags_argv(args, body):
     argv = [args.vllmc, "generate", "--model", args.model, "--json", "--max-num-seqs", "1000",
-            "--prompt", body["prompt"]]
+            "--kv-cache-dtype", "float32", "--prompt", body["prompt"]]
     for k, v in body.items():
         if k == "prompt":
             continue
@@ -376,7 +376,8 @@ def collect(args):
             f.write(json.dumps(line) + "\n")
         path = f.name
     try:
-        p = subprocess.run([args.vllmc, "generate", "--model", args.model, "--prompts-file", path, "--json"],
+        p = subprocess.run([args.vllmc, "generate", "--model", args.model, "--prompts-file", path, "--json",
+                            "--kv-cache-dtype", "float32"],
                            capture_output=True, text=True, timeout=300)
         objs, rc, err = [json.loads(x) for x in p.stdout.splitlines() if x.strip()], p.returncode, p.stderr
     except (subprocess.TimeoutExpired, ValueError) as e:

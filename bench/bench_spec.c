@@ -1,0 +1,176 @@
+/*
+ * bench_spec.c - single-request decode speed with and without n-gram
+ * speculative decoding, on a prompt that asks for a passage to be copied
+ * (where prompt lookup pays off).
+ *
+ *   build/bench/bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1]
+ *                          [--lookup-max 3] [--max-tokens 128] [--rounds 5]
+ *                          [--threads 2] [--prompt TEXT]
+ *
+ * Two engines over the same weights, one plain and one with
+ * speculative_config {method ngram, num_speculative_tokens k,
+ * prompt_lookup_min/max}; each round runs the greedy request (ignore_eos,
+ * max_tokens) once on each, alternately, so both see the same machine noise.
+ * Decode tokens/s = (output tokens - 1) / time from the first output token
+ * to the last (the prefill step excluded); the medians over the rounds are
+ * compared. Mean acceptance length is vLLM's: 1 + accepted / drafts. The
+ * outputs of the two engines must be equal (exact verification): a
+ * difference is reported and the exit status is 1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+#include "vllm/vllm.h"
+
+#define MAX_ROUNDS 64
+
+static const char *default_prompt =
+    "Repeat this passage exactly.\n\n"
+    "Passage: Lily and Tom went to the park on a sunny day. They saw a big brown dog under a tree. "
+    "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
+    "They played until the sun went down, and then they walked home together, tired and happy.\n\n"
+    "Repeated passage: Lily and Tom went to the park on a sunny day. They saw a big brown dog under a tree. "
+    "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
+    "They played until the sun went down, and then they walked home together, tired and happy.\n\n"
+    "Repeated passage: Lily and Tom";
+
+typedef struct run_result {
+    double decode_tps;
+    int32_t num_out;
+    int32_t *ids;
+    int64_t drafts, draft_tokens, accepted, steps;
+} run_result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_once(vllm_engine *e, const int32_t *prompt, int32_t len, const vllm_sampling_params *sp,
+                    run_result *r) {
+    memset(r, 0, sizeof *r);
+    r->ids = malloc((size_t)sp->max_tokens * sizeof *r->ids);
+    if (!r->ids || vllm_engine_add_request(e, "bench", prompt, len, sp, NULL) != VLLM_OK) return -1;
+    double t_first = 0, t_last = 0;
+    while (vllm_engine_has_unfinished(e)) {
+        const vllm_step_output *so;
+        if (vllm_engine_step(e, &so) != VLLM_OK) return -1;
+        r->steps++;
+        r->drafts += so->stats.spec_num_drafts;
+        r->draft_tokens += so->stats.spec_num_draft_tokens;
+        r->accepted += so->stats.spec_num_accepted_tokens;
+        for (int32_t j = 0; j < so->num_outputs; j++) {
+            const vllm_seq_output *o = &so->outputs[j];
+            if (o->num_new_tokens == 0) continue;
+            if (r->num_out == 0) t_first = so->timestamp;
+            t_last = so->timestamp;
+            for (int32_t t = 0; t < o->num_new_tokens && r->num_out < sp->max_tokens; t++)
+                r->ids[r->num_out++] = o->new_token_ids[t];
+        }
+    }
+    r->decode_tps = t_last > t_first ? (r->num_out - 1) / (t_last - t_first) : 0;
+    return 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1] [--lookup-max 3] "
+                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *text = default_prompt;
+    int k = 4, lmin = 1, lmax = 3, max_tokens = 128, rounds = 5, threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--k")) k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lookup-min")) lmin = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lookup-max")) lmax = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max-tokens")) max_tokens = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prompt")) text = argv[i + 1];
+        else return usage();
+    }
+    if (argc % 2 == 0 || !model || max_tokens < 2 || rounds < 1 || rounds > MAX_ROUNDS) return usage();
+    tokenizer *tok;
+    int32_t *prompt, len;
+    if (tokenizer_load(model, &tok) != VLLM_OK ||
+        tokenizer_encode(tok, text, strlen(text), true, &prompt, &len) != VLLM_OK) {
+        fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
+        return 1;
+    }
+    tokenizer_free(tok);
+    vllm_engine_args a;
+    vllm_engine_args_init(&a);
+    a.model = model;
+    a.num_threads = threads;
+    a.max_num_seqs = 1;
+    a.max_model_len = len + max_tokens + 8;
+    a.enable_prefix_caching = false; /* every round computes the prompt */
+    vllm_engine *plain, *spec;
+    if (vllm_engine_create(&a, &plain) != VLLM_OK) {
+        fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
+        return 1;
+    }
+    a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_NGRAM,
+                                                     .num_speculative_tokens = k,
+                                                     .prompt_lookup_min = lmin,
+                                                     .prompt_lookup_max = lmax};
+    if (vllm_engine_create(&a, &spec) != VLLM_OK) {
+        fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
+        return 1;
+    }
+    vllm_engine_info info;
+    vllm_engine_get_info(plain, &info);
+    vllm_sampling_params sp;
+    vllm_sampling_params_init(&sp);
+    sp.temperature = 0;
+    sp.ignore_eos = true;
+    sp.max_tokens = max_tokens;
+    printf("model %s: %d threads, prompt %d tokens, %d output tokens, greedy; "
+           "ngram k=%d prompt_lookup %d..%d\n",
+           model, info.num_threads, len, max_tokens, k, lmin, lmax);
+    printf("%5s %16s %16s %7s %9s %12s\n", "round", "plain decode t/s", "spec decode t/s", "ratio", "mean acc",
+           "steps p/s");
+    double tp[MAX_ROUNDS], ts[MAX_ROUNDS];
+    int64_t drafts = 0, accepted = 0, draft_tokens = 0;
+    int status = 0;
+    for (int r = -1; r < rounds; r++) { /* round -1 warms both up, unreported */
+        run_result p, s;
+        if (run_once(plain, prompt, len, &sp, &p) != 0 || run_once(spec, prompt, len, &sp, &s) != 0) {
+            fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
+            return 1;
+        }
+        if (p.num_out != s.num_out || memcmp(p.ids, s.ids, (size_t)p.num_out * sizeof *p.ids)) {
+            fprintf(stderr, "bench_spec: round %d: the speculative output differs from the plain one\n", r);
+            status = 1;
+        }
+        if (r >= 0) {
+            tp[r] = p.decode_tps;
+            ts[r] = s.decode_tps;
+            drafts += s.drafts;
+            accepted += s.accepted;
+            draft_tokens += s.draft_tokens;
+            printf("%5d %16.1f %16.1f %7.2f %9.2f %6lld/%-5lld\n", r, p.decode_tps, s.decode_tps,
+                   s.decode_tps / p.decode_tps, s.drafts ? 1.0 + (double)s.accepted / (double)s.drafts : 0.0,
+                   (long long)p.steps, (long long)s.steps);
+            fflush(stdout);
+        }
+        free(p.ids);
+        free(s.ids);
+    }
+    qsort(tp, (size_t)rounds, sizeof *tp, cmp_double);
+    qsort(ts, (size_t)rounds, sizeof *ts, cmp_double);
+    double mp = tp[rounds / 2], ms = ts[rounds / 2];
+    printf("median decode tokens/s: plain %.1f, n-gram %.1f, ratio %.2fx; mean acceptance length %.2f "
+           "(%lld of %lld draft tokens accepted, %lld drafts)\n",
+           mp, ms, ms / mp, drafts ? 1.0 + (double)accepted / (double)drafts : 0.0, (long long)accepted,
+           (long long)draft_tokens, (long long)drafts);
+    free(prompt);
+    vllm_engine_free(plain);
+    vllm_engine_free(spec);
+    return status;
+}

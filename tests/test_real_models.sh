@@ -39,7 +39,11 @@
 # transformers rendered with the model's chat template (Gemma's file has none:
 # examples/template_gemma.jinja, as `vllmc serve gemma3` uses). Teacher-forced
 # on our tokens, transformers' argmax is its own greedy continuation up to the
-# first difference.
+# first difference. Our KV cache holds F32 in every row (generate's
+# --kv-cache-dtype float32; dump_logits' and score's default), as
+# transformers' float64 does not round keys and values; `auto` would store
+# float16 (SmolLM2) or bfloat16 (Gemma), another rounding, which
+# tests/test_kv_dtype*.sh check. llama.cpp keeps its default F16 cache.
 #
 # Why two files per model. Our quantized matmuls round each activation row to
 # 8 bits per 32-element block, as llama.cpp's do (Q8_0/Q8_1; Q8_K, per 256, for
@@ -96,9 +100,9 @@
 # against 31 s; the release build's run compares them, the transformers rows
 # still run our engine on both files under the sanitizer); the transformers and F32 rows without .venv
 # (scripts/setup.sh).
-# Until the Gemma 3 architecture lands, Gemma's rows report themselves skipped
-# when, and only when, the loader's error says the architecture is not
-# supported. Wall time on this project's shared 2-core machine (load 2.5-3
+# A model's rows also skip when, and only when, the loader's error says its
+# architecture is not supported (Gemma 3 on a build without it, as before the
+# gemma3 branch's merge). Wall time on this project's shared 2-core machine (load 2.5-3
 # from other work), both models: 4m15 the first time (llama.cpp scoring 20,480
 # tokens; making the F32 copies adds ~30 s once), 2m25 with llama.cpp's scores
 # cached (our scoring, transformers loading each GGUF in float64); SmolLM2's
@@ -278,7 +282,7 @@ for m in smollm2 gemma3; do
     file=$path; [ $v = f ] && file=$f32
     [ $v = f ] && [ -n "$f32_why" ] && { : > "$tmp/gen_f.json"; : > "$tmp/dump_f.bin"; continue; }
     if ! "$vllmc" generate --model "$file" --prompts-file "$tmp/prompts.jsonl" --json --threads $threads \
-         > "$tmp/gen_$v.json" 2> "$tmp/gen.err"; then
+         --kv-cache-dtype float32 > "$tmp/gen_$v.json" 2> "$tmp/gen.err"; then
       echo "vllmc generate: $(tail -1 "$tmp/gen.err")" > "$tmp/gen_$v.why"; gen_ok=0; continue
     fi
     seqs=$(jq -r '(.prompt_token_ids + .outputs[0].token_ids) | map(tostring) | join(" ")' "$tmp/gen_$v.json" | paste -sd,)

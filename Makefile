@@ -92,7 +92,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
 BENCH_SRCS := $(wildcard bench/*.c)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
-PUB_SRCS  := $(filter src/base/% src/engine/% src/kernels/% src/model/% src/sample/% src/spec/% \
+PUB_SRCS  := $(filter src/base/% src/engine/% src/kernels/% src/model/% src/sample/% src/spec/% src/structured/% \
                       src/tokenizer/%,$(LIB_SRCS))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PUB_OBJS  := $(PUB_SRCS:%.c=$(BUILD)/obj/%.o)

@@ -45,6 +45,7 @@ kernels/quant_*           quant_           # one quant module over several files
 model/config              model_           # model_config_parse, model_generation_config_parse
 model/step_batch          step_builder_    # the builder of step_batch (step_batch.h)
 server/openai_protocol    openai_
+structured/*              st_              # one structured-outputs module over several files (structured.h)
 server/serving_*          serving_         # serving_completions, serving_chat_*
 template/jinja_*          jinja_           # one jinja module over several files (jinja_internal.h)
 template/jinja_value      jv_              # jinja values

@@ -282,6 +282,72 @@ static vllm_status decode_token(detokenizer *d, int32_t id) {
     return rc;
 }
 
+/* One token's bytes, context-free (tokenizer.h): decode_token's per-token
+ * mapping without the stream around it (no first-token space rule, no
+ * UTF-8 assembly, no clean-up). */
+vllm_status tokenizer_token_bytes(const tokenizer *t, int32_t id, strbuf *out) {
+    if (id < 0 || id >= t->vocab_size || !t->piece[id])
+        return vllm_error(VLLM_ERR_INVALID, "token id %d is not in the vocabulary (size %d)", id, t->vocab_size);
+    const decoder_cfg *c = &t->dec;
+    const char *p = t->piece[id];
+    size_t n = t->piece_len[id];
+    if ((t->id_flags[id] & (ID_SPECIAL | ID_ADDED_STR)) || c->kind == DEC_NONE) return sb_add(out, p, n);
+    vllm_status rc = sb_reserve(out, n);
+    switch (c->kind) {
+    case DEC_BYTELEVEL:
+        for (size_t i = 0; i < n && !rc;) {
+            uint32_t cp = utf8_get(p + i);
+            i += (size_t)utf8_len((uint8_t)p[i]);
+            char byte = cp < sizeof t->cp_to_byte / sizeof t->cp_to_byte[0] && t->cp_to_byte[cp]
+                            ? (char)(t->cp_to_byte[cp] - 1) : 0;
+            rc = sb_add(out, &byte, 1);
+        }
+        return rc;
+    case DEC_METASPACE:
+        for (size_t i = 0; i < n && !rc;) {
+            if (c->repl_len && i + c->repl_len <= n && memcmp(p + i, c->repl, c->repl_len) == 0) {
+                rc = sb_add(out, " ", 1);
+                i += c->repl_len;
+            } else {
+                rc = sb_add(out, p + i, 1);
+                i++;
+            }
+        }
+        return rc;
+    case DEC_CHAIN: {
+        strbuf a = {0}, b = {0};
+        rc = sb_set(&a, p, n);
+        for (int k = 0; k < c->n_pre && !rc; k++) {
+            const dec_replace *r = &c->pre[k];
+            if (!(rc = sb_replace_all(&b, a.s, a.len, r->pat, r->pat_len, r->content, r->content_len))) {
+                strbuf tmp = a;
+                a = b;
+                b = tmp;
+            }
+        }
+        uint8_t byte;
+        if (!rc && c->byte_fallback && byte_token(a.s, a.len, &byte)) {
+            rc = sb_add(out, (const char *)&byte, 1);
+        } else {
+            for (size_t i = 0; i < a.len && !rc;) {
+                uint32_t cp = utf8_get(a.s + i);
+                size_t l = (size_t)utf8_len((uint8_t)a.s[i]);
+                int k = 0;
+                while (k < c->n_post && utf8_get(c->post[k].pat) != cp) k++;
+                rc = k < c->n_post ? sb_add(out, c->post[k].content, c->post[k].content_len) : sb_add(out, a.s + i, l);
+                i += l;
+            }
+        }
+        free(a.s);
+        free(b.s);
+        return rc;
+    }
+    case DEC_NONE:
+        break;
+    }
+    return rc;
+}
+
 /* Step 3: runs d->a through the cleanup stages and appends to d->out.
  * final: the stream ends, release everything held. */
 static vllm_status cleanup(detokenizer *d, bool final) {

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/strbuf.h"
 #include "vllm/status.h"
 
 typedef struct tokenizer tokenizer;
@@ -73,6 +74,17 @@ bool tokenizer_is_special(const tokenizer *t, int32_t id);
 const char *tokenizer_id_to_piece(const tokenizer *t, int32_t id);
 /* The id of an exact piece/added token, or -1. */
 int32_t tokenizer_piece_to_id(const tokenizer *t, const char *piece);
+
+/* The bytes token id stands for in the middle of a text, appended to out:
+ * what it adds to the decoded string when other tokens come before it,
+ * before any clean-up. Byte-level BPE: its characters mapped back to bytes
+ * ("Ġthe" -> " the"); Metaspace / SentencePiece: the replacement as a space
+ * ("▁the" -> " the"); a byte-fallback token "<0x0A>" -> the one byte 0x0A;
+ * added and special tokens: their content verbatim. A byte-level token may
+ * be part of a UTF-8 sequence, so the bytes need not be valid UTF-8. What a
+ * grammar matches tokens against, and what a logprob's `bytes` report.
+ * VLLM_ERR_INVALID names an id outside the vocabulary or a hole. */
+vllm_status tokenizer_token_bytes(const tokenizer *t, int32_t id, strbuf *out);
 
 /* Encodes len bytes of text. Any bytes are accepted: each maximal invalid
  * UTF-8 subpart is replaced by U+FFFD first (WHATWG TextDecoder and Rust's

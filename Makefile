@@ -53,10 +53,10 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvl
 CFLAGS  += -std=c17 -D_GNU_SOURCE $(OPT) $(ARCHFLAGS) -g $(WARN) -pthread \
            -Iinclude -Isrc -MMD -MP
 OBJCOPY ?= objcopy
-# What a program linking libvllm.a needs after it; vllmc adds libmicrohttpd (serve)
+# What a program linking libvllm.a needs after it; vllmc adds libmicrohttpd and GnuTLS (serve, --ssl-*)
 # and libcurl (bench serve).
 LIB_LDLIBS := -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
-LDLIBS  += -lmicrohttpd -lcurl $(LIB_LDLIBS)
+LDLIBS  += -lmicrohttpd -lgnutls -lcurl $(LIB_LDLIBS)
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif

@@ -40,7 +40,8 @@ server_start() {
     fi
     sleep 0.05
   done
-  local url; url=$(grep -o 'Starting vLLM API server 0 on http://[0-9.]*:[0-9]*' "$log" | grep -o 'http://.*')
+  # http://HOST:PORT, https://HOST:PORT, or http+unix:PATH (--uds)
+  local url; url=$(grep -o 'Starting vLLM API server 0 on [a-z+]*:[^ ]*' "$log" | sed 's/.* on //')
   if [ -z "$url" ]; then echo "FAIL ${name}_start: no start-up line"; tail -20 "$log" >&2; return 1; fi
   printf -v "${name}_URL" '%s' "$url"
   printf -v "${name}_PID" '%s' "$pid"

@@ -39,6 +39,12 @@ static void usage(FILE *f) {
             "server options:\n"
             "  --host HOST                     address to bind (default: all interfaces)\n"
             "  --port PORT                     port (8000)\n"
+            "  --uds PATH                      serve on this Unix domain socket instead\n"
+            "  --ssl-keyfile FILE              HTTPS: the server's private key (PEM)\n"
+            "  --ssl-certfile FILE             HTTPS: the server's certificate chain (PEM)\n"
+            "  --ssl-ca-certs FILE             CA certificates that client certificates must chain to\n"
+            "  --ssl-cert-reqs N               client certificates: 0 none (default), 1 optional\n"
+            "                                  (verified if sent), 2 required\n"
             "  --served-model-name NAME [NAME ...]  names the API accepts (default: MODEL)\n"
             "  --api-key KEY [KEY ...]         require 'Authorization: Bearer KEY' on /v1/*\n"
             "                                  (also VLLM_API_KEY)\n"
@@ -108,6 +114,8 @@ int cmd_serve(int argc, char **argv) {
     ea.max_num_seqs = 128;            /* vLLM's CPU server defaults */
     ea.max_num_batched_tokens = 2048;
     const char *host = NULL, *chat_template_arg = NULL, *role = "assistant";
+    const char *uds = NULL, *ssl_keyfile = NULL, *ssl_certfile = NULL, *ssl_ca_certs = NULL;
+    int ssl_cert_reqs = 0;
     int port = 8000, http_threads = 2;
     const char *names[MAX_NAMES], *keys[MAX_NAMES];
     int num_names = 0, num_keys = 0;
@@ -170,7 +178,9 @@ int cmd_serve(int argc, char **argv) {
             i += takes && !val ? 2 : 1;
             continue;
         }
-        static const char *const valued[] = {"--host", "--port", "--chat-template", "--response-role",
+        static const char *const valued[] = {"--host", "--port", "--uds", "--ssl-keyfile", "--ssl-certfile",
+                                             "--ssl-ca-certs", "--ssl-cert-reqs",
+                                             "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
                                              "--show-hidden-metrics-for-version", "--max-num-queued-reqs", NULL};
@@ -191,6 +201,10 @@ int cmd_serve(int argc, char **argv) {
         i++;
         int64_t num = 0;
         if (!strcmp(name, "--host")) host = val;
+        else if (!strcmp(name, "--uds")) uds = val;
+        else if (!strcmp(name, "--ssl-keyfile")) ssl_keyfile = val;
+        else if (!strcmp(name, "--ssl-certfile")) ssl_certfile = val;
+        else if (!strcmp(name, "--ssl-ca-certs")) ssl_ca_certs = val;
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
         else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
@@ -218,6 +232,13 @@ int cmd_serve(int argc, char **argv) {
             http_threads = num < 1 ? 1 : num > 64 ? 64 : (int)num;
         } else if (!strcmp(name, "--max-num-queued-reqs")) {
             max_queued = num;
+        } else if (!strcmp(name, "--ssl-cert-reqs")) {
+            if (num > 2) {
+                fprintf(stderr, "vllmc serve: argument --ssl-cert-reqs: invalid value '%s' "
+                                "(0 = none, 1 = optional, 2 = required)\n", val);
+                return 2;
+            }
+            ssl_cert_reqs = (int)num;
         }
     }
     const char *env_key = getenv("VLLM_API_KEY");
@@ -354,6 +375,11 @@ int cmd_serve(int argc, char **argv) {
     api_server_config sc = {
         .host = host,
         .port = port,
+        .uds = uds,
+        .ssl_keyfile = ssl_keyfile,
+        .ssl_certfile = ssl_certfile,
+        .ssl_ca_certs = ssl_ca_certs,
+        .ssl_cert_reqs = ssl_cert_reqs,
         .api_keys = keys,
         .num_api_keys = num_keys,
         .max_body_bytes = (size_t)max_body,
@@ -364,8 +390,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
-    log_info("Starting vLLM API server 0 on http://%s:%d", host && *host ? host : "0.0.0.0",
-             api_server_port(srv));
+    if (uds)
+        log_info("Starting vLLM API server 0 on %s+unix:%s", ssl_keyfile ? "https" : "http", uds);
+    else
+        log_info("Starting vLLM API server 0 on %s://%s:%d", ssl_keyfile ? "https" : "http",
+                 host && *host ? host : "0.0.0.0", api_server_port(srv));
     log_info("Application startup complete.");
     if (metrics_logger_start(mets) != VLLM_OK) log_warn("%s; no stats log line", vllm_errmsg());
 

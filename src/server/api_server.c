@@ -400,6 +400,11 @@ vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api
     http_server_config hc = {
         .host = cfg->host,
         .port = cfg->port,
+        .uds = cfg->uds,
+        .ssl_keyfile = cfg->ssl_keyfile,
+        .ssl_certfile = cfg->ssl_certfile,
+        .ssl_ca_certs = cfg->ssl_ca_certs,
+        .ssl_cert_reqs = cfg->ssl_cert_reqs,
         .max_body_bytes = cfg->max_body_bytes,
         .num_threads = cfg->num_http_threads,
         .timeout_s = http_timeout_s(),

@@ -17,6 +17,9 @@
 typedef struct api_server_config {
     const char *host;               /* NULL = every interface */
     int port;                       /* 0 = ephemeral */
+    const char *uds;                /* --uds: a Unix socket instead of host:port */
+    const char *ssl_keyfile, *ssl_certfile, *ssl_ca_certs; /* --ssl-*: HTTPS (http.h) */
+    int ssl_cert_reqs;
     const char *const *api_keys;    /* --api-key (and VLLM_API_KEY); none = no auth */
     int num_api_keys;
     size_t max_body_bytes;

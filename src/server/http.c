@@ -38,6 +38,9 @@
 #include "server/http.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -49,7 +52,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -95,6 +101,9 @@ struct http_server {
     struct MHD_Daemon *daemon;
     http_server_config cfg;
     int port;
+    char *tls_key, *tls_cert, *tls_trust; /* PEM text, alive as long as the daemon */
+    int uds_fd;                           /* the Unix socket we bound, -1 if none */
+    char *uds_path;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled when an exchange ends */
     http_request *live;
@@ -377,6 +386,44 @@ static http_request *request_create(http_server *s, struct MHD_Connection *c, co
     return r;
 }
 
+/* Whether the connection's client certificate passes --ssl-cert-reqs (why
+ * not, into why). GnuTLS verifies the chain against --ssl-ca-certs, the
+ * dates and the signatures; a certificate that is absent passes only
+ * CERT_OPTIONAL. Checked per request, so a renegotiated session is seen. */
+static bool client_cert_ok(http_server *s, struct MHD_Connection *c, char *why, size_t n) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!ci || !ci->tls_session) {
+        snprintf(why, n, "client certificate required, but the connection is not TLS");
+        return false;
+    }
+    gnutls_session_t ss = (gnutls_session_t)ci->tls_session;
+    unsigned num = 0;
+    if (!gnutls_certificate_get_peers(ss, &num) || num == 0) {
+        if (s->cfg.ssl_cert_reqs < 2) return true;
+        snprintf(why, n, "client certificate required (--ssl-cert-reqs 2), none was sent");
+        return false;
+    }
+    unsigned status = 0;
+    int rc = gnutls_certificate_verify_peers2(ss, &status);
+    if (rc < 0) {
+        snprintf(why, n, "client certificate not verified: %s", gnutls_strerror(rc));
+        return false;
+    }
+    if (status == 0) return true;
+    gnutls_datum_t text = {0};
+    if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &text, 0) == 0) {
+        snprintf(why, n, "client certificate rejected: %s", (const char *)text.data);
+        gnutls_free(text.data);
+    } else {
+        snprintf(why, n, "client certificate rejected (GnuTLS status 0x%x)", status);
+    }
+    /* queue_error puts it in a JSON string as it is: no quotes, no trailing blank */
+    for (char *p = why; *p; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '\'';
+    for (size_t l = strlen(why); l && why[l - 1] == ' '; l--) why[l - 1] = 0;
+    return false;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -411,6 +458,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!r->dispatched) {
         r->dispatched = true;
+        char why[256];
+        if (s->cfg.ssl_cert_reqs > 0 && !client_cert_ok(s, c, why, sizeof why)) {
+            log_warn("http: %s %s refused: %s", method, url, why);
+            r->responded = true;
+            return queue_error(r, 403, why);
+        }
         if (r->too_large) {
             char msg[160];
             snprintf(msg, sizeof msg, "Request body exceeds the limit of %zu bytes",
@@ -489,26 +542,148 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     log_debug("libmicrohttpd: %s", msg);
 }
 
+/* A whole PEM file, NUL-terminated, into *out; the error names the flag. */
+static vllm_status read_pem(const char *flag, const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return vllm_error(VLLM_ERR_IO, "%s %s: %s", flag, path, strerror(errno));
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    vllm_status rc = VLLM_OK;
+    for (;;) {
+        if ((rc = buf_grow((void **)&b, &cap, len + 4097, 1))) break;
+        size_t n = fread(b + len, 1, 4096, f);
+        len += n;
+        if (n < 4096) break;
+        if (len > (1u << 20)) {
+            rc = vllm_error(VLLM_ERR_INVALID, "%s %s: larger than 1 MiB, not a PEM file", flag, path);
+            break;
+        }
+    }
+    if (!rc && ferror(f)) rc = vllm_error(VLLM_ERR_IO, "%s %s: read error", flag, path);
+    fclose(f);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b[len] = 0;
+    *out = b;
+    return VLLM_OK;
+}
+
+/* Reads the --ssl-* files and checks them with GnuTLS before MHD sees them,
+ * so a bad file is an error naming it (MHD would only fail to start). */
+static vllm_status tls_load(http_server *s) {
+    const http_server_config *c = &s->cfg;
+    if (!c->ssl_keyfile != !c->ssl_certfile)
+        return vllm_error(VLLM_ERR_INVALID, "%s needs %s too", c->ssl_keyfile ? "--ssl-keyfile" : "--ssl-certfile",
+                          c->ssl_keyfile ? "--ssl-certfile" : "--ssl-keyfile");
+    if (!c->ssl_keyfile) {
+        if (c->ssl_ca_certs || c->ssl_cert_reqs)
+            return vllm_error(VLLM_ERR_INVALID, "%s needs --ssl-keyfile and --ssl-certfile (HTTPS)",
+                              c->ssl_ca_certs ? "--ssl-ca-certs" : "--ssl-cert-reqs");
+        return VLLM_OK;
+    }
+    if (c->ssl_cert_reqs < 0 || c->ssl_cert_reqs > 2)
+        return vllm_error(VLLM_ERR_INVALID, "--ssl-cert-reqs %d: expected 0 (none), 1 (optional) or 2 (required)",
+                          c->ssl_cert_reqs);
+    if (c->ssl_cert_reqs && !c->ssl_ca_certs)
+        return vllm_error(VLLM_ERR_INVALID, "--ssl-cert-reqs %d needs --ssl-ca-certs to verify client certificates against",
+                          c->ssl_cert_reqs);
+    vllm_status rc;
+    if ((rc = read_pem("--ssl-keyfile", c->ssl_keyfile, &s->tls_key)) ||
+        (rc = read_pem("--ssl-certfile", c->ssl_certfile, &s->tls_cert)) ||
+        (c->ssl_ca_certs && (rc = read_pem("--ssl-ca-certs", c->ssl_ca_certs, &s->tls_trust))))
+        return rc;
+    gnutls_certificate_credentials_t cred;
+    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+        return vllm_error(VLLM_ERR_NOMEM, "TLS: out of memory");
+    gnutls_datum_t key = {(unsigned char *)s->tls_key, (unsigned)strlen(s->tls_key)};
+    gnutls_datum_t crt = {(unsigned char *)s->tls_cert, (unsigned)strlen(s->tls_cert)};
+    int g = gnutls_certificate_set_x509_key_mem(cred, &crt, &key, GNUTLS_X509_FMT_PEM);
+    if (g < 0)
+        rc = vllm_error(VLLM_ERR_INVALID, "--ssl-certfile %s with --ssl-keyfile %s: %s", c->ssl_certfile,
+                        c->ssl_keyfile, gnutls_strerror(g));
+    if (!rc && s->tls_trust) {
+        gnutls_datum_t ca = {(unsigned char *)s->tls_trust, (unsigned)strlen(s->tls_trust)};
+        g = gnutls_certificate_set_x509_trust_mem(cred, &ca, GNUTLS_X509_FMT_PEM);
+        if (g <= 0)
+            rc = vllm_error(VLLM_ERR_INVALID, "--ssl-ca-certs %s: %s", c->ssl_ca_certs,
+                            g < 0 ? gnutls_strerror(g) : "no certificate in the file");
+    }
+    gnutls_certificate_free_credentials(cred);
+    return rc;
+}
+
+/* Binds --uds: a socket file already there (a server that died) is
+ * replaced, anything else there is an error. Mode 0666 as uvicorn leaves it
+ * under the default umask for a local socket. */
+static vllm_status uds_bind(http_server *s) {
+    const char *path = s->cfg.uds;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sun.sun_path)
+        return vllm_error(VLLM_ERR_INVALID, "--uds %s: longer than %zu bytes", path, sizeof sun.sun_path - 1);
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return vllm_error(VLLM_ERR_INVALID, "--uds %s: the path exists and is not a socket", path);
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return vllm_error(VLLM_ERR_IO, "--uds %s: socket: %s", path, strerror(errno));
+    if (bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(fd, 511) != 0) {
+        int e = errno;
+        close(fd);
+        return vllm_error(VLLM_ERR_IO, "--uds %s: %s", path, strerror(e));
+    }
+    chmod(path, 0666);
+    s->uds_fd = fd;
+    s->uds_path = strdup(path);
+    return VLLM_OK;
+}
+
+static void server_free(http_server *s) {
+    if (s->uds_fd >= 0) close(s->uds_fd);
+    if (s->uds_path) unlink(s->uds_path);
+    free(s->uds_path);
+    free(s->tls_key);
+    free(s->tls_cert);
+    free(s->tls_trust);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
 vllm_status http_server_start(const http_server_config *cfg, http_server **out) {
     *out = NULL;
     http_server *s = calloc(1, sizeof *s);
     if (!s) return vllm_error(VLLM_ERR_NOMEM, "http server: out of memory");
     s->cfg = *cfg;
+    s->uds_fd = -1;
     if (s->cfg.num_threads < 1) s->cfg.num_threads = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    vllm_status vrc = tls_load(s);
+    if (!vrc && cfg->uds) vrc = uds_bind(s);
+    if (vrc) {
+        server_free(s);
+        return vrc;
+    }
 
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (s->tls_key) flags |= MHD_USE_TLS;
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof addr);
     bool have_addr = false;
-    if (cfg->host && *cfg->host) {
+    if (cfg->uds) {
+        /* the socket is bound above */
+    } else if (cfg->host && *cfg->host) {
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
         char port[16];
         snprintf(port, sizeof port, "%d", cfg->port);
         int rc = getaddrinfo(cfg->host, port, &hints, &ai);
         if (rc != 0) {
-            free(s);
+            server_free(s);
             return vllm_error(VLLM_ERR_INVALID, "--host %s: %s", cfg->host, gai_strerror(rc));
         }
         memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
@@ -518,7 +693,7 @@ vllm_status http_server_start(const http_server_config *cfg, http_server **out) 
     } else {
         flags |= MHD_USE_DUAL_STACK;
     }
-    struct MHD_OptionItem opts[8];
+    struct MHD_OptionItem opts[12];
     int k = 0;
     opts[k++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
     opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->timeout_s, NULL};
@@ -527,20 +702,31 @@ vllm_status http_server_start(const http_server_config *cfg, http_server **out) 
     if (s->cfg.num_threads > 1)
         opts[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, s->cfg.num_threads, NULL};
     if (have_addr) opts[k++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
+    if (s->uds_fd >= 0) opts[k++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->uds_fd, NULL};
+    if (s->tls_key) {
+        opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
+        opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+        if (s->tls_trust) opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, s->tls_trust};
+    }
     opts[k] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                                  MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!s->daemon) {
         int e = errno;
-        pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->cv);
-        free(s);
-        return vllm_error(VLLM_ERR_IO, "cannot listen on %s:%d: %s",
-                          cfg->host && *cfg->host ? cfg->host : "0.0.0.0", cfg->port,
-                          e ? strerror(e) : "libmicrohttpd failed to start");
+        vllm_status r = cfg->uds ? vllm_error(VLLM_ERR_IO, "cannot serve on --uds %s: %s", cfg->uds,
+                                              e ? strerror(e) : "libmicrohttpd failed to start")
+                                 : vllm_error(VLLM_ERR_IO, "cannot listen on %s:%d: %s",
+                                              cfg->host && *cfg->host ? cfg->host : "0.0.0.0", cfg->port,
+                                              e ? strerror(e) : "libmicrohttpd failed to start");
+        server_free(s);
+        return r;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : cfg->port;
+    if (cfg->uds) {
+        s->port = 0;
+    } else {
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+        s->port = info ? info->port : cfg->port;
+    }
     *out = s;
     return VLLM_OK;
 }
@@ -574,7 +760,9 @@ static void wait_deferred(http_server *s, double seconds) {
 
 void http_server_stop(http_server *s, double grace_s) {
     if (!s) return;
-    MHD_quiesce_daemon(s->daemon); /* stop accepting; keep serving what is open */
+    /* stop accepting; keep serving what is open. The listening socket is
+     * now ours to close (MHD_stop_daemon will not). */
+    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
     /* Only deferred exchanges can hold a connection suspended (idle keep-alive
      * connections are simply closed by MHD_stop_daemon). Give their owners
      * the grace period, then end what is left ourselves. */
@@ -599,7 +787,6 @@ void http_server_stop(http_server *s, double grace_s) {
     free(left);
     if (k) wait_deferred(s, 1.0);
     MHD_stop_daemon(s->daemon);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
+    if (lsock != MHD_INVALID_SOCKET && lsock != s->uds_fd) close(lsock);
+    server_free(s);
 }

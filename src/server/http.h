@@ -46,6 +46,16 @@ typedef void (*http_end_fn)(void *ud, const char *method, const char *path, int 
 typedef struct http_server_config {
     const char *host;      /* NULL or "" = every interface (IPv4 and IPv6) */
     int port;              /* 0 = an ephemeral port (see http_server_port) */
+    const char *uds;       /* serve on this Unix domain socket instead of host:port
+                              (--uds; a stale socket file there is replaced) */
+    /* HTTPS (vLLM's --ssl-*): PEM files; key and certificate together turn
+     * TLS on. ca_certs is the trust list for client certificates, which are
+     * requested when it is given; cert_reqs as Python's ssl.CERT_NONE (0),
+     * CERT_OPTIONAL (1: a certificate sent must verify), CERT_REQUIRED (2:
+     * one must be sent and verify). A request whose client certificate does
+     * not pass gets 403 naming why; the connection and the server carry on. */
+    const char *ssl_keyfile, *ssl_certfile, *ssl_ca_certs;
+    int ssl_cert_reqs;
     size_t max_body_bytes; /* larger request bodies get 413 */
     int num_threads;       /* MHD polling threads (>= 1) */
     unsigned timeout_s;    /* idle keep-alive timeout; 0 = none */
@@ -56,7 +66,7 @@ typedef struct http_server_config {
 } http_server_config;
 
 vllm_status http_server_start(const http_server_config *cfg, http_server **out);
-/* The bound port (useful with port 0). */
+/* The bound port (useful with port 0); 0 on a Unix socket. */
 int http_server_port(const http_server *s);
 /* Number of exchanges not yet ended. */
 int http_server_num_active(http_server *s);

@@ -21,7 +21,18 @@ server_stop_all() {
     wait "$p" 2>/dev/null
   done
   _SERVER_PIDS=()
+  # a sanitizer build's report (ASan, LSan at exit, UBSan, TSan) in a server's
+  # log fails the test that started it, as run.sh fails a crashing binary
+  local l
+  for l in "${_SERVER_LOGS[@]:-}"; do
+    [ -n "$l" ] && [ -f "$l" ] || continue
+    if grep -qE '^==[0-9]+==ERROR|^WARNING: ThreadSanitizer|runtime error:' "$l"; then
+      echo "FAIL server_sanitizer_report: $(grep -m1 -E '^==[0-9]+==ERROR|^WARNING: ThreadSanitizer|runtime error:' "$l")"
+      grep -m1 -A12 -E '^==[0-9]+==ERROR|^WARNING: ThreadSanitizer|runtime error:' "$l" >&2
+    fi
+  done
   if [ -z "${KEEP_LOGS:-}" ]; then rm -f "${_SERVER_LOGS[@]:-}"; fi
+  _SERVER_LOGS=()
 }
 trap server_stop_all EXIT
 

@@ -275,6 +275,7 @@ int cmd_serve(int argc, char **argv) {
     char *template_src = NULL;
     chat_template *tmpl = NULL;
     json_t *tok_config = NULL;
+    serving_ctx ctx = {0};
     vllm_status rc;
     if ((rc = tokenizer_load(ea.tokenizer ? ea.tokenizer : ea.model, &tok)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -309,7 +310,6 @@ int cmd_serve(int argc, char **argv) {
     }
     metrics_log_engine_initialized(mets);
 
-    serving_ctx ctx = {0};
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
@@ -386,7 +386,7 @@ int cmd_serve(int argc, char **argv) {
         .num_http_threads = http_threads,
         .access_log = access_log,
     };
-    if ((rc = api_server_start(&ctx, &sc, &srv)) != VLLM_OK) {
+    if ((rc = serving_responses_init(&ctx)) != VLLM_OK || (rc = api_server_start(&ctx, &sc, &srv)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
@@ -410,6 +410,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     api_server_stop(srv, 1.0);
     frontend_free(fe);
+    serving_responses_free(&ctx); /* after the output thread, which may still store a response */
     metrics_free(mets); /* after everything that feeds it */
     vllm_engine_free(engine);
     chat_template_free(tmpl);

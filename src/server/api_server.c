@@ -293,6 +293,7 @@ static void h_generate(api_server *s, http_request *r, bool chat) {
 }
 
 static void h_completions(api_server *s, http_request *r) { h_generate(s, r, false); }
+static void h_responses(api_server *s, http_request *r) { serving_responses_create(s->ctx, r); }
 static void h_chat(api_server *s, http_request *r) { h_generate(s, r, true); }
 
 static const route routes[] = {
@@ -306,7 +307,11 @@ static const route routes[] = {
     {"/version", "GET", h_version, false},
     {"/v1/chat/completions", "POST", h_chat, true},
     {"/v1/completions", "POST", h_completions, true},
+    {"/v1/responses", "POST", h_responses, true},
 };
+
+/* Routes with a path parameter: /v1/responses/{response_id}[/cancel]. */
+#define RESPONSES_PREFIX "/v1/responses/"
 
 static bool method_allowed(const char *methods, const char *m) {
     size_t n = strlen(m);
@@ -364,6 +369,10 @@ static void handle(void *ud, http_request *r) {
         rt->fn(s, r);
         return;
     }
+    if (!strncmp(path, RESPONSES_PREFIX, sizeof RESPONSES_PREFIX - 1)) {
+        serving_responses_get(s->ctx, r, path + sizeof RESPONSES_PREFIX - 1);
+        return;
+    }
     static const char body[] = "{\"detail\":\"Not Found\"}";
     http_respond(r, 404, "application/json", body, sizeof body - 1);
 }
@@ -387,6 +396,9 @@ static void on_http_end(void *ud, const char *method, const char *path, int stat
     const char *handler = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !handler; i++)
         if (!strcmp(routes[i].path, path)) handler = routes[i].path;
+    if (!handler && !strncmp(path, RESPONSES_PREFIX, sizeof RESPONSES_PREFIX - 1))
+        handler = strstr(path + sizeof RESPONSES_PREFIX - 1, "/cancel") ? "/v1/responses/{response_id}/cancel"
+                                                                        : "/v1/responses/{response_id}";
     metrics_http_observe(s->ctx->metrics, handler, method, status, seconds, (int64_t)request_bytes,
                          (int64_t)response_bytes);
 }

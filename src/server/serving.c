@@ -107,11 +107,23 @@ void serving_call_release(serving_call *c) {
     }
     free(c->choices);
     free(c->echo_text);
+    if (c->ext_free) c->ext_free(c->ext);
     free(b->added_ok);
     openai_request_free(&c->req);
     http_request_release(c->http);
     pthread_mutex_destroy(&b->mu);
     free(b);
+}
+
+void serving_call_retain(serving_call *c) { atomic_fetch_add(&c->refs, 1); }
+
+static void abort_all(serving_call *c);
+
+void serving_call_abort(serving_call *c) {
+    call_box *b = box_of(c);
+    pthread_mutex_lock(&b->mu);
+    abort_all(c);
+    pthread_mutex_unlock(&b->mu);
 }
 
 /* ---- helpers for the formats ---------------------------------------------------- */
@@ -229,6 +241,11 @@ bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, boo
 static void complete(serving_call *c) {
     if (c->responded) return;
     c->responded = true;
+    if (c->streaming && c->fmt->stream_end) {
+        c->fmt->stream_end(c);
+        http_request_end_stream(c->http);
+        return;
+    }
     if (c->streaming) {
         if (c->req.include_usage || c->ctx->enable_force_include_usage) {
             json_t *j = json_object();
@@ -247,6 +264,11 @@ static void complete(serving_call *c) {
         return;
     }
     json_t *j = c->fmt->final_response(c);
+    if (j && c->fmt->completed) c->fmt->completed(c, j);
+    if (c->background) { /* answered when it began */
+        json_decref(j);
+        return;
+    }
     char *s = j ? openai_dumps(j) : NULL;
     json_decref(j);
     if (s) {
@@ -315,6 +337,8 @@ static void on_added(void *ud, vllm_status rc, const char *error) {
         } else if (c->streaming) {
             http_request_start_stream(c->http, 200, "text/event-stream; charset=utf-8");
             c->fmt->stream_begin(c);
+        } else if (c->background && c->fmt->background_begin) {
+            c->fmt->background_begin(c);
         }
     }
     pthread_mutex_unlock(&b->mu);
@@ -365,13 +389,13 @@ static void on_delta(void *ud, const output_delta *d) {
             log_error("%s: out of memory accumulating output text", c->id);
         /* A suspended connection cannot tell us its client left; look now and then. */
         double t = clock_now();
-        if (t - c->last_probe > 1.0) {
+        if (!c->background && t - c->last_probe > 1.0) {
             c->last_probe = t;
             if (http_request_peer_closed(c->http)) atomic_store(&c->http_gone, true);
         }
     }
     if (ch->finished && ++c->num_finished == c->num_choices) complete(c);
-    if (atomic_load(&c->http_gone) && !c->responded) {
+    if (atomic_load(&c->http_gone) && !c->responded && !c->background) {
         abort_all(c);
     }
 out:
@@ -395,7 +419,7 @@ static void on_http_close(void *arg, bool completed) {
     call_box *b = box_of(c);
     atomic_store(&c->http_gone, true);
     pthread_mutex_lock(&b->mu);
-    if (!completed || c->num_finished < c->num_choices) {
+    if (!c->background && (!completed || c->num_finished < c->num_choices)) {
         if (c->num_finished < c->num_choices)
             log_info("%s: client disconnected; aborting the request", c->id);
         abort_all(c);

@@ -57,12 +57,22 @@ typedef struct serving_ctx {
     int64_t max_num_queued_reqs;
     atomic_llong num_queued_seqs;
     atomic_ullong next_id;
+    struct responses_store *responses; /* the Responses API's store (serving_responses.c) */
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
  * handler). Takes ownership of req. */
 void serving_completions(serving_ctx *ctx, http_request *http, openai_request *req);
 void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req);
+
+/* The Responses API (serving_responses.c): POST /v1/responses (body parsed
+ * here), GET /v1/responses/{id}, POST /v1/responses/{id}/cancel (rest = the
+ * path after "/v1/responses/"). The store is made by serving_responses_init
+ * (VLLM_ENABLE_RESPONSES_API_STORE=1 turns storing on, as in vLLM). */
+vllm_status serving_responses_init(serving_ctx *ctx);
+void serving_responses_free(serving_ctx *ctx);
+void serving_responses_create(serving_ctx *ctx, http_request *http);
+void serving_responses_get(serving_ctx *ctx, http_request *http, const char *rest);
 
 /* The token ids of a chat request's prompt (template rendered, then
  * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */
@@ -87,6 +97,14 @@ typedef struct serving_format {
                          const char *text, size_t text_len);
     /* non-stream: the whole response once every choice has finished */
     json_t *(*final_response)(serving_call *c);
+    /* Optional (NULL: the completions/chat behaviour), for the Responses API: */
+    /* stream: ends the stream instead of the usage chunk and "data: [DONE]" */
+    void (*stream_end)(serving_call *c);
+    /* every engine request was accepted and c->background: answers the HTTP
+     * request now (the generation goes on without it) */
+    void (*background_begin)(serving_call *c);
+    /* non-stream and background: sees the final response before it is sent */
+    void (*completed)(serving_call *c, json_t *response);
 } serving_format;
 
 typedef struct serving_choice {
@@ -139,6 +157,12 @@ struct serving_call {
     double last_probe;
     atomic_bool http_gone;
     int64_t admitted_seqs;       /* counted in ctx->num_queued_seqs until release */
+    /* A background call (Responses API) keeps generating after its HTTP
+     * exchange ended: neither the client leaving nor the early answer
+     * aborts it; only serving_call_abort does. */
+    bool background;
+    void *ext;                   /* the format's own state, freed with ext_free */
+    void (*ext_free)(void *ext);
 };
 
 /* Submits the call's prompts (ctx, http, req, fmt, prompts, sp, n filled in).
@@ -147,6 +171,23 @@ void serving_submit(serving_call *c);
 serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_request *req,
                                const serving_format *fmt, const char *id_prefix);
 void serving_call_release(serving_call *c);
+void serving_call_retain(serving_call *c);
+/* Aborts the call's unfinished engine requests (any thread); their choices
+ * finish with "abort" as the engine reports them. */
+void serving_call_abort(serving_call *c);
+
+/* A chat request run with another output format (the Responses API): as
+ * serving_chat_completions, with fmt, the id prefix, the format's state
+ * (ext, freed with ext_free also when the call cannot be made) and the
+ * background flag. Takes ownership of req. */
+typedef struct serving_chat_as {
+    const serving_format *fmt;
+    const char *id_prefix;
+    void *ext;
+    void (*ext_free)(void *ext);
+    bool background;
+} serving_chat_as;
+void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req, const serving_chat_as *as);
 
 /* SSE framing: "data: <json>\n\n". Consumes j. */
 void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls);

@@ -331,9 +331,14 @@ static json_t *chat_final(serving_call *c) {
     return j;
 }
 
-static const serving_format chat_format = {chat_begin, chat_delta, chat_final};
+static const serving_format chat_format = {chat_begin, chat_delta, chat_final, NULL, NULL, NULL};
 
 void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req) {
+    serving_chat_as as = {&chat_format, "chatcmpl-", NULL, NULL, false};
+    serving_chat_run(ctx, http, req, &as);
+}
+
+void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req, const serving_chat_as *as) {
     openai_error e = {0};
     serving_prompt *prompt = NULL;
     char *echo = NULL;
@@ -387,11 +392,14 @@ void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_reque
     if (req->unknown_fields[0])
         log_warn("The following fields were present in the request but ignored: {%s}", req->unknown_fields);
     int32_t n = req->n, logprobs = req->logprobs;
-    serving_call *c = serving_call_new(ctx, http, req, &chat_format, "chatcmpl-");
+    serving_call *c = serving_call_new(ctx, http, req, as->fmt, as->id_prefix);
     if (!c) {
         openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory");
         goto fail;
     }
+    c->ext = as->ext;
+    c->ext_free = as->ext_free;
+    c->background = as->background;
     c->model_name = model;
     c->prompts = prompt;
     c->num_prompts = 1;
@@ -404,6 +412,7 @@ fail:
     if (prompt) free(prompt->ids);
     free(prompt);
     free(echo);
+    if (as->ext_free) as->ext_free(as->ext);
     openai_request_free(req);
     serving_respond_error(http, &e);
 }

@@ -175,7 +175,8 @@ static json_t *completion_final(serving_call *c) {
     return j;
 }
 
-static const serving_format completion_format = {completion_begin, completion_delta, completion_final};
+static const serving_format completion_format = {completion_begin, completion_delta, completion_final, NULL, NULL,
+                                                  NULL};
 
 void serving_completions(serving_ctx *ctx, http_request *http, openai_request *req) {
     openai_error e = {0};

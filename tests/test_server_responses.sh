@@ -16,6 +16,7 @@
 #     non-function tool, truncation auto, no input.
 #
 # checks: 35
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 R=/v1/responses

@@ -228,6 +228,37 @@ typedef struct vllm_step_output {
  * After a failed forward the engine is dead: every later step fails too. */
 vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out);
 
+/* ---- beam search (vLLM's BeamSearchParams, LLM.beam_search) --------------- */
+
+typedef struct vllm_beam_search_params {
+    int32_t beam_width;              /* 1..VLLM_MAX_LOGPROBS / 2 (each step asks for 2 x width logprobs) */
+    int32_t max_tokens;              /* >= 1 */
+    bool ignore_eos;                 /* false */
+    float temperature;               /* 0.0: each step's sampled token is the top one */
+    float length_penalty;            /* 1.0: score = cumulative_logprob / len ** length_penalty */
+} vllm_beam_search_params;
+
+void vllm_beam_search_params_init(vllm_beam_search_params *p); /* width 1, 16 tokens, vLLM's defaults */
+
+typedef struct vllm_beam {
+    int32_t *token_ids;              /* the generated tokens, EOS included when it ended there */
+    int32_t num_tokens;
+    double cumulative_logprob;
+    double score;                    /* what the beams are ranked by (vllm/beam_search.py) */
+    vllm_finish_reason finish_reason; /* STOP (an EOS) or LENGTH */
+    int32_t stop_token_id;           /* the EOS id, else -1 */
+} vllm_beam;
+
+/* Beam search over this engine (engine/beam_search.h says how): one-token
+ * requests "<request_id>-<step>-<beam>" stepped here until they finish, so
+ * the engine must have no other unfinished requests (VLLM_ERR_INVALID). The
+ * best beams first into *out (num_out <= beam_width), freed with
+ * vllm_beams_free. */
+vllm_status vllm_engine_beam_search(vllm_engine *e, const char *request_id, const int32_t *prompt_ids,
+                                    int32_t num_prompt_ids, const vllm_beam_search_params *p,
+                                    vllm_beam **out, int32_t *num_out);
+void vllm_beams_free(vllm_beam *beams, int32_t n);
+
 /* ---- what the engine was built with, its KV pool, LLM.generate ----------- */
 
 /* What the engine was built with (for /v1/models, cache_config_info, logs). */

@@ -61,6 +61,9 @@ static void generate_usage(FILE *f) {
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
             "  --repetition-penalty X --stop STR (repeatable) --include-stop-str-in-output\n"
             "  --ignore-eos --logprobs N\n"
+            "Beam search (vLLM's LLM.beam_search; one prompt after another, text only):\n"
+            "  --beam-width N  the N best beams by cumulative logprob / len ** length penalty\n"
+            "  --length-penalty X  (1.0); --max-tokens, --ignore-eos, --temperature (0) apply\n"
             "Output:\n"
             "  --json       one JSON object per request on stdout, in input order\n"
             "  --stats      one JSON object of engine statistics on stderr at the end\n"
@@ -446,6 +449,72 @@ static bool print_json(const gen_request *r) {
     return true;
 }
 
+/* ---- beam search ------------------------------------------------------------ */
+
+/* Each request's beams, one request after another (vllm_engine_beam_search
+ * steps the engine itself). Stop strings, n and logprobs do not apply. */
+static bool run_beam_search(gen_ctx *c, vllm_beam_search_params *bp, float temperature, bool json) {
+    vllm_engine_info info;
+    vllm_engine_get_info(c->engine, &info);
+    for (int32_t i = 0; i < c->num_reqs; i++) {
+        gen_request *r = &c->reqs[i];
+        if (r->num_stops || r->sp.n > 1 || r->sp.logprobs >= 0) {
+            fprintf(stderr, "vllmc generate: request %d: --beam-width does not take stop strings, n > 1 or "
+                    "logprobs\n", i);
+            return false;
+        }
+        bp->max_tokens = r->sp.max_tokens >= 0 ? r->sp.max_tokens : info.max_model_len - r->num_prompt;
+        bp->ignore_eos = r->sp.ignore_eos;
+        bp->temperature = temperature;
+        char id[32];
+        snprintf(id, sizeof id, "beam-%d", i);
+        vllm_beam *beams;
+        int32_t nb;
+        if (vllm_engine_beam_search(c->engine, id, r->prompt, r->num_prompt, bp, &beams, &nb) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+            return false;
+        }
+        json_t *o = json_object(), *p = json_array(), *outs = json_array();
+        for (int32_t k = 0; k < r->num_prompt; k++) json_array_append_new(p, json_integer(r->prompt[k]));
+        json_object_set_new(o, "prompt_token_ids", p);
+        bool ok = true;
+        for (int32_t k = 0; k < nb && ok; k++) {
+            char *text = NULL;
+            size_t len = 0;
+            if (tokenizer_decode(c->tok, beams[k].token_ids, beams[k].num_tokens, true, &text, &len) != VLLM_OK) {
+                fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+                ok = false;
+                break;
+            }
+            if (!json) printf("--- request %d, beam %d (%s, cumulative logprob %.6f, score %.6f)\n%s\n", i, k,
+                              vllm_finish_reason_str(beams[k].finish_reason), beams[k].cumulative_logprob,
+                              beams[k].score, text);
+            json_t *x = json_object(), *ids = json_array();
+            json_object_set_new(x, "index", json_integer(k));
+            json_t *tj = json_stringn(text, len);
+            json_object_set_new(x, "text", tj ? tj : json_string(""));
+            for (int32_t t = 0; t < beams[k].num_tokens; t++) json_array_append_new(ids, json_integer(beams[k].token_ids[t]));
+            json_object_set_new(x, "token_ids", ids);
+            json_object_set_new(x, "cumulative_logprob", json_real(beams[k].cumulative_logprob));
+            json_object_set_new(x, "score", json_real(beams[k].score));
+            json_object_set_new(x, "finish_reason", json_string(vllm_finish_reason_str(beams[k].finish_reason)));
+            json_array_append_new(outs, x);
+            free(text);
+        }
+        vllm_beams_free(beams, nb);
+        json_object_set_new(o, "outputs", outs);
+        if (ok && json) {
+            char *str = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (str) puts(str);
+            ok = str != NULL;
+            free(str);
+        }
+        json_decref(o);
+        if (!ok) return false;
+    }
+    return fflush(stdout) == 0;
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 typedef struct gen_stats {
@@ -491,6 +560,9 @@ int cmd_generate(int argc, char **argv) {
     } set = {0};
     vllm_sampling_params sf;
     vllm_sampling_params_init(&sf);
+    vllm_beam_search_params beam;
+    vllm_beam_search_params_init(&beam);
+    beam.beam_width = 0; /* 0: no beam search */
     if (!prompts) goto done;
 
     for (int i = 1; i < argc;) {
@@ -510,7 +582,8 @@ int cmd_generate(int argc, char **argv) {
                    FLAG("--temperature") || FLAG("--top-p") || FLAG("--top-k") || FLAG("--min-p") ||
                    FLAG("--presence-penalty") || FLAG("--frequency-penalty") ||
                    FLAG("--repetition-penalty") || FLAG("--min-tokens") || FLAG("--n") ||
-                   FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop");
+                   FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop") || FLAG("--beam-width") ||
+                   FLAG("--length-penalty");
         if (!own) {
             int r = engine_args_parse(&args, argc, argv, &i);
             if (r < 0) goto done;
@@ -547,6 +620,8 @@ int cmd_generate(int argc, char **argv) {
         else if (FLAG("--min-tokens")) ok = set.min_tokens = parse_i32(arg, val, 0, INT32_MAX, &sf.min_tokens);
         else if (FLAG("--n")) ok = set.n = parse_i32(arg, val, 1, 1024, &sf.n);
         else if (FLAG("--logprobs")) ok = set.logprobs = parse_i32(arg, val, -1, INT32_MAX, &sf.logprobs);
+        else if (FLAG("--beam-width")) ok = parse_i32(arg, val, 1, VLLM_MAX_LOGPROBS / 2, &beam.beam_width);
+        else if (FLAG("--length-penalty")) ok = parse_f32(arg, val, &beam.length_penalty);
         else if (FLAG("--seed")) {
             ok = set.seed = parse_u64(arg, val, &sf.seed);
             sf.has_seed = true;
@@ -623,6 +698,10 @@ int cmd_generate(int argc, char **argv) {
                 r->num_prompt = 1;
             }
         }
+    }
+    if (beam.beam_width > 0) {
+        status = run_beam_search(&c, &beam, set.temperature ? sf.temperature : 0.0f, json) ? 0 : 1;
+        goto done;
     }
     c.stream = !json && c.num_reqs == 1 && c.reqs[0].sp.n == 1;
 

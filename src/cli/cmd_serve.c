@@ -311,6 +311,8 @@ int cmd_serve(int argc, char **argv) {
     metrics_log_engine_initialized(mets);
 
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
+    ctx.num_eos_ids = info.num_eos_token_ids < 8 ? info.num_eos_token_ids : 8;
+    memcpy(ctx.eos_ids, info.eos_token_ids, (size_t)ctx.num_eos_ids * sizeof *ctx.eos_ids);
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "
@@ -409,6 +411,7 @@ int cmd_serve(int argc, char **argv) {
     status = 0;
 out:
     api_server_stop(srv, 1.0);
+    if (!serving_beam_wait(&ctx, 10.0)) log_warn("a beam search did not end within 10 s of the shutdown");
     frontend_free(fe);
     serving_responses_free(&ctx); /* after the output thread, which may still store a response */
     metrics_free(mets); /* after everything that feeds it */

@@ -574,9 +574,12 @@ static bool refuse_unsupported(pctx *c, openai_request *r) {
         return openai_fail(c->e, 400, TYPE_VALUE, "best_of", "vLLM V1 does not yet support best_of.");
     bool beam = false;
     if (!get_bool(c, "use_beam_search", false, &beam)) return false;
-    if (beam)
+    if (beam && r->chat)
         return openai_fail(c->e, 400, TYPE_VALUE, "use_beam_search",
-                           "Beam search is not supported by this server.");
+                           "Beam search is supported in /v1/completions only by this server.");
+    r->use_beam_search = beam;
+    r->length_penalty = 1.0;
+    if (!get_float(c, "length_penalty", true, &r->length_penalty, NULL)) return false;
     if (is_set(o, "logits_processors"))
         return openai_fail(c->e, 400, TYPE_VALUE, "logits_processors",
                            "The `logits_processors` argument is not supported by this server. See "

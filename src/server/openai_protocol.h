@@ -86,6 +86,8 @@ typedef struct openai_request {
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
     char *tool_choice;           /* "none", "auto", "required", "named" */
+    bool use_beam_search;        /* completions: n is the beam width (serving_beam.c) */
+    double length_penalty;       /* beam search's, 1.0 */
     json_t *body;                /* owned */
     char unknown_fields[512];    /* comma-separated names, for the log */
 } openai_request;

@@ -58,6 +58,9 @@ typedef struct serving_ctx {
     atomic_llong num_queued_seqs;
     atomic_ullong next_id;
     struct responses_store *responses; /* the Responses API's store (serving_responses.c) */
+    int32_t eos_ids[8];                  /* the model's EOS ids (beam search) */
+    int32_t num_eos_ids;
+    atomic_int beam_workers;             /* beam searches running (serving_beam.c) */
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
@@ -207,5 +210,13 @@ json_t *serving_response_new(serving_call *c, const char *object, json_t *choice
 bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
                              int32_t **ids, int32_t *n, openai_error *e);
 bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e);
+
+/* use_beam_search in /v1/completions (serving_beam.c): takes req and the
+ * prompts' ids (the caller frees the prompts array and what is left in it);
+ * answers on a worker thread. serving_beam_wait waits (up to seconds) until
+ * no beam search runs: the server's shutdown, before the frontend goes. */
+void serving_beam_search(serving_ctx *ctx, http_request *http, openai_request *req, serving_prompt *prompts,
+                         int32_t num_prompts, const char *model_name);
+bool serving_beam_wait(serving_ctx *ctx, double seconds);
 
 #endif

@@ -242,6 +242,15 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
     }
     if (req->unknown_fields[0])
         log_warn("The following fields were present in the request but ignored: {%s}", req->unknown_fields);
+    if (req->use_beam_search) {
+        serving_beam_search(ctx, http, req, prompts, num, model);
+        for (int32_t i = 0; i < num; i++) {
+            free(prompts[i].ids);
+            free(prompts[i].text);
+        }
+        free(prompts);
+        return;
+    }
     int32_t n = req->n, logprobs = req->logprobs;
     serving_call *c = serving_call_new(ctx, http, req, &completion_format, "cmpl-");
     if (!c) {

@@ -480,7 +480,7 @@ static vllm_status parse_class(gb *b, uint32_t *out) {
         uint32_t lo, hi;
         if ((rc = read_char(b, true, &lo))) break;
         hi = lo;
-        if (b->i + 1 < b->n && b->s[b->i] == '-' && b->s[b->i + 1] != ']') {
+        if (b->i + 1 < b->n && b->s[b->i] == '-' && b->s[b->i + 1] != ']' && b->s[b->i + 1] != '\n') {
             b->i++;
             if ((rc = read_char(b, true, &hi))) break;
             if (hi < lo) {
@@ -648,12 +648,12 @@ static vllm_status parse_rules(gb *b) {
             return gb_err(b, start, "expected a rule name");
         }
         uint32_t r;
+        int name_len = (int)(b->i - start);
         if ((rc = gb_named_rule(b, b->s + start, b->i - start, start, &r))) return rc;
         skip_blanks(b);
         if (b->i + 3 > b->n || memcmp(b->s + b->i, "::=", 3))
-            return gb_err(b, b->i, "expected '::=' after the rule name '%.*s'", (int)(b->i - start), b->s + start);
-        if (b->rules[r].defined)
-            return gb_err(b, start, "rule '%.*s' is defined twice", (int)(b->i - start), b->s + start);
+            return gb_err(b, b->i, "expected '::=' after the rule name '%.*s'", name_len, b->s + start);
+        if (b->rules[r].defined) return gb_err(b, start, "rule '%.*s' is defined twice", name_len, b->s + start);
         b->rules[r].defined = true;
         b->i += 3;
         if ((rc = parse_alts(b, r))) return rc;

@@ -411,21 +411,122 @@ static void walk(st_matcher *m, size_t base, uint32_t from, uint32_t to, uint32_
     }
 }
 
-/* The local walk (lm's set 0 is a local state): the whole trie. The local
- * sets are subsets of the real ones (a completion into a set before the
- * state is skipped, ctx_hit), so what they accept is accepted in any
- * context; what they reject is rejected too unless a push on its path
- * skipped a completion: then the node goes to e->unc for the real walk. */
-static void walk_local(st_matcher *lm, st_local *e, uint8_t *ctx, size_t base) {
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The items of set k that can still do something (not at an END), as
+ * sorted keys pos << 32 | origin, the set's own origin as UINT32_MAX. */
+static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
+    uint32_t n = 0;
+    for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
+        st_item it = m->items[j];
+        if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
+        out[n++] = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+    }
+    qsort(out, n, sizeof *out, cmp_u64);
+    return n;
+}
+
+typedef struct local_walk {
+    st_matcher *lm;
+    st_local *e;
+    size_t base;          /* sets [0, base) hold the local state; base - 1 is its top */
+    uint8_t *ctx;         /* ctx[d]: a push on the path to depth d skipped a completion */
+    uint32_t *sdepth;     /* sdepth[d]: the stack size whose top stands for the path to depth d */
+    uint64_t *sig;        /* per set: live_hash */
+    uint64_t *scratch;
+    size_t cap_scratch;
+    struct loop_entry *loops;  /* per state met: its loop bytes */
+    size_t n_loops, cap_loops;
+} local_walk;
+
+/* A state's bytes: state[b] 0 not tried, 1 pushing b gives the state
+ * again, 2 it does not; ctx[b] that push skipped a completion. */
+typedef struct loop_entry {
+    uint64_t hash;
+    uint8_t used;
+    uint8_t state[256], ctx[256];
+} loop_entry;
+
+/* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
+static uint64_t live_hash(const st_matcher *m, size_t k) {
+    uint64_t h = 0;
+    for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
+        st_item it = m->items[j];
+        if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
+        uint64_t x = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        x *= 0x9e3779b97f4a7c15ull;
+        h += x ^ (x >> 29);
+    }
+    return h;
+}
+
+/* Are sets a and b the same state (equal live items, each its own origin
+ * for itself)? */
+static bool same_live(local_walk *w, size_t a, size_t b) {
+    st_matcher *lm = w->lm;
+    size_t na = lm->set_start[a + 1] - lm->set_start[a], nb = lm->set_start[b + 1] - lm->set_start[b];
+    if (buf_grow((void **)&w->scratch, &w->cap_scratch, na + nb + 2, sizeof *w->scratch)) return false;
+    uint32_t la = live_items(lm, a, w->scratch), lb = live_items(lm, b, w->scratch + la);
+    return la == lb && !memcmp(w->scratch, w->scratch + la, la * sizeof *w->scratch);
+}
+
+/* The loop table of the state with live hash h (made on first use); NULL
+ * when out of memory. */
+static loop_entry *loops_of(local_walk *w, uint64_t h) {
+    if ((w->n_loops + 1) * 2 > w->cap_loops) {
+        size_t cap = w->cap_loops ? w->cap_loops * 2 : 64;
+        loop_entry *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t k = 0; k < w->cap_loops; k++) {
+            if (!w->loops[k].used) continue;
+            size_t q = (size_t)(w->loops[k].hash * 0x9e3779b97f4a7c15ull >> 40) & (cap - 1);
+            while (t[q].used) q = (q + 1) & (cap - 1);
+            t[q] = w->loops[k];
+        }
+        free(w->loops);
+        w->loops = t;
+        w->cap_loops = cap;
+    }
+    size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 40) & (w->cap_loops - 1);
+    while (w->loops[q].used && w->loops[q].hash != h) q = (q + 1) & (w->cap_loops - 1);
+    if (!w->loops[q].used) {
+        w->loops[q].used = 1;
+        w->loops[q].hash = h;
+        w->n_loops++;
+    }
+    return &w->loops[q];
+}
+
+/* The local walk: the whole trie against the local state. The local sets
+ * are subsets of the real ones (a completion into a set before the state is
+ * skipped, ctx_hit), so what they accept is accepted in any context; what
+ * they reject is rejected too unless a push on its path skipped a
+ * completion: then the node goes to e->unc for the real walk.
+ * Loops: when pushing byte b on a set X gives a set equal to X (same live
+ * items, each its own origin for itself), b is a loop byte of X's state,
+ * and below any set of that state a b costs no push (the parent's set
+ * stands for the child): a path of a string's characters is walked
+ * without pushing. Loop bytes are found per state (live hash, checked
+ * exactly) the first time they are pushed. */
+static void walk_local(local_walk *w) {
+    st_matcher *lm = w->lm;
+    st_local *e = w->e;
     const st_vocab *v = lm->g->v;
     const uint8_t *nbyte = v->node_byte;
     const uint32_t *ndepth = v->node_depth, *nend = v->node_end, *ntok = v->node_tok;
+    uint8_t *ctx = w->ctx;
+    uint32_t *sdepth = w->sdepth;
+    uint64_t *sig = w->sig;  /* per set index: live hash */
     ctx[0] = 0;
+    sdepth[0] = (uint32_t)w->base;
+    sig[w->base - 1] = live_hash(lm, w->base - 1);
     for (uint32_t i = 0; i < (uint32_t)v->n_nodes;) {
-        uint32_t d = ndepth[i];
-        if (lm->n_sets != base + d - 1) truncate_sets(lm, base + d - 1);
+        uint32_t d = ndepth[i], par = sdepth[d - 1];
         unsigned b = nbyte[i];
-        if (!st_bset_has(&lm->allowed[base + d - 2], b)) {
+        if (!st_bset_has(&lm->allowed[par - 1], b)) {
             if (ctx[d - 1]) e->unc[e->n_unc++] = (st_unc){i, nend[i], d - 1, v->toks[ntok[i]]};
             i = nend[i];
             continue;
@@ -435,6 +536,14 @@ static void walk_local(st_matcher *lm, st_local *e, uint8_t *ctx, size_t base) {
             e->acc[id >> 5] |= 1u << (id & 31);
         }
         if (nend[i] > i + 1) {
+            loop_entry *le = loops_of(w, sig[par - 1]);
+            if (le && le->state[b] == 1) { /* the parent's set stands for this node too */
+                sdepth[d] = par;
+                ctx[d] = ctx[d - 1] | le->ctx[b];
+                i++;
+                continue;
+            }
+            if (lm->n_sets != par) truncate_sets(lm, par);
             lm->ctx_hit = false;
             if (!push_byte(lm, b)) { /* out of memory: the real walk decides */
                 e->unc[e->n_unc++] = (st_unc){i + 1, nend[i], d, v->toks[ntok[i]]};
@@ -442,6 +551,13 @@ static void walk_local(st_matcher *lm, st_local *e, uint8_t *ctx, size_t base) {
                 continue;
             }
             ctx[d] = ctx[d - 1] | lm->ctx_hit;
+            sdepth[d] = (uint32_t)lm->n_sets;
+            sig[lm->n_sets - 1] = live_hash(lm, lm->n_sets - 1);
+            if (le && !le->state[b]) {
+                bool loops = sig[lm->n_sets - 1] == sig[par - 1] && same_live(w, par - 1, lm->n_sets - 1);
+                le->state[b] = loops ? 1 : 2;
+                le->ctx[b] = lm->ctx_hit;
+            }
         }
         i++;
     }
@@ -463,11 +579,6 @@ void st_matcher_fill_mask_direct(st_matcher *m, uint32_t *mask) {
     walk(m, base, 0, (uint32_t)v->n_nodes, mask);
     truncate_sets(m, base);
     if (top_can_end(m)) set_eos_bits(m, mask);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* A key entry: section 0 is the top set, section k the k-th set (by
@@ -566,7 +677,19 @@ static st_local *local_build(const st_grammar *g, const uint64_t *key, uint32_t 
         set_begin(lm);
         set_end(lm);
     }
-    walk_local(lm, e, ctx, L + 1);
+    local_walk w = {.lm = lm, .e = e, .base = L + 1, .ctx = ctx};
+    w.sdepth = malloc(((size_t)v->max_depth + 2) * sizeof *w.sdepth);
+    w.sig = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.sig);
+    if (!w.sdepth || !w.sig) {
+        free(w.sdepth);
+        free(w.sig);
+        goto fail;
+    }
+    walk_local(&w);
+    free(w.sdepth);
+    free(w.sig);
+    free(w.scratch);
+    free(w.loops);
     st_unc *u = realloc(e->unc, ((size_t)e->n_unc + 1) * sizeof *u);
     if (u) e->unc = u;
     free(ctx);

@@ -301,7 +301,7 @@ static void check_batch_invariance(const char *kv) {
         a.long_prefill_token_threshold = cfgs[c].threshold;
         a.max_num_batched_tokens = cfgs[c].budget;
         a.num_gpu_blocks_override = cfgs[c].blocks;
-        spec_config sc = {.num_speculative_tokens = cfgs[c].spec_k, .proposer = {oracle_propose, &orc}};
+        spec_config sc = {.num_speculative_tokens = cfgs[c].spec_k, .proposer = {.propose = oracle_propose, .ud = &orc}};
         run_spec = cfgs[c].spec_k ? &sc : NULL;
         bool ran = run_all(&a, specs, all, NREQ, batch, &st);
         run_spec = NULL;
@@ -583,7 +583,7 @@ TEST(test_spec_fake_proposer_and_verifier) {
     vllm_engine *e;
     CHECK(vllm_engine_create(&a, &e) == VLLM_OK, "%s", vllm_errmsg());
     spec_config sc = {.num_speculative_tokens = 4,
-                      .proposer = {fake_propose, &f},
+                      .proposer = {.propose = fake_propose, .ud = &f},
                       .verify = fake_verify,
                       .verify_ud = &f};
     CHECK(engine_set_spec(e, &sc) == VLLM_OK, "%s", vllm_errmsg());

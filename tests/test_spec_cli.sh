@@ -25,9 +25,10 @@ check_bad() { # JSON, then a string the message must contain
   fi
   grep -qF -- "$2" "$tmp/err" || { bad_ok=0 why="$1: '$(head -1 "$tmp/err")' lacks '$2'"; }
 }
-check_bad '{"method":"eagle","num_speculative_tokens":2}' "method 'eagle' is not supported by vllm.c yet (accepted: 'ngram')"
-check_bad '{"method":"draft_model","model":"m","num_speculative_tokens":2}' "method 'draft_model'"
-check_bad '{"method":"magic","num_speculative_tokens":2}' "method 'magic' is unknown (accepted: 'ngram')"
+check_bad '{"method":"eagle","num_speculative_tokens":2}' "method 'eagle' is not supported by vllm.c yet (accepted: 'ngram', 'draft_model')"
+check_bad '{"method":"draft_model","model":"m","num_speculative_tokens":2}' "speculative_config.model: m/config.json: cannot open"
+check_bad '{"method":"draft_model","num_speculative_tokens":2}' "method 'draft_model' needs \"model\""
+check_bad '{"method":"magic","num_speculative_tokens":2}' "method 'magic' is unknown (accepted: 'ngram', 'draft_model')"
 check_bad '{"method":"ngram"}' "num_speculative_tokens is required"
 check_bad '{"method":"ngram","num_speculative_tokens":0}' "num_speculative_tokens=0: expected an integer in 1..128"
 check_bad '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"prompt_lookup_max":3}' "prompt_lookup_min=4 must be <= prompt_lookup_max=3"

@@ -69,14 +69,15 @@ typedef enum vllm_scheduling_policy {
     VLLM_SCHEDULING_PRIORITY,        /* lower value first, ties by arrival */
 } vllm_scheduling_policy;
 
-/* --speculative-config (vLLM's SpeculativeConfig). Only method "ngram"
- * (prompt lookup, no draft model) exists here. Drafts are verified exactly:
+/* --speculative-config (vLLM's SpeculativeConfig): method "ngram" (prompt
+ * lookup, no draft model) or "draft_model" (a smaller model, greedy drafts). Drafts are verified exactly:
  * the committed tokens are the ones decoding without drafts gives, greedy
  * and seeded alike (sampler.h), a stronger promise than vLLM's rejection
  * sampler, which is equal only in distribution. */
 typedef enum vllm_spec_method {
     VLLM_SPEC_METHOD_NONE = 0,       /* speculative decoding off */
     VLLM_SPEC_METHOD_NGRAM,
+    VLLM_SPEC_METHOD_DRAFT_MODEL,    /* a smaller model with the same vocabulary (spec/draft_model.h) */
 } vllm_spec_method;
 
 #define VLLM_MAX_SPEC_TOKENS 128     /* vLLM's rejection sampler's MAX_SPEC_LEN */
@@ -87,6 +88,7 @@ typedef struct vllm_speculative_config {
     int32_t prompt_lookup_min;       /* 0 = prompt_lookup_max, or 5 if both 0 (vLLM's defaults) */
     int32_t prompt_lookup_max;       /* 0 = prompt_lookup_min, or 5 if both 0 */
     int32_t disable_by_batch_size;   /* 0 = never; else (>= 2) no drafts while this many sequences run */
+    char model[1024];                /* draft_model: the draft model's path */
 } vllm_speculative_config;
 
 /* EngineArgs with vLLM's flag names (vllm_engine_args_init sets defaults). */

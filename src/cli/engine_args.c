@@ -85,9 +85,9 @@ static bool spec_int(json_t *o, const char *key, int32_t lo, int32_t hi, int32_t
 
 int engine_args_parse_speculative_config(vllm_speculative_config *c, const char *json, const char *flag) {
     static const char *const methods_elsewhere[] = {
-        "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "deepseek_mtp", "ernie_mtp",
+        "eagle", "eagle3", "medusa", "mlp_speculator", "deepseek_mtp", "ernie_mtp",
         "qwen3_next_mtp", "mimo_mtp", "longcat_flash_mtp", "mtp", NULL};
-    /* SpeculativeConfig's other keys: accepted, and meaningless for ngram */
+    /* SpeculativeConfig's other keys: accepted, and meaningless here */
     static const char *const ignored[] = {
         "model", "draft_tensor_parallel_size", "quantization", "max_model_len", "revision", "code_revision",
         "enforce_eager", "disable_logprobs", "disable_padded_drafter_batch", "speculative_token_tree", NULL};
@@ -110,7 +110,7 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
         for (const char *const *k = ours; *k && !known; k++) known = !strcmp(key, *k);
         for (const char *const *k = ignored; *k && !known; k++) known = !strcmp(key, *k);
         if (!known) {
-            fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, num_speculative_tokens, "
+            fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, model, num_speculative_tokens, "
                     "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size)\n", flag, key);
             goto done;
         }
@@ -118,27 +118,41 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
     json_t *m = json_object_get(o, "method"), *model = json_object_get(o, "model");
     const char *method = json_is_string(m) ? json_string_value(m) : NULL;
     if (m && !json_is_null(m) && !method) {
-        fprintf(stderr, "vllmc: argument %s: method must be a string (accepted: 'ngram')\n", flag);
+        fprintf(stderr, "vllmc: argument %s: method must be a string (accepted: 'ngram', 'draft_model')\n", flag);
         goto done;
     }
     if (!method && json_is_string(model)) /* vLLM: {"model": "ngram"} means the method */
         method = !strcmp(json_string_value(model), "ngram") || !strcmp(json_string_value(model), "[ngram]")
                      ? "ngram" : "draft_model";
     if (!method) {
-        fprintf(stderr, "vllmc: argument %s: method is required (accepted: 'ngram')\n", flag);
+        fprintf(stderr, "vllmc: argument %s: method is required (accepted: 'ngram', 'draft_model')\n", flag);
         goto done;
     }
-    if (strcmp(method, "ngram") && strcmp(method, "[ngram]")) {
+    bool draft = !strcmp(method, "draft_model");
+    if (strcmp(method, "ngram") && strcmp(method, "[ngram]") && !draft) {
         bool vllm_has = false;
         for (const char *const *k = methods_elsewhere; *k; k++) vllm_has |= !strcmp(method, *k);
-        fprintf(stderr, "vllmc: argument %s: method '%s' %s (accepted: 'ngram')\n", flag, method,
+        fprintf(stderr, "vllmc: argument %s: method '%s' %s (accepted: 'ngram', 'draft_model')\n", flag, method,
                 vllm_has ? "is not supported by vllm.c yet" : "is unknown");
         goto done;
     }
-    r.method = VLLM_SPEC_METHOD_NGRAM;
+    r.method = draft ? VLLM_SPEC_METHOD_DRAFT_MODEL : VLLM_SPEC_METHOD_NGRAM;
+    if (draft) {
+        if (!json_is_string(model) || !json_string_value(model)[0] ||
+            json_string_length(model) >= sizeof r.model) {
+            fprintf(stderr, "vllmc: argument %s: method 'draft_model' needs \"model\": the draft model's path "
+                    "(at most %zu bytes)\n", flag, sizeof r.model - 1);
+            goto done;
+        }
+        memcpy(r.model, json_string_value(model), json_string_length(model) + 1);
+        if (json_object_get(o, "prompt_lookup_min") || json_object_get(o, "prompt_lookup_max")) {
+            fprintf(stderr, "vllmc: argument %s: prompt_lookup_min/max belong to method 'ngram'\n", flag);
+            goto done;
+        }
+    }
     if (!json_object_get(o, "num_speculative_tokens") || json_is_null(json_object_get(o, "num_speculative_tokens"))) {
-        fprintf(stderr, "vllmc: argument %s: num_speculative_tokens is required for method 'ngram' (1..%d)\n",
-                flag, VLLM_MAX_SPEC_TOKENS);
+        fprintf(stderr, "vllmc: argument %s: num_speculative_tokens is required for method '%s' (1..%d)\n",
+                flag, draft ? "draft_model" : "ngram", VLLM_MAX_SPEC_TOKENS);
         goto done;
     }
     if (!spec_int(o, "num_speculative_tokens", 1, VLLM_MAX_SPEC_TOKENS, &r.num_speculative_tokens, flag) ||

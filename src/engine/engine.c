@@ -60,6 +60,7 @@
 #include "model/model.h"
 #include "model/step_batch.h"
 #include "sample/sampler.h"
+#include "spec/draft_model.h"
 #include "spec/ngram.h"
 #include "spec/spec.h"
 #include "vllm/vllm.h"
@@ -85,6 +86,7 @@ struct vllm_engine {
     uint64_t next_serial;
     spec_config spec;                /* num_speculative_tokens 0: off */
     ngram *ngram;                    /* the proposer of args.speculative_config "ngram", or NULL */
+    draft_model *draft;              /* the proposer of "draft_model", or NULL */
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
@@ -160,6 +162,8 @@ static void forget_request(vllm_engine *e, request *r) {
     if (!r->in_map) return;
     map_remove(&e->requests, &r->by_id);
     r->in_map = false;
+    if (e->spec.proposer.release)
+        for (int32_t i = 0; i < r->n; i++) e->spec.proposer.release(e->spec.proposer.ud, r->id, i);
 }
 
 /* ---- create / free ------------------------------------------------------ */
@@ -187,13 +191,22 @@ static char *dup_or_null(const char *s, vllm_status *rc) {
 static vllm_status resolve_spec_config(const vllm_speculative_config *in, vllm_speculative_config *out) {
     *out = (vllm_speculative_config){0};
     if (in->method == VLLM_SPEC_METHOD_NONE) return VLLM_OK;
-    if (in->method != VLLM_SPEC_METHOD_NGRAM)
-        return vllm_error(VLLM_ERR_INVALID, "speculative_config: method %d is not supported (only 'ngram')",
-                          (int)in->method);
+    if (in->method != VLLM_SPEC_METHOD_NGRAM && in->method != VLLM_SPEC_METHOD_DRAFT_MODEL)
+        return vllm_error(VLLM_ERR_INVALID, "speculative_config: method %d is not supported (only 'ngram' "
+                          "and 'draft_model')", (int)in->method);
     vllm_speculative_config c = *in;
     if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > VLLM_MAX_SPEC_TOKENS)
         return vllm_error(VLLM_ERR_INVALID, "speculative_config: num_speculative_tokens=%d must be in 1..%d",
                           c.num_speculative_tokens, VLLM_MAX_SPEC_TOKENS);
+    if (c.method == VLLM_SPEC_METHOD_DRAFT_MODEL) {
+        if (!c.model[0]) return vllm_error(VLLM_ERR_INVALID, "speculative_config: method 'draft_model' needs a model");
+        if (c.disable_by_batch_size < 0 || c.disable_by_batch_size == 1)
+            return vllm_error(VLLM_ERR_INVALID, "speculative_config: disable_by_batch_size=%d: expect the batch "
+                              "size threshold of disabling speculative decoding to be > 1", c.disable_by_batch_size);
+        c.prompt_lookup_min = c.prompt_lookup_max = 0;
+        *out = c;
+        return VLLM_OK;
+    }
     if (c.prompt_lookup_min < 0 || c.prompt_lookup_max < 0)
         return vllm_error(VLLM_ERR_INVALID, "speculative_config: prompt_lookup_min=%d and prompt_lookup_max=%d "
                           "must be > 0", c.prompt_lookup_min, c.prompt_lookup_max);
@@ -465,6 +478,22 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         log_info("speculative decoding: ngram, num_speculative_tokens %d, prompt_lookup_min %d, "
                  "prompt_lookup_max %d, disable_by_batch_size %d", spc->num_speculative_tokens,
                  spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
+    } else if (spc->method == VLLM_SPEC_METHOD_DRAFT_MODEL) {
+        /* the draft's pool holds as many tokens as the target's (its blocks are smaller) */
+        draft_model_config dc = {.path = spc->model,
+                                 .vocab_size = e->vocab,
+                                 .max_model_len = info->max_model_len,
+                                 .block_size = args->block_size,
+                                 .num_blocks = info->num_gpu_blocks,
+                                 .kv_cache_dtype = e->kv_type,
+                                 .num_threads = args->num_threads};
+        if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
+        spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
+                           .disable_by_batch_size = spc->disable_by_batch_size,
+                           .proposer = draft_model_as_proposer(e->draft)};
+        if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
+        log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d",
+                 spc->model, spc->num_speculative_tokens, spc->disable_by_batch_size);
     }
 
     int64_t per_seq = kv_layout_blocks_per_seq(e->layout, args->block_size, L, info->max_num_batched_tokens);
@@ -521,6 +550,7 @@ void vllm_engine_free(vllm_engine *e) {
     map_deinit(&e->requests);
     free_step_scratch(e);
     ngram_free(e->ngram);
+    draft_model_free(e->draft);
     sampler_free(e->sampler);
     scheduler_free(e->sched);
     kv_cache_manager_free(e->kv);

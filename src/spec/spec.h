@@ -38,6 +38,9 @@ typedef struct spec_proposer {
      * sequence's tokens to drafts and returns how many (0: none). Ids must
      * be in the vocabulary. */
     int32_t (*propose)(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts);
+    /* Optional: the sequence ended (finished or aborted); a proposer that
+     * keeps per-sequence state (a draft model's KV) frees it here. */
+    void (*release)(void *ud, const char *request_id, int32_t index);
     void *ud;
 } spec_proposer;
 

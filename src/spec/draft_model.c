@@ -1,0 +1,211 @@
+/*
+ * draft_model.c - see draft_model.h.
+ */
+#include "spec/draft_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/map.h"
+#include "model/kv_layout.h"
+#include "model/model.h"
+#include "model/runner.h"
+#include "model/step_batch.h"
+
+/* One sequence's draft cache: the tokens whose K/V it holds, and its blocks. */
+typedef struct dseq {
+    map_node by_key;
+    char *key;                       /* "<request id>\x1f<index>" */
+    int32_t *tokens;                 /* (computed) what the draft KV holds, position by position */
+    int32_t computed;
+    size_t cap_tokens;
+    int32_t *blocks;                 /* (num_blocks) */
+    int32_t num_blocks;
+    size_t cap_blocks;
+} dseq;
+
+struct draft_model {
+    model *m;
+    runner *r;
+    step_builder *sb;
+    draft_model_config cfg;
+    float *logits;                   /* (vocab) */
+    int32_t *free_blocks;            /* a stack */
+    int32_t num_free;
+    map seqs;
+    int32_t *scratch;                /* (max_model_len) tokens to feed */
+};
+
+vllm_status draft_model_create(const draft_model_config *cfg, draft_model **out) {
+    *out = NULL;
+    draft_model *d = calloc(1, sizeof *d);
+    if (!d) return vllm_error(VLLM_ERR_NOMEM, "draft model: out of memory");
+    d->cfg = *cfg;
+    map_init(&d->seqs);
+    vllm_status rc = model_load(cfg->path, &d->m);
+    if (rc) {
+        vllm_error_prefix("speculative_config.model");
+        goto fail;
+    }
+    const model_config *mc = &d->m->config;
+    if (mc->vocab_size != cfg->vocab_size) {
+        rc = vllm_error(VLLM_ERR_INVALID, "speculative_config.model %s: its vocabulary has %d tokens, the "
+                        "target's %d: a draft model must share the target's tokenizer", cfg->path,
+                        mc->vocab_size, cfg->vocab_size);
+        goto fail;
+    }
+    kv_layout l;
+    kv_layout_init(&l, mc);
+    if (l.num_groups > 1) {
+        rc = vllm_error(VLLM_ERR_UNSUPPORTED, "speculative_config.model %s: a draft model with sliding-window "
+                        "layers is not supported", cfg->path);
+        goto fail;
+    }
+    runner_config rcfg = {.num_blocks = cfg->num_blocks,
+                          .block_size = cfg->block_size,
+                          .max_num_batched_tokens = cfg->max_model_len,
+                          .max_num_seqs = 1,
+                          .num_threads = cfg->num_threads,
+                          .kv_cache_dtype = cfg->kv_cache_dtype};
+    if ((rc = runner_create(d->m, &rcfg, &d->r))) goto fail;
+    int32_t max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size + 1;
+    step_builder_config bc = {.max_tokens = cfg->max_model_len,
+                              .max_seqs = 1,
+                              .max_scored = 1,
+                              .max_copies = 0,
+                              .max_blocks_per_seq = max_blocks,
+                              .block_size = cfg->block_size,
+                              .num_kv_groups = 1};
+    if ((rc = step_builder_create(&bc, &d->sb))) goto fail;
+    d->logits = malloc((size_t)mc->vocab_size * sizeof *d->logits);
+    d->free_blocks = malloc((size_t)cfg->num_blocks * sizeof *d->free_blocks);
+    d->scratch = malloc((size_t)cfg->max_model_len * sizeof *d->scratch);
+    if (!d->logits || !d->free_blocks || !d->scratch) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "draft model: out of memory");
+        goto fail;
+    }
+    for (int32_t i = 0; i < cfg->num_blocks; i++) d->free_blocks[i] = cfg->num_blocks - 1 - i;
+    d->num_free = cfg->num_blocks;
+    log_info("speculative decoding: draft model %s (%d layers, hidden %d), %d KV blocks of its own", cfg->path,
+             mc->num_hidden_layers, mc->hidden_size, cfg->num_blocks);
+    *out = d;
+    return VLLM_OK;
+fail:
+    draft_model_free(d);
+    return rc;
+}
+
+static void dseq_free(draft_model *d, dseq *s) {
+    for (int32_t i = 0; i < s->num_blocks; i++) d->free_blocks[d->num_free++] = s->blocks[i];
+    free(s->key);
+    free(s->tokens);
+    free(s->blocks);
+    free(s);
+}
+
+void draft_model_free(draft_model *d) {
+    if (!d) return;
+    for (map_node *n = map_first(&d->seqs), *next; n; n = next) {
+        next = map_next(&d->seqs, n);
+        map_remove(&d->seqs, n);
+        dseq_free(d, map_entry(n, dseq, by_key));
+    }
+    map_deinit(&d->seqs);
+    step_builder_free(d->sb);
+    runner_free(d->r);
+    model_free(d->m);
+    free(d->logits);
+    free(d->free_blocks);
+    free(d->scratch);
+    free(d);
+}
+
+static void seq_key(const char *request_id, int32_t index, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s\x1f%d", request_id, index);
+}
+
+static dseq *find_or_add(draft_model *d, const char *request_id, int32_t index) {
+    char key[320];
+    seq_key(request_id, index, key, sizeof key);
+    map_node *n = map_find(&d->seqs, key);
+    if (n) return map_entry(n, dseq, by_key);
+    dseq *s = calloc(1, sizeof *s);
+    if (!s || !(s->key = strdup(key)) || map_insert(&d->seqs, &s->by_key, s->key)) {
+        if (s) free(s->key);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Blocks for positions [0, len); false when the pool cannot give them. */
+static bool ensure_blocks(draft_model *d, dseq *s, int32_t len) {
+    int32_t need = (len + d->cfg.block_size - 1) / d->cfg.block_size;
+    if (need <= s->num_blocks) return true;
+    if (need - s->num_blocks > d->num_free) return false;
+    if (buf_grow((void **)&s->blocks, &s->cap_blocks, (size_t)need, sizeof *s->blocks)) return false;
+    while (s->num_blocks < need) s->blocks[s->num_blocks++] = d->free_blocks[--d->num_free];
+    return true;
+}
+
+/* Runs the draft on n tokens at positions first.. (K/V into the sequence's
+ * blocks) and returns the argmax after the last, or -1. */
+static int32_t forward(draft_model *d, dseq *s, const int32_t *toks, int32_t n, int32_t first) {
+    step_builder_reset(d->sb);
+    if (step_builder_add_seq(d->sb, toks, n, first, s->blocks, s->num_blocks, s->num_blocks, 1, 0) ||
+        runner_forward(d->r, step_builder_batch(d->sb), d->logits)) {
+        log_warn("draft model: %s", vllm_errmsg());
+        return -1;
+    }
+    int32_t best = 0;
+    for (int32_t v = 1; v < d->cfg.vocab_size; v++)
+        if (d->logits[v] > d->logits[best]) best = v;
+    return best;
+}
+
+static int32_t propose(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts) {
+    draft_model *d = ud;
+    if (q->num_tokens + max_drafts > d->cfg.max_model_len) max_drafts = d->cfg.max_model_len - q->num_tokens;
+    if (max_drafts <= 0 || q->num_tokens < 1) return 0;
+    dseq *s = find_or_add(d, q->request_id, q->index);
+    if (!s) return 0;
+    /* what the draft's cache still holds of this sequence */
+    int32_t keep = 0, lim = s->computed < q->num_tokens - 1 ? s->computed : q->num_tokens - 1;
+    while (keep < lim && s->tokens[keep] == q->tokens[keep]) keep++;
+    int32_t total = q->num_tokens + max_drafts - 1; /* positions with K/V after this call */
+    if (!ensure_blocks(d, s, total) ||
+        buf_grow((void **)&s->tokens, &s->cap_tokens, (size_t)total, sizeof *s->tokens)) {
+        s->computed = keep;
+        return 0;
+    }
+    memcpy(s->tokens + keep, q->tokens + keep, (size_t)(q->num_tokens - keep) * sizeof *s->tokens);
+    int32_t t = forward(d, s, q->tokens + keep, q->num_tokens - keep, keep);
+    s->computed = t < 0 ? keep : q->num_tokens;
+    int32_t n = 0;
+    while (t >= 0) {
+        drafts[n++] = t;
+        if (n == max_drafts) break;
+        s->tokens[s->computed] = t;
+        t = forward(d, s, &t, 1, s->computed);
+        if (t >= 0) s->computed++;
+    }
+    return n;
+}
+
+static void release(void *ud, const char *request_id, int32_t index) {
+    draft_model *d = ud;
+    char key[320];
+    seq_key(request_id, index, key, sizeof key);
+    map_node *n = map_find(&d->seqs, key);
+    if (!n) return;
+    map_remove(&d->seqs, n);
+    dseq_free(d, map_entry(n, dseq, by_key));
+}
+
+spec_proposer draft_model_as_proposer(draft_model *d) {
+    return (spec_proposer){.propose = propose, .release = release, .ud = d};
+}

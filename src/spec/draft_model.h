@@ -1,0 +1,61 @@
+/*
+ * draft_model.h - speculative decoding with a small draft model (method
+ * "draft_model": `--speculative-config '{"method":"draft_model","model":PATH,
+ * "num_speculative_tokens":K}'`): a second, smaller model with the same
+ * vocabulary guesses the next K tokens greedily, and the target verifies them
+ * in one forward (spec/spec.h, sample/sampler.h).
+ *
+ * The draft keeps its own paged KV cache (its own runner and block pool, the
+ * target's block size and KV element type), one block table per sequence,
+ * keyed by request id and index. A proposal catches the draft's cache up with
+ * the sequence (the whole prompt the first time; afterwards the tokens the
+ * target committed since, less whatever the draft already holds: its own
+ * drafts the target accepted are kept), then decodes K - 1 more tokens one at
+ * a time, each the argmax of the draft's logits. Positions past what the
+ * target committed are simply overwritten next time, so rejected drafts cost
+ * nothing to undo. A sequence's blocks go back to the pool when the engine
+ * releases it (spec_proposer.release) or, if the pool runs dry, that
+ * sequence gets no drafts this step (never an error).
+ *
+ * Verification stays exact (sampler_sample_batch): the committed tokens are
+ * the ones decoding without a draft gives, greedy or seeded. For greedy
+ * requests that is also what vLLM's rejection sampler does; for sampled
+ * ones it accepts a draft only when the target's own draw equals it, a lower
+ * acceptance than vLLM's probability-ratio test but the same output as no
+ * speculation, sample for sample.
+ *
+ * Cost: every step the draft runs one forward per sequence per draft token,
+ * on the engine thread between target steps, with its own thread pool; a
+ * draft model is worth it when it is many times cheaper than the target.
+ */
+#ifndef VLLM_SPEC_DRAFT_MODEL_H
+#define VLLM_SPEC_DRAFT_MODEL_H
+
+#include <stdint.h>
+
+#include "kernels/kv_dtype.h"
+#include "spec/spec.h"
+#include "vllm/status.h"
+
+typedef struct draft_model draft_model;
+
+typedef struct draft_model_config {
+    const char *path;                /* the draft model (directory or .gguf) */
+    int32_t vocab_size;              /* the target's: the draft's must match */
+    int32_t max_model_len;           /* the target's */
+    int32_t block_size;
+    int32_t num_blocks;              /* the draft's KV pool */
+    kv_dtype kv_cache_dtype;
+    int32_t num_threads;             /* 0 = online CPUs */
+} draft_model_config;
+
+/* Loads the draft model; the error names the path, a vocabulary that
+ * differs from the target's, or an architecture the draft cannot be
+ * (sliding-window layers). */
+vllm_status draft_model_create(const draft_model_config *cfg, draft_model **out);
+void draft_model_free(draft_model *d);
+
+/* The proposer the engine calls (spec/spec.h); d is borrowed. */
+spec_proposer draft_model_as_proposer(draft_model *d);
+
+#endif

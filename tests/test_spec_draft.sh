@@ -15,7 +15,8 @@
 #   self_greedy_same     greedy and seeded requests, 8 at once: the outputs without speculation
 #   self_all_accepted    greedy, self-drafted: accepted == drafted, and fewer steps
 #   random_same          the random draft: the outputs without speculation
-#   random_rejects       ... with drafts rejected (accepted < drafted)
+#   random_rejects       ... with drafts rejected (accepted < drafted), and every KV block
+#                        back in the pool at the end
 #   vocab_mismatch       a draft with another vocabulary: a start-up error naming both sizes
 #   serve_draft          vllmc serve with the self draft: the completion is generate's, every
 #                        draft accepted in /metrics
@@ -78,7 +79,7 @@ PF=$tmp/prompts.jsonl
 RAND="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3}"
 if run "$tmp/rnd.json" "$tmp/rnd.err" "$RAND" && cmp -s "$tmp/ref.json" "$tmp/rnd.json"; then echo "ok random_same"
 else echo "FAIL random_same: $(tail -2 "$tmp/rnd.err")"; fi
-if $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] and s["spec_decode_num_accepted_tokens"] < s["spec_decode_num_draft_tokens"], s' "$(stats "$tmp/rnd.err")" 2>/dev/null
+if $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] and s["spec_decode_num_accepted_tokens"] < s["spec_decode_num_draft_tokens"] and s["num_blocks_free_at_end"] == s["num_blocks_total"], s' "$(stats "$tmp/rnd.err")" 2>/dev/null
 then echo "ok random_rejects  # $(stats "$tmp/rnd.err" | $PY -c 'import json,sys; s=json.load(sys.stdin); print(s["spec_decode_num_accepted_tokens"], "of", s["spec_decode_num_draft_tokens"])')"
 else echo "FAIL random_rejects: $(stats "$tmp/rnd.err")"; fi
 

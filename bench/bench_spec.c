@@ -1,11 +1,11 @@
 /*
- * bench_spec.c - single-request decode speed with and without n-gram
- * speculative decoding, on a prompt that asks for a passage to be copied
- * (where prompt lookup pays off).
+ * bench_spec.c - single-request decode speed with and without speculative
+ * decoding: n-gram prompt lookup on a prompt that asks for a passage to be
+ * copied (where prompt lookup pays off), or a draft model (--draft).
  *
  *   build/bench/bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1]
  *                          [--lookup-max 3] [--max-tokens 128] [--rounds 5]
- *                          [--threads 2] [--prompt TEXT]
+ *                          [--threads 2] [--prompt TEXT] [--draft DIR|GGUF]
  *
  * Two engines over the same weights, one plain and one with
  * speculative_config {method ngram, num_speculative_tokens k,
@@ -76,12 +76,12 @@ static int run_once(vllm_engine *e, const int32_t *prompt, int32_t len, const vl
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1] [--lookup-max 3] "
-                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT]\n");
+                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT] [--draft DIR|GGUF]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *text = default_prompt;
+    const char *model = NULL, *text = default_prompt, *draft = NULL;
     int k = 4, lmin = 1, lmax = 3, max_tokens = 128, rounds = 5, threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model = argv[i + 1];
@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) text = argv[i + 1];
+        else if (!strcmp(argv[i], "--draft")) draft = argv[i + 1];
         else return usage();
     }
     if (argc % 2 == 0 || !model || max_tokens < 2 || rounds < 1 || rounds > MAX_ROUNDS) return usage();
@@ -115,10 +116,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
         return 1;
     }
-    a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_NGRAM,
-                                                     .num_speculative_tokens = k,
-                                                     .prompt_lookup_min = lmin,
-                                                     .prompt_lookup_max = lmax};
+    if (draft) {
+        a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_DRAFT_MODEL,
+                                                         .num_speculative_tokens = k};
+        snprintf(a.speculative_config.model, sizeof a.speculative_config.model, "%s", draft);
+    } else {
+        a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_NGRAM,
+                                                         .num_speculative_tokens = k,
+                                                         .prompt_lookup_min = lmin,
+                                                         .prompt_lookup_max = lmax};
+    }
     if (vllm_engine_create(&a, &spec) != VLLM_OK) {
         fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
         return 1;
@@ -130,9 +137,13 @@ int main(int argc, char **argv) {
     sp.temperature = 0;
     sp.ignore_eos = true;
     sp.max_tokens = max_tokens;
-    printf("model %s: %d threads, prompt %d tokens, %d output tokens, greedy; "
-           "ngram k=%d prompt_lookup %d..%d\n",
-           model, info.num_threads, len, max_tokens, k, lmin, lmax);
+    if (draft)
+        printf("model %s: %d threads, prompt %d tokens, %d output tokens, greedy; draft model %s k=%d\n", model,
+               info.num_threads, len, max_tokens, draft, k);
+    else
+        printf("model %s: %d threads, prompt %d tokens, %d output tokens, greedy; "
+               "ngram k=%d prompt_lookup %d..%d\n",
+               model, info.num_threads, len, max_tokens, k, lmin, lmax);
     printf("%5s %16s %16s %7s %9s %12s\n", "round", "plain decode t/s", "spec decode t/s", "ratio", "mean acc",
            "steps p/s");
     double tp[MAX_ROUNDS], ts[MAX_ROUNDS];

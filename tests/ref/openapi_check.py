@@ -81,7 +81,7 @@ def main():
     spec_path, name, component = args[0], args[1], args[2]
     try:
         with open(spec_path) as f:
-            spec = yaml.safe_load(f)
+            spec = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
     except OSError:
         sys.exit(3)
     schemas = spec["components"]["schemas"]

@@ -146,7 +146,11 @@ static vllm_status sc_err(sc *c, vllm_status rc, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return vllm_error(rc, "%s: %s", sc_path(c), msg);
+    const char *p = sc_path(c);
+    size_t n = strlen(p);
+    if (n > 200)  /* a deep path: its two ends */
+        return vllm_error(rc, "%.80s...%s: %s", p, p + n - 100, msg);
+    return vllm_error(rc, "%s: %s", p, msg);
 }
 
 static vllm_status sc_unsupported(sc *c, const char *kw) {
@@ -220,7 +224,7 @@ static vllm_status gb_lit(strbuf *b, const char *s, size_t n) {
             char e[2] = {'\\', (char)ch};
             rc = sb_add(b, e, 2);
         } else if (ch < 0x20 || ch == 0x7f) {
-            rc = sb_printf(b, "\\x%02X", ch);
+            rc = sb_printf(b, "\\u%04X", ch);
         } else {
             rc = sb_add(b, (const char *)&ch, 1);
         }
@@ -267,8 +271,7 @@ static vllm_status gb_class_cp(strbuf *b, uint32_t cp) {
         char ch = (char)cp;
         return sb_add(b, &ch, 1);
     }
-    if (cp < 0x100) return sb_printf(b, "\\x%02X", cp);
-    if (cp < 0x10000) return sb_printf(b, "\\u%04X", cp);
+    if (cp < 0x10000) return sb_printf(b, "\\u%04X", cp);  /* not \\xHH: XGrammar reads \\x greedily */
     return sb_printf(b, "\\U%08X", cp);
 }
 
@@ -571,6 +574,24 @@ static vllm_status merge_kw(sc *c, const char *k, json_t *va, json_t *vb, json_t
     return sc_err(c, VLLM_ERR_UNSUPPORTED, "allOf: two different \"%s\" cannot be merged", k);
 }
 
+/* flatten, then a bare {"$ref"} replaced by its target (flattened), so that
+ * a merge sees the keywords: a merged schema never keeps a $ref */
+static json_t *flatten_inline(sc *c, json_t *s, vllm_status *rc) {
+    json_t *f = flatten(c, s, rc);
+    for (int k = 0; f && json_is_object(f) && json_object_get(f, "$ref"); k++) {
+        json_t *ref = json_object_get(f, "$ref");
+        char *ptr = NULL;
+        json_t *t = NULL;
+        if (k >= ST_SCHEMA_MAX_MERGE) *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref chains longer than %d", ST_SCHEMA_MAX_MERGE);
+        else if (!json_is_string(ref)) *rc = sc_err(c, VLLM_ERR_INVALID, "$ref must be a string");
+        else t = ref_resolve(c, json_string_value(ref), &ptr, rc);
+        free(ptr);
+        json_decref(f);
+        f = t ? flatten(c, t, rc) : NULL;
+    }
+    return f;
+}
+
 /* The schema both a and b describe (new reference), or NULL with *rc set. */
 static json_t *merge2(sc *c, json_t *a0, json_t *b0, vllm_status *rc) {
     if (++c->merge_depth > ST_SCHEMA_MAX_MERGE) {
@@ -580,9 +601,9 @@ static json_t *merge2(sc *c, json_t *a0, json_t *b0, vllm_status *rc) {
         return NULL;
     }
     json_t *out = NULL, *a = NULL, *b = NULL;
-    a = flatten(c, a0, rc);
+    a = flatten_inline(c, a0, rc);
     if (!a) goto done;
-    b = flatten(c, b0, rc);
+    b = flatten_inline(c, b0, rc);
     if (!b) goto done;
     if (json_is_false(a) || json_is_false(b)) { out = schema_false(); goto done; }
     if (is_true_schema(a)) { out = json_incref(b); goto done; }
@@ -592,7 +613,7 @@ static json_t *merge2(sc *c, json_t *a0, json_t *b0, vllm_status *rc) {
     json_t *v;
     json_object_foreach(a, k, v) {
         json_t *w = json_object_get(b, k);
-        if (!w) { json_object_set(out, k, v); continue; }
+        if (!w || !kw_constrains(k, v)) { json_object_set(out, k, v); continue; }  /* annotations: a's */
         if ((*rc = merge_kw(c, k, v, w, a, b, out))) goto fail;
     }
     json_object_foreach(b, k, v) {
@@ -1797,7 +1818,14 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
         merged[i] = has_sib ? merge2(c, sib, e, &rc) : json_incref(e);
         path_pop(c, old);
     }
-    (void)provably_disjoint;
+    if (!rc && !strcmp(kw, "oneOf")) {
+        /* exactly one: as anyOf only when no instance can match two branches */
+        size_t n = json_array_size(alts);
+        for (size_t x = 0; x < n && !rc; x++)
+            for (size_t y = x + 1; y < n && !rc; y++)
+                if (!provably_disjoint(c, merged[x], merged[y]))
+                    rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches are supported; anyOf may be what you mean)", x, y);
+    }
     json_array_foreach(alts, i, e) {
         if (rc) break;
         rname r;
@@ -1817,8 +1845,113 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
     return rc;
 }
 
+/* a bare {"$ref"} followed (a few steps), for looking inside */
+static json_t *deref(sc *c, json_t *s) {
+    for (int k = 0; k < 8 && json_is_object(s) && json_object_get(s, "$ref"); k++) {
+        char *ptr = NULL;
+        vllm_status rc = VLLM_OK;
+        json_t *t = ref_resolve(c, json_string_value(json_object_get(s, "$ref")), &ptr, &rc);
+        free(ptr);
+        if (!t) return NULL;
+        s = t;
+    }
+    return s;
+}
+
+/* the types a schema's instances can have (enum/const narrow them) */
+static unsigned value_types(sc *c, json_t *s) {
+    vllm_status rc = VLLM_OK;
+    unsigned m = type_mask(c, s, &rc);
+    if (rc) return T_ALL;
+    json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+    json_t *list = e ? json_incref(e) : k ? json_pack("[O]", k) : NULL;
+    if (json_is_array(list)) {
+        unsigned t = 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v) switch (json_typeof(v)) {
+            case JSON_NULL: t |= T_NULL; break;
+            case JSON_TRUE: case JSON_FALSE: t |= T_BOOL; break;
+            case JSON_OBJECT: t |= T_OBJ; break;
+            case JSON_ARRAY: t |= T_ARR; break;
+            case JSON_STRING: t |= T_STR; break;
+            default: t |= T_NUM | T_INT; break;
+        }
+        m &= t;
+    }
+    json_decref(list);
+    return m;
+}
+
+/* Can no instance be valid under both a and b? false when not provable.
+ * Checks the types, const/enum values against the other side's keywords,
+ * and objects with a property both require whose values are disjoint (or
+ * that one side forbids). Clears the error message it may leave. */
 static bool provably_disjoint(sc *c, json_t *a, json_t *b) {
-    (void)c; (void)a; (void)b;
+    a = deref(c, a);
+    b = deref(c, b);
+    if (!a || !b || !json_is_object(a) || !json_is_object(b)) return json_is_false(a) || json_is_false(b);
+    if (json_object_get(a, "anyOf") || json_object_get(a, "oneOf") || json_object_get(a, "allOf") ||
+        json_object_get(b, "anyOf") || json_object_get(b, "oneOf") || json_object_get(b, "allOf"))
+        return false;
+    unsigned ta = value_types(c, a), tb = value_types(c, b);
+    if (!(ta & tb)) return true;
+    /* enumerated values: each one invalid on the other side */
+    for (int side = 0; side < 2; side++) {
+        json_t *x = side ? b : a, *y = side ? a : b;
+        json_t *e = json_object_get(x, "enum"), *k = json_object_get(x, "const");
+        json_t *list = e ? json_incref(e) : k ? json_pack("[O]", k) : NULL;
+        if (!json_is_array(list)) { json_decref(list); continue; }
+        bool all_out = true;
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v) {
+            json_t *ye = json_object_get(y, "enum"), *yk = json_object_get(y, "const");
+            int ok;
+            if (ye || yk) {
+                ok = 0;
+                if (yk && json_equal(yk, v)) ok = 1;
+                size_t j;
+                json_t *w;
+                if (json_is_array(ye)) json_array_foreach(ye, j, w) if (json_equal(w, v)) ok = 1;
+            } else {
+                json_t *y2 = json_copy(y);
+                /* value_ok knows the simple keywords; objects' keywords make it refuse */
+                ok = json_is_object(v) || json_is_array(v) ? -1 : value_ok(c, y2, v);
+                json_decref(y2);
+            }
+            if (ok != 0) { all_out = false; break; }
+        }
+        json_decref(list);
+        if (all_out) return true;
+    }
+    /* objects: a property both require, with disjoint values or forbidden on one side */
+    if ((ta & tb) == T_OBJ) {
+        json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+        json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
+        json_t *aa = json_object_get(a, "additionalProperties"), *ab = json_object_get(b, "additionalProperties");
+        for (int side = 0; side < 2; side++) {
+            json_t *r = side ? rb : ra;
+            size_t i;
+            json_t *n;
+            if (!json_is_array(r)) continue;
+            json_array_foreach(r, i, n) {
+                if (!json_is_string(n)) continue;
+                const char *key = json_string_value(n);
+                json_t *sa = pa ? json_object_get(pa, key) : NULL, *sb = pb ? json_object_get(pb, key) : NULL;
+                if (!sa) sa = aa;
+                if (!sb) sb = ab;
+                json_t *other = side ? sa : sb;  /* the side that may not require it */
+                if (json_is_false(other)) return true;
+                bool both = false;
+                size_t j;
+                json_t *m;
+                json_t *r2 = side ? ra : rb;
+                if (json_is_array(r2)) json_array_foreach(r2, j, m) if (json_equal(m, n)) both = true;
+                if (both && sa && sb && provably_disjoint(c, sa, sb)) return true;
+            }
+        }
+    }
     return false;
 }
 

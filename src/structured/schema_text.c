@@ -77,8 +77,7 @@ static vllm_status put_cp_class(strbuf *b, uint32_t cp) {
         return sb_add(b, &ch, 1);
     }
     char t[16];
-    if (cp < 0x100) snprintf(t, sizeof t, "\\x%02X", cp);
-    else if (cp < 0x10000) snprintf(t, sizeof t, "\\u%04X", cp);
+    if (cp < 0x10000) snprintf(t, sizeof t, "\\u%04X", cp);
     else snprintf(t, sizeof t, "\\U%08X", cp);
     return sb_add(b, t, strlen(t));
 }
@@ -120,7 +119,7 @@ static vllm_status put_literal(strbuf *b, const uint32_t *cps, size_t n) {
         uint32_t cp = cps[i];
         char t[16];
         if (cp < 0x7f) { t[0] = (char)cp; t[1] = 0; }
-        else if (cp == 0x7f) snprintf(t, sizeof t, "\\x7F");
+        else if (cp == 0x7f) snprintf(t, sizeof t, "\\u007F");
         else if (cp < 0x10000) snprintf(t, sizeof t, "\\u%04X", cp);
         else snprintf(t, sizeof t, "\\U%08X", cp);
         if (!rc) rc = sb_add(b, t, strlen(t));

@@ -3,7 +3,7 @@
  * MaskBench over a directory of its files, one thread.
  *
  *   vllmc bench structured --tokenizer DIR --data DIR [--limit N] [--every K]
- *       [--verbose] [--dump-instances]
+ *       [--verbose] [--json] [--dump-instances]
  *
  * For each file ({"schema", "tests": [{"valid", "data"}]}, in name order,
  * every K-th, at most N): compile the schema (st_compile: st_schema_to_gbnf
@@ -17,7 +17,8 @@
  * some step. Prints the compile-time and per-token mask-time percentiles
  * (avg, p50, p75, p90, p95, p99, p99.9, max), schemas compiled / refused /
  * passing (compiled, every valid accepted, every invalid rejected), valid
- * and invalid instances accepted, and the commonest refusal reasons.
+ * and invalid instances accepted, and the commonest refusal reasons (--json:
+ * one JSON line with the same figures, for bench/structured/side_by_side.sh).
  * --dump-instances prints each instance's text instead (one JSON string a
  * line), for checking the serializer against Python's.
  */
@@ -72,6 +73,19 @@ static void add_reason(reason **rs, int *n, const char *full) {
 
 static int cmp_reason(const void *a, const void *b) { return ((const reason *)b)->n - ((const reason *)a)->n; }
 
+/* {"avg", "p50", ..., "max", "n"} of v (sorted by print_pcts or here) */
+static json_t *pcts_json(dvec *v, double scale) {
+    bench_stats_sort(v->x, v->n);
+    json_t *o = json_object();
+    json_object_set_new(o, "avg", json_real(bench_stats_mean(v->x, v->n) * scale));
+    static const double ps[] = {50, 75, 90, 95, 99, 99.9};
+    static const char *const names[] = {"p50", "p75", "p90", "p95", "p99", "p99.9"};
+    for (int i = 0; i < 6; i++) json_object_set_new(o, names[i], json_real(bench_stats_percentile(v->x, v->n, ps[i]) * scale));
+    json_object_set_new(o, "max", json_real(v->n ? v->x[v->n - 1] * scale : 0.0));
+    json_object_set_new(o, "n", json_integer((json_int_t)v->n));
+    return o;
+}
+
 static void print_pcts(const char *what, dvec *v, double scale, const char *unit) {
     bench_stats_sort(v->x, v->n);
     static const double ps[] = {50, 75, 90, 95, 99, 99.9};
@@ -83,13 +97,13 @@ static void print_pcts(const char *what, dvec *v, double scale, const char *unit
 
 int cmd_bench_structured(int argc, char **argv) {
     static const char usage[] =
-        "usage: vllmc bench structured --tokenizer DIR --data DIR [--limit N] [--every K] [--verbose]\n"
+        "usage: vllmc bench structured --tokenizer DIR --data DIR [--limit N] [--every K] [--verbose] [--json]\n"
         "JSONSchemaBench's MaskBench: compile each file's schema, walk each test instance\n"
         "(json.dumps(data, ensure_ascii=False)) token by token through the matcher; prints\n"
         "compile and per-token mask time percentiles and the accepted/refused counts. One thread.\n";
     const char *tok_dir = NULL, *data_dir = NULL;
     int32_t limit = 0, every = 1;
-    bool verbose = false, dump = false;
+    bool verbose = false, dump = false, as_json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--tokenizer") && i + 1 < argc) tok_dir = argv[++i];
@@ -100,6 +114,7 @@ int cmd_bench_structured(int argc, char **argv) {
             if (!bench_parse_i32("bench structured", "--every", argv[++i], 1, INT32_MAX, &every)) return 2;
         } else if (!strcmp(a, "--verbose")) verbose = true;
         else if (!strcmp(a, "--dump-instances")) dump = true;
+        else if (!strcmp(a, "--json")) as_json = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
         else {
             fprintf(stderr, "vllmc bench structured: unknown or incomplete option '%s'\n%s", a, usage);
@@ -246,6 +261,21 @@ int cmd_bench_structured(int argc, char **argv) {
         json_decref(doc);
     }
     if (dump) { status = 0; goto done; }
+    if (as_json) {
+        json_t *o = json_pack("{s:s, s:I, s:f, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "engine", "ours",
+                              "files", (json_int_t)files, "seconds", clock_now() - t_start, "compile_ms",
+                              pcts_json(&compile_t, 1e3), "mask_us", pcts_json(&mask_t, 1e6), "compiled",
+                              (json_int_t)compiled, "refused", (json_int_t)refused, "unreadable", (json_int_t)unreadable,
+                              "passing", (json_int_t)passing, "valid_accepted", (json_int_t)valid_acc, "valid",
+                              (json_int_t)valid_n, "invalid_accepted", (json_int_t)invalid_acc, "invalid",
+                              (json_int_t)invalid_n, "tokens", (json_int_t)tokens);
+        char *t = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", t ? t : "{}");
+        free(t);
+        json_decref(o);
+        status = invalid_acc ? 1 : 0;
+        goto done;
+    }
     printf("MaskBench (%s): %ld files, %.1f s, one thread\n", data_dir, files, clock_now() - t_start);
     print_pcts("compile (ms)", &compile_t, 1e3, "ms");
     print_pcts("mask (us/token)", &mask_t, 1e6, "us");

@@ -509,6 +509,7 @@ static void normalize_bounds(json_t *s) {
 
 static json_t *flatten(sc *c, json_t *s, vllm_status *rc);
 static json_t *merge2(sc *c, json_t *a, json_t *b, vllm_status *rc);
+static json_t *type_json(unsigned m);
 
 /* a schema that is false: {"not": {}} is unsupported, so a private marker */
 static json_t *schema_false(void) { return json_false(); }
@@ -707,6 +708,99 @@ done:
     return out;
 }
 
+/* The positive schema equal to {"not": n} (new reference), or NULL with *rc
+ * set. Exact forms only: true/false, a type list, one bound keyword (which
+ * also requires its type: non-numbers satisfy minimum, so not-minimum is a
+ * number below it), one required key, null/boolean values, not-not, anyOf
+ * (all of the negations), a bare $ref. Anything else is an error. */
+static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
+    if (depth > 8) { *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "not nested too deep"); return NULL; }
+    if (json_is_false(n)) return json_object();
+    if (is_true_schema(n)) return schema_false();
+    if (!json_is_object(n)) { *rc = sc_err(c, VLLM_ERR_INVALID, "not must be a schema"); return NULL; }
+    /* the one constraining keyword */
+    const char *k, *only = NULL;
+    json_t *v, *val = NULL;
+    int count = 0;
+    json_object_foreach(n, k, v) if (kw_constrains(k, v)) { only = k; val = v; count++; }
+    if (count == 0) return schema_false();
+    if (count == 1) {
+        if (!strcmp(only, "$ref") && json_is_string(val)) {
+            char *ptr = NULL;
+            json_t *t = ref_resolve(c, json_string_value(val), &ptr, rc);
+            free(ptr);
+            return t ? negate(c, t, depth + 1, rc) : NULL;
+        }
+        if (!strcmp(only, "not")) return flatten(c, val, rc);
+        if (!strcmp(only, "allOf") && json_is_array(val) && json_array_size(val) == 1)
+            return negate(c, json_array_get(val, 0), depth + 1, rc);
+        if (!strcmp(only, "anyOf") && json_is_array(val) && json_array_size(val)) {
+            json_t *acc = json_object();
+            size_t i;
+            json_t *e;
+            json_array_foreach(val, i, e) {
+                json_t *ne = negate(c, e, depth + 1, rc);
+                if (!ne) { json_decref(acc); return NULL; }
+                json_t *m = merge2(c, acc, ne, rc);
+                json_decref(acc);
+                json_decref(ne);
+                if (!m) return NULL;
+                acc = m;
+            }
+            return acc;
+        }
+        if (!strcmp(only, "type")) {
+            unsigned m = type_mask(c, n, rc);
+            if (*rc) return NULL;
+            if ((m & T_INT) && !(m & T_NUM))
+                { *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "not with type integer is not supported (non-integer numbers)"); return NULL; }
+            unsigned r = T_ALL & ~m;
+            if (!r) return schema_false();
+            return json_pack("{s:o}", "type", type_json(r));
+        }
+        static const struct { const char *kw, *type, *to; int shift; } b[] = {
+            {"minimum", "number", "exclusiveMaximum", 0}, {"maximum", "number", "exclusiveMinimum", 0},
+            {"exclusiveMinimum", "number", "maximum", 0}, {"exclusiveMaximum", "number", "minimum", 0},
+            {"minLength", "string", "maxLength", -1}, {"maxLength", "string", "minLength", 1},
+            {"minItems", "array", "maxItems", -1}, {"maxItems", "array", "minItems", 1},
+            {"minProperties", "object", "maxProperties", -1},
+        };
+        for (size_t i = 0; i < sizeof b / sizeof *b; i++) {
+            if (strcmp(only, b[i].kw) || !json_is_number(val)) continue;
+            double x = json_number_value(val) + b[i].shift;
+            if (x < 0) return schema_false();
+            json_t *out = json_pack("{s:s}", "type", b[i].type);
+            json_object_set_new(out, b[i].to, b[i].shift ? json_integer((json_int_t)x) : json_incref(val));
+            return out;
+        }
+        if (!strcmp(only, "required") && json_is_array(val) && json_array_size(val) == 1 &&
+            json_is_string(json_array_get(val, 0)))
+            return json_pack("{s:s, s:{s:b}}", "type", "object", "properties", json_string_value(json_array_get(val, 0)), 0);
+        if ((!strcmp(only, "enum") && json_is_array(val)) || !strcmp(only, "const")) {
+            json_t *list = !strcmp(only, "enum") ? json_incref(val) : json_pack("[O]", val);
+            bool nul = false, tru = false, fal = false, other = false;
+            size_t i;
+            json_t *e;
+            json_array_foreach(list, i, e) {
+                if (json_is_null(e)) nul = true;
+                else if (json_is_true(e)) tru = true;
+                else if (json_is_false(e)) fal = true;
+                else other = true;
+            }
+            json_decref(list);
+            if (!other) {
+                unsigned r = T_ALL & ~(unsigned)(nul ? T_NULL : 0) & ~(unsigned)(tru || fal ? T_BOOL : 0);
+                json_t *alts = json_array();
+                json_array_append_new(alts, json_pack("{s:o}", "type", type_json(r)));
+                if (tru != fal) json_array_append_new(alts, json_pack("{s:b}", "const", !tru));
+                return json_pack("{s:o}", "anyOf", alts);
+            }
+        }
+    }
+    *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "not is not supported (only of types, one bound, one required key, null/boolean values)");
+    return NULL;
+}
+
 /* s with allOf and $ref-with-siblings merged away (a new reference), or NULL
  * with *rc set. A bare {"$ref"} (with annotations) stays as it is so that
  * recursion goes through rules. */
@@ -715,6 +809,18 @@ static json_t *flatten(sc *c, json_t *s, vllm_status *rc) {
         if (json_is_boolean(s)) return json_incref(s);
         *rc = sc_err(c, VLLM_ERR_INVALID, "a schema must be an object or a boolean");
         return NULL;
+    }
+    json_t *nt = json_object_get(s, "not");
+    if (nt && kw_constrains("not", nt)) {
+        /* not: its positive form merged with the rest */
+        json_t *pos = negate(c, nt, 0, rc);
+        if (!pos) return NULL;
+        json_t *rest = json_copy(s);
+        json_object_del(rest, "not");
+        json_t *m = merge2(c, rest, pos, rc);
+        json_decref(rest);
+        json_decref(pos);
+        return m;
     }
     json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     bool siblings = false;
@@ -1795,9 +1901,79 @@ static vllm_status gen_body(sc *c, json_t *s, strbuf *b, bool *never);
 
 /* anyOf / oneOf: the alternatives, each with the siblings merged in */
 static bool provably_disjoint(sc *c, json_t *a, json_t *b);
+static json_t *deref(sc *c, json_t *s);
+
+/* oneOf whose branches only require keys (R_i): exactly one matches when
+ * the instance has R_i and, for every other j, lacks a key of R_j \ R_i;
+ * as anyOf alternatives {required: R_i, properties: {k: false, ...}} (one
+ * per choice of the missing keys, at most ST_SCHEMA_MAX_BRANCHES), or NULL
+ * when the branches are not of that form. */
+static json_t *one_of_required(sc *c, json_t *alts) {
+    size_t n = json_array_size(alts), i, j;
+    json_t *e;
+    json_array_foreach(alts, i, e) {
+        json_t *d = deref(c, e);
+        if (!json_is_object(d) || !json_is_array(json_object_get(d, "required"))) return NULL;
+        const char *k;
+        json_t *v;
+        json_object_foreach(d, k, v) if (kw_constrains(k, v) && strcmp(k, "required")) return NULL;
+    }
+    json_t *out = json_array();
+    for (i = 0; i < n; i++) {
+        json_t *ri = json_object_get(deref(c, json_array_get(alts, i)), "required");
+        json_t *choices = json_array();  /* each: an array of keys to forbid */
+        json_array_append_new(choices, json_array());
+        bool dead = false;
+        for (j = 0; j < n && !dead; j++) {
+            if (j == i) continue;
+            json_t *rj = json_object_get(deref(c, json_array_get(alts, j)), "required");
+            json_t *miss = json_array();
+            size_t q, r;
+            json_t *x, *y;
+            json_array_foreach(rj, q, x) {
+                bool in = false;
+                json_array_foreach(ri, r, y) if (json_equal(x, y)) in = true;
+                if (!in) json_array_append(miss, x);
+            }
+            if (!json_array_size(miss)) dead = true;  /* R_j within R_i: branch j always matches too */
+            json_t *next = json_array();
+            json_array_foreach(choices, q, x) json_array_foreach(miss, r, y) {
+                json_t *f = json_copy(x);
+                json_array_append(f, y);
+                json_array_append_new(next, f);
+            }
+            json_decref(miss);
+            json_decref(choices);
+            choices = next;
+            if (json_array_size(choices) > ST_SCHEMA_MAX_BRANCHES) { json_decref(choices); json_decref(out); return NULL; }
+        }
+        size_t q;
+        json_t *f;
+        if (!dead) json_array_foreach(choices, q, f) {
+            json_t *props = json_object();
+            size_t r;
+            json_t *k;
+            json_array_foreach(f, r, k) if (json_is_string(k)) json_object_set_new(props, json_string_value(k), json_false());
+            json_array_append_new(out, json_pack("{s:O, s:o}", "required", ri, "properties", props));
+        }
+        json_decref(choices);
+    }
+    if (!json_array_size(out)) json_array_append_new(out, json_false());
+    return out;
+}
 
 static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *never) {
     json_t *alts = json_object_get(s, kw);
+    json_t *rewritten = NULL;
+    if (!strcmp(kw, "oneOf") && json_is_array(alts) && (rewritten = one_of_required(c, alts))) {
+        /* exact as anyOf: no disjointness check below */
+        json_t *s2 = json_copy(s);
+        json_object_del(s2, "oneOf");
+        json_object_set_new(s2, "anyOf", rewritten);
+        vllm_status rc = gen_alts(c, s2, "anyOf", b, never);
+        json_decref(s2);
+        return rc;
+    }
     if (!json_is_array(alts) || !json_array_size(alts)) return sc_err(c, VLLM_ERR_INVALID, "%s must be a non-empty array", kw);
     if (json_array_size(alts) > ST_SCHEMA_MAX_BRANCHES) return sc_err(c, VLLM_ERR_UNSUPPORTED, "%s has more than %d branches", kw, ST_SCHEMA_MAX_BRANCHES);
     json_t *sib = json_copy(s);

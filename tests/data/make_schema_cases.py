@@ -42,6 +42,10 @@ T("one_of_discriminator", {"oneOf": [
     {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
     {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}}, "required": ["kind", "side"]}]},
   ['{"kind": "circle", "r": 1.5}', '{"kind": "square", "side": 2}'], ['{"kind": "circle", "side": 2}', '{"kind": "triangle"}', '{"r": 1}'])
+T("one_of_required_keys", {"type": "object", "properties": {"r": {"type": "number"}, "s": {"type": "number"}, "b": {}, "h": {}},
+  "oneOf": [{"required": ["r"]}, {"required": ["s"]}, {"required": ["b", "h"]}]},
+  ['{"r": 1}', '{"s": 2}', '{"b": 1, "h": 2}', '{"r": 1, "b": 2}', '{"b": 1, "h": 2, "x": 3}'],
+  ['{}', '{"r": 1, "s": 2}', '{"r": 1, "b": 1, "h": 2}', '{"b": 1}', '{"r": "x"}'])
 case("one_of_overlap_refused", {"oneOf": [{"type": "integer"}, {"minimum": 0}]}, error="oneOf: branches 0 and 1 may both match")
 T("all_of_merge", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
   {"properties": {"b": {"type": "string"}}, "required": ["b"]}]}, ['{"a": 1, "b": "x"}'], ['{"a": 1}', '{"b": "x"}', '{"a": "1", "b": "x"}'])
@@ -83,7 +87,12 @@ T("multiple_of_integer", {"type": "integer", "multipleOf": 7}, ['0', '14', '-21'
 T("multiple_of_decimal", {"type": "number", "multipleOf": 0.5}, [], [])
 case("unique_items_refused", {"type": "array", "uniqueItems": True}, error="uniqueItems is not supported")
 case("error_names_json_path", {"properties": {"tags": {"type": "array", "uniqueItems": True}}}, error="properties.tags: uniqueItems is not supported")
-case("not_refused", {"not": {"type": "string"}, "type": "integer"}, error="not is not supported")
+case("not_refused", {"not": {"pattern": "a"}}, error="not is not supported")
+T("not_type", {"not": {"type": ["string", "null"]}}, ['1', '[]', '{}', 'true'], ['"a"', 'null'])
+T("not_minimum", {"not": {"minimum": 2}}, ['1.5', '-3', '1'], ['2', '2.5', '"x"', 'null'])
+T("not_required", {"not": {"required": ["a"]}}, ['{}', '{"b": 1}'], ['{"a": 1}', '"x"', '[]'])
+T("not_any_of", {"type": ["integer", "string", "null"], "not": {"anyOf": [{"type": "string"}, {"const": None}]}}, ['3'], ['"a"', 'null'])
+T("not_boolean_value", {"type": "boolean", "not": {"const": True}}, ['false'], ['true', '0'])
 case("ref_missing", {"$ref": "#/$defs/nope"}, error="points to nothing")
 case("ref_remote_refused", {"$ref": "https://example.com/s.json"}, error="not a local reference")
 case("format_unsupported", {"type": "string", "format": "ipv6"}, error="format \"ipv6\" is not supported")

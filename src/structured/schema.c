@@ -339,12 +339,12 @@ static const char *const kw_supported[] = {
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "nullable", "minProperties",
-    "maxProperties", "uniqueItems", "unevaluatedProperties", "unevaluatedItems", NULL,
+    "maxProperties", "uniqueItems", "unevaluatedProperties", "unevaluatedItems", "patternProperties", NULL,
 };
 /* JSON Schema keywords we do not translate (an error when they constrain) */
 static const char *const kw_unsupported[] = {
     "not", "if", "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
-    "contains", "minContains", "maxContains", "patternProperties", "propertyNames",
+    "contains", "minContains", "maxContains", "propertyNames",
     "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", NULL,
 };
 
@@ -1316,6 +1316,34 @@ static vllm_status pattern_wrap(const char *re, strbuf *o) {
     return rc;
 }
 
+/* the rule for the JSON text (no quotes) of strings the pattern matches */
+static vllm_status gen_pattern_rule(sc *c, const char *re, rname *r) {
+    strbuf wrapped = {0}, g = {0};
+    rn_new(c, r);
+    vllm_status rc = pattern_wrap(re, &wrapped);
+    if (!rc) {
+        rc = st_regex_to_gbnf(wrapped.s, wrapped.len, r->s, &g);
+        if (rc) vllm_error_prefix("%s: pattern", sc_path(c));
+    }
+    if (!rc) rc = st_gbnf_json_string(g.s, g.len, c->out);
+    free(wrapped.s);
+    free(g.s);
+    return rc;
+}
+
+/* does the regex (a search, PCRE2) match s? -1: PCRE2 cannot compile it */
+static int regex_search(const char *re, const char *s, size_t n) {
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
+    if (!code) return -1;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    int r = md ? pcre2_match(code, (PCRE2_SPTR)s, n, 0, 0, md, NULL) : -1;
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+    return r >= 0;
+}
+
 static vllm_status gen_pattern(sc *c, const char *re, strbuf *b) {
     strbuf wrapped = {0}, g = {0};
     rname r;
@@ -1692,7 +1720,19 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
         /* with no applicators left (allOf and $ref are merged, anyOf/oneOf distributed), it is additionalProperties */
         if (!addl) addl = uneval;
     }
-    if (json_object_get(s, "patternProperties")) return sc_unsupported(c, "patternProperties");
+    /* patternProperties: one pattern, matching no listed name: the extra keys
+     * are then exactly its keys (those outside it, which additionalProperties
+     * would govern, are not generated: a narrowing) */
+    json_t *pp = json_object_get(s, "patternProperties");
+    const char *pp_re = NULL;
+    json_t *pp_schema = NULL;
+    if (pp && !(json_is_object(pp) && json_object_size(pp) == 0)) {
+        if (!json_is_object(pp) || json_object_size(pp) != 1)
+            return sc_err(c, VLLM_ERR_UNSUPPORTED, "patternProperties with more than one pattern is not supported");
+        void *it = json_object_iter(pp);
+        pp_re = json_object_iter_key(it);
+        pp_schema = json_object_iter_value(it);
+    }
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
     okey *keys = calloc(np + nr + 1, sizeof *keys);
     if (!keys) return vllm_error(VLLM_ERR_NOMEM, "schema: out of memory");
@@ -1712,6 +1752,15 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
             keys[n].required = true;
             n++;
         }
+    }
+    if (pp_re) {
+        for (int j = 0; j < n; j++) {
+            int m = regex_search(pp_re, keys[j].name, strlen(keys[j].name));
+            if (m < 0) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "patternProperties: PCRE2 cannot compile /%s/", pp_re);
+            else if (m) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "patternProperties /%s/ matching the listed property \"%s\" is not supported", pp_re, keys[j].name);
+            if (rc) { free(keys); return rc; }
+        }
+        addl = pp_schema;  /* the value schema of the pattern's keys */
     }
     bool addl_never = json_is_false(addl);
     rname addl_rule = {{0}};
@@ -1738,6 +1787,9 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
             size_t o2 = path_push(c, keys[j].name);
             rc = gen(c, keys[j].schema, &keys[j].rule);
             path_pop(c, o2);
+        } else if (pp_re) {
+            /* a required key outside properties and the pattern: additionalProperties' own schema */
+            rc = gen(c, keys[j].schema, &keys[j].rule);
         } else {
             keys[j].rule = addl_rule;
             if (addl_never) keys[j].rule.s[0] = 0;
@@ -1752,7 +1804,13 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
     rn_new(c, &base);
     strbuf body = {0};
     rname other = {{0}};
-    if (!addl_never) rc = gen_other_key(c, keys, n, &other);
+    if (!addl_never && pp_re) {
+        size_t o2 = path_push(c, "patternProperties");
+        rc = gen_pattern_rule(c, pp_re, &other);
+        path_pop(c, o2);
+    } else if (!addl_never) {
+        rc = gen_other_key(c, keys, n, &other);
+    }
     /* tail (j == n): additional properties */
     for (int pass = 0; pass < 2 && !rc; pass++) {
         body.len = 0;

@@ -87,6 +87,10 @@ T("multiple_of_integer", {"type": "integer", "multipleOf": 7}, ['0', '14', '-21'
 T("multiple_of_decimal", {"type": "number", "multipleOf": 0.5}, [], [])
 case("unique_items_refused", {"type": "array", "uniqueItems": True}, error="uniqueItems is not supported")
 case("error_names_json_path", {"properties": {"tags": {"type": "array", "uniqueItems": True}}}, error="properties.tags: uniqueItems is not supported")
+T("pattern_properties", {"type": "object", "properties": {"name": {"type": "string"}}, "patternProperties": {"^x-": {"type": "integer"}},
+  "additionalProperties": False}, ['{"name": "a", "x-a": 1, "x-b": 2}', '{"x-": 3}', '{}'], ['{"x-a": "s"}', '{"y": 1}', '{"name": 1}'])
+case("pattern_properties_clash_refused", {"properties": {"xa": {}}, "patternProperties": {"^x": {"type": "integer"}}},
+  error="matching the listed property")
 case("not_refused", {"not": {"pattern": "a"}}, error="not is not supported")
 T("not_type", {"not": {"type": ["string", "null"]}}, ['1', '[]', '{}', 'true'], ['"a"', 'null'])
 T("not_minimum", {"not": {"minimum": 2}}, ['1.5', '-3', '1'], ['2', '2.5', '"x"', 'null'])

@@ -47,9 +47,19 @@
  *     whitespace inside); values that the sibling keywords reject dropped.
  *   - anyOf: the alternatives, each merged with the sibling keywords. oneOf:
  *     the same when its branches are provably disjoint (their types, their
- *     const/enum values, or a required property's const/enum values), as
- *     anyOf otherwise (JSON Schema's "exactly one" is not checkable in a
- *     context-free grammar; llguidance and XGrammar do the same).
+ *     const/enum values, or a property both require with disjoint values or
+ *     forbidden on one side); branches that only require keys exactly (branch
+ *     i, and for every other branch a key of its that is missing); otherwise
+ *     an error, as llguidance does. (XGrammar falls back to anyOf, which
+ *     accepts instances matching two branches: MaskBench's invalid ones.)
+ *   - not: rewritten to its positive form where one exists exactly (a type
+ *     list; one bound, with its type: not-minimum is a number below it; one
+ *     required key: that property forbidden on objects; null/boolean
+ *     values; not-not; not-anyOf as all of the negations) and merged with
+ *     the siblings; anything else is an error.
+ *   - patternProperties with one pattern matching none of the listed names:
+ *     the extra keys are the pattern's (its regex as JSON text), with its
+ *     schema; keys outside the pattern are not generated (a narrowing).
  *   - allOf and $ref with siblings: merged into one schema (types
  *     intersected, properties merged key by key with each side's
  *     additionalProperties standing in for keys it lacks, bounds tightened,

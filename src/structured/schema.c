@@ -349,12 +349,12 @@ static const char *const kw_supported[] = {
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "nullable", "minProperties",
-    "maxProperties", "uniqueItems", "unevaluatedProperties", "unevaluatedItems", "patternProperties", NULL,
+    "maxProperties", "uniqueItems", "unevaluatedProperties", "unevaluatedItems", "patternProperties",
+    "dependentSchemas", "dependentRequired", "dependencies", NULL,
 };
 /* JSON Schema keywords we do not translate (an error when they constrain) */
 static const char *const kw_unsupported[] = {
-    "not", "if", "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
-    "contains", "minContains", "maxContains", "propertyNames",
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "propertyNames",
     "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", NULL,
 };
 
@@ -819,6 +819,63 @@ static json_t *flatten(sc *c, json_t *s, vllm_status *rc) {
         if (json_is_boolean(s)) return json_incref(s);
         *rc = sc_err(c, VLLM_ERR_INVALID, "a schema must be an object or a boolean");
         return NULL;
+    }
+    json_t *dr = json_object_get(s, "dependentRequired"), *dp = json_object_get(s, "dependencies"),
+           *ds = json_object_get(s, "dependentSchemas");
+    if ((json_is_object(dr) && json_object_size(dr)) || (json_is_object(dp) && json_object_size(dp)) ||
+        (json_is_object(ds) && json_object_size(ds))) {
+        /* each key k with its dependencies D: k absent, or k present with D
+         * (D: keys it requires, or a schema), as anyOf alternatives; several
+         * keys: their product, merged with the rest */
+        json_t *alts = json_array();
+        json_array_append_new(alts, json_object());
+        json_t *srcs[3] = {dr, dp, ds};
+        for (int q = 0; q < 3 && !*rc; q++) {
+            const char *k;
+            json_t *d;
+            if (!json_is_object(srcs[q])) continue;
+            json_object_foreach(srcs[q], k, d) {
+                json_t *absent = json_pack("{s:{s:b}}", "properties", k, 0);
+                json_t *present;
+                if (json_is_array(d)) {
+                    json_t *req = json_copy(d);
+                    json_array_append_new(req, json_string(k));
+                    present = json_pack("{s:o}", "required", req);
+                } else {
+                    json_t *rq = json_pack("{s:[s]}", "required", k);
+                    present = merge2(c, rq, d, rc);
+                    json_decref(rq);
+                    if (!present) { json_decref(absent); break; }
+                }
+                json_t *next = json_array();
+                size_t i;
+                json_t *a;
+                json_array_foreach(alts, i, a) {
+                    json_t *m1 = merge2(c, a, absent, rc), *m2 = m1 ? merge2(c, a, present, rc) : NULL;
+                    if (m1) json_array_append_new(next, m1);
+                    if (m2) json_array_append_new(next, m2);
+                }
+                json_decref(absent);
+                json_decref(present);
+                json_decref(alts);
+                alts = next;
+                if (*rc) break;
+                if (json_array_size(alts) > ST_SCHEMA_MAX_BRANCHES) {
+                    *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "dependencies: more than %d combinations", ST_SCHEMA_MAX_BRANCHES);
+                    break;
+                }
+            }
+        }
+        if (*rc) { json_decref(alts); return NULL; }
+        json_t *rest = json_copy(s);
+        json_object_del(rest, "dependentRequired");
+        json_object_del(rest, "dependencies");
+        json_object_del(rest, "dependentSchemas");
+        json_t *any = json_pack("{s:o}", "anyOf", alts);
+        json_t *m = merge2(c, rest, any, rc);
+        json_decref(rest);
+        json_decref(any);
+        return m;
     }
     json_t *nt = json_object_get(s, "not");
     if (nt && kw_constrains("not", nt)) {

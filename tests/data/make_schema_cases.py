@@ -91,6 +91,11 @@ T("pattern_properties", {"type": "object", "properties": {"name": {"type": "stri
   "additionalProperties": False}, ['{"name": "a", "x-a": 1, "x-b": 2}', '{"x-": 3}', '{}'], ['{"x-a": "s"}', '{"y": 1}', '{"name": 1}'])
 case("pattern_properties_clash_refused", {"properties": {"xa": {}}, "patternProperties": {"^x": {"type": "integer"}}},
   error="matching the listed property")
+T("dependent_required", {"type": "object", "properties": {"card": {}, "billing": {}}, "dependentRequired": {"card": ["billing"]}},
+  ['{}', '{"billing": 1}', '{"card": 1, "billing": 2}'], ['{"card": 1}'])
+T("dependencies_schema_draft7", {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+  "properties": {"a": {}, "b": {}}, "dependencies": {"a": {"properties": {"b": {"type": "integer"}}, "required": ["b"]}}},
+  ['{}', '{"b": "x"}', '{"a": 1, "b": 2}'], ['{"a": 1}', '{"a": 1, "b": "x"}'])
 case("not_refused", {"not": {"pattern": "a"}}, error="not is not supported")
 T("not_type", {"not": {"type": ["string", "null"]}}, ['1', '[]', '{}', 'true'], ['"a"', 'null'])
 T("not_minimum", {"not": {"minimum": 2}}, ['1.5', '-3', '1'], ['2', '2.5', '"x"', 'null'])

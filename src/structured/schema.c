@@ -1590,7 +1590,9 @@ static size_t utf8_len(const char *s, size_t n) {
     return k;
 }
 
-/* Is v valid under the keywords of s other than enum/const? -1: cannot tell (error set) */
+static json_t *deref(sc *c, json_t *s);
+
+/* Is v valid under the keywords of s (enum/const included)? -1: cannot tell (error set) */
 static int value_ok(sc *c, json_t *s, json_t *v) {
     const char *k;
     json_t *x;
@@ -1608,11 +1610,74 @@ static int value_ok(sc *c, json_t *s, json_t *v) {
     case JSON_REAL: t = json_real_value(v) == floor(json_real_value(v)) ? T_INT : T_NUM; break;
     }
     if (!(m & t)) return 0;
+    /* the value's own enum/const, when s is a subschema reached below */
+    json_t *se = json_object_get(s, "enum"), *sk = json_object_get(s, "const");
+    if (sk && !json_equal(sk, v)) return 0;
+    if (json_is_array(se)) {
+        bool in = false;
+        size_t q;
+        json_t *w;
+        json_array_foreach(se, q, w) if (json_equal(w, v)) in = true;
+        if (!in) return 0;
+    }
     json_object_foreach(s, k, x) {
         if (!kw_constrains(k, x) || !strcmp(k, "type") || !strcmp(k, "enum") || !strcmp(k, "const") ||
-            !strcmp(k, "nullable"))
+            !strcmp(k, "nullable") || (!strcmp(k, "format") && t != T_STR))
             continue;
         double d = json_is_number(x) ? json_number_value(x) : 0;
+        if (t == T_OBJ) {
+            /* objects and arrays: their keywords on the members, recursively (bounded by the value's depth) */
+            if (!strcmp(k, "properties") && json_is_object(x)) {
+                const char *pk;
+                json_t *pv;
+                json_object_foreach(v, pk, pv) {
+                    json_t *ps = json_object_get(x, pk);
+                    if (!ps) continue;
+                    json_t *d2 = deref(c, ps);
+                    int r = json_is_boolean(d2) ? json_is_true(d2) : d2 ? value_ok(c, d2, pv) : -1;
+                    if (r <= 0) return r;
+                }
+                continue;
+            }
+            if (!strcmp(k, "required") && json_is_array(x)) {
+                size_t q;
+                json_t *w;
+                json_array_foreach(x, q, w) if (!json_is_string(w) || !json_object_get(v, json_string_value(w))) return 0;
+                continue;
+            }
+            if (!strcmp(k, "additionalProperties")) {
+                json_t *props = json_object_get(s, "properties");
+                if (json_object_get(s, "patternProperties")) {
+                    sc_err(c, VLLM_ERR_UNSUPPORTED, "enum/const with patternProperties is not supported");
+                    return -1;
+                }
+                const char *pk;
+                json_t *pv;
+                json_object_foreach(v, pk, pv) {
+                    if (props && json_object_get(props, pk)) continue;
+                    json_t *d2 = deref(c, x);
+                    int r = json_is_boolean(d2) ? json_is_true(d2) : d2 ? value_ok(c, d2, pv) : -1;
+                    if (r <= 0) return r;
+                }
+                continue;
+            }
+            if (!strcmp(k, "minProperties")) { if ((double)json_object_size(v) < d) return 0; continue; }
+            if (!strcmp(k, "maxProperties")) { if ((double)json_object_size(v) > d) return 0; continue; }
+        }
+        if (t == T_ARR) {
+            if (!strcmp(k, "items") && (json_is_object(x) || json_is_boolean(x))) {
+                size_t q;
+                json_t *w;
+                json_t *d2 = deref(c, x);
+                json_array_foreach(v, q, w) {
+                    int r = json_is_boolean(d2) ? json_is_true(d2) : d2 ? value_ok(c, d2, w) : -1;
+                    if (r <= 0) return r;
+                }
+                continue;
+            }
+            if (!strcmp(k, "minItems")) { if ((double)json_array_size(v) < d) return 0; continue; }
+            if (!strcmp(k, "maxItems")) { if ((double)json_array_size(v) > d) return 0; continue; }
+        }
         if (t == T_STR) {
             size_t n = utf8_len(json_string_value(v), json_string_length(v));
             if (!strcmp(k, "minLength")) { if ((double)n < d) return 0; continue; }

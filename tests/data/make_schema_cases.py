@@ -32,6 +32,9 @@ T("items_array_draft4", {"$schema": "http://json-schema.org/draft-04/schema#", "
   "additionalItems": {"type": "integer"}}, ['["a", 1, 2]', '["a"]', '[]'], ['["a", "b"]', '[1]'])
 T("enum_values", {"enum": ["red", "green", 1, None, {"a": 1}, [1, 2]]}, ['"red"', '1', '1.0', 'null', '{"a": 1}', '[1, 2]'],
   ['"blue"', '2', '{"a": 2}', '[2, 1]', 'true'])
+T("enum_objects_filtered", {"type": "object", "properties": {"a": {"type": "integer", "minimum": 2}}, "required": ["a"],
+  "additionalProperties": False, "enum": [{"a": 1}, {"a": 2}, {"a": 3, "b": 1}, {"b": 1}, {"a": 5}]},
+  ['{"a": 2}', '{"a": 5}'], ['{"a": 1}', '{"a": 3, "b": 1}', '{"b": 1}', '{"a": 3}'])
 T("const_string", {"const": "x\"y"}, ['"x\\"y"'], ['"xy"', '"x\\"y "'])
 T("enum_with_type", {"type": "string", "enum": ["a", 1, "bb"], "maxLength": 1}, ['"a"'], ['1', '"bb"', '"c"'])
 T("any_of", {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 10}]}, ['"ab"', '12', '""'], ['"abc"', '5', 'null'])

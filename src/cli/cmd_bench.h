@@ -13,6 +13,7 @@
 int cmd_bench_latency(int argc, char **argv);
 int cmd_bench_throughput(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
+int cmd_bench_structured(int argc, char **argv); /* cmd_bench_structured.c: MaskBench */
 
 /* Takes the value of flag argv[*i] (inline "--flag=v" or the next argument),
  * advancing *i past it; NULL (and a message) if it is missing. */

@@ -1,0 +1,22 @@
+/*
+ * schema_internal.h - what schema.c shares with its helper files (not part
+ * of the module's interface).
+ */
+#ifndef VLLM_STRUCTURED_SCHEMA_INTERNAL_H
+#define VLLM_STRUCTURED_SCHEMA_INTERNAL_H
+
+#include <stddef.h>
+
+#include "base/strbuf.h"
+#include "vllm/status.h"
+
+/* Rewrites GBNF whose terminals match decoded characters (st_regex_to_gbnf's
+ * output) into GBNF matching the same strings as they appear inside a JSON
+ * string literal: every literal and class becomes the JSON text of the
+ * characters it matches (" as \", \ as \\, control characters as \n, \t,
+ * ... or \u00XX, everything else raw), appended to out. Rule names,
+ * operators and grouping pass through. A class that matches no character
+ * JSON can write is an error. */
+vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
+
+#endif

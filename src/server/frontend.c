@@ -212,7 +212,7 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
     for (int32_t i = 0; i < out->num_outputs; i++) {
         const vllm_seq_output *o = &out->outputs[i];
         ntok += (size_t)o->num_new_tokens;
-        nstr += strlen(o->request_id) + 1;
+        nstr += strlen(o->request_id) + 1 + (o->error ? strlen(o->error) + 1 : 0);
         nev += (size_t)o->num_events;
         if (o->new_logprobs) {
             nlp += (size_t)o->num_new_tokens;
@@ -238,6 +238,12 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
         memcpy(b->strs + b->n_strs, o->request_id, idn);
         d->request_id = b->strs + b->n_strs;
         b->n_strs += idn;
+        if (o->error) {
+            size_t en = strlen(o->error) + 1;
+            memcpy(b->strs + b->n_strs, o->error, en);
+            d->error = b->strs + b->n_strs;
+            b->n_strs += en;
+        }
         if (o->num_new_tokens > 0)
             memcpy(b->toks + b->n_toks, o->new_token_ids, (size_t)o->num_new_tokens * sizeof(int32_t));
         d->new_token_ids = b->toks + b->n_toks;

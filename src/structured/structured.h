@@ -141,6 +141,9 @@ bool st_matcher_accept_token(st_matcher *m, int32_t id);
 /* Undoes the last k accepted tokens (k <= the number accepted, at most
  * st_matcher_max_rollback's); VLLM_ERR_INVALID otherwise. */
 vllm_status st_matcher_rollback(st_matcher *m, int32_t k);
+/* How many tokens rollback can undo now: every token accepted (the matcher
+ * keeps its whole history; EOS counts as a token). */
+int32_t st_matcher_max_rollback(const st_matcher *m);
 bool st_matcher_can_end(const st_matcher *m);      /* the text so far is a whole sentence of the grammar */
 bool st_matcher_is_terminated(const st_matcher *m); /* an EOS token was accepted */
 

@@ -5,7 +5,7 @@
  * node-llama-cpp npm package (bench/llamacpp/build.sh --fetch); nothing of
  * vllm.c is in it.
  *
- *   llamacpp_score BACKEND_DIR MODEL.gguf IDS_FILE CTX THREADS
+ *   llamacpp_score BACKEND_DIR MODEL.gguf IDS_FILE CTX THREADS [f32-kv]
  *
  * IDS_FILE holds whitespace-separated token ids. They are cut into chunks of
  * CTX tokens, each run from an empty cache as llama-perplexity does: the
@@ -13,11 +13,16 @@
  * for every position, and positions [CTX/2, CTX - 1) scored (the first half
  * is context). For each scored position it prints
  *     <position> <argmax id> <-log p(next token)> <top-1 logit - top-2 logit>
- * and at the end "ppl <exp(mean)>".
+ * and at the end "ppl <exp(mean)>". The context is llama-perplexity's
+ * default one (an F16 KV cache, flash attention if the backend has it);
+ * with "f32-kv", K and V are kept in F32 and flash attention is off (ggml's
+ * CPU kernel for it rounds to F16), so that on an F32 model nothing is
+ * rounded below F32 anywhere.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ggml-backend.h"
 #include "llama.h"
@@ -30,8 +35,9 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s BACKEND_DIR MODEL.gguf IDS_FILE CTX THREADS\n", argv[0]);
+    bool f32_kv = argc == 7 && !strcmp(argv[6], "f32-kv");
+    if (argc != 6 && !f32_kv) {
+        fprintf(stderr, "usage: %s BACKEND_DIR MODEL.gguf IDS_FILE CTX THREADS [f32-kv]\n", argv[0]);
         return 2;
     }
     int n_ctx = atoi(argv[4]), threads = atoi(argv[5]);
@@ -56,6 +62,10 @@ int main(int argc, char **argv) {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)n_ctx;
     cp.n_threads = cp.n_threads_batch = threads;
+    if (f32_kv) { /* ggml's CPU flash attention computes in F16 whatever the cache holds */
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "llamacpp_score: cannot create a context\n"); return 1; }
     int nv = llama_vocab_n_tokens(vocab);

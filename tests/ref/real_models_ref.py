@@ -5,7 +5,8 @@ with gguf-py), against what our engine produced.
 
     .venv/bin/python tests/ref/real_models_ref.py dequantize IN.gguf OUT.gguf
     .venv/bin/python tests/ref/real_models_ref.py prompts MODEL.gguf MAX_TOKENS [TEMPLATE.jinja]
-    .venv/bin/python tests/ref/real_models_ref.py compare MODEL.gguf NAME Q_JSON Q_DUMP F_JSON F_DUMP
+    .venv/bin/python tests/ref/real_models_ref.py compare MODEL.gguf NAME Q_JSON Q_DUMP F_JSON F_DUMP \
+        [LONG_IDS LONG_SCORE]
 
 dequantize: OUT gets IN's metadata and every tensor dequantized to F32 by
 gguf-py (the dequantizer transformers itself uses): the same weights, which
@@ -33,6 +34,14 @@ difference; reported with transformers' top-2 margin there. Prints:
   hf_f32_logits_NAME  F32 copy: every position within TOL_F
   hf_f32_greedy_NAME  F32 copy: our MAX_TOKENS greedy tokens are
                       transformers' on every prompt
+  hf_f32_long_NAME    (with LONG_IDS, one chunk of CTX token ids, BOS first
+                      when the vocabulary adds one, and LONG_SCORE,
+                      build/tools/score's output for it on the F32 copy):
+                      past a sliding window, where the chat prompts do not
+                      reach. Positions CTX/2 .. CTX-2 as tools/score scores
+                      them: every -log p(next token) within TOL_NLL of
+                      transformers', and the same top-1 wherever
+                      transformers' top-2 margin is at least TOL_NLL
 """
 import contextlib
 import io
@@ -59,6 +68,9 @@ TOL_F = 1e-4
 # model it bit for bit. 0.15 is above that spread and far below what a wrong
 # dequantization does (a sign flip in Q4_1's minimum: O(1)).
 TOL_Q = 0.15
+# F32 copy, one 1024-token chunk: measured 2.6e-5 (Gemma 3, float64
+# transformers); our sliding window one position short gives 0.15.
+TOL_NLL = 1e-3
 
 
 def dequantize(src, out):
@@ -145,7 +157,36 @@ def greedy_note(rows):
                                                      if flips else "")
 
 
-def compare(path, name, q_json, q_dump, f_json, f_dump):
+def compare_long(ref_model, torch, ids_path, score_path):
+    """(max |delta -log p|, its position, top-1 differences where decidable, positions, CTX)."""
+    ids = [int(x) for x in open(ids_path).read().split()]
+    ours = {}
+    for line in open(score_path):
+        f = line.split()
+        if len(f) == 4:
+            ours[int(f[0])] = (int(f[1]), float(f[2]))
+    ctx = len(ids)
+    with torch.no_grad():
+        logits = ref_model(torch.tensor([ids]), logits_to_keep=ctx - ctx // 2).logits[0]
+    logp = torch.log_softmax(logits, dim=-1)
+    top = torch.topk(logits, 2, dim=-1)
+    worst, at, flips = 0.0, -1, 0
+    for j in range(ctx - ctx // 2 - 1):
+        pos = ctx // 2 + j
+        if pos not in ours:
+            raise ValueError(f"tools/score printed no position {pos}")
+        arg, nll = ours[pos]
+        d = abs(nll + float(logp[j, ids[pos + 1]]))
+        if d > worst:
+            worst, at = d, pos
+        margin = float(top.values[j, 0] - top.values[j, 1])
+        flips += arg != int(top.indices[j, 0]) and margin >= TOL_NLL
+    if len(ours) != ctx - ctx // 2 - 1:
+        raise ValueError(f"tools/score printed {len(ours)} positions, not {ctx - ctx // 2 - 1}")
+    return worst, at, flips, len(ours), ctx
+
+
+def compare(path, name, q_json, q_dump, f_json, f_dump, long_ids=None, long_score=None):
     import torch
     import transformers
     # One thread: on a busy 2-core machine OpenMP's waiting threads made each
@@ -183,6 +224,16 @@ def compare(path, name, q_json, q_dump, f_json, f_dump):
                 print(f"ok {g}  # {len(rows)} chat prompts, {rows[0][3]} greedy tokens each equal")
             else:
                 print(f"FAIL {g}: prompts {short} differ: {greedy_note(rows)} (generated {[r[3] for r in rows]})")
+    if long_ids:
+        row = f"hf_f32_long_{name}"
+        try:
+            worst, at, flips, n, ctx = compare_long(model, torch, long_ids, long_score)
+        except (OSError, ValueError) as e:
+            print(f"FAIL {row}: {e}")
+            return
+        summary = (f"-log p within {worst:.2e} of transformers' (tolerance {TOL_NLL:g}; worst at position {at}), "
+                   f"{flips} top-1 differences at margins >= {TOL_NLL:g}, {n} positions of a {ctx}-token chunk")
+        print(f"ok {row}  # {summary}" if worst <= TOL_NLL and not flips else f"FAIL {row}: {summary}")
 
 
 def main():
@@ -191,7 +242,7 @@ def main():
         dequantize(sys.argv[2], sys.argv[3])
     elif cmd == "prompts" and len(sys.argv) in (4, 5):
         prompts(sys.argv[2], int(sys.argv[3]), open(sys.argv[4]).read() if len(sys.argv) == 5 else None)
-    elif cmd == "compare" and len(sys.argv) == 8:
+    elif cmd == "compare" and len(sys.argv) in (8, 10):
         compare(*sys.argv[2:])
     else:
         sys.exit(__doc__)

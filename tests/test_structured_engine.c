@@ -23,7 +23,7 @@
  *    abort while waiting; min_tokens that hide the only allowed EOS end the
  *    sequence with "stop" instead of failing the step.
  */
-/* checks: 9 */
+/* checks: 10 */
 /* tags: tsan */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -202,54 +202,72 @@ static bool kind_available(vllm_structured_kind k, const char *text) {
     return fr == VLLM_FINISH_STOP || fr == VLLM_FINISH_LENGTH;
 }
 
-TEST(test_other_kinds) {
-    static const char *RE = "[0-9]{3}-[a-z]{2,4}( ok)?";
-    static const char *GBNF = "root ::= \"(\" item (\",\" item)* \")\"\nitem ::= [a-c]+\n";
-    static const char *SCHEMA = "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"},"
-                                "\"name\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"age\",\"name\"],"
-                                "\"additionalProperties\":false}";
-    if (!kind_available(VLLM_STRUCTURED_REGEX, RE)) SKIP("the compiler has no regex yet (st-core)");
+/* Runs 8 requests, two per constraint of sos[0..3], seeded random. */
+static bool run_kinds(const vllm_structured_outputs *sos, req_out *out, int32_t max_tokens) {
     vllm_engine_args a = base_args();
     req reqs[8];
     int32_t which[8];
-    req_out out[8];
     for (int32_t i = 0; i < 8; i++) {
         make_prompt(&reqs[i], 50 + (uint32_t)i);
         vllm_sampling_params_init(&reqs[i].sp);
-        reqs[i].sp.max_tokens = 60;
+        reqs[i].sp.max_tokens = max_tokens;
         reqs[i].sp.has_seed = true;
         reqs[i].sp.seed = 7 + (uint64_t)i;
-        static const vllm_structured_kind kinds[4] = {VLLM_STRUCTURED_REGEX, VLLM_STRUCTURED_GRAMMAR,
-                                                      VLLM_STRUCTURED_JSON_OBJECT, VLLM_STRUCTURED_JSON};
-        const char *texts[4] = {RE, GBNF, NULL, SCHEMA};
-        reqs[i].so = so_of(kinds[i % 4], texts[i % 4]);
+        reqs[i].so = sos[i % 4];
         which[i] = i;
     }
-    CHECK(run(&a, reqs, which, 8, out, NULL));
+    return run(&a, reqs, which, 8, out, NULL);
+}
+
+TEST(test_regex_and_grammar) {
+    static const char *RE = "[0-9]{3}-[a-z]{2,4}( ok)?";
+    static const char *RE2 = "(cat|dog)s? [A-Z][a-z]{0,5}!";
+    static const char *GBNF = "root ::= \"(\" item (\",\" item){0,3} \")\"\nitem ::= [a-c]{1,3}\n";
+    static const char *GBNF2 = "root ::= expr\nexpr ::= expr \"+\" num | num\nnum ::= [1-9] [0-9]?\n";
+    if (!kind_available(VLLM_STRUCTURED_REGEX, RE)) SKIP("the compiler has no regex yet (st-core)");
+    vllm_structured_outputs sos[4] = {so_of(VLLM_STRUCTURED_REGEX, RE), so_of(VLLM_STRUCTURED_REGEX, RE2),
+                                      so_of(VLLM_STRUCTURED_GRAMMAR, GBNF), so_of(VLLM_STRUCTURED_GRAMMAR, GBNF2)};
+    /* the same languages as PCRE2 patterns (GBNF2: left-recursive sums) */
+    static const char *const check[4] = {"[0-9]{3}-[a-z]{2,4}( ok)?", "(cat|dog)s? [A-Z][a-z]{0,5}!",
+                                         "\\([a-c]{1,3}(,[a-c]{1,3}){0,3}\\)", "[1-9][0-9]?(\\+[1-9][0-9]?)*"};
+    req_out out[8];
+    CHECK(run_kinds(sos, out, 60));
     for (int32_t i = 0; i < 8; i++) {
         const seq_out *q = &out[i].seqs[0];
         char *s = text_of(q);
-        CHECK(s, "request %d: no text", i);
-        bool stop = q->finish == VLLM_FINISH_STOP;
-        bool ok = false;
+        /* GBNF2 is unbounded: it may run out of tokens, then its text is a prefix */
+        bool ok = s && (q->finish == VLLM_FINISH_STOP ? regex_full_match(check[i % 4], s)
+                                                       : i % 4 == 3 && q->finish == VLLM_FINISH_LENGTH);
+        CHECK(ok, "request %d: finish %d, '%s' against %s", i, q->finish, s ? s : "(null)", check[i % 4]);
+        free(s);
+    }
+}
+
+TEST(test_json_kinds) {
+    static const char *SCHEMA = "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},"
+                                "\"n\":{\"enum\":[1,2,3]}},\"required\":[\"ok\",\"n\"],"
+                                "\"additionalProperties\":false}";
+    if (!kind_available(VLLM_STRUCTURED_JSON, SCHEMA)) SKIP("the compiler has no JSON schema translator yet (st-schema)");
+    vllm_structured_outputs sos[4] = {so_of(VLLM_STRUCTURED_JSON, SCHEMA), so_of(VLLM_STRUCTURED_JSON, SCHEMA),
+                                      so_of(VLLM_STRUCTURED_JSON_OBJECT, NULL), so_of(VLLM_STRUCTURED_JSON_OBJECT, NULL)};
+    sos[1].disable_any_whitespace = true;
+    req_out out[8];
+    CHECK(run_kinds(sos, out, 120));
+    for (int32_t i = 0; i < 8; i++) {
+        const seq_out *q = &out[i].seqs[0];
+        char *s = text_of(q);
         json_error_t je;
-        json_t *j = NULL;
-        switch (i % 4) {
-        case 0: ok = stop && regex_full_match("[0-9]{3}-[a-z]{2,4}( ok)?", s); break;
-        case 1: ok = stop && regex_full_match("\\([a-c]+(,[a-c]+)*\\)", s); break;
-        case 2: /* may run out of tokens: then it is a prefix; when stopped, an object */
-            j = json_loads(s, JSON_DECODE_ANY, &je);
-            ok = !stop || json_is_object(j);
-            break;
-        case 3:
-            j = json_loads(s, 0, &je);
-            ok = !stop || (json_is_object(j) && json_is_integer(json_object_get(j, "age")) &&
-                           json_is_string(json_object_get(j, "name")) && json_object_size(j) == 2 &&
-                           strlen(json_string_value(json_object_get(j, "name"))) <= 8);
-            break;
-        }
+        json_t *j = s ? json_loads(s, 0, &je) : NULL;
+        bool ok;
+        if (i % 4 < 2) /* bounded: must end */
+            ok = q->finish == VLLM_FINISH_STOP && json_is_object(j) && json_object_size(j) == 2 &&
+                 json_is_boolean(json_object_get(j, "ok")) && json_is_integer(json_object_get(j, "n")) &&
+                 json_integer_value(json_object_get(j, "n")) >= 1 && json_integer_value(json_object_get(j, "n")) <= 3 &&
+                 (i % 4 == 0 || !strpbrk(s, " \t\n\r"));
+        else /* any object: may run out of tokens */
+            ok = q->finish == VLLM_FINISH_LENGTH || (q->finish == VLLM_FINISH_STOP && json_is_object(j));
         json_decref(j);
-        CHECK(ok, "request %d (kind %d): finish %d, '%s'", i, i % 4, q->finish, s);
+        CHECK(ok, "request %d: finish %d, '%s'", i, q->finish, s ? s : "(null)");
         free(s);
     }
 }
@@ -539,7 +557,8 @@ int main(void) {
         return 1;
     }
     RUN(test_choice);
-    RUN(test_other_kinds);
+    RUN(test_regex_and_grammar);
+    RUN(test_json_kinds);
     RUN(test_batch_invariance);
     RUN(test_spec_drafts_used);
     RUN(test_n_equals_seeds);

@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
+#include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "server/api_server.h"
 #include "server/serving.h"
@@ -290,6 +291,10 @@ int cmd_serve(int argc, char **argv) {
 
     serving_ctx ctx = {0};
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
+    /* before the engine moves to its thread: the cache is thread-safe */
+    ctx.grammars = engine_grammar_cache(engine);
+    ctx.compile_timeout = engine_compile_timeout(engine);
+    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "

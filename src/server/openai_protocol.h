@@ -86,6 +86,12 @@ typedef struct openai_request {
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
     char *tool_choice;           /* "none", "auto", "required", "named" */
+    /* structured outputs: the one constraint of response_format,
+     * structured_outputs or the guided_* fields (kind NONE = none); its
+     * text and whitespace_pattern are owned; structured_field names the
+     * field it came from (for errors: "response_format", ...) */
+    vllm_structured_outputs structured;
+    const char *structured_field;
     json_t *body;                /* owned */
     char unknown_fields[512];    /* comma-separated names, for the log */
 } openai_request;

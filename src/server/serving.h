@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/grammar_cache.h"
 #include "server/frontend.h"
 #include "server/http.h"
 #include "server/openai_protocol.h"
@@ -57,6 +58,12 @@ typedef struct serving_ctx {
     int64_t max_num_queued_reqs;
     atomic_llong num_queued_seqs;
     atomic_ullong next_id;
+    /* Structured outputs: the engine's grammar cache (engine_grammar_cache;
+     * thread-safe) and how long a call waits for its constraint to compile
+     * before it answers 400 (the engine's structured_outputs_compile_timeout).
+     * NULL: constrained requests get a 400. */
+    grammar_cache *grammars;
+    double compile_timeout;
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
@@ -139,6 +146,7 @@ struct serving_call {
     double last_probe;
     atomic_bool http_gone;
     int64_t admitted_seqs;       /* counted in ctx->num_queued_seqs until release */
+    grammar_cache_entry *grammar; /* the READY grammar of req.structured (a reference), or NULL */
 };
 
 /* Submits the call's prompts (ctx, http, req, fmt, prompts, sp, n filled in).

@@ -25,6 +25,15 @@
  * (vLLM's RequestOutput: the logprobs dicts in V1's order, sampled token
  * first.)
  * --stats prints one JSON object on stderr at the end (see print_stats).
+ *
+ * Structured outputs: --json-schema FILE, --json-object, --regex R, --choice
+ * S (repeatable), --grammar FILE (GBNF), with --disable-any-whitespace and
+ * --whitespace-pattern R, constrain every request (one kind at most); a
+ * prompts-file line may carry its own, as the server reads them
+ * (structured_outputs {json, regex, choice, grammar, json_object, ...},
+ * response_format, guided_*), replacing the flags'. A constraint that does
+ * not compile fails its request: the message goes to stderr and the exit
+ * status is 1.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -39,6 +48,7 @@
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
 #include "engine/output_processor.h"
+#include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
 
@@ -55,7 +65,15 @@ static void generate_usage(FILE *f) {
             "                                  min_p, seed, stop, stop_token_ids, ignore_eos, logprobs,\n"
             "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
             "                                  repetition_penalty, include_stop_str_in_output,\n"
-            "                                  skip_special_tokens, logit_bias, priority, cache_salt)\n"
+            "                                  skip_special_tokens, logit_bias, priority, cache_salt,\n"
+            "                                  structured_outputs, response_format, guided_*)\n"
+            "Structured outputs (one kind; a prompts-file line's own replaces it):\n"
+            "  --json-schema FILE              a JSON schema\n"
+            "  --json-object                   any JSON object\n"
+            "  --regex R                       a regular expression (the whole output)\n"
+            "  --choice S                      one of the choices (repeatable)\n"
+            "  --grammar FILE                  a GBNF grammar (start rule root)\n"
+            "  --disable-any-whitespace --whitespace-pattern R   JSON whitespace\n"
             "Sampling (defaults: the model's generation_config.json, then vLLM's):\n"
             "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
@@ -140,6 +158,7 @@ typedef struct gen_request {
     vllm_sampling_params sp;
     vllm_request_opts opts;
     char *cache_salt;
+    char *so_text, *so_ws;           /* opts.structured_outputs' strings, owned */
     char *stops[MAX_STOPS];
     int32_t num_stops;
     bool include_stop;
@@ -169,7 +188,23 @@ static void request_deinit(gen_request *r) {
     free(r->seqs);
     free(r->prompt);
     free(r->cache_salt);
+    free(r->so_text);
+    free(r->so_ws);
     for (int32_t i = 0; i < r->num_stops; i++) free(r->stops[i]);
+}
+
+/* r's constraint = so (copied; kind NONE = none). */
+static bool set_structured(gen_request *r, const vllm_structured_outputs *so) {
+    free(r->so_text);
+    free(r->so_ws);
+    r->so_text = r->so_ws = NULL;
+    r->opts.structured_outputs = *so;
+    if (so->text && !(r->so_text = strndup(so->text, so->len ? so->len : strlen(so->text)))) return false;
+    if (so->whitespace_pattern && !(r->so_ws = strdup(so->whitespace_pattern))) return false;
+    r->opts.structured_outputs.text = r->so_text;
+    r->opts.structured_outputs.len = r->so_text ? strlen(r->so_text) : 0;
+    r->opts.structured_outputs.whitespace_pattern = r->so_ws;
+    return true;
 }
 
 static gen_request *ctx_new_request(gen_ctx *c) {
@@ -229,11 +264,20 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
         }
         r->num_prompt = (int32_t)n;
     }
+    openai_error oe = {0};
+    vllm_structured_outputs so = {0};
+    if (!openai_structured_from_json(o, false, &so, NULL, &oe)) LINE_ERR("%s", oe.message);
+    bool ok = so.kind == VLLM_STRUCTURED_NONE || set_structured(r, &so);
+    free((char *)so.text);
+    free((char *)so.whitespace_pattern);
+    if (!ok) LINE_ERR("out of memory");
     vllm_sampling_params *sp = &r->sp;
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         double d;
+        if (!strcmp(key, "structured_outputs") || !strcmp(key, "response_format") || !strncmp(key, "guided_", 7))
+            continue;
         bool isint = json_is_integer(v);
         long long iv = isint ? json_integer_value(v) : 0;
         if (!strcmp(key, "prompt") || !strcmp(key, "prompt_token_ids")) continue;
@@ -339,6 +383,7 @@ static bool read_prompts_file(gen_ctx *c, const char *path, const gen_request *d
         }
         r->sp = defaults->sp;
         r->include_stop = defaults->include_stop;
+        ok = set_structured(r, &defaults->opts.structured_outputs);
         for (int32_t k = 0; k < defaults->num_stops && ok; k++) ok = add_stop(r, defaults->stops[k], path);
         ok = ok && parse_line(c, r, o, path, lineno);
         json_decref(o);
@@ -472,6 +517,72 @@ static void print_stats(const gen_stats *st) {
 
 #define FLAG(name) (!strcmp(arg, name))
 
+/* A whole file, NUL-terminated (malloc'ed), or NULL with the reason on stderr. */
+static char *slurp(const char *flag, const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    if (!f) {
+        fprintf(stderr, "vllmc generate: %s %s: %s\n", flag, path, strerror(errno));
+        return NULL;
+    }
+    do {
+        if (buf_grow((void **)&buf, &cap, len + 65536 + 1, 1) != VLLM_OK) {
+            free(buf);
+            fclose(f);
+            fprintf(stderr, "vllmc generate: %s %s: out of memory\n", flag, path);
+            return NULL;
+        }
+        n = fread(buf + len, 1, 65536, f);
+        len += n;
+    } while (n > 0);
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        fprintf(stderr, "vllmc generate: %s %s: read error\n", flag, path);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+/* The flags' constraint (at most one kind) into flags->opts.structured_outputs. */
+static bool flags_structured(gen_request *flags, const char *schema_file, const char *regex, json_t *choices,
+                             const char *grammar_file, bool json_object, bool daw, const char *ws) {
+    int kinds = (schema_file != NULL) + (regex != NULL) + (json_array_size(choices) > 0) + (grammar_file != NULL) +
+                json_object;
+    if (kinds > 1) {
+        fprintf(stderr, "vllmc generate: give one of --json-schema, --json-object, --regex, --choice and --grammar\n");
+        return false;
+    }
+    if (!kinds) {
+        if (daw || ws) fprintf(stderr, "vllmc generate: --disable-any-whitespace / --whitespace-pattern need a JSON constraint\n");
+        return !(daw || ws);
+    }
+    vllm_structured_outputs so = {.disable_any_whitespace = daw, .whitespace_pattern = ws};
+    char *owned = NULL;
+    if (schema_file) {
+        so.kind = VLLM_STRUCTURED_JSON;
+        so.text = owned = slurp("--json-schema", schema_file);
+    } else if (grammar_file) {
+        so.kind = VLLM_STRUCTURED_GRAMMAR;
+        so.text = owned = slurp("--grammar", grammar_file);
+    } else if (regex) {
+        so.kind = VLLM_STRUCTURED_REGEX;
+        so.text = regex;
+    } else if (json_object) {
+        so.kind = VLLM_STRUCTURED_JSON_OBJECT;
+    } else {
+        so.kind = VLLM_STRUCTURED_CHOICE;
+        so.text = owned = json_dumps(choices, JSON_COMPACT);
+    }
+    if (so.kind != VLLM_STRUCTURED_JSON_OBJECT && !so.text) return false;
+    bool ok = set_structured(flags, &so);
+    free(owned);
+    return ok;
+}
+
 int cmd_generate(int argc, char **argv) {
     vllm_engine_args args;
     vllm_engine_args_init(&args);
@@ -479,7 +590,9 @@ int cmd_generate(int argc, char **argv) {
     const char *prompts_file = NULL;
     const char **prompts = calloc((size_t)argc, sizeof *prompts);
     int32_t num_prompts = 0;
-    bool json = false, stats = false;
+    bool json = false, stats = false, json_object = false, daw = false;
+    const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL, *ws = NULL;
+    json_t *choices = json_array();
     gen_ctx c = {0};
     gen_request flags = {0}; /* flag-level sampling settings and stops */
     tokenizer *tok = NULL;
@@ -505,12 +618,14 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         bool no_value = FLAG("--json") || FLAG("--stats") || FLAG("--ignore-eos") ||
-                        FLAG("--include-stop-str-in-output");
+                        FLAG("--include-stop-str-in-output") || FLAG("--json-object") ||
+                        FLAG("--disable-any-whitespace");
         bool own = no_value || FLAG("--prompt") || FLAG("--prompts-file") || FLAG("--max-tokens") ||
                    FLAG("--temperature") || FLAG("--top-p") || FLAG("--top-k") || FLAG("--min-p") ||
                    FLAG("--presence-penalty") || FLAG("--frequency-penalty") ||
                    FLAG("--repetition-penalty") || FLAG("--min-tokens") || FLAG("--n") ||
-                   FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop");
+                   FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop") || FLAG("--json-schema") ||
+                   FLAG("--regex") || FLAG("--choice") || FLAG("--grammar") || FLAG("--whitespace-pattern");
         if (!own) {
             int r = engine_args_parse(&args, argc, argv, &i);
             if (r < 0) goto done;
@@ -554,12 +669,21 @@ int cmd_generate(int argc, char **argv) {
         } else if (FLAG("--ignore-eos")) set.ignore_eos = sf.ignore_eos = true;
         else if (FLAG("--stop")) ok = add_stop(&flags, val, "--stop");
         else if (FLAG("--include-stop-str-in-output")) flags.include_stop = true;
+        else if (FLAG("--json-schema")) schema_file = val;
+        else if (FLAG("--json-object")) json_object = true;
+        else if (FLAG("--regex")) regex = val;
+        else if (FLAG("--choice")) ok = json_array_append_new(choices, json_string(val)) == 0;
+        else if (FLAG("--grammar")) grammar_file = val;
+        else if (FLAG("--disable-any-whitespace")) daw = true;
+        else if (FLAG("--whitespace-pattern")) ws = val;
         if (!ok) goto done;
     }
     if (prompts_file && num_prompts) {
         fprintf(stderr, "vllmc generate: give --prompt or --prompts-file, not both\n");
         goto done;
     }
+    if (!choices || !flags_structured(&flags, schema_file, regex, choices, grammar_file, json_object, daw, ws))
+        goto done;
 
     status = 1;
     if (model_alias_resolve(&args.model, NULL) != VLLM_OK || model_alias_resolve(&args.tokenizer, NULL) != VLLM_OK ||
@@ -604,6 +728,7 @@ int cmd_generate(int argc, char **argv) {
             if (!r) goto done;
             r->sp = flags.sp;
             r->include_stop = flags.include_stop;
+            if (!set_structured(r, &flags.opts.structured_outputs)) goto done;
             for (int32_t k = 0; k < flags.num_stops; k++)
                 if (!add_stop(r, flags.stops[k], "--stop")) goto done;
             if (num_prompts) {
@@ -643,6 +768,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     gen_stats st = {0};
+    bool failed = false;
     while (vllm_engine_has_unfinished(c.engine)) {
         const vllm_step_output *so;
         if (vllm_engine_step(c.engine, &so) != VLLM_OK) {
@@ -662,6 +788,11 @@ int cmd_generate(int argc, char **argv) {
         if (s->num_scheduled_seqs > st.max_seqs) st.max_seqs = s->num_scheduled_seqs;
         st.blocks_total = s->num_blocks_total;
         st.blocks_free = s->num_blocks_free;
+        for (int32_t j = 0; j < so->num_outputs; j++)
+            if (so->outputs[j].error && so->outputs[j].index == 0) { /* a request that could not run */
+                fprintf(stderr, "vllmc generate: request %s: %s\n", so->outputs[j].request_id, so->outputs[j].error);
+                failed = true;
+            }
         const output_result *res;
         if (output_processor_process(c.op, so, &res) != VLLM_OK) {
             fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
@@ -695,11 +826,14 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "vllmc generate: write error on stdout\n");
         goto done;
     }
-    status = 0;
+    status = failed ? 1 : 0;
 done:
     for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c.reqs[i]);
     free(c.reqs);
     for (int32_t i = 0; i < flags.num_stops; i++) free(flags.stops[i]);
+    free(flags.so_text);
+    free(flags.so_ws);
+    json_decref(choices);
     output_processor_free(c.op);
     vllm_engine_free(c.engine);
     tokenizer_free(tok);

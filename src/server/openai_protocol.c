@@ -731,6 +731,21 @@ static bool parse_structured(pctx *c, openai_request *r) {
     return true;
 }
 
+bool openai_structured_from_json(json_t *obj, bool chat, vllm_structured_outputs *out, const char **field,
+                                 openai_error *e) {
+    openai_request r = {.chat = chat};
+    pctx c = {obj, chat ? "ChatCompletionRequest" : "CompletionRequest", e};
+    json_t *sof = json_object_get(obj, "structured_outputs");
+    if (json_is_object(sof) && is_set(sof, "json") + is_set(sof, "regex") + is_set(sof, "choice") > 1)
+        return value_error(&c, "structured_outputs",
+                           "You can only use one kind of constraints for structured outputs ('json', "
+                           "'regex' or 'choice').");
+    if (!parse_structured(&c, &r)) return false;
+    *out = r.structured;
+    if (field) *field = r.structured_field;
+    return true;
+}
+
 /* Fields vLLM accepts that this engine cannot honour: refused, not ignored,
  * so nobody gets silently different output. */
 static bool refuse_unsupported(pctx *c, openai_request *r) {

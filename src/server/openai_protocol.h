@@ -103,6 +103,15 @@ bool openai_request_parse(const char *body, size_t len, bool chat, openai_reques
                           openai_error *e);
 void openai_request_free(openai_request *req);
 
+/* The structured-outputs constraint of a request object obj (its
+ * response_format, structured_outputs, guided_* fields, as
+ * openai_request_parse reads them): *out's text and whitespace_pattern are
+ * malloc'ed (caller frees), kind NONE when there is none; *field names the
+ * field it came from (static). For other front ends (vllmc generate's
+ * prompts file). */
+bool openai_structured_from_json(json_t *obj, bool chat, vllm_structured_outputs *out, const char **field,
+                                 openai_error *e);
+
 /* Defaults for fields a request leaves unset: the model's generation config
  * where it has the key (vLLM's get_diff_sampling_param), else vLLM's. */
 typedef struct openai_defaults {

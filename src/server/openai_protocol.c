@@ -558,6 +558,7 @@ static bool parse_tools(pctx *c, openai_request *r) {
                                "The tool specified in `tool_choice` does not match any of the "
                                "specified `tools`");
         tc = "named";
+        r->tool_choice_name = strdup(json_string_value(name));
     }
     r->tool_choice = strdup(tc);
     return true;
@@ -981,6 +982,7 @@ void openai_request_free(openai_request *r) {
     free(r->request_id);
     free(r->cache_salt);
     free(r->tool_choice);
+    free(r->tool_choice_name);
     free((char *)r->structured.text);
     free((char *)r->structured.whitespace_pattern);
     json_decref(r->body);

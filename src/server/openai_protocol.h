@@ -86,6 +86,7 @@ typedef struct openai_request {
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
     char *tool_choice;           /* "none", "auto", "required", "named" */
+    char *tool_choice_name;      /* "named": the function's name */
     /* structured outputs: the one constraint of response_format,
      * structured_outputs or the guided_* fields (kind NONE = none); its
      * text and whitespace_pattern are owned; structured_field names the

@@ -37,7 +37,7 @@
 #include "vllm/vllm.h"
 
 #define MODEL "models/stories260K"
-#define MAX_OUT 64
+#define MAX_OUT 160
 #define MAX_SEQS 4
 
 static tokenizer *tok;
@@ -243,13 +243,20 @@ TEST(test_regex_and_grammar) {
     }
 }
 
+/* "x", "yy" or "z" (strings: a number enum lets 1.000... run on) */
+static bool is_enum_value(const json_t *v) {
+    const char *s = json_string_value(v);
+    return s && (!strcmp(s, "x") || !strcmp(s, "yy") || !strcmp(s, "z"));
+}
+
 TEST(test_json_kinds) {
     static const char *SCHEMA = "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},"
-                                "\"n\":{\"enum\":[1,2,3]}},\"required\":[\"ok\",\"n\"],"
+                                "\"n\":{\"enum\":[\"x\",\"yy\",\"z\"]}},\"required\":[\"ok\",\"n\"],"
                                 "\"additionalProperties\":false}";
     if (!kind_available(VLLM_STRUCTURED_JSON, SCHEMA)) SKIP("the compiler has no JSON schema translator yet (st-schema)");
     vllm_structured_outputs sos[4] = {so_of(VLLM_STRUCTURED_JSON, SCHEMA), so_of(VLLM_STRUCTURED_JSON, SCHEMA),
                                       so_of(VLLM_STRUCTURED_JSON_OBJECT, NULL), so_of(VLLM_STRUCTURED_JSON_OBJECT, NULL)};
+    sos[0].whitespace_pattern = "[ ]?"; /* the tiny model loves whitespace: bounded here */
     sos[1].disable_any_whitespace = true;
     req_out out[8];
     CHECK(run_kinds(sos, out, 120));
@@ -261,9 +268,8 @@ TEST(test_json_kinds) {
         bool ok;
         if (i % 4 < 2) /* bounded: must end */
             ok = q->finish == VLLM_FINISH_STOP && json_is_object(j) && json_object_size(j) == 2 &&
-                 json_is_boolean(json_object_get(j, "ok")) && json_is_integer(json_object_get(j, "n")) &&
-                 json_integer_value(json_object_get(j, "n")) >= 1 && json_integer_value(json_object_get(j, "n")) <= 3 &&
-                 (i % 4 == 0 || !strpbrk(s, " \t\n\r"));
+                 json_is_boolean(json_object_get(j, "ok")) && is_enum_value(json_object_get(j, "n")) &&
+                 (i % 4 == 0 ? !strpbrk(s, "\t\n\r") && !strstr(s, "  ") : !strpbrk(s, " \t\n\r"));
         else /* any object: may run out of tokens */
             ok = q->finish == VLLM_FINISH_LENGTH || (q->finish == VLLM_FINISH_STOP && json_is_object(j));
         json_decref(j);

@@ -4,7 +4,7 @@
 // n > 1, and its BadRequestError for a constraint that does not compile.
 //   node tests/test_structured_server.mjs BASE_URL
 // Outputs are checked with JavaScript's own RegExp and JSON.parse.
-// 12 results, always (JSON rows skip while the schema translator is missing).
+// 14 results, always (JSON rows skip while the schema translator is missing).
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 
@@ -80,14 +80,15 @@ await test(["healthy_after"], async () => {
   check("healthy_after", r.choices[0].finish_reason === "length" && r.usage.completion_tokens === 4, JSON.stringify(r.usage));
 });
 
-// JSON: response_format as the openai client sends it
+// JSON: response_format as the openai client sends it (whitespace bounded by
+// vLLM's structured_outputs options: this model would emit newlines forever)
 let jsonReady = true;
 try {
   await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: 2, response_format: { type: "json_object" } });
 } catch (e) {
   if (/not built yet/.test(e?.message ?? "")) jsonReady = false; else throw e;
 }
-const jsonRows = ["response_format_json_schema", "response_format_json_object", "json_schema_stream"];
+const jsonRows = ["response_format_json_schema", "response_format_json_object", "json_schema_stream", "tool_required", "tool_named"];
 if (!jsonReady) {
   for (const n of jsonRows) skip(n, "the JSON schema translator is not built yet (branch st-schema)");
 } else {
@@ -95,21 +96,40 @@ if (!jsonReady) {
   const valid = (s) => { try { const o = JSON.parse(s); return typeof o.done === "boolean" && ["a", "b"].includes(o.k) && Object.keys(o).length === 2; } catch { return false; } };
   await test(["response_format_json_schema"], async () => {
     const r = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: 60,
-      temperature: 1, seed: 3, n: 3, response_format: { type: "json_schema", json_schema: { name: "t", schema, strict: true } } });
+      temperature: 1, seed: 3, n: 3, response_format: { type: "json_schema", json_schema: { name: "t", schema, strict: true } },
+      structured_outputs: { disable_any_whitespace: true } });
     check("response_format_json_schema", r.choices.every((c) => c.finish_reason === "stop" && valid(c.message.content)), JSON.stringify(r.choices.map((c) => c.message.content)));
   });
   await test(["response_format_json_object"], async () => {
     const r = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: 80,
-      temperature: 1, seed: 5, n: 2, response_format: { type: "json_object" } });
+      temperature: 1, seed: 5, n: 2, response_format: { type: "json_object" }, structured_outputs: { whitespace_pattern: " ?" } });
     const objs = r.choices.filter((c) => c.finish_reason === "stop").map((c) => { try { return JSON.parse(c.message.content); } catch { return null; } });
     check("response_format_json_object", objs.every((o) => o !== null && typeof o === "object" && !Array.isArray(o)), JSON.stringify(r.choices.map((c) => c.message.content)));
   });
   await test(["json_schema_stream"], async () => {
     const stream = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: 60,
-      temperature: 0.7, seed: 9, stream: true, response_format: { type: "json_schema", json_schema: { name: "t", schema } } });
+      temperature: 0.7, seed: 9, stream: true, response_format: { type: "json_schema", json_schema: { name: "t", schema } },
+      structured_outputs: { disable_any_whitespace: true } });
     let text = "";
     for await (const c of stream) if (c.choices.length) text += c.choices[0].delta?.content ?? "";
     check("json_schema_stream", valid(text), text);
+  });
+  const params = { type: "object", properties: { city: { enum: ["Paris", "Rome"] }, days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city", "days"], additionalProperties: false };
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: params } }, { type: "function", function: { name: "noop" } }];
+  const goodArgs = (s) => { try { const o = JSON.parse(s); return ["Paris", "Rome"].includes(o.city) && Number.isInteger(o.days) && o.days >= 1 && o.days <= 7 && Object.keys(o).length === 2; } catch { return false; } };
+  await test(["tool_required"], async () => {
+    // 509 and 96 are "]": this model would list calls forever, which vLLM's schema allows
+    const r = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "weather" }], max_tokens: 100,
+      temperature: 1, seed: 1, n: 2, tools, tool_choice: "required", logit_bias: { 509: 30, 96: 30 }, structured_outputs: { disable_any_whitespace: true } });
+    check("tool_required", r.choices.every((c) => c.finish_reason === "tool_calls" && c.message.tool_calls.length >= 1 &&
+      c.message.tool_calls.every((t) => t.function.name === "noop" ? JSON.parse(t.function.arguments) !== null : goodArgs(t.function.arguments))),
+      JSON.stringify(r.choices.map((c) => [c.finish_reason, c.message.tool_calls])));
+  });
+  await test(["tool_named"], async () => {
+    const r = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "weather" }], max_tokens: 60,
+      temperature: 1, seed: 4, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, structured_outputs: { disable_any_whitespace: true } });
+    const t = r.choices[0].message.tool_calls;
+    check("tool_named", t.length === 1 && t[0].function.name === "get_weather" && goodArgs(t[0].function.arguments) && t[0].id.startsWith("chatcmpl-tool-"), JSON.stringify(r.choices[0].message));
   });
 }
 process.exit(failed ? 1 : 0);

@@ -7,9 +7,10 @@
 # for regexes and grammars (rewritten as the same language's regex), json
 # and jsonschema (.venv, tests/ref/requirements.txt) for JSON.
 #   - structured_outputs {choice, regex, grammar}, the guided_* aliases,
-#     response_format json_object / json_schema (skipped while the schema
-#     translator is missing), completions and chat, n > 1, streaming,
-#     logprobs;
+#     response_format json_object / json_schema, tool_choice required and
+#     named (their arguments validated against the tool's parameters; these
+#     JSON rows skip while the schema translator is missing), completions and
+#     chat, n > 1, streaming, logprobs;
 #   - bad input: two kinds (vLLM 0.11's two messages), a grammar that does
 #     not parse, a regex with a lookaround, a schema that is not JSON,
 #     response_format json_schema without its schema, an unknown
@@ -17,7 +18,7 @@
 #   - a compile past --structured-outputs-compile-timeout (a second server
 #     whose compiles sleep: VLLMC_DEBUG_COMPILE_DELAY_MS) -> 400 naming the
 #     timeout, while unconstrained requests keep being served.
-# checks: 54
+# checks: 62
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -85,10 +86,14 @@ fullmatch logprobs_text '(The dog|A cat)' '.choices[0].text'
 check logprobs_finite '[.choices[0].logprobs.token_logprobs[] | select(. > -9999)] | length > 1'
 
 # ---- JSON (the schema translator: branch st-schema) ------------------------------
-SCHEMA='{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":[1,2,3]},"tag":{"type":"string","maxLength":4}},"required":["ok","n","tag"],"additionalProperties":false}'
-req POST $U$CH '{"messages":[{"role":"user","content":"json"}],"max_tokens":60,"temperature":1,"seed":4,"n":3,"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":'"$SCHEMA"',"strict":true}}}'
+# JSON's flexible whitespace lets this model emit newlines forever (as it would
+# under vLLM's xgrammar): these requests bound it with disable_any_whitespace
+# or a whitespace_pattern, which the checks below see in the output.
+SCHEMA='{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":["a","b","c"]},"tag":{"type":"string","maxLength":4}},"required":["ok","n","tag"],"additionalProperties":false}'
+req POST $U$CH '{"messages":[{"role":"user","content":"json"}],"max_tokens":60,"temperature":1,"seed":4,"n":3,"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":'"$SCHEMA"',"strict":true}},"structured_outputs":{"disable_any_whitespace":true}}'
 schema_status=$STATUS schema_body=$BODY
-JSON_CHECKS="json_schema_200 json_schema_valid json_object_valid guided_json_valid json_disable_ws_valid"
+JSON_CHECKS="json_schema_200 json_schema_valid json_object_valid guided_json_valid json_disable_ws_valid
+  tools_required tools_required_args_valid tools_named tools_named_stream tools_required_stream"
 have_js=0; $VPY -c 'import jsonschema' 2>/dev/null && have_js=1
 if [ "$schema_status" = 400 ] && printf '%s' "$schema_body" | grep -q 'not built yet'; then
   for n in $JSON_CHECKS; do echo "skip $n: the JSON schema translator is not built yet (branch st-schema)"; done
@@ -107,14 +112,39 @@ print("ok" if xs and not errs else "; ".join(errs[:3]) or "no outputs")' "$2")
     [ "$out" = ok ] && echo "ok $1" || echo "FAIL $1: $out"
   }
   validate json_schema_valid "$SCHEMA" '.choices[].message.content'
-  req POST $U$C '{"prompt":"{","max_tokens":80,"temperature":1,"seed":8,"n":2,"response_format":{"type":"json_object"}}'
-  BODY=$(printf '%s' "$BODY" | jq -c '{choices: [.choices[] | select(.finish_reason == "stop")]}')
-  validate json_object_valid '{"type":"object"}' '.choices[].text'
-  req POST $U$C '{"prompt":"x","max_tokens":60,"temperature":1,"seed":2,"n":2,"guided_json":'"$SCHEMA"'}'
+  req POST $U$C '{"prompt":"{","max_tokens":120,"temperature":1,"seed":8,"n":4,"response_format":{"type":"json_object"},"structured_outputs":{"whitespace_pattern":" ?"}}'
+  # this model writes whole stories inside the strings: a choice that ran out
+  # of tokens must still be an object's beginning; one that stopped, an object
+  check json_object_valid '(.choices | length) == 4 and all(.choices[]; (.text | startswith("{")) and
+    (.finish_reason == "length" or (.finish_reason == "stop" and (.text | fromjson | type) == "object")))'
+  req POST $U$C '{"prompt":"x","max_tokens":60,"temperature":1,"seed":2,"n":2,"guided_json":'"$SCHEMA"',"guided_whitespace_pattern":"[ ]?"}'
   validate guided_json_valid "$SCHEMA" '.choices[].text'
-  SCHEMA2='{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":[1,2,3]}},"required":["ok","n"],"additionalProperties":false}'
+  SCHEMA2='{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":["a","b","c"]}},"required":["ok","n"],"additionalProperties":false}'
   req POST $U$C '{"prompt":"x","max_tokens":60,"temperature":1,"seed":2,"n":2,"structured_outputs":{"json":'"$SCHEMA2"',"disable_any_whitespace":true}}'
   validate json_disable_ws_valid "$SCHEMA2" '.choices[].text | if test("\\s") then "whitespace: " + . else . end'
+
+  # ---- tool calling: required / named (vLLM's schemas over the tools) ----------
+  # ids 509 and 96 are "]" (a piece and its byte token): this model would
+  # otherwise list calls forever, which vLLM's required schema allows
+  PARAMS='{"type":"object","properties":{"city":{"enum":["Paris","Rome"]},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"],"additionalProperties":false}'
+  TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":'"$PARAMS"'}},{"type":"function","function":{"name":"noop"}}]'
+  req POST $U$CH '{"messages":[{"role":"user","content":"weather"}],"max_tokens":100,"seed":1,"n":3,"temperature":1,"logit_bias":{"509":30,"96":30},"tools":'"$TOOLS"',"tool_choice":"required","structured_outputs":{"disable_any_whitespace":true}}'
+  check tools_required 'all(.choices[]; .finish_reason == "tool_calls" and .message.content == "" and (.message.tool_calls | length) >= 1 and
+    all(.message.tool_calls[]; (.id | startswith("chatcmpl-tool-")) and .type == "function" and (.function.name == "get_weather" or .function.name == "noop")))'
+  validate tools_required_args_valid "$PARAMS" '.choices[].message.tool_calls[] | select(.function.name == "get_weather") | .function.arguments'
+  req POST $U$CH '{"messages":[{"role":"user","content":"weather"}],"max_tokens":60,"seed":2,"n":2,"temperature":1,"tools":'"$TOOLS"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"structured_outputs":{"disable_any_whitespace":true}}'
+  BODY=$(printf '%s' "$BODY" | jq -c 'if all(.choices[]; .finish_reason == "stop" and .message.content == "" and (.message.tool_calls | length) == 1 and .message.tool_calls[0].function.name == "get_weather") then . else {choices: [], bad: .} end')
+  validate tools_named "$PARAMS" '.choices[].message.tool_calls[0].function.arguments'
+  STREAM=$(curl -s -N --max-time 60 $U$CH -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"weather"}],"max_tokens":60,"seed":3,"stream":true,"tools":'"$TOOLS"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"structured_outputs":{"disable_any_whitespace":true}}')
+  BODY=$(printf '%s' "$STREAM" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -s -c '[map(.choices[0].delta.tool_calls[0]? // empty)] |
+    if (.[0][0].id | startswith("chatcmpl-tool-")) and .[0][0].function.name == "get_weather" and all(.[0][1:][]; has("id") | not)
+    then [.[0] | map(.function.arguments) | add] else ["first delta: " + (.[0][0] | tojson)] end')
+  validate tools_named_stream "$PARAMS" '.[]'
+  STREAM=$(curl -s -N --max-time 60 $U$CH -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"weather"}],"max_tokens":100,"seed":1,"stream":true,"logit_bias":{"509":30,"96":30},"tools":'"$TOOLS"',"tool_choice":"required","structured_outputs":{"disable_any_whitespace":true}}')
+  BODY=$(printf '%s' "$STREAM" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -s -c '.[-1].choices[0]')
+  check tools_required_stream '.finish_reason == "tool_calls" and (.delta.tool_calls | length) >= 1 and (.delta.tool_calls[0].index == 0) and (.delta.tool_calls[0].function.arguments | fromjson | type) == "object"'
 fi
 
 # ---- bad input: 400 naming the problem --------------------------------------------
@@ -134,6 +164,8 @@ req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"response_format":{"
 check json_schema_missing_400 '.error.code == 400 and (.error.message | contains("When response_format type is '"'"'json_schema'"'"', the '"'"'json_schema'"'"' field must be provided."))'
 req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}'
 check response_format_type_400 '.error.code == 400 and (.error.message | contains("'"'"'xml'"'"'"))'
+req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","structured_outputs":{"regex":"a"}}'
+check tools_and_constraint_400 '.error.code == 400 and (.error.message | contains("You can only either use constraints for structured outputs or tools, not both."))'
 req POST $U$C '{"prompt":"x","structured_outputs":{"choice":"yes"}}'
 check choice_not_list_400 '.error.code == 400 and (.error.message | contains("structured_outputs.choice"))'
 req POST $U$C '{"prompt":"x","structured_outputs":{"regex":""}}'
@@ -166,7 +198,7 @@ check compile_cached_after_timeout '.choices[0].text == "slow"'
 
 # ---- the official openai client --------------------------------------------------
 if [ ! -d tests/ref/node_modules/openai ]; then
-  for n in $(seq 1 12); do echo "skip openai_client_$n: tests/ref/node_modules/openai missing (scripts/setup.sh)"; done
+  for n in $(seq 1 14); do echo "skip openai_client_$n: tests/ref/node_modules/openai missing (scripts/setup.sh)"; done
 else
   timeout 300 node tests/test_structured_server.mjs "$U"
 fi

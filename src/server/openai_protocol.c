@@ -712,6 +712,10 @@ static bool parse_structured(pctx *c, openai_request *r) {
         kinds[n++] = (so_kind){"structural_tag", VLLM_STRUCTURED_STRUCTURAL_TAG, json_object_get(o, "structural_tag")};
     /* a json_object: false alone constrains nothing, but still counts as a kind */
     if (n > 1) return so_too_many(c, kinds, n);
+    /* no kind: the whitespace options are kept for a constraint tools may add */
+    r->structured.disable_any_whitespace = daw;
+    if (ws && !(r->structured.whitespace_pattern = strdup(ws)))
+        return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
     if (n == 0 || (kinds[0].kind == VLLM_STRUCTURED_JSON_OBJECT && !json_is_true(kinds[0].value))) return true;
     char *text = NULL;
     if (kinds[0].kind == VLLM_STRUCTURED_STRUCTURAL_TAG) {
@@ -721,14 +725,10 @@ static bool parse_structured(pctx *c, openai_request *r) {
     } else if (!so_text(c, &kinds[0], &text)) {
         return false;
     }
-    r->structured = (vllm_structured_outputs){.kind = kinds[0].kind,
-                                              .text = text,
-                                              .len = text ? strlen(text) : 0,
-                                              .disable_any_whitespace = daw,
-                                              .whitespace_pattern = ws ? strdup(ws) : NULL};
+    r->structured.kind = kinds[0].kind;
+    r->structured.text = text;
+    r->structured.len = text ? strlen(text) : 0;
     r->structured_field = kinds[0].field;
-    if (ws && !r->structured.whitespace_pattern)
-        return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
     return true;
 }
 
@@ -741,7 +741,11 @@ bool openai_structured_from_json(json_t *obj, bool chat, vllm_structured_outputs
         return value_error(&c, "structured_outputs",
                            "You can only use one kind of constraints for structured outputs ('json', "
                            "'regex' or 'choice').");
-    if (!parse_structured(&c, &r)) return false;
+    if (!parse_structured(&c, &r)) {
+        free((char *)r.structured.text);
+        free((char *)r.structured.whitespace_pattern);
+        return false;
+    }
     *out = r.structured;
     if (field) *field = r.structured_field;
     return true;

@@ -18,7 +18,8 @@
  * outputs (vLLM's _get_json_schema_from_tool): named constrains the output
  * by the function's parameters schema, required by an array (minItems 1)
  * of {name: enum [the tool's name], parameters: its schema} for any of the
- * tools, their $defs merged at the root. The output becomes message.tool_calls
+ * tools (no other keys: vLLM's XGrammar backend is strict by default), their
+ * $defs merged at the root. The output becomes message.tool_calls
  * (content ""): named -> one call whose arguments are the generated text;
  * required -> one call per array item, arguments json.dumps(parameters) as
  * Python writes it, finish_reason "tool_calls" (vLLM's stream says that,
@@ -287,8 +288,11 @@ static char *tools_schema(const openai_request *req, openai_error *e) {
                 }
                 json_object_del(p, "$defs");
             }
-            json_t *one = json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s,s]}", "properties", "name", "type", "string", "enum",
-                                    json_object_get(fn, "name"), "parameters", p, "required", "name", "parameters");
+            /* additionalProperties false: what vLLM's schema means under XGrammar,
+             * whose strict mode (vLLM's default) allows no other keys */
+            json_t *one = json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s,s], s:b}", "properties", "name", "type", "string",
+                                    "enum", json_object_get(fn, "name"), "parameters", p, "required", "name",
+                                    "parameters", "additionalProperties", 0);
             json_array_append_new(any, one);
         }
         schema = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object",
@@ -516,7 +520,9 @@ void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_reque
         }
         char *schema = tools_schema(req, &e);
         if (!schema) goto fail;
-        req->structured = (vllm_structured_outputs){.kind = VLLM_STRUCTURED_JSON, .text = schema, .len = strlen(schema)};
+        req->structured.kind = VLLM_STRUCTURED_JSON; /* its whitespace options stay */
+        req->structured.text = schema;
+        req->structured.len = strlen(schema);
         req->structured_field = "tools";
     }
     if (req->priority != 0 && ctx->policy != VLLM_SCHEDULING_PRIORITY) {

@@ -1121,7 +1121,8 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         const request *r = q->req;
         vllm_seq_output *o = &e->outs[i++];
         int32_t nnew = q->num_new_output;
-        memcpy(e->events + ev, q->events, (size_t)q->num_events * sizeof *q->events);
+        if (q->num_events) /* e->events is NULL until some step has one */
+            memcpy(e->events + ev, q->events, (size_t)q->num_events * sizeof *q->events);
         *o = (vllm_seq_output){
             .request_id = r->id,
             .index = q->index,

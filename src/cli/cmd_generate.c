@@ -452,7 +452,8 @@ static bool handle_delta(gen_ctx *c, const output_delta *d) {
     }
     if (buf_grow((void **)&s->ids, &s->cap_ids, s->num_ids + (size_t)d->num_tokens, sizeof *s->ids) != VLLM_OK)
         return false;
-    memcpy(s->ids + s->num_ids, d->token_ids, (size_t)d->num_tokens * sizeof *s->ids);
+    if (d->num_tokens) /* a request that failed before any token has no ids yet */
+        memcpy(s->ids + s->num_ids, d->token_ids, (size_t)d->num_tokens * sizeof *s->ids);
     s->num_ids += (size_t)d->num_tokens;
     if (s->logprobs && d->logprobs)
         for (int32_t t = 0; t < d->num_tokens; t++) json_array_append_new(s->logprobs, logprobs_json(&d->logprobs[t]));

@@ -719,6 +719,8 @@ static bool parse_structured(pctx *c, openai_request *r) {
     if (n == 0 || (kinds[0].kind == VLLM_STRUCTURED_JSON_OBJECT && !json_is_true(kinds[0].value))) return true;
     char *text = NULL;
     if (kinds[0].kind == VLLM_STRUCTURED_STRUCTURAL_TAG) {
+        if (!json_is_string(kinds[0].value) && !json_is_object(kinds[0].value))
+            return type_error(c, kinds[0].field, "a valid string", "string_type", kinds[0].value);
         if (!(text = json_is_string(kinds[0].value) ? strdup(json_string_value(kinds[0].value))
                                                      : json_dumps(kinds[0].value, JSON_COMPACT)))
             return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");

@@ -11,7 +11,7 @@
  * A failed check is a FAIL line naming the input file; a memory error is a
  * sanitizer report in the SAN=1 build. One test per target.
  */
-/* checks: 9 */
+/* checks: 11 */
 #include <dirent.h>
 #include <stdarg.h>
 
@@ -26,8 +26,10 @@ static void fuzz_report(const char *file, int line, const char *fmt, ...) __attr
 #include "../fuzz/fuzz_config.c"
 #include "../fuzz/fuzz_detokenizer.c"
 #include "../fuzz/fuzz_encode.c"
+#include "../fuzz/fuzz_gbnf.c"
 #include "../fuzz/fuzz_gguf.c"
 #include "../fuzz/fuzz_openai_request.c"
+#include "../fuzz/fuzz_regex.c"
 #include "../fuzz/fuzz_safetensors.c"
 #include "../fuzz/fuzz_tokenizer_json.c"
 
@@ -107,6 +109,8 @@ TEST(fuzz_tokenizer_json) { fuzz_replay("tokenizer_json", fuzz_tokenizer_json_in
 TEST(fuzz_encode) { fuzz_replay("encode", fuzz_encode_init, fuzz_encode_one); }
 TEST(fuzz_detokenizer) { fuzz_replay("detokenizer", fuzz_detokenizer_init, fuzz_detokenizer_one); }
 TEST(fuzz_openai_request) { fuzz_replay("openai_request", fuzz_openai_request_init, fuzz_openai_request_one); }
+TEST(fuzz_gbnf) { fuzz_replay("gbnf", fuzz_gbnf_init, fuzz_gbnf_one); }
+TEST(fuzz_regex) { fuzz_replay("regex", fuzz_regex_init, fuzz_regex_one); }
 TEST(fuzz_chat_template) { fuzz_replay("chat_template", fuzz_chat_template_init, fuzz_chat_template_one); }
 
 /* The checks themselves must be able to fail: a round trip that is off by
@@ -137,7 +141,11 @@ int main(void) {
     RUN(fuzz_detokenizer);
     RUN(fuzz_openai_request);
     RUN(fuzz_chat_template);
+    RUN(fuzz_gbnf);
+    RUN(fuzz_regex);
     for (int i = 0; i < FUZZ_TOK_COUNT; i++) tokenizer_free(fuzz_toks[i]);
     for (int i = 0; i < 2; i++) free(fuzz_template_real[i]);
+    st_vocab_free(fuzz_gbnf_vocab);
+    tokenizer_free(fuzz_gbnf_tok);
     return harness_done();
 }

@@ -228,6 +228,10 @@ TEST(test_left_recursion) {
     /* indirect left recursion through a nullable prefix */
     const char *h = "root ::= opt list\nopt ::= \"\" | \"-\"\nlist ::= opt list \",\" \"x\" | \"x\"\n";
     CHECK_CASES(h, {"x", 1}, {"-x,x", 1}, {"x,x,x", 1}, {"--x,x", 1}, {"x,", 0}, {",x", 0});
+    /* right recursion (made left by the compiler when it is a tail loop) */
+    const char *r = "root ::= s | \"<\" root \">\"\ns ::= [a-z] s | \"0\" s | \"!\" | \"?\" t\nt ::= \"\" | \"t\" t\n";
+    CHECK_CASES(r, {"abc!", 1}, {"!", 1}, {"<<a0?tt>>", 1}, {"?", 1}, {"abc", 0}, {"<ab!", 0}, {"a!b", 0},
+                {"?tx", 0});
 }
 
 TEST(test_nullable) {
@@ -468,6 +472,10 @@ TEST(test_rollback_fork) {
                 }
             }
         }
+        /* the cached mask equals the reference walk over the whole trie */
+        st_matcher_fill_mask(m, a);
+        st_matcher_fill_mask_direct(m, b);
+        if (memcmp(a, b, (size_t)words * 4)) ok = false;
         CHECK(st_matcher_max_rollback(m) == n, "max_rollback %d, %d accepted", st_matcher_max_rollback(m), n);
         CHECK(st_matcher_rollback(m, n + 1) == VLLM_ERR_INVALID, "rolling back past the start must fail");
         st_matcher_free(m);
@@ -568,6 +576,17 @@ TEST(test_mask_llama3) {
     char why[200] = "";
     bool ok = true;
     for (int k = 0; k <= n && ok; k += 3) ok = masks_match_accept(g, v, ids, k, why, sizeof why);
+    uint32_t *fast = calloc((size_t)st_mask_words(v), 4), *direct = calloc((size_t)st_mask_words(v), 4);
+    for (int k = 0; k <= n && ok; k++) { /* the cached masks against the reference walk */
+        st_matcher *r = replay(g, ids, k);
+        st_matcher_fill_mask(r, fast);
+        st_matcher_fill_mask_direct(r, direct);
+        if (memcmp(fast, direct, (size_t)st_mask_words(v) * 4))
+            ok = false, snprintf(why, sizeof why, "after %d tokens the cached mask differs from the direct walk", k);
+        st_matcher_free(r);
+    }
+    free(fast);
+    free(direct);
     st_matcher *m = replay(g, ids, n);
     bool end = m && st_matcher_can_end(m);
     st_matcher_free(m);

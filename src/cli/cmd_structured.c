@@ -17,7 +17,9 @@
  * accepted: every token was in its step's mask; complete: after the last
  * token the mask allows EOS (the grammar can end; st_matcher_can_end when
  * the tokenizer has no EOS). The mask after the last token is timed too: it
- * is the step that would sample EOS.
+ * is the step that would sample EOS. --print-masks (for the tests'
+ * comparison with xgrammar) prints before each candidate's line one line
+ * per step: {"mask": hex of the 32-bit words, "id": the token taken or -1}.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -76,8 +78,8 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* walks one candidate; prints its line */
-static bool check_line(const tokenizer *tok, const st_vocab *v, st_grammar *g, uint32_t *mask, const char *line,
-                       size_t len) {
+static bool check_line(const tokenizer *tok, const st_vocab *v, st_grammar *g, uint32_t *mask, bool print_masks,
+                       const char *line, size_t len) {
     json_error_t err;
     json_t *j = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
     if (!json_is_string(j)) {
@@ -104,6 +106,11 @@ static bool check_line(const tokenizer *tok, const st_vocab *v, st_grammar *g, u
         double us = (clock_now() - t0) * 1e6;
         total += us;
         if (us > max) max = us;
+        if (print_masks) { /* for tests/ref/structured_ref.py: the mask in hex words, then the id */
+            printf("{\"mask\": \"");
+            for (int32_t w = 0; w < st_mask_words(v); w++) printf("%08x", mask[w]);
+            printf("\", \"id\": %d}\n", i < n_ids ? ids[i] : -1);
+        }
         if (i == n_ids) {
             complete = eos >= 0 && eos < st_vocab_size(v) ? (mask[eos >> 5] >> (eos & 31)) & 1 : st_matcher_can_end(m);
             break;
@@ -127,7 +134,7 @@ static bool check_line(const tokenizer *tok, const st_vocab *v, st_grammar *g, u
 
 static int structured_check(int argc, char **argv) {
     const char *tok_dir = NULL, *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
-    bool compact = false;
+    bool compact = false, print_masks = false;
     json_t *choices = json_array();
     int kinds = 0, status = 1;
     for (int i = 1; i < argc; i++) {
@@ -140,6 +147,7 @@ static int structured_check(int argc, char **argv) {
             kinds++;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) json_array_append_new(choices, json_string(argv[++i]));
         } else if (!strcmp(a, "--disable-any-whitespace")) compact = true;
+        else if (!strcmp(a, "--print-masks")) print_masks = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             structured_usage(stdout);
             json_decref(choices);
@@ -205,7 +213,7 @@ static int structured_check(int argc, char **argv) {
     long lineno = 0;
     while (status == 0 && (n = getline(&line, &cap, stdin)) >= 0) {
         lineno++;
-        if (!check_line(tok, v, g, mask, line, (size_t)n)) {
+        if (!check_line(tok, v, g, mask, print_masks, line, (size_t)n)) {
             fprintf(stderr, "vllmc structured check: stdin line %ld: %s\n", lineno, vllm_errmsg());
             status = 1;
         }

@@ -31,9 +31,11 @@
  * --whitespace-pattern R, constrain every request (one kind at most); a
  * prompts-file line may carry its own, as the server reads them
  * (structured_outputs {json, regex, choice, grammar, json_object, ...},
- * response_format, guided_*), replacing the flags'. A constraint that does
- * not compile fails its request: the message goes to stderr and the exit
- * status is 1.
+ * response_format, guided_*), replacing the flags'. Constraints are
+ * compiled before the requests enter the engine (its grammar cache, as the
+ * server does; --structured-outputs-compile-timeout): one that does not
+ * compile fails its request alone (finish_reason "error"), the message goes
+ * to stderr, the others run, and the exit status is 1.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -47,6 +49,7 @@
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
+#include "engine/engine.h"
 #include "engine/output_processor.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
@@ -159,6 +162,8 @@ typedef struct gen_request {
     vllm_request_opts opts;
     char *cache_salt;
     char *so_text, *so_ws;           /* opts.structured_outputs' strings, owned */
+    grammar_cache_entry *grammar;    /* its compiled constraint (a reference), or NULL */
+    bool refused;                    /* its constraint did not compile: never added */
     char *stops[MAX_STOPS];
     int32_t num_stops;
     bool include_stop;
@@ -169,6 +174,7 @@ typedef struct gen_request {
 typedef struct gen_ctx {
     const tokenizer *tok;
     vllm_engine *engine;
+    grammar_cache *grammars;         /* the engine's, once a request has a constraint */
     output_processor *op;
     gen_request *reqs;
     int32_t num_reqs;
@@ -176,7 +182,8 @@ typedef struct gen_ctx {
     bool stream;                     /* one request, n = 1, plain text */
 } gen_ctx;
 
-static void request_deinit(gen_request *r) {
+static void request_deinit(gen_ctx *c, gen_request *r) {
+    if (r->grammar) grammar_cache_entry_unref(c->grammars, r->grammar);
     if (r->seqs)
         for (int32_t k = 0; k < r->sp.n; k++) {
             out_seq *s = &r->seqs[k];
@@ -752,6 +759,38 @@ int cmd_generate(int argc, char **argv) {
     }
     c.stream = !json && c.num_reqs == 1 && c.reqs[0].sp.n == 1;
 
+    /* constraints compile first, all at once on the cache's thread; a
+     * request whose constraint does not compile is refused alone */
+    bool failed = false;
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        gen_request *r = &c.reqs[i];
+        st_spec spec;
+        if (r->opts.structured_outputs.kind == VLLM_STRUCTURED_NONE) continue;
+        if (!c.grammars && !(c.grammars = engine_grammar_cache(c.engine))) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+        if (grammar_cache_spec(&r->opts.structured_outputs, &spec) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+            r->refused = failed = true;
+        } else if (grammar_cache_get(c.grammars, &spec, &r->grammar) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+    }
+    double deadline = vllm_monotonic_time() + engine_compile_timeout(c.engine);
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        gen_request *r = &c.reqs[i];
+        if (!r->grammar) continue;
+        grammar_state st = grammar_cache_entry_wait(c.grammars, r->grammar, deadline);
+        if (st == GRAMMAR_FAILED)
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, grammar_cache_entry_error(r->grammar));
+        else if (st == GRAMMAR_PENDING)
+            fprintf(stderr, "vllmc generate: request %d: the grammar did not compile within %g s "
+                            "(--structured-outputs-compile-timeout)\n", i, engine_compile_timeout(c.engine));
+        if (st != GRAMMAR_READY) r->refused = failed = true;
+    }
+
     /* everything enters the engine at once */
     char id[24];
     for (int32_t i = 0; i < c.num_reqs; i++) {
@@ -759,6 +798,11 @@ int cmd_generate(int argc, char **argv) {
         r->opts.cache_salt = r->cache_salt;
         snprintf(id, sizeof id, "%d", i);
         if (r->sp.n < 1) r->sp.n = 1;
+        if (r->refused) { /* reported above; its outputs say "error" */
+            if (!(r->seqs = calloc((size_t)r->sp.n, sizeof *r->seqs))) goto done;
+            for (int32_t k = 0; k < r->sp.n; k++) r->seqs[k].finish_reason = VLLM_FINISH_ERROR;
+            continue;
+        }
         if (vllm_engine_add_request(c.engine, id, r->prompt, r->num_prompt, &r->sp, &r->opts) != VLLM_OK) {
             fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
             goto done;
@@ -769,7 +813,6 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     gen_stats st = {0};
-    bool failed = false;
     while (vllm_engine_has_unfinished(c.engine)) {
         const vllm_step_output *so;
         if (vllm_engine_step(c.engine, &so) != VLLM_OK) {
@@ -829,7 +872,7 @@ int cmd_generate(int argc, char **argv) {
     }
     status = failed ? 1 : 0;
 done:
-    for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c.reqs[i]);
+    for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c, &c.reqs[i]);
     free(c.reqs);
     for (int32_t i = 0; i < flags.num_stops; i++) free(flags.stops[i]);
     free(flags.so_text);

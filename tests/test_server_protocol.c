@@ -165,7 +165,9 @@ static const char *const fields[] = {"prompt", "messages", "n", "max_tokens", "t
                                      "stop", "logprobs", "top_logprobs", "stream", "stream_options", "seed",
                                      "logit_bias", "tools", "tool_choice", "echo", "priority", "cache_salt",
                                      "stop_token_ids", "min_tokens", "best_of", "response_format",
-                                     "truncate_prompt_tokens", "chat_template_kwargs", "add_generation_prompt"};
+                                     "truncate_prompt_tokens", "chat_template_kwargs", "add_generation_prompt",
+                                     "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                                     "guided_grammar", "guided_whitespace_pattern", "structural_tag"};
 
 static bool outcome_ok(bool ok, const openai_request *r, const openai_error *e, const char *body) {
     if (ok) return true;

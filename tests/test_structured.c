@@ -228,6 +228,10 @@ TEST(test_left_recursion) {
     /* indirect left recursion through a nullable prefix */
     const char *h = "root ::= opt list\nopt ::= \"\" | \"-\"\nlist ::= opt list \",\" \"x\" | \"x\"\n";
     CHECK_CASES(h, {"x", 1}, {"-x,x", 1}, {"x,x,x", 1}, {"--x,x", 1}, {"x,", 0}, {",x", 0});
+    /* right recursion (made left by the compiler when it is a tail loop) */
+    const char *r = "root ::= s | \"<\" root \">\"\ns ::= [a-z] s | \"0\" s | \"!\" | \"?\" t\nt ::= \"\" | \"t\" t\n";
+    CHECK_CASES(r, {"abc!", 1}, {"!", 1}, {"<<a0?tt>>", 1}, {"?", 1}, {"abc", 0}, {"<ab!", 0}, {"a!b", 0},
+                {"?tx", 0});
 }
 
 TEST(test_nullable) {

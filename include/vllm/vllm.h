@@ -117,6 +117,10 @@ typedef struct vllm_engine_args {
      * k_scale/v_scale, else 1.0), or vllm.c's "float32" (exact; what
      * earlier versions always stored). See docs/kv_cache_dtype.md. */
     const char *kv_cache_dtype;
+    /* Structured outputs: a request whose grammar has not compiled this many
+     * seconds after it was added finishes with VLLM_FINISH_ERROR (the
+     * compile goes on and its result is cached). 0 = 5 s. */
+    double structured_outputs_compile_timeout;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -126,11 +130,42 @@ typedef struct vllm_engine vllm_engine;
 vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out);
 void vllm_engine_free(vllm_engine *e);
 
+/* Structured outputs (vLLM's StructuredOutputsParams): one kind of
+ * constraint that every sampled token must keep the output inside. The
+ * tokens are matched by their bytes against a grammar compiled from the
+ * constraint (src/structured/structured.h); EOS is allowed exactly where the
+ * grammar can end, and a sequence whose grammar has ended finishes with
+ * STOP. The engine compiles off its thread and caches by constraint: until
+ * the grammar is ready the request waits (vLLM's WAITING_FOR_FSM) while the
+ * others run; a constraint that does not compile, or not within
+ * structured_outputs_compile_timeout, finishes the request with
+ * VLLM_FINISH_ERROR and the compiler's message in vllm_seq_output.error (or
+ * fails vllm_engine_add_request at once when that spec is known to fail).
+ * Tokens stay batch invariant: a mask depends on the sequence's own output. */
+typedef enum vllm_structured_kind {
+    VLLM_STRUCTURED_NONE = 0,        /* unconstrained */
+    VLLM_STRUCTURED_JSON,            /* text: a JSON schema */
+    VLLM_STRUCTURED_JSON_OBJECT,     /* any JSON object; text unused */
+    VLLM_STRUCTURED_REGEX,           /* text: a regular expression, matched whole */
+    VLLM_STRUCTURED_CHOICE,          /* text: a JSON array of strings; the output is one of them */
+    VLLM_STRUCTURED_GRAMMAR,         /* text: a GBNF grammar (start rule `root`) */
+    VLLM_STRUCTURED_STRUCTURAL_TAG,  /* text: vLLM's structural_tag JSON */
+} vllm_structured_kind;
+
+typedef struct vllm_structured_outputs {
+    vllm_structured_kind kind;
+    const char *text;                /* copied; need not be NUL-terminated when len > 0 */
+    size_t len;                      /* 0 = strlen(text) */
+    bool disable_any_whitespace;     /* JSON kinds: no whitespace between tokens */
+    const char *whitespace_pattern;  /* JSON kinds: a regex for whitespace; NULL = JSON's */
+} vllm_structured_outputs;
+
 /* Per-request options beyond sampling; NULL = defaults. */
 typedef struct vllm_request_opts {
     int32_t priority;                /* 0; used by the priority policy */
     double arrival_time;             /* monotonic seconds; 0 = now */
     const char *cache_salt;          /* NULL = none; part of every block hash */
+    vllm_structured_outputs structured_outputs; /* kind NONE (zeroed) = unconstrained */
 } vllm_request_opts;
 
 /* Adds a request (n sequences per sp->n). request_id is copied and must be
@@ -154,9 +189,10 @@ typedef enum vllm_finish_reason {
     VLLM_FINISH_STOP,                /* EOS, stop token id, stop string */
     VLLM_FINISH_LENGTH,              /* max_tokens or max_model_len */
     VLLM_FINISH_ABORT,
+    VLLM_FINISH_ERROR,               /* the request could not run: vllm_seq_output.error says why */
 } vllm_finish_reason;
 
-/* vLLM's finish_reason names: "stop", "length", "abort"; NULL for NONE. */
+/* vLLM's finish_reason names: "stop", "length", "abort", "error"; NULL for NONE. */
 const char *vllm_finish_reason_str(vllm_finish_reason r);
 
 typedef enum vllm_event_type {
@@ -190,6 +226,7 @@ typedef struct vllm_seq_output {
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache */
     int32_t num_events;
     const vllm_event *events;        /* QUEUED/SCHEDULED/PREEMPTED since the last output */
+    const char *error;               /* finish_reason ERROR: the message; else NULL */
 } vllm_seq_output;
 
 /* Scheduler stats of one step (what the metrics and the stats log line are built from). */

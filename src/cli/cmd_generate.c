@@ -25,6 +25,17 @@
  * (vLLM's RequestOutput: the logprobs dicts in V1's order, sampled token
  * first.)
  * --stats prints one JSON object on stderr at the end (see print_stats).
+ *
+ * Structured outputs: --json-schema FILE, --json-object, --regex R, --choice
+ * S (repeatable), --grammar FILE (GBNF), with --disable-any-whitespace and
+ * --whitespace-pattern R, constrain every request (one kind at most); a
+ * prompts-file line may carry its own, as the server reads them
+ * (structured_outputs {json, regex, choice, grammar, json_object, ...},
+ * response_format, guided_*), replacing the flags'. Constraints are
+ * compiled before the requests enter the engine (its grammar cache, as the
+ * server does; --structured-outputs-compile-timeout): one that does not
+ * compile fails its request alone (finish_reason "error"), the message goes
+ * to stderr, the others run, and the exit status is 1.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -38,7 +49,9 @@
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
+#include "engine/engine.h"
 #include "engine/output_processor.h"
+#include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
 
@@ -55,7 +68,15 @@ static void generate_usage(FILE *f) {
             "                                  min_p, seed, stop, stop_token_ids, ignore_eos, logprobs,\n"
             "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
             "                                  repetition_penalty, include_stop_str_in_output,\n"
-            "                                  skip_special_tokens, logit_bias, priority, cache_salt)\n"
+            "                                  skip_special_tokens, logit_bias, priority, cache_salt,\n"
+            "                                  structured_outputs, response_format, guided_*)\n"
+            "Structured outputs (one kind; a prompts-file line's own replaces it):\n"
+            "  --json-schema FILE              a JSON schema\n"
+            "  --json-object                   any JSON object\n"
+            "  --regex R                       a regular expression (the whole output)\n"
+            "  --choice S                      one of the choices (repeatable)\n"
+            "  --grammar FILE                  a GBNF grammar (start rule root)\n"
+            "  --disable-any-whitespace --whitespace-pattern R   JSON whitespace\n"
             "Sampling (defaults: the model's generation_config.json, then vLLM's):\n"
             "  --max-tokens N --temperature T --top-p P --top-k K --min-p M --seed S\n"
             "  --n N --min-tokens N --presence-penalty X --frequency-penalty X\n"
@@ -143,6 +164,9 @@ typedef struct gen_request {
     vllm_sampling_params sp;
     vllm_request_opts opts;
     char *cache_salt;
+    char *so_text, *so_ws;           /* opts.structured_outputs' strings, owned */
+    grammar_cache_entry *grammar;    /* its compiled constraint (a reference), or NULL */
+    bool refused;                    /* its constraint did not compile: never added */
     char *stops[MAX_STOPS];
     int32_t num_stops;
     bool include_stop;
@@ -153,6 +177,7 @@ typedef struct gen_request {
 typedef struct gen_ctx {
     const tokenizer *tok;
     vllm_engine *engine;
+    grammar_cache *grammars;         /* the engine's, once a request has a constraint */
     output_processor *op;
     gen_request *reqs;
     int32_t num_reqs;
@@ -160,7 +185,8 @@ typedef struct gen_ctx {
     bool stream;                     /* one request, n = 1, plain text */
 } gen_ctx;
 
-static void request_deinit(gen_request *r) {
+static void request_deinit(gen_ctx *c, gen_request *r) {
+    if (r->grammar) grammar_cache_entry_unref(c->grammars, r->grammar);
     if (r->seqs)
         for (int32_t k = 0; k < r->sp.n; k++) {
             out_seq *s = &r->seqs[k];
@@ -172,7 +198,23 @@ static void request_deinit(gen_request *r) {
     free(r->seqs);
     free(r->prompt);
     free(r->cache_salt);
+    free(r->so_text);
+    free(r->so_ws);
     for (int32_t i = 0; i < r->num_stops; i++) free(r->stops[i]);
+}
+
+/* r's constraint = so (copied; kind NONE = none). */
+static bool set_structured(gen_request *r, const vllm_structured_outputs *so) {
+    free(r->so_text);
+    free(r->so_ws);
+    r->so_text = r->so_ws = NULL;
+    r->opts.structured_outputs = *so;
+    if (so->text && !(r->so_text = strndup(so->text, so->len ? so->len : strlen(so->text)))) return false;
+    if (so->whitespace_pattern && !(r->so_ws = strdup(so->whitespace_pattern))) return false;
+    r->opts.structured_outputs.text = r->so_text;
+    r->opts.structured_outputs.len = r->so_text ? strlen(r->so_text) : 0;
+    r->opts.structured_outputs.whitespace_pattern = r->so_ws;
+    return true;
 }
 
 static gen_request *ctx_new_request(gen_ctx *c) {
@@ -232,11 +274,20 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
         }
         r->num_prompt = (int32_t)n;
     }
+    openai_error oe = {0};
+    vllm_structured_outputs so = {0};
+    if (!openai_structured_from_json(o, false, &so, NULL, &oe)) LINE_ERR("%s", oe.message);
+    bool ok = so.kind == VLLM_STRUCTURED_NONE || set_structured(r, &so);
+    free((char *)so.text);
+    free((char *)so.whitespace_pattern);
+    if (!ok) LINE_ERR("out of memory");
     vllm_sampling_params *sp = &r->sp;
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         double d;
+        if (!strcmp(key, "structured_outputs") || !strcmp(key, "response_format") || !strncmp(key, "guided_", 7))
+            continue;
         bool isint = json_is_integer(v);
         long long iv = isint ? json_integer_value(v) : 0;
         if (!strcmp(key, "prompt") || !strcmp(key, "prompt_token_ids")) continue;
@@ -342,6 +393,7 @@ static bool read_prompts_file(gen_ctx *c, const char *path, const gen_request *d
         }
         r->sp = defaults->sp;
         r->include_stop = defaults->include_stop;
+        ok = set_structured(r, &defaults->opts.structured_outputs);
         for (int32_t k = 0; k < defaults->num_stops && ok; k++) ok = add_stop(r, defaults->stops[k], path);
         ok = ok && parse_line(c, r, o, path, lineno);
         json_decref(o);
@@ -410,7 +462,8 @@ static bool handle_delta(gen_ctx *c, const output_delta *d) {
     }
     if (buf_grow((void **)&s->ids, &s->cap_ids, s->num_ids + (size_t)d->num_tokens, sizeof *s->ids) != VLLM_OK)
         return false;
-    memcpy(s->ids + s->num_ids, d->token_ids, (size_t)d->num_tokens * sizeof *s->ids);
+    if (d->num_tokens) /* a request that failed before any token has no ids yet */
+        memcpy(s->ids + s->num_ids, d->token_ids, (size_t)d->num_tokens * sizeof *s->ids);
     s->num_ids += (size_t)d->num_tokens;
     if (s->logprobs && d->logprobs)
         for (int32_t t = 0; t < d->num_tokens; t++) json_array_append_new(s->logprobs, logprobs_json(&d->logprobs[t]));
@@ -541,6 +594,72 @@ static void print_stats(const gen_stats *st) {
 
 #define FLAG(name) (!strcmp(arg, name))
 
+/* A whole file, NUL-terminated (malloc'ed), or NULL with the reason on stderr. */
+static char *slurp(const char *flag, const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    if (!f) {
+        fprintf(stderr, "vllmc generate: %s %s: %s\n", flag, path, strerror(errno));
+        return NULL;
+    }
+    do {
+        if (buf_grow((void **)&buf, &cap, len + 65536 + 1, 1) != VLLM_OK) {
+            free(buf);
+            fclose(f);
+            fprintf(stderr, "vllmc generate: %s %s: out of memory\n", flag, path);
+            return NULL;
+        }
+        n = fread(buf + len, 1, 65536, f);
+        len += n;
+    } while (n > 0);
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        fprintf(stderr, "vllmc generate: %s %s: read error\n", flag, path);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+/* The flags' constraint (at most one kind) into flags->opts.structured_outputs. */
+static bool flags_structured(gen_request *flags, const char *schema_file, const char *regex, json_t *choices,
+                             const char *grammar_file, bool json_object, bool daw, const char *ws) {
+    int kinds = (schema_file != NULL) + (regex != NULL) + (json_array_size(choices) > 0) + (grammar_file != NULL) +
+                json_object;
+    if (kinds > 1) {
+        fprintf(stderr, "vllmc generate: give one of --json-schema, --json-object, --regex, --choice and --grammar\n");
+        return false;
+    }
+    if (!kinds) {
+        if (daw || ws) fprintf(stderr, "vllmc generate: --disable-any-whitespace / --whitespace-pattern need a JSON constraint\n");
+        return !(daw || ws);
+    }
+    vllm_structured_outputs so = {.disable_any_whitespace = daw, .whitespace_pattern = ws};
+    char *owned = NULL;
+    if (schema_file) {
+        so.kind = VLLM_STRUCTURED_JSON;
+        so.text = owned = slurp("--json-schema", schema_file);
+    } else if (grammar_file) {
+        so.kind = VLLM_STRUCTURED_GRAMMAR;
+        so.text = owned = slurp("--grammar", grammar_file);
+    } else if (regex) {
+        so.kind = VLLM_STRUCTURED_REGEX;
+        so.text = regex;
+    } else if (json_object) {
+        so.kind = VLLM_STRUCTURED_JSON_OBJECT;
+    } else {
+        so.kind = VLLM_STRUCTURED_CHOICE;
+        so.text = owned = json_dumps(choices, JSON_COMPACT);
+    }
+    if (so.kind != VLLM_STRUCTURED_JSON_OBJECT && !so.text) return false;
+    bool ok = set_structured(flags, &so);
+    free(owned);
+    return ok;
+}
+
 int cmd_generate(int argc, char **argv) {
     vllm_engine_args args;
     vllm_engine_args_init(&args);
@@ -548,7 +667,9 @@ int cmd_generate(int argc, char **argv) {
     const char *prompts_file = NULL;
     const char **prompts = calloc((size_t)argc, sizeof *prompts);
     int32_t num_prompts = 0;
-    bool json = false, stats = false;
+    bool json = false, stats = false, json_object = false, daw = false;
+    const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL, *ws = NULL;
+    json_t *choices = json_array();
     gen_ctx c = {0};
     gen_request flags = {0}; /* flag-level sampling settings and stops */
     tokenizer *tok = NULL;
@@ -577,13 +698,15 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         bool no_value = FLAG("--json") || FLAG("--stats") || FLAG("--ignore-eos") ||
-                        FLAG("--include-stop-str-in-output");
+                        FLAG("--include-stop-str-in-output") || FLAG("--json-object") ||
+                        FLAG("--disable-any-whitespace");
         bool own = no_value || FLAG("--prompt") || FLAG("--prompts-file") || FLAG("--max-tokens") ||
                    FLAG("--temperature") || FLAG("--top-p") || FLAG("--top-k") || FLAG("--min-p") ||
                    FLAG("--presence-penalty") || FLAG("--frequency-penalty") ||
                    FLAG("--repetition-penalty") || FLAG("--min-tokens") || FLAG("--n") ||
                    FLAG("--logprobs") || FLAG("--seed") || FLAG("--stop") || FLAG("--beam-width") ||
-                   FLAG("--length-penalty");
+                   FLAG("--length-penalty") || FLAG("--json-schema") || FLAG("--regex") || FLAG("--choice") ||
+                   FLAG("--grammar") || FLAG("--whitespace-pattern");
         if (!own) {
             int r = engine_args_parse(&args, argc, argv, &i);
             if (r < 0) goto done;
@@ -629,12 +752,21 @@ int cmd_generate(int argc, char **argv) {
         } else if (FLAG("--ignore-eos")) set.ignore_eos = sf.ignore_eos = true;
         else if (FLAG("--stop")) ok = add_stop(&flags, val, "--stop");
         else if (FLAG("--include-stop-str-in-output")) flags.include_stop = true;
+        else if (FLAG("--json-schema")) schema_file = val;
+        else if (FLAG("--json-object")) json_object = true;
+        else if (FLAG("--regex")) regex = val;
+        else if (FLAG("--choice")) ok = json_array_append_new(choices, json_string(val)) == 0;
+        else if (FLAG("--grammar")) grammar_file = val;
+        else if (FLAG("--disable-any-whitespace")) daw = true;
+        else if (FLAG("--whitespace-pattern")) ws = val;
         if (!ok) goto done;
     }
     if (prompts_file && num_prompts) {
         fprintf(stderr, "vllmc generate: give --prompt or --prompts-file, not both\n");
         goto done;
     }
+    if (!choices || !flags_structured(&flags, schema_file, regex, choices, grammar_file, json_object, daw, ws))
+        goto done;
 
     status = 1;
     if (model_alias_resolve(&args.model, NULL) != VLLM_OK || model_alias_resolve(&args.tokenizer, NULL) != VLLM_OK ||
@@ -679,6 +811,7 @@ int cmd_generate(int argc, char **argv) {
             if (!r) goto done;
             r->sp = flags.sp;
             r->include_stop = flags.include_stop;
+            if (!set_structured(r, &flags.opts.structured_outputs)) goto done;
             for (int32_t k = 0; k < flags.num_stops; k++)
                 if (!add_stop(r, flags.stops[k], "--stop")) goto done;
             if (num_prompts) {
@@ -705,6 +838,38 @@ int cmd_generate(int argc, char **argv) {
     }
     c.stream = !json && c.num_reqs == 1 && c.reqs[0].sp.n == 1;
 
+    /* constraints compile first, all at once on the cache's thread; a
+     * request whose constraint does not compile is refused alone */
+    bool failed = false;
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        gen_request *r = &c.reqs[i];
+        st_spec spec;
+        if (r->opts.structured_outputs.kind == VLLM_STRUCTURED_NONE) continue;
+        if (!c.grammars && !(c.grammars = engine_grammar_cache(c.engine))) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+        if (grammar_cache_spec(&r->opts.structured_outputs, &spec) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
+            r->refused = failed = true;
+        } else if (grammar_cache_get(c.grammars, &spec, &r->grammar) != VLLM_OK) {
+            fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
+            goto done;
+        }
+    }
+    double deadline = vllm_monotonic_time() + engine_compile_timeout(c.engine);
+    for (int32_t i = 0; i < c.num_reqs; i++) {
+        gen_request *r = &c.reqs[i];
+        if (!r->grammar) continue;
+        grammar_state st = grammar_cache_entry_wait(c.grammars, r->grammar, deadline);
+        if (st == GRAMMAR_FAILED)
+            fprintf(stderr, "vllmc generate: request %d: %s\n", i, grammar_cache_entry_error(r->grammar));
+        else if (st == GRAMMAR_PENDING)
+            fprintf(stderr, "vllmc generate: request %d: the grammar did not compile within %g s "
+                            "(--structured-outputs-compile-timeout)\n", i, engine_compile_timeout(c.engine));
+        if (st != GRAMMAR_READY) r->refused = failed = true;
+    }
+
     /* everything enters the engine at once */
     char id[24];
     for (int32_t i = 0; i < c.num_reqs; i++) {
@@ -712,6 +877,11 @@ int cmd_generate(int argc, char **argv) {
         r->opts.cache_salt = r->cache_salt;
         snprintf(id, sizeof id, "%d", i);
         if (r->sp.n < 1) r->sp.n = 1;
+        if (r->refused) { /* reported above; its outputs say "error" */
+            if (!(r->seqs = calloc((size_t)r->sp.n, sizeof *r->seqs))) goto done;
+            for (int32_t k = 0; k < r->sp.n; k++) r->seqs[k].finish_reason = VLLM_FINISH_ERROR;
+            continue;
+        }
         if (vllm_engine_add_request(c.engine, id, r->prompt, r->num_prompt, &r->sp, &r->opts) != VLLM_OK) {
             fprintf(stderr, "vllmc generate: request %d: %s\n", i, vllm_errmsg());
             goto done;
@@ -741,6 +911,11 @@ int cmd_generate(int argc, char **argv) {
         if (s->num_scheduled_seqs > st.max_seqs) st.max_seqs = s->num_scheduled_seqs;
         st.blocks_total = s->num_blocks_total;
         st.blocks_free = s->num_blocks_free;
+        for (int32_t j = 0; j < so->num_outputs; j++)
+            if (so->outputs[j].error && so->outputs[j].index == 0) { /* a request that could not run */
+                fprintf(stderr, "vllmc generate: request %s: %s\n", so->outputs[j].request_id, so->outputs[j].error);
+                failed = true;
+            }
         const output_result *res;
         if (output_processor_process(c.op, so, &res) != VLLM_OK) {
             fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
@@ -774,11 +949,14 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "vllmc generate: write error on stdout\n");
         goto done;
     }
-    status = 0;
+    status = failed ? 1 : 0;
 done:
-    for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c.reqs[i]);
+    for (int32_t i = 0; i < c.num_reqs; i++) request_deinit(&c, &c.reqs[i]);
     free(c.reqs);
     for (int32_t i = 0; i < flags.num_stops; i++) free(flags.stops[i]);
+    free(flags.so_text);
+    free(flags.so_ws);
+    json_decref(choices);
     output_processor_free(c.op);
     vllm_engine_free(c.engine);
     tokenizer_free(tok);

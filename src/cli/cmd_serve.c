@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
+#include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "server/api_server.h"
 #include "server/serving.h"
@@ -313,6 +314,10 @@ int cmd_serve(int argc, char **argv) {
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
     ctx.num_eos_ids = info.num_eos_token_ids < 8 ? info.num_eos_token_ids : 8;
     memcpy(ctx.eos_ids, info.eos_token_ids, (size_t)ctx.num_eos_ids * sizeof *ctx.eos_ids);
+    /* before the engine moves to its thread: the cache is thread-safe */
+    ctx.grammars = engine_grammar_cache(engine);
+    ctx.compile_timeout = engine_compile_timeout(engine);
+    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "

@@ -186,7 +186,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
-        "--kv-cache-dtype", "--threads", "--speculative-config", NULL};
+        "--kv-cache-dtype", "--threads", "--speculative-config", "--structured-outputs-compile-timeout", NULL};
     bool known = false;
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
@@ -211,6 +211,13 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         kv_dtype t;
         if (strcmp(v, "auto") && !kv_dtype_from_name(v, &t)) return bad(name, v, "choose from " KV_DTYPE_CHOICES);
         a->kv_cache_dtype = v;
+    }
+    else if (!strcmp(name, "--structured-outputs-compile-timeout")) {
+        char *end;
+        errno = 0;
+        double t = strtod(v, &end);
+        if (errno || end == v || *end || !(t > 0) || t > 3600) return bad(name, v, "expected seconds in (0, 3600]");
+        a->structured_outputs_compile_timeout = t;
     }
     else if (!strcmp(name, "--max-model-len")) {
         if (!parse_i32(v, &a->max_model_len, true) || a->max_model_len < 1)
@@ -272,6 +279,8 @@ void engine_args_usage(FILE *f) {
             "  --long-prefill-token-threshold N  cap a long prompt's tokens per step (0 = off)\n"
             "  --scheduling-policy fcfs|priority\n"
             "  --seed N                        seed for requests that give none (0)\n"
+            "  --structured-outputs-compile-timeout S  seconds a structured-outputs grammar may take\n"
+            "                                  to compile before its request fails (vllm.c only) (5)\n"
             "  --threads N                     compute threads (0 = every online CPU)\n"
             "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n"
             "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"

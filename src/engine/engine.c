@@ -53,6 +53,7 @@
 #include "base/map.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "engine/grammar_cache.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -68,6 +69,16 @@
 #define DEFAULT_MAX_NUM_SEQS 256
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096 /* vLLM's CPU default for offline use */
 #define DEFAULT_KV_SHARE 0.40               /* of MemAvailable when nothing is given */
+#define DEFAULT_COMPILE_TIMEOUT 5.0         /* seconds: structured_outputs_compile_timeout */
+#define FSM_IDLE_WAIT 0.05                  /* seconds a step waits when only grammars are pending */
+
+/* One scored entry's grammar masks: rows for its token and each draft. */
+typedef struct mask_job {
+    st_matcher *m;
+    uint32_t *rows;                  /* (num_drafts + 1, mask_words) */
+    const int32_t *drafts;
+    int32_t num_drafts;
+} mask_job;
 
 struct vllm_engine {
     vllm_engine_args args;           /* strings owned (copies); kv_cache_dtype static */
@@ -92,6 +103,18 @@ struct vllm_engine {
     list_node reported;              /* finished requests reported by the last step */
     vllm_kv_cache_report kv_report;  /* accumulated by build_output */
     kv_layout *layout;               /* the model's KV cache groups (owned) */
+
+    /* structured outputs (see "Structured outputs" above vllm_engine_add_request) */
+    grammar_cache *grammars;         /* NULL until the first constrained request */
+    list_node fsm_waiting;           /* requests WAITING_FOR_FSM, by request.node */
+    int32_t num_fsm_waiting;
+    int32_t mask_words;              /* (vocab + 31) / 32: the sampler's mask row */
+    uint32_t *masks;                 /* (max_scored, mask_words), allocated with the grammar cache */
+    uint32_t *mask_tmp;              /* (num_threads + 1, st words) when the tokenizer's mask is wider */
+    int32_t mask_tmp_words;
+    int32_t *prior_tokens;           /* (max_num_seqs) each sampled seq's num_tokens before the update */
+    int32_t num_sampled;             /* sampled seqs this step (e->sampled_seqs) */
+    struct mask_job *mask_jobs;      /* (max_num_seqs) this step's grammar masks to fill */
 
     /* step scratch (sized at create, or by engine_set_spec) */
     int32_t max_scored;              /* rows of logits per step */
@@ -311,6 +334,8 @@ static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
     return VLLM_OK;
 }
 
+static void fsm_remove(vllm_engine *e, request *r);
+
 static void *alloc_array(size_t n, size_t size, vllm_status *rc) {
     void *p = calloc(n ? n : 1, size);
     if (!p && *rc == VLLM_OK) *rc = vllm_error(VLLM_ERR_NOMEM, "engine: out of memory");
@@ -332,6 +357,12 @@ static void free_step_scratch(vllm_engine *e) {
     free(e->top_lps);
     free(e->drafts);
     free(e->spec_per_pos);
+    free(e->masks);
+    free(e->mask_jobs);
+    free(e->prior_tokens);
+    e->masks = NULL;
+    e->mask_jobs = NULL;
+    e->prior_tokens = NULL;
     e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = e->spec_per_pos = NULL;
     e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
 }
@@ -368,6 +399,11 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     e->top_lps = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
     e->drafts = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
     e->spec_per_pos = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    e->prior_tokens = alloc_array((size_t)S, sizeof(int32_t), &rc);
+    if (e->grammars) {
+        e->masks = alloc_array((size_t)e->max_scored * (size_t)e->mask_words, sizeof(uint32_t), &rc);
+        e->mask_jobs = alloc_array((size_t)S, sizeof *e->mask_jobs, &rc);
+    }
     return rc;
 }
 
@@ -382,13 +418,17 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     e->args.tokenizer = dup_or_null(args->tokenizer, &rc);
     e->args.generation_config = dup_or_null(args->generation_config ? args->generation_config : "auto", &rc);
     e->args.kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype); /* static */
+    if (e->args.structured_outputs_compile_timeout <= 0)
+        e->args.structured_outputs_compile_timeout = DEFAULT_COMPILE_TIMEOUT;
     list_init(&e->reported);
+    list_init(&e->fsm_waiting);
     if (rc != VLLM_OK) goto fail;
     if ((rc = model_load(args->model, &e->model)) != VLLM_OK) goto fail;
 
     const model_config *mc = &e->model->config;
     vllm_engine_info *info = &e->info;
     e->vocab = mc->vocab_size;
+    e->mask_words = (e->vocab + 31) / 32;
     e->gen = e->model->gen;
     int32_t L = args->max_model_len ? args->max_model_len : mc->max_position_embeddings;
     if (L > mc->max_position_embeddings) {
@@ -539,6 +579,7 @@ void vllm_engine_free(vllm_engine *e) {
         next = map_next(&e->requests, n);
         request *r = map_entry(n, request, by_id);
         forget_request(e, r);
+        fsm_remove(e, r);
         if (e->sched) scheduler_abort_request(e->sched, r);
         list_remove(&r->node);
         request_free(r);
@@ -549,6 +590,8 @@ void vllm_engine_free(vllm_engine *e) {
     free_requests_in(&e->reported);
     map_deinit(&e->requests);
     free_step_scratch(e);
+    free(e->mask_tmp);
+    grammar_cache_free(e->grammars); /* after the requests: they held references */
     ngram_free(e->ngram);
     draft_model_free(e->draft);
     sampler_free(e->sampler);
@@ -612,6 +655,200 @@ vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
     return rc;
 }
 
+/* ---- structured outputs ------------------------------------------------- */
+
+/* A constrained request (vllm_request_opts.structured_outputs) takes a
+ * reference on its grammar's cache entry when it is added. Compiling runs on
+ * the cache's thread (grammar_cache.h); until the entry is READY the
+ * request's seq 0 is WAITING_FOR_FSM on e->fsm_waiting, in no scheduler
+ * queue, so the scheduler skips it and the others run. Each step first
+ * promotes the ready ones into the scheduler (QUEUED is recorded then) and
+ * finishes with ERROR the ones whose compile failed or whose deadline
+ * (structured_outputs_compile_timeout after the add) has passed. A step
+ * with nothing but pending grammars waits for a compile, at most
+ * FSM_IDLE_WAIT, so a caller stepping in a loop does not spin.
+ *
+ * Every sequence has its matcher (n > 1: forked from seq 0's before any
+ * output), which follows the committed output only:
+ *   - before sampling, each scored entry's mask rows are filled (in
+ *     parallel over entries on the runner's pool): row 0 from the matcher,
+ *     then, with drafts, the matcher advanced through them one row at a
+ *     time and rolled back at the end, so each draft position is masked as
+ *     if the drafts before it had been committed (a draft the grammar
+ *     rejects cannot be accepted: its row's token differs from it); an
+ *     n > 1 fork samples its n first tokens from seq 0's one masked row;
+ *   - after scheduler_update the tokens each sequence committed are
+ *     accepted; a matcher that accepted EOS (terminated) finishes its
+ *     sequence with STOP (with ignore_eos too);
+ *   - preemption frees KV only: the committed output and its matcher
+ *     survive, and the recomputed sequence is masked from the same state.
+ * A masked row with no token left (the grammar must end here but min_tokens
+ * hides EOS, or a grammar with a dead end) finishes that sequence, with STOP
+ * where the grammar can end and ERROR otherwise, instead of failing the step.
+ * Masks depend on nothing but the sequence's own output: batch invariance
+ * holds. */
+
+grammar_cache *engine_grammar_cache(vllm_engine *e) {
+    if (e->grammars) return e->grammars;
+    grammar_cache_config cfg = {.tokenizer = e->args.tokenizer ? e->args.tokenizer : e->args.model,
+                                .num_eos = e->info.num_eos_token_ids,
+                                .num_threads = 1};
+    if (cfg.num_eos > GRAMMAR_CACHE_MAX_EOS) cfg.num_eos = GRAMMAR_CACHE_MAX_EOS;
+    memcpy(cfg.eos_ids, e->info.eos_token_ids, (size_t)cfg.num_eos * sizeof *cfg.eos_ids);
+    grammar_cache *c;
+    if (grammar_cache_create(&cfg, &c) != VLLM_OK) return NULL;
+    vllm_status rc = VLLM_OK;
+    size_t W = (size_t)e->mask_words;
+    e->masks = alloc_array((size_t)e->max_scored * W, sizeof(uint32_t), &rc);
+    e->mask_jobs = alloc_array((size_t)e->info.max_num_seqs, sizeof *e->mask_jobs, &rc);
+    if (rc != VLLM_OK) {
+        free(e->masks);
+        free(e->mask_jobs);
+        e->masks = NULL;
+        e->mask_jobs = NULL;
+        grammar_cache_free(c);
+        return NULL;
+    }
+    e->grammars = c;
+    return c;
+}
+
+double engine_compile_timeout(const vllm_engine *e) { return e->args.structured_outputs_compile_timeout; }
+
+/* The scratch a mask row needs when the tokenizer's mask is wider than the
+ * model's (a tokenizer with more ids than the model's vocab_size): one row
+ * per pool thread. Set once the vocabulary exists. */
+static vllm_status ensure_mask_tmp(vllm_engine *e) {
+    const st_vocab *v = grammar_cache_vocab(e->grammars);
+    if (!v || e->mask_tmp || st_mask_words(v) <= e->mask_words) return VLLM_OK;
+    vllm_status rc = VLLM_OK;
+    e->mask_tmp = alloc_array((size_t)(e->info.num_threads + 1) * (size_t)st_mask_words(v), sizeof(uint32_t), &rc);
+    e->mask_tmp_words = st_mask_words(v);
+    return rc;
+}
+
+/* Takes r off the FSM list; its status stays WAITING_FOR_FSM (in no
+ * scheduler queue) until scheduler_add_request or a finish. */
+static void fsm_remove(vllm_engine *e, request *r) {
+    if (r->seqs[0].status != SEQ_STATUS_WAITING_FOR_FSM || list_empty(&r->node)) return;
+    list_remove(&r->node);
+    list_init(&r->node);
+    e->num_fsm_waiting--;
+}
+
+/* Finishes every unfinished sequence of r with ERROR and msg (the first
+ * message a request gets is the one it keeps). */
+static void fail_request(vllm_engine *e, request *r, const char *msg) {
+    fsm_remove(e, r);
+    if (!r->error) r->error = strdup(msg);
+    for (int32_t i = 0; i < r->n; i++) scheduler_finish_seq(e->sched, &r->seqs[i], VLLM_FINISH_ERROR);
+}
+
+static void fail_seq(vllm_engine *e, seq *q, const char *msg) {
+    if (!q->req->error) q->req->error = strdup(msg);
+    scheduler_finish_seq(e->sched, q, VLLM_FINISH_ERROR);
+}
+
+/* Moves the requests whose grammar is ready into the scheduler; fails those
+ * whose compile failed or took too long. */
+static void promote_fsm(vllm_engine *e, double now) {
+    for (list_node *n = e->fsm_waiting.next, *next; n != &e->fsm_waiting; n = next) {
+        next = n->next;
+        request *r = list_entry(n, request, node);
+        grammar_state st = grammar_cache_entry_state(r->grammar);
+        char msg[1200];
+        if (st == GRAMMAR_READY) {
+            if (ensure_mask_tmp(e) != VLLM_OK || request_attach_matchers(r) != VLLM_OK) {
+                fail_request(e, r, vllm_errmsg());
+                continue;
+            }
+            fsm_remove(e, r);
+            scheduler_add_request(e->sched, r, now);
+        } else if (st == GRAMMAR_FAILED) {
+            fail_request(e, r, grammar_cache_entry_error(r->grammar));
+        } else if (now >= r->fsm_deadline) {
+            snprintf(msg, sizeof msg,
+                     "structured outputs: the grammar did not compile within %g s "
+                     "(structured_outputs_compile_timeout)", e->args.structured_outputs_compile_timeout);
+            fail_request(e, r, msg);
+        }
+    }
+}
+
+/* A step with nothing to run but grammars compiling: wait for one (or the
+ * nearest deadline, at most FSM_IDLE_WAIT), then promote. */
+static void wait_fsm(vllm_engine *e) {
+    double now = vllm_monotonic_time(), until = now + FSM_IDLE_WAIT;
+    for (list_node *n = e->fsm_waiting.next; n != &e->fsm_waiting; n = n->next) {
+        const request *r = list_entry(n, request, node);
+        if (grammar_cache_entry_state(r->grammar) != GRAMMAR_PENDING) return; /* promote at once */
+        if (r->fsm_deadline < until) until = r->fsm_deadline;
+    }
+    grammar_cache_wait_any(e->grammars, until);
+}
+
+/* Row `row` of the sampler's masks from m: the tokenizer's mask cut or
+ * padded to the model's vocabulary (ids past either are never allowed). */
+static void fill_row(vllm_engine *e, st_matcher *m, uint32_t *row, int ith) {
+    const st_vocab *v = grammar_cache_vocab(e->grammars);
+    int32_t W = e->mask_words, Ws = st_mask_words(v);
+    int32_t limit = st_vocab_size(v) < e->vocab ? st_vocab_size(v) : e->vocab;
+    uint32_t *dst = Ws <= W ? row : e->mask_tmp + (size_t)ith * (size_t)Ws;
+    st_matcher_fill_mask(m, dst);
+    if (dst != row) memcpy(row, dst, (size_t)W * sizeof *row);
+    int32_t w = limit / 32;
+    if (limit % 32) row[w++] &= (1u << (limit % 32)) - 1u;
+    if (w < W) memset(row + w, 0, (size_t)(W - w) * sizeof *row);
+}
+
+static void run_mask_job(vllm_engine *e, mask_job *j, int ith) {
+    size_t W = (size_t)e->mask_words;
+    int32_t acc = 0;
+    for (int32_t k = 0; k <= j->num_drafts; k++) {
+        uint32_t *row = j->rows + (size_t)k * W;
+        if (k > acc) { /* after a draft the grammar rejects: the sampler stops before this row */
+            memset(row, 0xff, W * sizeof *row);
+            continue;
+        }
+        fill_row(e, j->m, row, ith);
+        if (k < j->num_drafts && st_matcher_accept_token(j->m, j->drafts[k])) acc++;
+    }
+    if (acc > 0) st_matcher_rollback(j->m, acc);
+}
+
+typedef struct mask_batch { vllm_engine *e; mask_job *jobs; } mask_batch;
+
+static void stage_masks(void *arg, int64_t lo, int64_t hi, int ith) {
+    mask_batch *b = arg;
+    for (int64_t i = lo; i < hi; i++) run_mask_job(b->e, &b->jobs[i], ith);
+}
+
+static void fill_masks(vllm_engine *e, int32_t num_jobs) {
+    mask_batch b = {e, e->mask_jobs};
+    if (num_jobs > 1) threadpool_run(executor_threadpool(e->exec), stage_masks, &b, num_jobs, 1);
+    else if (num_jobs == 1) stage_masks(&b, 0, 1, 0);
+}
+
+/* After scheduler_update: each sampled sequence's matcher accepts the
+ * tokens it committed this step. */
+static void accept_committed(vllm_engine *e) {
+    for (int32_t i = 0; i < e->num_sampled; i++) {
+        seq *q = e->sampled_seqs[i];
+        if (!q->matcher) continue;
+        for (int32_t t = e->prior_tokens[i]; t < q->num_tokens; t++)
+            if (!st_matcher_accept_token(q->matcher, q->tokens[t])) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "structured outputs: the grammar rejected token %d, which its mask allowed",
+                         q->tokens[t]);
+                log_error("request '%s': %s", q->req->id, msg);
+                fail_seq(e, q, msg);
+                break;
+            }
+        if (q->status == SEQ_STATUS_RUNNING && st_matcher_is_terminated(q->matcher))
+            scheduler_finish_seq(e->sched, q, VLLM_FINISH_STOP);
+    }
+}
+
 /* ---- requests ----------------------------------------------------------- */
 
 vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
@@ -648,17 +885,51 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     vllm_request_opts o = {0};
     if (opts) o = *opts;
     if (o.arrival_time == 0) o.arrival_time = now;
+    grammar_cache_entry *g = NULL;
+    if (o.structured_outputs.kind != VLLM_STRUCTURED_NONE) {
+        st_spec spec;
+        if ((rc = grammar_cache_spec(&o.structured_outputs, &spec)) != VLLM_OK) {
+            vllm_error_prefix("request '%s'", request_id);
+            return rc;
+        }
+        grammar_cache *c = engine_grammar_cache(e);
+        if (!c || (rc = grammar_cache_get(c, &spec, &g)) != VLLM_OK) {
+            vllm_error_prefix("request '%s'", request_id);
+            return c ? rc : VLLM_ERR_NOMEM;
+        }
+        if (grammar_cache_entry_state(g) == GRAMMAR_FAILED) { /* known to fail: say so now */
+            rc = vllm_error(VLLM_ERR_INVALID, "request '%s': %s", request_id, grammar_cache_entry_error(g));
+            grammar_cache_entry_unref(c, g);
+            return rc;
+        }
+    }
     request *r;
     if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L, e->info.block_size,
-                             e->layout->num_groups, e->args.seed, e->next_serial, &r)) != VLLM_OK)
+                             e->layout->num_groups, e->args.seed, e->next_serial, &r)) != VLLM_OK) {
+        if (g) grammar_cache_entry_unref(e->grammars, g);
         return rc;
+    }
+    r->grammar = g;
+    r->grammars = g ? e->grammars : NULL;
+    r->fsm_deadline = now + e->args.structured_outputs_compile_timeout;
+    bool ready = !g || grammar_cache_entry_state(g) == GRAMMAR_READY;
+    if (g && ready && ((rc = ensure_mask_tmp(e)) != VLLM_OK || (rc = request_attach_matchers(r)) != VLLM_OK)) {
+        request_free(r);
+        return rc;
+    }
     if ((rc = map_insert(&e->requests, &r->by_id, r->id)) != VLLM_OK) {
         request_free(r);
         return rc;
     }
     r->in_map = true;
     e->next_serial++;
-    scheduler_add_request(e->sched, r, now);
+    if (ready) {
+        scheduler_add_request(e->sched, r, now);
+    } else {
+        r->seqs[0].status = SEQ_STATUS_WAITING_FOR_FSM;
+        list_push_back(&e->fsm_waiting, &r->node);
+        e->num_fsm_waiting++;
+    }
     return VLLM_OK;
 }
 
@@ -667,6 +938,7 @@ vllm_status vllm_engine_abort_request(vllm_engine *e, const char *request_id) {
     if (!r) return vllm_error(VLLM_ERR_NOT_FOUND, "request '%s' is unknown or finished",
                               request_id ? request_id : "(null)");
     forget_request(e, r);
+    fsm_remove(e, r);
     scheduler_abort_request(e->sched, r);
     return VLLM_OK;
 }
@@ -678,24 +950,56 @@ vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, in
     if (index < 0 || index >= r->n)
         return vllm_error(VLLM_ERR_INVALID, "request '%s': sequence index %d outside 0..%d",
                           request_id, index, r->n - 1);
+    if (index == 0) fsm_remove(e, r);
     scheduler_finish_seq(e->sched, &r->seqs[index], VLLM_FINISH_STOP);
     return VLLM_OK;
 }
 
 bool vllm_engine_has_unfinished(const vllm_engine *e) {
-    return scheduler_has_unfinished(e->sched) || scheduler_has_news(e->sched);
+    return scheduler_has_unfinished(e->sched) || scheduler_has_news(e->sched) || e->num_fsm_waiting > 0;
 }
 
 /* ---- one step ----------------------------------------------------------- */
 
+/* A constrained sequence can be left with no token (see "Structured
+ * outputs"): such sequences finish here, before scheduler_update (which
+ * then skips them), instead of failing the step. False if a failure is
+ * anything else. */
+static bool finish_masked_out(vllm_engine *e, int32_t ns) {
+    for (int32_t i = 0; i < ns; i++)
+        if (e->samples[i].rc != VLLM_OK && (e->samples[i].rc != VLLM_ERR_INVALID || !e->samples[i].allowed))
+            return false;
+    for (int32_t i = 0; i < ns; i++) {
+        sample_seq *x = &e->samples[i];
+        if (x->rc == VLLM_OK) continue;
+        x->rc = VLLM_OK;
+        x->num_out = 0;
+        seq *q = e->sampled_seqs[i];
+        if (q->req->forked == false) q = &q->req->seqs[0]; /* a fork's first sample: all end with seq 0 */
+        if (q->status == SEQ_STATUS_FINISHED) continue;
+        if (st_matcher_can_end(q->matcher)) scheduler_finish_seq(e->sched, q, VLLM_FINISH_STOP);
+        else fail_seq(e, q, "structured outputs: no token can continue the grammar here");
+    }
+    return true;
+}
+
 /* Step 4: one sample_seq per sequence that samples, over its entry's rows;
  * then each entry's committed count and the public form of the logprobs. */
 static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
-    int32_t ns = 0;
+    int32_t ns = 0, num_jobs = 0;
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
         if (en->num_scored == 0) continue;
         float *rows = e->logits + (size_t)b->scored_start[i] * (size_t)e->vocab;
+        const uint32_t *allowed = NULL;
+        if (en->seq->matcher) { /* one job per entry: a fork's n samples share seq 0's rows */
+            uint32_t *m = e->masks + (size_t)b->scored_start[i] * (size_t)e->mask_words;
+            e->mask_jobs[num_jobs++] = (mask_job){.m = en->seq->matcher,
+                                                  .rows = m,
+                                                  .drafts = en->seq->tokens + en->seq->num_tokens,
+                                                  .num_drafts = en->num_drafts};
+            allowed = m;
+        }
         for (int32_t k = 0; k < en->num_samples; k++) {
             seq *q = scheduler_entry_seq(en, k);
             const request *r = q->req;
@@ -704,6 +1008,7 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
             for (int32_t j = 0; want_lps && j <= en->num_drafts; j++)
                 e->results[slot + j].top = e->tops + (size_t)(slot + j) * VLLM_MAX_LOGPROBS;
             q->step_slot = slot;
+            e->prior_tokens[ns] = q->num_tokens;
             e->sampled_seqs[ns] = q;
             e->samples[ns++] = (sample_seq){
                 .params = &r->params,
@@ -714,13 +1019,17 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
                 .num_drafts = en->num_drafts,
                 .logits = rows,
                 .shared_logits = en->num_samples > 1,
+                .allowed = allowed,
                 .out_tokens = e->committed + slot,
                 .out_results = want_lps ? e->results + slot : NULL,
             };
         }
     }
+    e->num_sampled = ns;
+    fill_masks(e, num_jobs);
     vllm_status rc = e->spec.verify ? e->spec.verify(e->spec.verify_ud, e->samples, ns)
                                     : sampler_sample_batch(e->sampler, e->samples, ns);
+    if (rc == VLLM_ERR_INVALID && finish_masked_out(e, ns)) rc = VLLM_OK;
     if (rc != VLLM_OK) {
         for (int32_t i = 0; i < ns; i++)
             if (e->samples[i].rc != VLLM_OK) {
@@ -842,7 +1151,8 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         const request *r = q->req;
         vllm_seq_output *o = &e->outs[i++];
         int32_t nnew = q->num_new_output;
-        memcpy(e->events + ev, q->events, (size_t)q->num_events * sizeof *q->events);
+        if (q->num_events) /* e->events is NULL until some step has one */
+            memcpy(e->events + ev, q->events, (size_t)q->num_events * sizeof *q->events);
         *o = (vllm_seq_output){
             .request_id = r->id,
             .index = q->index,
@@ -855,6 +1165,7 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
             .num_cached_tokens = q->num_cached_tokens,
             .num_events = q->num_events,
             .events = q->num_events ? e->events + ev : NULL,
+            .error = q->status == SEQ_STATUS_FINISHED && q->finish_reason == VLLM_FINISH_ERROR ? r->error : NULL,
         };
         ev += q->num_events;
         q->step_slot = -1;
@@ -872,7 +1183,7 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     int32_t total = block_pool_num_blocks(pool), free_blocks = block_pool_num_free(pool);
     out->stats = (vllm_scheduler_stats){
         .num_running = scheduler_num_running(e->sched),
-        .num_waiting = scheduler_num_waiting(e->sched),
+        .num_waiting = scheduler_num_waiting(e->sched) + e->num_fsm_waiting,
         .kv_cache_usage = block_pool_usage(pool),
         .prefix_cache_queries = so ? so->prefix_cache_queries : 0,
         .prefix_cache_hits = so ? so->prefix_cache_hits : 0,
@@ -918,6 +1229,14 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     e->spec_num_drafts = e->spec_num_draft_tokens = e->spec_num_accepted = 0;
     if (e->spec_per_pos) memset(e->spec_per_pos, 0, (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     const scheduler_output *so = NULL;
+    if (e->num_fsm_waiting > 0) {
+        promote_fsm(e, vllm_monotonic_time());
+        if (e->num_fsm_waiting > 0 && !scheduler_has_unfinished(e->sched) && !scheduler_has_news(e->sched)) {
+            wait_fsm(e);
+            promote_fsm(e, vllm_monotonic_time());
+        }
+    }
+    e->num_sampled = 0;
     if (scheduler_has_unfinished(e->sched)) {
         double now = vllm_monotonic_time();
         so = scheduler_schedule(e->sched, now);
@@ -925,6 +1244,7 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
         if (so->num_seqs > 0 && (rc = execute(e, so)) != VLLM_OK) return step_failed(e, rc);
         if ((rc = scheduler_update(e->sched, e->committed, e->num_committed, now)) != VLLM_OK)
             return step_failed(e, rc);
+        if (e->grammars && so->num_seqs > 0) accept_committed(e);
         if (e->spec.num_speculative_tokens > 0) propose(e);
     }
     vllm_status rc = build_output(e, so);

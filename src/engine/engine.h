@@ -7,6 +7,7 @@
 #define VLLM_ENGINE_ENGINE_H
 
 #include "engine/executor.h"
+#include "engine/grammar_cache.h"
 #include "engine/kv_cache_manager.h"
 #include "spec/spec.h"
 #include "vllm/vllm.h"
@@ -24,6 +25,17 @@ const kv_cache_manager *engine_kv_cache_manager(const vllm_engine *e);
 
 /* The loaded model (borrowed, read-only, for the engine's lifetime). */
 const model *engine_model(const vllm_engine *e);
+
+/* The engine's cache of compiled structured-output grammars, created on
+ * first use (NULL: out of memory, error set). Thread-safe and alive as long
+ * as the engine, so a front end may compile a request's constraint before
+ * it adds the request, from its own thread (the server does: a bad
+ * constraint is a 400 before admission), and the engine then finds it
+ * READY. The first call must come from the thread that drives the engine,
+ * or before any other thread does. */
+grammar_cache *engine_grammar_cache(vllm_engine *e);
+/* args.structured_outputs_compile_timeout with its default applied (seconds). */
+double engine_compile_timeout(const vllm_engine *e);
 
 /* What --kv-cache-dtype auto stores for a model with config c, loaded from a
  * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */

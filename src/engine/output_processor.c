@@ -35,6 +35,7 @@ const char *vllm_finish_reason_str(vllm_finish_reason r) {
     case VLLM_FINISH_STOP: return "stop";
     case VLLM_FINISH_LENGTH: return "length";
     case VLLM_FINISH_ABORT: return "abort";
+    case VLLM_FINISH_ERROR: return "error";
     default: return NULL;
     }
 }

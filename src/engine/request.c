@@ -18,8 +18,11 @@ void request_free(request *r) {
             free(r->seqs[i].block_ids);
             free(r->seqs[i].kv_groups);
             free(r->seqs[i].block_hashes);
+            st_matcher_free(r->seqs[i].matcher);
         }
     free(r->seqs);
+    if (r->grammar) grammar_cache_entry_unref(r->grammars, r->grammar);
+    free(r->error);
     block_pool_salt_unref(r->salt);
     free(r->id);
     free(r);
@@ -85,6 +88,16 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
 nomem:
     request_free(r);
     return vllm_error(VLLM_ERR_NOMEM, "request '%s': out of memory", id);
+}
+
+vllm_status request_attach_matchers(request *r) {
+    st_grammar *g = grammar_cache_entry_grammar(r->grammar);
+    if (!g) return vllm_error(VLLM_ERR_INVALID, "request '%s': its grammar is not ready", r->id);
+    vllm_status rc = r->seqs[0].matcher ? VLLM_OK : st_matcher_new(g, &r->seqs[0].matcher);
+    for (int32_t i = 1; i < r->n && rc == VLLM_OK; i++)
+        if (!r->seqs[i].matcher) rc = st_matcher_fork(r->seqs[0].matcher, &r->seqs[i].matcher);
+    if (rc != VLLM_OK) vllm_error_prefix("request '%s'", r->id);
+    return rc;
 }
 
 int seq_compare(const seq *a, const seq *b, bool use_priority) {

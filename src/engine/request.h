@@ -33,6 +33,7 @@
 #include "base/list.h"
 #include "base/map.h"
 #include "engine/block_pool.h"
+#include "engine/grammar_cache.h"
 #include "sample/sampler.h"
 #include "vllm/vllm.h"
 
@@ -41,6 +42,8 @@ typedef enum seq_status {
     SEQ_STATUS_RUNNING,              /* in the running queue */
     SEQ_STATUS_PREEMPTED,            /* back in the waiting queue, blocks freed, to recompute */
     SEQ_STATUS_UNFORKED,             /* n > 1: a sibling that seq 0 has not split off yet */
+    SEQ_STATUS_WAITING_FOR_FSM,      /* seq 0 of a request whose grammar is compiling: in no
+                                        scheduler queue yet (the engine's list) */
     SEQ_STATUS_FINISHED,             /* finish_reason says why */
 } seq_status;
 
@@ -83,6 +86,7 @@ typedef struct seq {
     int32_t num_cached_blocks;       /* leading blocks already offered to the prefix cache */
 
     sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
+    st_matcher *matcher;             /* structured outputs: over the committed output; NULL = none */
     int32_t step_slot;               /* engine: this step's first logprob slot, or -1 */
 
     /* news for the next step output, kept by the scheduler */
@@ -114,6 +118,13 @@ struct request {
     bool forked;                     /* siblings split off seq 0 (always true for n == 1) */
     int32_t num_unfinished;          /* sequences not yet finished */
     seq *seqs;                       /* (n) */
+    /* structured outputs (NULL = none): the compiled grammar's cache entry
+     * (one reference, released by request_free), the cache, the time by which
+     * it must be ready; error: the message of a finish with ERROR */
+    grammar_cache_entry *grammar;
+    grammar_cache *grammars;
+    double fsm_deadline;
+    char *error;
 };
 
 /* Allocates a request and its n sequences, each with room for the prompt
@@ -127,6 +138,10 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
                            int32_t max_model_len, int32_t block_size, int32_t num_kv_groups,
                            uint64_t default_seed, uint64_t serial, request **out);
 void request_free(request *r);
+
+/* Gives every sequence its matcher once r->grammar is READY: seq 0 a new
+ * one, the others forks of it (n > 1; none has output yet). */
+vllm_status request_attach_matchers(request *r);
 
 /* Group g's block table of q. */
 static inline int32_t *seq_block_table(const seq *q, int32_t g) {

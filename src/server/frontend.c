@@ -47,6 +47,7 @@ typedef struct fe_req {
     vllm_sampling_params sp;
     int32_t priority;
     char *cache_salt;
+    vllm_structured_outputs so;  /* text and whitespace_pattern owned */
     char **stop;
     int32_t num_stop;
     bool include_stop, skip_special;
@@ -120,6 +121,8 @@ static void req_free(fe_req *r) {
     free(r->id);
     free(r->prompt_ids);
     free(r->cache_salt);
+    free((char *)r->so.text);
+    free((char *)r->so.whitespace_pattern);
     free(r);
 }
 
@@ -212,7 +215,7 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
     for (int32_t i = 0; i < out->num_outputs; i++) {
         const vllm_seq_output *o = &out->outputs[i];
         ntok += (size_t)o->num_new_tokens;
-        nstr += strlen(o->request_id) + 1;
+        nstr += strlen(o->request_id) + 1 + (o->error ? strlen(o->error) + 1 : 0);
         nev += (size_t)o->num_events;
         if (o->new_logprobs) {
             nlp += (size_t)o->num_new_tokens;
@@ -238,6 +241,12 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
         memcpy(b->strs + b->n_strs, o->request_id, idn);
         d->request_id = b->strs + b->n_strs;
         b->n_strs += idn;
+        if (o->error) {
+            size_t en = strlen(o->error) + 1;
+            memcpy(b->strs + b->n_strs, o->error, en);
+            d->error = b->strs + b->n_strs;
+            b->n_strs += en;
+        }
         if (o->num_new_tokens > 0)
             memcpy(b->toks + b->n_toks, o->new_token_ids, (size_t)o->num_new_tokens * sizeof(int32_t));
         d->new_token_ids = b->toks + b->n_toks;
@@ -273,7 +282,7 @@ static void apply_cmd(frontend *f, fe_batch *b, cmd *c, bool dead) {
             note_added(b, r, VLLM_ERR_INVALID, "The engine is not running (a step failed); see the server log.");
             break;
         }
-        vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt};
+        vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt, .structured_outputs = r->so};
         rc = vllm_engine_add_request(f->engine, r->id, r->prompt_ids, r->num_prompt, &r->sp, &opts);
         note_added(b, r, rc, rc == VLLM_OK ? NULL : vllm_errmsg());
         break;
@@ -626,6 +635,21 @@ vllm_status frontend_add_request(frontend *f, const frontend_request *q, const f
     r->sp = q->sp;
     r->priority = q->priority;
     if (q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
+    r->so = q->structured_outputs;
+    r->so.text = NULL;
+    r->so.whitespace_pattern = NULL;
+    if (q->structured_outputs.text) {
+        size_t n = q->structured_outputs.len ? q->structured_outputs.len : strlen(q->structured_outputs.text);
+        char *t = malloc(n + 1);
+        if (!t) goto nomem;
+        memcpy(t, q->structured_outputs.text, n);
+        t[n] = 0;
+        r->so.text = t;
+        r->so.len = n;
+    }
+    if (q->structured_outputs.whitespace_pattern &&
+        !(r->so.whitespace_pattern = strdup(q->structured_outputs.whitespace_pattern)))
+        goto nomem;
     for (int32_t i = 0; i < q->num_stop; i++) {
         if (!(r->stop[i] = strdup(q->stop[i]))) goto nomem;
         r->num_stop++;

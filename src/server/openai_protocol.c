@@ -558,8 +558,198 @@ static bool parse_tools(pctx *c, openai_request *r) {
                                "The tool specified in `tool_choice` does not match any of the "
                                "specified `tools`");
         tc = "named";
+        r->tool_choice_name = strdup(json_string_value(name));
     }
     r->tool_choice = strdup(tc);
+    return true;
+}
+
+/* ---- structured outputs ------------------------------------------------------- */
+
+/* One candidate constraint found in the request. */
+typedef struct so_kind {
+    const char *field;           /* where it came from, e.g. "structured_outputs.regex" */
+    vllm_structured_kind kind;
+    const json_t *value;         /* the JSON value (schema object or string, regex, list, ...) */
+} so_kind;
+
+/* A constraint's text: strings as they are, a schema object serialised,
+ * a choice list checked (strings only) and serialised. */
+static bool so_text(pctx *c, const so_kind *k, char **out) {
+    *out = NULL;
+    const json_t *v = k->value;
+    switch (k->kind) {
+    case VLLM_STRUCTURED_JSON:
+        if (json_is_string(v)) break;
+        if (!json_is_object(v) && !json_is_boolean(v))
+            return type_error(c, k->field, "a valid dictionary or string", "dict_type", v);
+        *out = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        return *out || openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+    case VLLM_STRUCTURED_CHOICE: {
+        if (!json_is_array(v)) return type_error(c, k->field, "a valid list", "list_type", v);
+        size_t i;
+        const json_t *x;
+        json_array_foreach(v, i, x) if (!json_is_string(x))
+            return type_error(c, k->field, "a valid string", "string_type", x);
+        *out = json_dumps(v, JSON_COMPACT);
+        return *out || openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+    }
+    case VLLM_STRUCTURED_JSON_OBJECT: return true;
+    default: break;
+    }
+    if (!json_is_string(v)) return type_error(c, k->field, "a valid string", "string_type", v);
+    *out = strndup(json_string_value(v), json_string_length(v));
+    return *out || openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+}
+
+/* "You can only use one kind ..." with the kinds given, as vLLM's
+ * StructuredOutputsParams.__post_init__ says it (its __dict__ rendered as
+ * the JSON of the fields that were set). */
+static bool so_too_many(pctx *c, const so_kind *kinds, int n) {
+    json_t *d = json_object();
+    for (int i = 0; i < n; i++) {
+        const char *dot = strrchr(kinds[i].field, '.');
+        const char *name = dot ? dot + 1 : kinds[i].field;
+        if (!strncmp(name, "guided_", 7)) name += 7;
+        json_object_set(d, name, (json_t *)kinds[i].value);
+    }
+    char *repr = json_dumps(d, JSON_COMPACT);
+    json_decref(d);
+    if (repr && strlen(repr) > 300) strcpy(repr + 297, "...");
+    bool r = value_error(c, "structured_outputs",
+                         "You can only use one kind of structured outputs constraint but multiple are "
+                         "specified: %s", repr ? repr : "{}");
+    free(repr);
+    return r;
+}
+
+/* vLLM 0.11's to_sampling_params: structured_outputs {json, regex, choice,
+ * grammar, json_object, structural_tag, disable_any_whitespace,
+ * whitespace_pattern}; when it is absent, the deprecated guided_json /
+ * guided_regex / guided_choice / guided_grammar / guided_whitespace_pattern
+ * (guided_decoding_backend is accepted and ignored: there is one backend);
+ * then response_format json_object / json_schema{name, schema, strict} and
+ * chat's structural_tag add theirs. More than one kind in all is a 400. */
+static bool parse_structured(pctx *c, openai_request *r) {
+    json_t *o = c->obj;
+    so_kind kinds[12];
+    int n = 0;
+    bool daw = false;
+    const char *ws = NULL;
+    json_t *so = json_object_get(o, "structured_outputs");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return type_error(c, "structured_outputs", "a valid dictionary", "dict_type", so);
+        static const struct { const char *name; vllm_structured_kind kind; } fields[] = {
+            {"json", VLLM_STRUCTURED_JSON},       {"regex", VLLM_STRUCTURED_REGEX},
+            {"choice", VLLM_STRUCTURED_CHOICE},   {"grammar", VLLM_STRUCTURED_GRAMMAR},
+            {"json_object", VLLM_STRUCTURED_JSON_OBJECT}, {"structural_tag", VLLM_STRUCTURED_STRUCTURAL_TAG}};
+        static const char *const full[] = {"structured_outputs.json", "structured_outputs.regex",
+                                           "structured_outputs.choice", "structured_outputs.grammar",
+                                           "structured_outputs.json_object", "structured_outputs.structural_tag"};
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (is_set(so, fields[i].name))
+                kinds[n++] = (so_kind){full[i], fields[i].kind, json_object_get(so, fields[i].name)};
+        pctx sc = {so, "StructuredOutputsParams", c->e};
+        if (!get_bool(&sc, "disable_any_whitespace", true, &daw)) return false;
+        if (!get_str(&sc, "whitespace_pattern", true, &ws)) return false;
+        for (int i = 0; i < n; i++)
+            if (kinds[i].kind == VLLM_STRUCTURED_JSON_OBJECT) {
+                if (!json_is_boolean(kinds[i].value))
+                    return type_error(c, kinds[i].field, "a valid boolean", "bool_type", kinds[i].value);
+            }
+    } else {
+        static const struct { const char *name; vllm_structured_kind kind; } fields[] = {
+            {"guided_json", VLLM_STRUCTURED_JSON},
+            {"guided_regex", VLLM_STRUCTURED_REGEX},
+            {"guided_choice", VLLM_STRUCTURED_CHOICE},
+            {"guided_grammar", VLLM_STRUCTURED_GRAMMAR}};
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (is_set(o, fields[i].name))
+                kinds[n++] = (so_kind){fields[i].name, fields[i].kind, json_object_get(o, fields[i].name)};
+        if (!get_str(c, "guided_whitespace_pattern", true, &ws)) return false;
+        const char *backend;
+        if (!get_str(c, "guided_decoding_backend", true, &backend)) return false;
+    }
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(t))
+            return type_error(c, "response_format", "a valid response format {type, ...}", "model_type", rf);
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "json_object")) {
+            kinds[n++] = (so_kind){"response_format", VLLM_STRUCTURED_JSON_OBJECT, json_true()};
+        } else if (!strcmp(type, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            if (!js || json_is_null(js))
+                return value_error(c, "response_format",
+                                   "When response_format type is 'json_schema', the 'json_schema' field must "
+                                   "be provided.");
+            if (!json_is_object(js))
+                return type_error(c, "response_format.json_schema", "a valid dictionary", "dict_type", js);
+            pctx jc = {js, "JsonSchemaResponseFormat", c->e};
+            const char *name;
+            bool strict = false;
+            if (!get_str(&jc, "name", false, &name) || !get_bool(&jc, "strict", true, &strict)) return false;
+            json_t *schema = json_object_get(js, "schema");
+            if (!schema || json_is_null(schema))
+                return openai_fail(c->e, 400, TYPE_VALUE, "response_format",
+                                   "response_format.json_schema.schema is required: the JSON schema the "
+                                   "output must follow.");
+            if (!json_is_object(schema) && !json_is_boolean(schema))
+                return type_error(c, "response_format.json_schema.schema", "a valid dictionary", "dict_type", schema);
+            kinds[n++] = (so_kind){"response_format.json_schema.schema", VLLM_STRUCTURED_JSON, schema};
+        } else if (!strcmp(type, "structural_tag")) {
+            kinds[n++] = (so_kind){"response_format", VLLM_STRUCTURED_STRUCTURAL_TAG, rf};
+        } else if (strcmp(type, "text")) {
+            return openai_fail(c->e, 400, TYPE_VALIDATION, "response_format",
+                               "1 validation error for %s\nresponse_format\n  Input tag '%s' found using 'type' "
+                               "does not match any of the expected tags: 'text', 'json_object', 'json_schema', "
+                               "'structural_tag' [type=union_tag_invalid, input_type=dict]",
+                               c->model, type);
+        }
+    }
+    if (r->chat && is_set(o, "structural_tag"))
+        kinds[n++] = (so_kind){"structural_tag", VLLM_STRUCTURED_STRUCTURAL_TAG, json_object_get(o, "structural_tag")};
+    /* a json_object: false alone constrains nothing, but still counts as a kind */
+    if (n > 1) return so_too_many(c, kinds, n);
+    /* no kind: the whitespace options are kept for a constraint tools may add */
+    r->structured.disable_any_whitespace = daw;
+    if (ws && !(r->structured.whitespace_pattern = strdup(ws)))
+        return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+    if (n == 0 || (kinds[0].kind == VLLM_STRUCTURED_JSON_OBJECT && !json_is_true(kinds[0].value))) return true;
+    char *text = NULL;
+    if (kinds[0].kind == VLLM_STRUCTURED_STRUCTURAL_TAG) {
+        if (!json_is_string(kinds[0].value) && !json_is_object(kinds[0].value))
+            return type_error(c, kinds[0].field, "a valid string", "string_type", kinds[0].value);
+        if (!(text = json_is_string(kinds[0].value) ? strdup(json_string_value(kinds[0].value))
+                                                     : json_dumps(kinds[0].value, JSON_COMPACT)))
+            return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+    } else if (!so_text(c, &kinds[0], &text)) {
+        return false;
+    }
+    r->structured.kind = kinds[0].kind;
+    r->structured.text = text;
+    r->structured.len = text ? strlen(text) : 0;
+    r->structured_field = kinds[0].field;
+    return true;
+}
+
+bool openai_structured_from_json(json_t *obj, bool chat, vllm_structured_outputs *out, const char **field,
+                                 openai_error *e) {
+    openai_request r = {.chat = chat};
+    pctx c = {obj, chat ? "ChatCompletionRequest" : "CompletionRequest", e};
+    json_t *sof = json_object_get(obj, "structured_outputs");
+    if (json_is_object(sof) && is_set(sof, "json") + is_set(sof, "regex") + is_set(sof, "choice") > 1)
+        return value_error(&c, "structured_outputs",
+                           "You can only use one kind of constraints for structured outputs ('json', "
+                           "'regex' or 'choice').");
+    if (!parse_structured(&c, &r)) {
+        free((char *)r.structured.text);
+        free((char *)r.structured.whitespace_pattern);
+        return false;
+    }
+    *out = r.structured;
+    if (field) *field = r.structured_field;
     return true;
 }
 
@@ -593,24 +783,6 @@ static bool refuse_unsupported(pctx *c, openai_request *r) {
     if (truthy(json_object_get(o, "bad_words")))
         return openai_fail(c->e, 400, TYPE_VALUE, "bad_words",
                            "`bad_words` is not supported by this server.");
-    static const char *guided[] = {"structured_outputs", "guided_json", "guided_regex",
-                                   "guided_choice", "guided_grammar", "structural_tag"};
-    for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++)
-        if (is_set(o, guided[i]))
-            return openai_fail(c->e, 400, TYPE_VALUE, guided[i],
-                               "Structured outputs (`%s`) are not supported by this server yet.",
-                               guided[i]);
-    json_t *rf = json_object_get(o, "response_format");
-    if (rf && !json_is_null(rf)) {
-        json_t *t = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(t))
-            return type_error(c, "response_format", "a valid response format {type, ...}",
-                              "model_type", rf);
-        if (strcmp(json_string_value(t), "text"))
-            return openai_fail(c->e, 400, TYPE_VALUE, "response_format",
-                               "response_format type '%s' is not supported by this server yet.",
-                               json_string_value(t));
-    }
     if (!r->chat) {
         if (is_set(o, "suffix"))
             return openai_fail(c->e, 400, TYPE_VALUE, "suffix", "suffix is not currently supported");
@@ -662,11 +834,11 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (salt && !json_is_null(salt) && (!json_is_string(salt) || !json_string_length(salt)))
         return value_error(c, "cache_salt",
                            "Parameter 'cache_salt' must be a non-empty string if provided.");
-    int guides = is_set(o, "guided_json") + is_set(o, "guided_regex") + is_set(o, "guided_choice");
-    if (guides > 1)
-        return value_error(c, "guided_json",
-                           "You can only use one kind of guided decoding ('guided_json', "
-                           "'guided_regex' or 'guided_choice').");
+    json_t *sof = json_object_get(o, "structured_outputs");
+    if (json_is_object(sof) && is_set(sof, "json") + is_set(sof, "regex") + is_set(sof, "choice") > 1)
+        return value_error(c, "structured_outputs",
+                           "You can only use one kind of constraints for structured outputs ('json', "
+                           "'regex' or 'choice').");
     if (r->chat) {
         if (!parse_messages(c, r) || !parse_tools(c, r)) return false;
     }
@@ -762,6 +934,7 @@ static bool parse_fields(pctx *c, openai_request *r) {
         if (set) r->has_max_tokens = true;
         if (!parse_prompt(c, r)) return false;
     }
+    if (!parse_structured(c, r)) return false;
     return refuse_unsupported(c, r);
 }
 
@@ -818,6 +991,9 @@ void openai_request_free(openai_request *r) {
     free(r->request_id);
     free(r->cache_salt);
     free(r->tool_choice);
+    free(r->tool_choice_name);
+    free((char *)r->structured.text);
+    free((char *)r->structured.whitespace_pattern);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
 }

@@ -88,6 +88,13 @@ typedef struct openai_request {
     char *tool_choice;           /* "none", "auto", "required", "named" */
     bool use_beam_search;        /* completions: n is the beam width (serving_beam.c) */
     double length_penalty;       /* beam search's, 1.0 */
+    char *tool_choice_name;      /* "named": the function's name */
+    /* structured outputs: the one constraint of response_format,
+     * structured_outputs or the guided_* fields (kind NONE = none); its
+     * text and whitespace_pattern are owned; structured_field names the
+     * field it came from (for errors: "response_format", ...) */
+    vllm_structured_outputs structured;
+    const char *structured_field;
     json_t *body;                /* owned */
     char unknown_fields[512];    /* comma-separated names, for the log */
 } openai_request;
@@ -98,6 +105,15 @@ typedef struct openai_request {
 bool openai_request_parse(const char *body, size_t len, bool chat, openai_request *req,
                           openai_error *e);
 void openai_request_free(openai_request *req);
+
+/* The structured-outputs constraint of a request object obj (its
+ * response_format, structured_outputs, guided_* fields, as
+ * openai_request_parse reads them): *out's text and whitespace_pattern are
+ * malloc'ed (caller frees), kind NONE when there is none; *field names the
+ * field it came from (static). For other front ends (vllmc generate's
+ * prompts file). */
+bool openai_structured_from_json(json_t *obj, bool chat, vllm_structured_outputs *out, const char **field,
+                                 openai_error *e);
 
 /* Defaults for fields a request leaves unset: the model's generation config
  * where it has the key (vLLM's get_diff_sampling_param), else vLLM's. */

@@ -109,6 +109,7 @@ void serving_call_release(serving_call *c) {
     free(c->echo_text);
     if (c->ext_free) c->ext_free(c->ext);
     free(b->added_ok);
+    if (c->grammar) grammar_cache_entry_unref(c->ctx->grammars, c->grammar);
     openai_request_free(&c->req);
     http_request_release(c->http);
     pthread_mutex_destroy(&b->mu);
@@ -457,10 +458,51 @@ static bool admit(serving_call *c) {
     return false;
 }
 
+/* Structured outputs: the call's constraint is compiled here, before
+ * admission, on this MHD thread, which waits for it at most the engine's
+ * compile timeout. So a constraint that does not compile (or not in time)
+ * is a 400 naming the field and the problem, as vLLM validates structured
+ * outputs when the request arrives, and the engine finds the grammar READY
+ * (the call's reference keeps it cached until the call ends): the server's
+ * requests never wait in WAITING_FOR_FSM. The price is an MHD thread held
+ * during a compile (milliseconds for real schemas; a compile past the
+ * timeout goes on in the cache's thread, not this one). */
+static bool compile_structured(serving_call *c) {
+    serving_ctx *ctx = c->ctx;
+    const vllm_structured_outputs *so = &c->req.structured;
+    if (so->kind == VLLM_STRUCTURED_NONE) return true;
+    const char *field = c->req.structured_field ? c->req.structured_field : "structured_outputs";
+    openai_error e = {0};
+    st_spec spec;
+    grammar_cache_entry *g = NULL;
+    if (!ctx->grammars) {
+        openai_fail(&e, 400, "BadRequestError", field, "Structured outputs are not available on this server.");
+    } else if (grammar_cache_spec(so, &spec) != VLLM_OK) {
+        openai_fail(&e, 400, "BadRequestError", field, "%s: %s", field, vllm_errmsg());
+    } else if (grammar_cache_get(ctx->grammars, &spec, &g) != VLLM_OK) {
+        openai_fail(&e, 500, "Internal Server Error", NULL, "%s", vllm_errmsg());
+    } else {
+        grammar_state st = grammar_cache_entry_wait(ctx->grammars, g, clock_now() + ctx->compile_timeout);
+        if (st == GRAMMAR_READY) {
+            c->grammar = g;
+            return true;
+        }
+        if (st == GRAMMAR_FAILED)
+            openai_fail(&e, 400, "BadRequestError", field, "%s: %s", field, grammar_cache_entry_error(g));
+        else
+            openai_fail(&e, 400, "BadRequestError", field,
+                        "%s: the grammar did not compile within %g s (--structured-outputs-compile-timeout)",
+                        field, ctx->compile_timeout);
+        grammar_cache_entry_unref(ctx->grammars, g);
+    }
+    serving_respond_error(c->http, &e);
+    return false;
+}
+
 void serving_submit(serving_call *c) {
     call_box *b = box_of(c);
     serving_ctx *ctx = c->ctx;
-    if (!admit(c)) {
+    if (!compile_structured(c) || !admit(c)) {
         serving_call_release(c);
         return;
     }
@@ -493,6 +535,7 @@ void serving_submit(serving_call *c) {
             .sp = c->prompts[i].sp,
             .priority = c->req.priority,
             .cache_salt = c->req.cache_salt,
+            .structured_outputs = c->req.structured,
             .stop = (const char *const *)c->req.stop,
             .num_stop = c->req.num_stop,
             .include_stop_str_in_output = c->req.include_stop_str_in_output,

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/grammar_cache.h"
 #include "server/frontend.h"
 #include "server/http.h"
 #include "server/openai_protocol.h"
@@ -61,6 +62,12 @@ typedef struct serving_ctx {
     int32_t eos_ids[8];                  /* the model's EOS ids (beam search) */
     int32_t num_eos_ids;
     atomic_int beam_workers;             /* beam searches running (serving_beam.c) */
+    /* Structured outputs: the engine's grammar cache (engine_grammar_cache;
+     * thread-safe) and how long a call waits for its constraint to compile
+     * before it answers 400 (the engine's structured_outputs_compile_timeout).
+     * NULL: constrained requests get a 400. */
+    grammar_cache *grammars;
+    double compile_timeout;
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
@@ -166,6 +173,7 @@ struct serving_call {
     bool background;
     void *ext;                   /* the format's own state, freed with ext_free */
     void (*ext_free)(void *ext);
+    grammar_cache_entry *grammar; /* the READY grammar of req.structured (a reference), or NULL */
 };
 
 /* Submits the call's prompts (ctx, http, req, fmt, prompts, sp, n filled in).

@@ -14,14 +14,27 @@
  *     top_logprobs the first N entries of V1's dict (sampled token first);
  *   - echo prepends the last message's content when its role is the
  *     response's.
- * Tool calling needs a tool parser vLLM enables with flags we do not have:
- * tool_choice "auto" gets vLLM's own refusal; "required"/named need
- * structured outputs and are refused as unsupported. Tools are still shown
- * to the template (tool_choice "none"), as vLLM's model_dump() of them.
+ * Tool calling: tool_choice "required" and a named function are structured
+ * outputs (vLLM's _get_json_schema_from_tool): named constrains the output
+ * by the function's parameters schema, required by an array (minItems 1)
+ * of {name: enum [the tool's name], parameters: its schema} for any of the
+ * tools (no other keys: vLLM's XGrammar backend is strict by default), their
+ * $defs merged at the root. The output becomes message.tool_calls
+ * (content ""): named -> one call whose arguments are the generated text;
+ * required -> one call per array item, arguments json.dumps(parameters) as
+ * Python writes it, finish_reason "tool_calls" (vLLM's stream says that,
+ * its non-stream response "stop"; we say "tool_calls" in both, as OpenAI
+ * does). Streaming: named streams argument deltas (the first with the
+ * call's id, type and name), as vLLM; required sends its calls whole in the
+ * choice's last chunk (vLLM parses partial JSON to stream them piecewise).
+ * "auto" needs a tool parser vLLM enables with flags we do not have and gets
+ * vLLM's own refusal. Tools are shown to the template either way, as vLLM's
+ * model_dump() of them.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "sample/sampler.h"
@@ -227,6 +240,118 @@ static bool continuous_usage(const serving_call *c) {
     return c->req.include_usage && c->req.continuous_usage_stats;
 }
 
+/* ---- tool calls (required / named) ---------------------------------------------- */
+
+static int tool_mode(const serving_call *c) { /* 0 none, 1 named, 2 required */
+    const char *tc = c->req.tool_choice;
+    if (!tc || !c->req.tools) return 0;
+    return !strcmp(tc, "named") ? 1 : !strcmp(tc, "required") ? 2 : 0;
+}
+
+/* vLLM's _get_json_schema_from_tool, serialised; NULL with e set. */
+static char *tools_schema(const openai_request *req, openai_error *e) {
+    json_t *schema = NULL;
+    size_t i;
+    json_t *t;
+    if (!strcmp(req->tool_choice, "named")) {
+        json_array_foreach(req->tools, i, t) {
+            json_t *fn = json_object_get(t, "function");
+            json_t *name = json_object_get(fn, "name");
+            if (!json_is_string(name) || strcmp(json_string_value(name), req->tool_choice_name)) continue;
+            json_t *params = json_object_get(fn, "parameters");
+            schema = json_is_object(params) && json_object_size(params) ? json_deep_copy(params) : NULL;
+            break;
+        }
+        if (!schema) schema = json_pack("{s:s, s:{}}", "type", "object", "properties");
+    } else {
+        json_t *any = json_array(), *defs = json_object();
+        json_array_foreach(req->tools, i, t) {
+            json_t *fn = json_object_get(t, "function");
+            json_t *params = json_object_get(fn, "parameters");
+            json_t *p = json_is_object(params) && json_object_size(params) ? json_deep_copy(params)
+                                                                            : json_pack("{s:s, s:{}}", "type", "object", "properties");
+            json_t *d = json_object_get(p, "$defs");
+            const char *k;
+            json_t *v;
+            if (json_is_object(d)) {
+                json_object_foreach(d, k, v) {
+                    json_t *have = json_object_get(defs, k);
+                    if (have && !json_equal(have, v)) {
+                        openai_fail(e, 400, "BadRequestError", "tools",
+                                    "Tool definition '%s' has multiple schemas, which is not supported.", k);
+                        json_decref(p);
+                        json_decref(any);
+                        json_decref(defs);
+                        return NULL;
+                    }
+                    json_object_set(defs, k, v);
+                }
+                json_object_del(p, "$defs");
+            }
+            /* additionalProperties false: what vLLM's schema means under XGrammar,
+             * whose strict mode (vLLM's default) allows no other keys */
+            json_t *one = json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s,s], s:b}", "properties", "name", "type", "string",
+                                    "enum", json_object_get(fn, "name"), "parameters", p, "required", "name",
+                                    "parameters", "additionalProperties", 0);
+            json_array_append_new(any, one);
+        }
+        schema = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object",
+                           "anyOf", any);
+        if (json_object_size(defs)) json_object_set(schema, "$defs", defs);
+        json_decref(defs);
+    }
+    char *s = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    if (!s) openai_fail(e, 500, "Internal Server Error", NULL, "out of memory");
+    return s;
+}
+
+/* One tool call {id, type, function: {name, arguments}}. */
+static json_t *tool_call_json(const char *name, json_t *arguments) {
+    char id[80];
+    openai_random_id("chatcmpl-tool-", id, sizeof id);
+    json_t *call = json_object(), *fn = json_object();
+    json_object_set_new(call, "id", json_string(id));
+    json_object_set_new(call, "type", json_string("function"));
+    json_object_set_new(fn, "name", json_string(name));
+    json_object_set_new(fn, "arguments", arguments);
+    json_object_set_new(call, "function", fn);
+    return call;
+}
+
+/* The calls a choice's text makes: named, the text is the arguments;
+ * required, the array of {name, parameters}. NULL when the text is not
+ * such an array (cut short by max_tokens): the text stays the content. */
+static json_t *tool_calls_of(serving_call *c, const char *text, size_t len) {
+    json_t *calls = json_array();
+    if (tool_mode(c) == 1) {
+        json_array_append_new(calls, tool_call_json(c->req.tool_choice_name, openai_json_text(text, len)));
+        return calls;
+    }
+    json_error_t je;
+    json_t *arr = json_loadb(text, len, 0, &je);
+    size_t i;
+    json_t *x;
+    bool ok = json_is_array(arr);
+    json_array_foreach(arr, i, x) {
+        json_t *name = json_object_get(x, "name"), *params = json_object_get(x, "parameters");
+        if (!json_is_string(name) || !params) {
+            ok = false;
+            break;
+        }
+        /* Python's json.dumps(parameters, ensure_ascii=False): ", " and ": " */
+        char *args = json_dumps(params, JSON_ENCODE_ANY);
+        json_array_append_new(calls, tool_call_json(json_string_value(name), json_string(args ? args : "{}")));
+        free(args);
+    }
+    json_decref(arr);
+    if (!ok) {
+        json_decref(calls);
+        return NULL;
+    }
+    return calls;
+}
+
 static void chat_begin(serving_call *c) {
     const char *role = response_role(c->ctx, &c->req);
     for (int32_t i = 0; i < c->num_choices; i++) {
@@ -280,12 +405,49 @@ static void chat_delta(serving_call *c, int32_t ci, const output_delta *d, const
         return;
     }
     json_t *delta = json_object();
-    json_object_set_new(delta, "content", openai_json_text(text, text_len));
+    const char *fr = vllm_finish_reason_str(ch->finish_reason);
+    int mode = tool_mode(c);
+    if (mode == 1) { /* named: argument deltas, the first with the call's id, type and name */
+        json_t *tc = json_object(), *fn = json_object();
+        if (!ch->first_sent) {
+            char id[80];
+            openai_random_id("chatcmpl-tool-", id, sizeof id);
+            json_object_set_new(tc, "id", json_string(id));
+            json_object_set_new(tc, "type", json_string("function"));
+            json_object_set_new(fn, "name", json_string(c->req.tool_choice_name));
+            ch->first_sent = true;
+        }
+        json_object_set_new(fn, "arguments", openai_json_text(text, text_len));
+        json_object_set_new(tc, "function", fn);
+        json_object_set_new(tc, "index", json_integer(ci));
+        json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
+    } else if (mode == 2) { /* required: the calls whole when the choice ends */
+        if (text_len && buf_grow((void **)&ch->text, &ch->text_cap, ch->text_len + text_len + 1, 1) == VLLM_OK) {
+            memcpy(ch->text + ch->text_len, text, text_len);
+            ch->text_len += text_len;
+        }
+        if (!ch->finished) {
+            json_decref(delta);
+            json_decref(lp);
+            return;
+        }
+        json_t *calls = tool_calls_of(c, ch->text ? ch->text : "", ch->text_len);
+        if (calls) {
+            size_t k;
+            json_t *x;
+            json_array_foreach(calls, k, x) json_object_set_new(x, "index", json_integer((json_int_t)k));
+            json_object_set_new(delta, "tool_calls", calls);
+            fr = ch->finish_reason == VLLM_FINISH_STOP ? "tool_calls" : fr;
+        } else {
+            json_object_set_new(delta, "content", openai_json_text(ch->text, ch->text_len));
+        }
+    } else {
+        json_object_set_new(delta, "content", openai_json_text(text, text_len));
+    }
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(ci));
     json_object_set_new(choice, "delta", delta);
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
-    const char *fr = vllm_finish_reason_str(ch->finish_reason);
     json_object_set_new(choice, "finish_reason", ch->finished && fr ? json_string(fr) : json_null());
     if (ch->finished) json_object_set_new(choice, "stop_reason", serving_stop_reason(ch));
     if (c->req.return_token_ids) json_object_set_new(choice, "token_ids", ids_json(d->token_ids, d->num_tokens));
@@ -311,13 +473,18 @@ static json_t *chat_final(serving_call *c) {
         json_object_set_new(msg, "annotations", json_null());
         json_object_set_new(msg, "audio", json_null());
         json_object_set_new(msg, "function_call", json_null());
-        json_object_set_new(msg, "tool_calls", json_array());
+        const char *fr = vllm_finish_reason_str(ch->finish_reason);
+        json_t *calls = tool_mode(c) ? tool_calls_of(c, ch->text ? ch->text : "", ch->text_len) : NULL;
+        if (calls) {
+            json_object_set_new(msg, "content", json_string(""));
+            if (tool_mode(c) == 2 && ch->finish_reason == VLLM_FINISH_STOP) fr = "tool_calls";
+        }
+        json_object_set_new(msg, "tool_calls", calls ? calls : json_array());
         json_object_set_new(msg, "reasoning_content", json_null());
         json_t *o = json_object();
         json_object_set_new(o, "index", json_integer(i));
         json_object_set_new(o, "message", msg);
         json_object_set_new(o, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
-        const char *fr = vllm_finish_reason_str(ch->finish_reason);
         json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
         if (c->req.return_token_ids) json_object_set_new(o, "token_ids", ids_json(ch->token_ids, ch->num_tokens));
@@ -350,12 +517,18 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
                     "to be set");
         goto fail;
     }
-    if (req->tool_choice && strcmp(req->tool_choice, "none")) {
-        openai_fail(&e, 400, "BadRequestError", "tool_choice",
-                    "tool_choice \"%s\" needs structured outputs, which this server does not "
-                    "support yet.",
-                    req->tool_choice);
-        goto fail;
+    if (req->tool_choice && req->tools && (!strcmp(req->tool_choice, "required") || !strcmp(req->tool_choice, "named"))) {
+        if (req->structured.kind != VLLM_STRUCTURED_NONE) {
+            openai_fail(&e, 400, "BadRequestError", "tool_choice",
+                        "You can only either use constraints for structured outputs or tools, not both.");
+            goto fail;
+        }
+        char *schema = tools_schema(req, &e);
+        if (!schema) goto fail;
+        req->structured.kind = VLLM_STRUCTURED_JSON; /* its whitespace options stay */
+        req->structured.text = schema;
+        req->structured.len = strlen(schema);
+        req->structured_field = "tools";
     }
     if (req->priority != 0 && ctx->policy != VLLM_SCHEDULING_PRIORITY) {
         openai_fail(&e, 400, "BadRequestError", "priority",

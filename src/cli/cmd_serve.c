@@ -24,6 +24,7 @@
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
 #include "metrics/metrics.h"
+#include "metrics/tracing.h"
 #include "server/api_server.h"
 #include "server/serving.h"
 #include "template/chat_template.h"
@@ -63,7 +64,10 @@ static void usage(FILE *f) {
             "  --show-hidden-metrics-for-version X.Y  also export the metrics deprecated\n"
             "                                  after X.Y (0.10: the hidden ones, see docs/metrics.md)\n"
             "  --max-num-queued-reqs N         sequences queued or running (n counts n) beyond which\n"
-            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n");
+            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n"
+            "  --otlp-traces-endpoint URL      export an OpenTelemetry span per request (OTLP/HTTP\n"
+            "                                  protobuf; no path: /v1/traces), W3C traceparent honoured;\n"
+            "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n");
     engine_args_usage(f);
 }
 
@@ -125,6 +129,7 @@ int cmd_serve(int argc, char **argv) {
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     const char *hidden_version = NULL;
+    const char *otlp_endpoint = NULL;
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -183,7 +188,8 @@ int cmd_serve(int argc, char **argv) {
                                              "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
-                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs", NULL};
+                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
+                                             "--otlp-traces-endpoint", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -207,6 +213,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "--ssl-ca-certs")) ssl_ca_certs = val;
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
+        else if (!strcmp(name, "--otlp-traces-endpoint")) otlp_endpoint = val;
         else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
             bool show;
             if (metrics_parse_hidden_version(val, &show) != VLLM_OK) {
@@ -271,6 +278,7 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine *engine = NULL;
     frontend *fe = NULL;
     metrics *mets = NULL;
+    tracing *tracer = NULL;
     api_server *srv = NULL;
     char *template_src = NULL;
     chat_template *tmpl = NULL;
@@ -308,6 +316,16 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     metrics_log_engine_initialized(mets);
+    if (otlp_endpoint) { /* spans from the metrics' records: the observer hears every finish */
+        tracing_config tc;
+        if ((rc = tracing_config_from_env(&tc, otlp_endpoint)) != VLLM_OK ||
+            (rc = tracing_create(&tc, &tracer)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        metrics_set_observer(mets, &(metrics_observer){tracing_sequence_finished, tracing_request_released,
+                                                       tracer});
+    }
 
     serving_ctx ctx = {0};
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
@@ -355,6 +373,7 @@ int cmd_serve(int argc, char **argv) {
     frontend_set_step_observer(fe, observe_step, mets);
     ctx.fe = fe;
     ctx.metrics = mets;
+    ctx.tracing = tracer;
     ctx.tok = tok;
     ctx.chat_template = tmpl;
     ctx.tokenizer_config = tok_config;
@@ -411,6 +430,7 @@ out:
     api_server_stop(srv, 1.0);
     frontend_free(fe);
     metrics_free(mets); /* after everything that feeds it */
+    tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);
     chat_template_free(tmpl);
     json_decref(tok_config);

@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "metrics/metrics.h"
+#include "metrics/tracing.h"
 #include "sample/sampler.h"
 
 /* the call's lock lives beside it; kept out of serving.h's struct on purpose
@@ -433,6 +434,20 @@ static bool admit(serving_call *c) {
     return false;
 }
 
+/* Tracing (metrics/tracing.h): the request's trace context and parameters,
+ * before the engine can finish it; with tracing off, only vLLM's warning
+ * about trace headers. */
+static void trace_arrived(serving_call *c, const char *id, const vllm_sampling_params *sp) {
+    tracing_request r = {
+        .request_id = id, .response_id = c->id, .model = c->model_name,
+        .operation = c->req.chat ? "chat" : "text_completion",
+        .traceparent = http_request_header(c->http, "traceparent"),
+        .tracestate = http_request_header(c->http, "tracestate"),
+        .temperature = sp->temperature, .top_p = sp->top_p, .max_tokens = sp->max_tokens, .n = sp->n,
+    };
+    tracing_request_arrived(c->ctx->tracing, &r);
+}
+
 void serving_submit(serving_call *c) {
     call_box *b = box_of(c);
     serving_ctx *ctx = c->ctx;
@@ -487,6 +502,7 @@ void serving_submit(serving_call *c) {
                 else
                     log_warn("%s: not in the metrics: %s", id, vllm_errmsg());
             }
+            if (b->metered[i] || !ctx->tracing) trace_arrived(c, id, &q.sp);
             rc = frontend_add_request(ctx->fe, &q, &sink);
             if (rc != VLLM_OK) {
                 if (b->metered[i]) metrics_request_released(ctx->metrics, id);

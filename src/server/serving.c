@@ -438,12 +438,17 @@ static bool admit(serving_call *c) {
  * before the engine can finish it; with tracing off, only vLLM's warning
  * about trace headers. */
 static void trace_arrived(serving_call *c, const char *id, const vllm_sampling_params *sp) {
+    /* the values as the request (or the generation config) gave them, not their float copies */
+    const openai_request *q = &c->req;
+    const openai_defaults *d = &c->ctx->defaults;
+    double temperature = q->has_temperature ? q->temperature : d->has_temperature ? d->temperature : sp->temperature;
+    double top_p = q->has_top_p ? q->top_p : d->has_top_p ? d->top_p : sp->top_p;
     tracing_request r = {
         .request_id = id, .response_id = c->id, .model = c->model_name,
         .operation = c->req.chat ? "chat" : "text_completion",
         .traceparent = http_request_header(c->http, "traceparent"),
         .tracestate = http_request_header(c->http, "tracestate"),
-        .temperature = sp->temperature, .top_p = sp->top_p, .max_tokens = sp->max_tokens, .n = sp->n,
+        .temperature = temperature, .top_p = top_p, .max_tokens = sp->max_tokens, .n = sp->n,
     };
     tracing_request_arrived(c->ctx->tracing, &r);
 }

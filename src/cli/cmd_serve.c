@@ -67,7 +67,8 @@ static void usage(FILE *f) {
             "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n"
             "  --otlp-traces-endpoint URL      export an OpenTelemetry span per request (OTLP/HTTP\n"
             "                                  protobuf; no path: /v1/traces), W3C traceparent honoured;\n"
-            "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n");
+            "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n"
+            "  --collect-detailed-traces LIST  accepted (needs --otlp-traces-endpoint); adds nothing\n");
     engine_args_usage(f);
 }
 
@@ -129,7 +130,7 @@ int cmd_serve(int argc, char **argv) {
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     const char *hidden_version = NULL;
-    const char *otlp_endpoint = NULL;
+    const char *otlp_endpoint = NULL, *detailed_traces = NULL;
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -189,7 +190,7 @@ int cmd_serve(int argc, char **argv) {
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
                                              "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
-                                             "--otlp-traces-endpoint", NULL};
+                                             "--otlp-traces-endpoint", "--collect-detailed-traces", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -214,6 +215,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
         else if (!strcmp(name, "--otlp-traces-endpoint")) otlp_endpoint = val;
+        else if (!strcmp(name, "--collect-detailed-traces")) detailed_traces = val;
         else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
             bool show;
             if (metrics_parse_hidden_version(val, &show) != VLLM_OK) {
@@ -247,6 +249,14 @@ int cmd_serve(int argc, char **argv) {
             }
             ssl_cert_reqs = (int)num;
         }
+    }
+    if (detailed_traces) { /* vLLM's ObservabilityConfig check; the per-worker spans are V0's */
+        if (!otlp_endpoint) {
+            fprintf(stderr, "vllmc serve: collect_detailed_traces requires `--otlp-traces-endpoint` to be set.\n");
+            return 2;
+        }
+        log_warn("--collect-detailed-traces %s: no extra spans here (the llm_request span already has "
+                 "queue, prefill and decode children)", detailed_traces);
     }
     const char *env_key = getenv("VLLM_API_KEY");
     if (!num_keys && env_key && *env_key) keys[num_keys++] = env_key;

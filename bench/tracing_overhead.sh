@@ -59,6 +59,9 @@ bench() { # bench URL -> request throughput
 }
 bench "$(cat "$tmp/plain.url")" > /dev/null # warm-up (page cache, first-touch)
 bench "$(cat "$tmp/traced.url")" > /dev/null
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # the server's user + system time, clock ticks
+plain_pid=${pids[1]} traced_pid=${pids[2]}
+plain_cpu0=$(cpu "$plain_pid") traced_cpu0=$(cpu "$traced_pid")
 ratios=()
 for r in $(seq "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then p=$(bench "$(cat "$tmp/plain.url")"); t=$(bench "$(cat "$tmp/traced.url")")
@@ -67,6 +70,11 @@ for r in $(seq "$ROUNDS"); do
   ratios+=("$ratio")
   printf 'round %d: plain %s req/s, traced %s req/s, traced/plain %s\n' "$r" "$p" "$t" "$ratio"
 done
+# CPU time per request: what a shared, noisy machine blurs least (throughput swings with the neighbours)
+hz=$(getconf CLK_TCK)
+plain_cpu=$(( $(cpu "$plain_pid") - plain_cpu0 )) traced_cpu=$(( $(cpu "$traced_pid") - traced_cpu0 ))
+n=$(( PROMPTS * ROUNDS ))
+python3 -c "p, t = $plain_cpu / $hz / $n * 1e6, $traced_cpu / $hz / $n * 1e6; print(f'server CPU per request: plain {p:.1f} us, traced {t:.1f} us ({(t / p - 1) * 100:+.2f}%)')"
 kill -TERM "${pids[2]}" 2>/dev/null || true # the traced server flushes its queue on the way out
 sleep 1
 read -r posts nbytes < "$tmp/sink_stats" || true

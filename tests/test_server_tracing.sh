@@ -18,17 +18,18 @@
 #     start, prefill end = decode start), their durations are the latency
 #     attributes, e2e is within what the client measured, and the sums over
 #     all spans equal /metrics' histogram sums (the same records);
+#   - the official openai npm client's requests are traced under its traceparent;
 #   - a collector that refuses connections leaves the server serving, with
 #     one rate-limited warning; tracing off warns once about trace headers;
 #     an unsupported OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is refused at start.
-# checks: 16
+# checks: 17
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=.venv/bin/python
 NAMES=(encoder_sample spans_received span_tree traceparent_taken new_traces usage_matches
        request_params child_timing e2e_vs_client metrics_agree unsampled_no_span streamed_traced
-       unreachable_serves unreachable_warns_once tracing_off_warns grpc_refused)
+       openai_client_traced unreachable_serves unreachable_warns_once tracing_off_warns grpc_refused)
 skip_all() { for n in "${NAMES[@]}"; do echo "skip $n: $1"; done; exit 0; }
 [ -x "$PY" ] || skip_all "no .venv (scripts/setup.sh installs opentelemetry-proto from PyPI)"
 "$PY" -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' 2>/dev/null ||
@@ -277,6 +278,41 @@ check("streamed_traced", len(e) == 1 and e[0]["parent_span_id"] == "444444444444
       and e[0]["attributes"]["gen_ai.usage.prompt_tokens"] == e_usage.get("prompt_tokens")
       and e[0]["attributes"]["gen_ai.operation.name"] == "chat", (e, e_usage))
 EOF
+
+# ---- the official openai client (npm) sending a traceparent --------------------------------
+O_TRACE=55555555555555555555555555555555
+if [ -d tests/ref/node_modules/openai ]; then
+  out=$(cd tests/ref && timeout 120 node --input-type=module -e '
+    import { createRequire } from "node:module";
+    import { pathToFileURL } from "node:url";
+    const require = createRequire(process.cwd() + "/package.json");
+    const { default: OpenAI } = await import(pathToFileURL(require.resolve("openai")).href);
+    const client = new OpenAI({ baseURL: process.argv[1] + "/v1", apiKey: "none",
+      defaultHeaders: { traceparent: "00-" + process.argv[2] + "-6666666666666666-01" } });
+    const r = await client.chat.completions.create({ model: "stories", max_tokens: 5,
+      messages: [{ role: "user", content: "Hello" }] });
+    console.log(JSON.stringify(r));' "$S_URL" "$O_TRACE" 2>&1)
+  "$PY" - "$tmp" "$O_TRACE" "$out" <<'EOF2'
+import json, sys, time
+tmp, trace, out = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    resp = json.loads(out.splitlines()[-1])
+except Exception:
+    print(f"FAIL openai_client_traced: the client failed: {out[-400:]}")
+    sys.exit(0)
+spans = []
+deadline = time.time() + 15
+while time.time() < deadline and not spans:
+    spans = [s for s in map(json.loads, open(f"{tmp}/spans")) if s["trace_id"] == trace and s["name"] == "llm_request"]
+    time.sleep(0.05)
+ok = len(spans) == 1 and spans[0]["parent_span_id"] == "6666666666666666" and \
+     spans[0]["attributes"]["gen_ai.response.id"] == resp["id"] and \
+     spans[0]["attributes"]["gen_ai.usage.completion_tokens"] == resp["usage"]["completion_tokens"]
+print("ok openai_client_traced" if ok else f"FAIL openai_client_traced: {spans} vs {resp}"[:800])
+EOF2
+else
+  echo "FAIL openai_client_traced: tests/ref/node_modules/openai missing (run scripts/setup.sh)"
+fi
 
 # ---- a collector that is not there ---------------------------------------------------
 OTEL_BSP_SCHEDULE_DELAY=20 server_start U models/stories260K --max-model-len 256 \

@@ -5,6 +5,8 @@
  * Start-up: tokenizer, engine (its flags are shared with generate, see
  * engine_args.h), metrics (src/metrics: fed by the frontend's step observer
  * on the output thread and by the HTTP layer; the engine loop pays nothing),
+ * request tracing when --otlp-traces-endpoint is given (metrics/tracing.h:
+ * spans from the metrics' records, through the metrics observer),
  * chat template, the frontend's engine and output threads, then the HTTP
  * server. SIGINT/SIGTERM are blocked in every thread and taken
  * by sigwait() here, so shutdown runs in plain code: refuse new requests,

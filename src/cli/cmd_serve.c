@@ -5,6 +5,8 @@
  * Start-up: tokenizer, engine (its flags are shared with generate, see
  * engine_args.h), metrics (src/metrics: fed by the frontend's step observer
  * on the output thread and by the HTTP layer; the engine loop pays nothing),
+ * request tracing when --otlp-traces-endpoint is given (metrics/tracing.h:
+ * spans from the metrics' records, through the metrics observer),
  * chat template, the frontend's engine and output threads, then the HTTP
  * server. SIGINT/SIGTERM are blocked in every thread and taken
  * by sigwait() here, so shutdown runs in plain code: refuse new requests,
@@ -25,6 +27,7 @@
 #include "cli/model_alias.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
+#include "metrics/tracing.h"
 #include "server/api_server.h"
 #include "server/serving.h"
 #include "template/chat_template.h"
@@ -64,7 +67,11 @@ static void usage(FILE *f) {
             "  --show-hidden-metrics-for-version X.Y  also export the metrics deprecated\n"
             "                                  after X.Y (0.10: the hidden ones, see docs/metrics.md)\n"
             "  --max-num-queued-reqs N         sequences queued or running (n counts n) beyond which\n"
-            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n");
+            "                                  requests get 503 + Retry-After (1024; 0 = unbounded)\n"
+            "  --otlp-traces-endpoint URL      export an OpenTelemetry span per request (OTLP/HTTP\n"
+            "                                  protobuf; no path: /v1/traces), W3C traceparent honoured;\n"
+            "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n"
+            "  --collect-detailed-traces LIST  accepted (needs --otlp-traces-endpoint); adds nothing\n");
     engine_args_usage(f);
 }
 
@@ -126,6 +133,7 @@ int cmd_serve(int argc, char **argv) {
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     const char *hidden_version = NULL;
+    const char *otlp_endpoint = NULL, *detailed_traces = NULL;
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -184,7 +192,8 @@ int cmd_serve(int argc, char **argv) {
                                              "--chat-template", "--response-role",
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
-                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs", NULL};
+                                             "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
+                                             "--otlp-traces-endpoint", "--collect-detailed-traces", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -208,6 +217,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "--ssl-ca-certs")) ssl_ca_certs = val;
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
+        else if (!strcmp(name, "--otlp-traces-endpoint")) otlp_endpoint = val;
+        else if (!strcmp(name, "--collect-detailed-traces")) detailed_traces = val;
         else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
             bool show;
             if (metrics_parse_hidden_version(val, &show) != VLLM_OK) {
@@ -242,6 +253,14 @@ int cmd_serve(int argc, char **argv) {
             ssl_cert_reqs = (int)num;
         }
     }
+    if (detailed_traces) { /* vLLM's ObservabilityConfig check; the per-worker spans are V0's */
+        if (!otlp_endpoint) {
+            fprintf(stderr, "vllmc serve: collect_detailed_traces requires `--otlp-traces-endpoint` to be set.\n");
+            return 2;
+        }
+        log_warn("--collect-detailed-traces %s: no extra spans here (the llm_request span already has "
+                 "queue, prefill and decode children)", detailed_traces);
+    }
     const char *env_key = getenv("VLLM_API_KEY");
     if (!num_keys && env_key && *env_key) keys[num_keys++] = env_key;
     static char model_dir[PATH_MAX];
@@ -272,6 +291,7 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine *engine = NULL;
     frontend *fe = NULL;
     metrics *mets = NULL;
+    tracing *tracer = NULL;
     api_server *srv = NULL;
     char *template_src = NULL;
     chat_template *tmpl = NULL;
@@ -310,6 +330,16 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     metrics_log_engine_initialized(mets);
+    if (otlp_endpoint) { /* spans from the metrics' records: the observer hears every finish */
+        tracing_config tc;
+        if ((rc = tracing_config_from_env(&tc, otlp_endpoint)) != VLLM_OK ||
+            (rc = tracing_create(&tc, &tracer)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        metrics_set_observer(mets, &(metrics_observer){tracing_sequence_finished, tracing_request_released,
+                                                       tracer});
+    }
 
     openai_defaults_from_sampling(&dsp, &ctx.defaults);
     ctx.num_eos_ids = info.num_eos_token_ids < 8 ? info.num_eos_token_ids : 8;
@@ -362,6 +392,7 @@ int cmd_serve(int argc, char **argv) {
     frontend_set_step_observer(fe, observe_step, mets);
     ctx.fe = fe;
     ctx.metrics = mets;
+    ctx.tracing = tracer;
     ctx.tok = tok;
     ctx.chat_template = tmpl;
     ctx.tokenizer_config = tok_config;
@@ -420,6 +451,7 @@ out:
     frontend_free(fe);
     serving_responses_free(&ctx); /* after the output thread, which may still store a response */
     metrics_free(mets); /* after everything that feeds it */
+    tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);
     chat_template_free(tmpl);
     json_decref(tok_config);

@@ -95,6 +95,8 @@ struct metrics {
     prom_family *f_http_total, *f_http_req_size, *f_http_resp_size, *f_http_lowr;
     prom_series *http_highr;
 
+    metrics_observer obs;            /* under req_mu */
+
     /* request table */
     pthread_mutex_t req_mu;
     stats *st;
@@ -555,7 +557,21 @@ vllm_status metrics_request_arrived(metrics *m, const char *request_id, double a
 void metrics_request_released(metrics *m, const char *request_id) {
     pthread_mutex_lock(&m->req_mu);
     stats_remove_request(m->st, request_id);
+    if (m->obs.request_released) m->obs.request_released(m->obs.ud, request_id);
     pthread_mutex_unlock(&m->req_mu);
+}
+
+void metrics_set_observer(metrics *m, const metrics_observer *o) {
+    pthread_mutex_lock(&m->req_mu);
+    if (o) m->obs = *o;
+    else memset(&m->obs, 0, sizeof m->obs);
+    pthread_mutex_unlock(&m->req_mu);
+}
+
+/* The iteration's finished sequences to the observer (req_mu held). */
+static void notify_finished(metrics *m, const stats_iteration *it) {
+    if (!m->obs.sequence_finished) return;
+    for (int32_t i = 0; i < it->num_finished; i++) m->obs.sequence_finished(m->obs.ud, &it->finished[i]);
 }
 
 /* vLLM's PrefixCachingMetrics.observe. */
@@ -705,6 +721,7 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
     record_scheduler_locked(m, out, &m->it, now);
     record_iteration_locked(m, &m->it, now);
     prom_unlock(m->reg);
+    notify_finished(m, &m->it);
     pthread_mutex_unlock(&m->req_mu);
 }
 
@@ -716,6 +733,7 @@ void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index
         prom_lock(m->reg);
         record_iteration_locked(m, &m->it, now);
         prom_unlock(m->reg);
+        notify_finished(m, &m->it);
     }
     pthread_mutex_unlock(&m->req_mu);
 }

@@ -114,6 +114,21 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now);
 void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index,
                                vllm_finish_reason reason, double now);
 
+/* Who else hears about requests (tracing, metrics/tracing.h): each request
+ * metrics_request_arrived accepted ends exactly once, either released
+ * (metrics_request_released) or with each of its n sequences finished, in
+ * the same records the histograms take (so a trace's intervals are the
+ * metrics'). Called under the metrics' request lock, from whichever thread
+ * reports the step or the release: an observer only copies and queues. Set
+ * it before the first request; NULL fields are skipped. */
+typedef struct stats_finished stats_finished; /* metrics/stats.h */
+typedef struct metrics_observer {
+    void (*sequence_finished)(void *ud, const stats_finished *f);
+    void (*request_released)(void *ud, const char *request_id);
+    void *ud;
+} metrics_observer;
+void metrics_set_observer(metrics *m, const metrics_observer *o);
+
 /* One HTTP exchange, when it ended (prometheus_fastapi_instrumentator as
  * vLLM configures it). handler: the route template ("/v1/completions"), or
  * NULL for a path no route matched ("none"); /metrics, /health, /load,

@@ -224,6 +224,13 @@ static void finish_seq(req_state *r, seq_state *q, const char *id, int32_t index
     f->num_prompt_tokens = r->num_prompt_tokens;
     f->num_generation_tokens = q->num_generation_tokens;
     f->max_tokens = r->max_tokens;
+    f->arrival = r->arrival;
+    f->queued_ts = q->queued_ts;
+    f->scheduled_ts = q->scheduled_ts;
+    f->first_token_ts = q->first_token_ts;
+    f->has_queued = q->has_queued;
+    f->has_scheduled = q->has_scheduled;
+    f->has_first_token = q->has_first_token;
     /* Each phase ends where the next begins; one that never ended ends now (t). */
     double sched_end = q->has_scheduled ? q->scheduled_ts : t;
     if (q->has_queued) f->queue = nonneg(sched_end - q->queued_ts);

@@ -60,6 +60,13 @@ typedef struct stats_finished {
     double e2e, queue, prefill, decode, inference, time_per_output_token; /* seconds */
     int32_t num_prompt_tokens, num_generation_tokens;
     int32_t max_tokens;              /* <= 0: none given */
+    /* The instants behind the intervals (tracing draws them as spans): the
+     * arrival on the front end's clock, and on the engine's (the same
+     * monotonic clock, clock.h) QUEUED, the first SCHEDULED and the first
+     * token, each valid when its has_ flag is set; the phases end at
+     * these + queue, prefill and decode, and the request at arrival + e2e. */
+    double arrival, queued_ts, scheduled_ts, first_token_ts;
+    bool has_queued, has_scheduled, has_first_token;
 } stats_finished;
 
 /* One request whose last sequence finished this step. */

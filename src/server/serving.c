@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "metrics/metrics.h"
+#include "metrics/tracing.h"
 #include "sample/sampler.h"
 
 /* the call's lock lives beside it; kept out of serving.h's struct on purpose
@@ -499,6 +500,25 @@ static bool compile_structured(serving_call *c) {
     return false;
 }
 
+/* Tracing (metrics/tracing.h): the request's trace context and parameters,
+ * before the engine can finish it; with tracing off, only vLLM's warning
+ * about trace headers. */
+static void trace_arrived(serving_call *c, const char *id, const vllm_sampling_params *sp) {
+    /* the values as the request (or the generation config) gave them, not their float copies */
+    const openai_request *q = &c->req;
+    const openai_defaults *d = &c->ctx->defaults;
+    double temperature = q->has_temperature ? q->temperature : d->has_temperature ? d->temperature : sp->temperature;
+    double top_p = q->has_top_p ? q->top_p : d->has_top_p ? d->top_p : sp->top_p;
+    tracing_request r = {
+        .request_id = id, .response_id = c->id, .model = c->model_name,
+        .operation = c->req.chat ? "chat" : "text_completion",
+        .traceparent = http_request_header(c->http, "traceparent"),
+        .tracestate = http_request_header(c->http, "tracestate"),
+        .temperature = temperature, .top_p = top_p, .max_tokens = sp->max_tokens, .n = sp->n,
+    };
+    tracing_request_arrived(c->ctx->tracing, &r);
+}
+
 void serving_submit(serving_call *c) {
     call_box *b = box_of(c);
     serving_ctx *ctx = c->ctx;
@@ -554,6 +574,7 @@ void serving_submit(serving_call *c) {
                 else
                     log_warn("%s: not in the metrics: %s", id, vllm_errmsg());
             }
+            if (b->metered[i] || !ctx->tracing) trace_arrived(c, id, &q.sp);
             rc = frontend_add_request(ctx->fe, &q, &sink);
             if (rc != VLLM_OK) {
                 if (b->metered[i]) metrics_request_released(ctx->metrics, id);

@@ -29,6 +29,7 @@
 #include "server/openai_protocol.h"
 typedef struct chat_template chat_template; /* template/chat_template.h */
 typedef struct metrics metrics;             /* metrics/metrics.h */
+typedef struct tracing tracing;             /* metrics/tracing.h */
 #include "tokenizer/tokenizer.h"
 
 /* What every call reads; set up at start-up, read-only afterwards (except
@@ -36,6 +37,7 @@ typedef struct metrics metrics;             /* metrics/metrics.h */
 typedef struct serving_ctx {
     frontend *fe;
     metrics *metrics;                    /* NULL: none; the caller feeds it engine steps */
+    tracing *tracing;                    /* NULL: off; fed through the metrics' observer */
     const tokenizer *tok;
     const chat_template *chat_template;  /* NULL: the model has none */
     const json_t *tokenizer_config;      /* for templates sent with requests; may be NULL */

@@ -9,7 +9,8 @@ links build-pic/libvllm.a plus the system libraries the library needs
 (LIB_LDLIBS in the Makefile). The command is copied into the package
 (vllmc/bin/vllmc) and the `vllmc` console script execs it.
 
-VLLMC_MAKE_JOBS sets make's -j (default: the number of CPUs).
+VLLMC_MAKE_JOBS sets make's -j (default: the number of CPUs); VLLMC_WERROR=1
+makes warnings errors, in make and in the extension (tests/test_python.sh).
 """
 import os
 import shutil
@@ -30,7 +31,9 @@ class MakeThenBuildExt(build_ext):
                 f"vllmc builds from a vllm.c checkout: {ROOT} has no Makefile and include/vllm/ "
                 "(install with `pip install ./python` from the repository root)")
         jobs = os.environ.get("VLLMC_MAKE_JOBS", str(os.cpu_count() or 1))
-        subprocess.check_call(["make", "-C", ROOT, f"-j{jobs}", "PIC=1", "build-pic/libvllm.a", "build-pic/vllmc"])
+        werror = ["WERROR=1"] if os.environ.get("VLLMC_WERROR") else []
+        subprocess.check_call(["make", "-C", ROOT, f"-j{jobs}", "PIC=1", *werror, "build-pic/libvllm.a",
+                               "build-pic/vllmc"])
         super().run()
         # the CLI beside the extension, for the console script
         out = os.path.join(HERE if self.inplace else self.build_lib, "vllmc", "bin")
@@ -44,8 +47,9 @@ ext = Extension(
     include_dirs=[os.path.join(ROOT, "include")],
     extra_objects=[os.path.join(BUILD, "libvllm.a")],
     libraries=["pcre2-8", "jansson", "xxhash", "utf8proc", "m"],
-    extra_compile_args=["-std=c17", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-                        "-Wno-cast-function-type"],
+    # the repository's warnings (Makefile WARN); tests/test_python.sh builds with -Werror
+    extra_compile_args=["-std=c17", "-Wall", "-Wextra", "-Wshadow", "-Wno-unused-parameter", "-Wstrict-prototypes",
+                        "-Wvla", "-Wno-cast-function-type"] + (["-Werror"] if os.environ.get("VLLMC_WERROR") else []),
     extra_link_args=["-pthread"],
 )
 

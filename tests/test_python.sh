@@ -47,7 +47,7 @@ fi
 if ! timeout 600 $venv/bin/pip install -q pytest tqdm > "$tmp/pip.log" 2>&1; then
   all skip "pip install pytest tqdm failed (PyPI unreachable and nothing cached?): $(tail -1 "$tmp/pip.log")"
 fi
-if ! timeout 1200 $venv/bin/pip install -q --force-reinstall --no-deps ./python > "$tmp/build.log" 2>&1; then
+if ! VLLMC_WERROR=1 timeout 1200 $venv/bin/pip install -q --force-reinstall --no-deps ./python > "$tmp/build.log" 2>&1; then
   if grep -qE 'NewConnectionError|Temporary failure in name resolution|Could not find a version that satisfies the requirement setuptools|No matching distribution found for setuptools' "$tmp/build.log"; then
     all skip "pip install ./python could not fetch its build backend (PyPI unreachable and nothing cached)"
   fi

@@ -2,7 +2,7 @@
  * _C.c - vllmc._C, the CPython extension under the vllmc package: the
  * engine, tokenizer and chat template of libvllm.a (include/vllm/ only, the
  * public C API) as three Python types. The vLLM-shaped API (LLM,
- * SamplingParams, RequestOutput, ...) is Python, in vllmc/*.py; this file
+ * SamplingParams, RequestOutput, ...) is Python, in the package's .py files; this file
  * only moves values across.
  *
  *   Tokenizer(model)                     encode, decode, id_to_token, token_to_id
@@ -607,14 +607,14 @@ static int parse_request(PyObject *t, gen_req *r, Py_ssize_t idx) {
         Py_ssize_t pos = 0;
         PyObject *k, *x;
         while (PyDict_Next(v, &pos, &k, &x)) {
-            long id = PyLong_AsLong(k);
+            long tid = PyLong_AsLong(k);
             double b = PyFloat_AsDouble(x);
             if (PyErr_Occurred()) return -1;
-            if (id < 0 || id > INT32_MAX) {
-                PyErr_Format(PyExc_ValueError, "logit_bias: token id %ld is out of range", id);
+            if (tid < 0 || tid > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "logit_bias: token id %ld is out of range", tid);
                 return -1;
             }
-            sp->logit_bias_ids[sp->num_logit_bias] = (int32_t)id;
+            sp->logit_bias_ids[sp->num_logit_bias] = (int32_t)tid;
             sp->logit_bias_values[sp->num_logit_bias++] = (float)b;
         }
     }

@@ -170,6 +170,10 @@ def test_prompt_forms(llm):
     many = llm.generate(["Once", "Once"], [SamplingParams(max_tokens=3), SamplingParams(max_tokens=5)],
                         use_tqdm=False)
     assert [len(r.outputs[0].token_ids) for r in many] == [3, 5]
+    # truncate_prompt_tokens keeps the last k prompt tokens
+    t = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=3, truncate_prompt_tokens=2),
+                     use_tqdm=False)[0]
+    assert t.prompt_token_ids == ids[-2:]
     # the defaults of generation_config.json when no params are given (stories260K's has none to give)
     assert llm.get_default_sampling_params() == SamplingParams()
 
@@ -285,3 +289,28 @@ def test_vllmc_command_installed():
     ours = LLM(STORIES).generate("Once upon a time", SamplingParams(max_tokens=20, temperature=0),
                                  use_tqdm=False)[0].outputs[0].text
     assert out.stdout == ours + "\n"
+
+
+def test_engine_args_reach_engine():
+    from vllmc import LLM, SamplingParams
+    llm = LLM(STORIES, max_model_len=128, block_size=32, max_num_seqs=4, max_num_batched_tokens=256,
+              enable_prefix_caching=False, kv_cache_memory_bytes=8 << 20, seed=5, kv_cache_dtype="float32",
+              scheduling_policy="priority", swap_space=4)
+    info = llm._engine.info()
+    assert (info["max_model_len"], info["block_size"], info["max_num_seqs"], info["max_num_batched_tokens"]) == \
+        (128, 32, 4, 256)
+    assert info["enable_prefix_caching"] is False and info["kv_cache_storage_dtype"] == "float32"
+    assert info["kv_cache_memory_bytes"] <= 8 << 20
+    with pytest.raises(ValueError, match="128"):
+        llm.generate({"prompt_token_ids": [1] * 130}, SamplingParams(), use_tqdm=False)
+    # priority scheduling is on: priorities are accepted
+    out = llm.generate(["Once", "Once"], SamplingParams(max_tokens=2), use_tqdm=False, priority=[1, 0])
+    assert len(out) == 2
+    # the engine seed seeds requests that give none: another seed, other samples
+    sp = SamplingParams(temperature=1.0, max_tokens=24)
+    a = LLM(STORIES, seed=5).generate("Once", sp, use_tqdm=False)[0].outputs[0].token_ids
+    b = LLM(STORIES, seed=5).generate("Once", sp, use_tqdm=False)[0].outputs[0].token_ids
+    c = LLM(STORIES, seed=6).generate("Once", sp, use_tqdm=False)[0].outputs[0].token_ids
+    assert a == b != c
+    with pytest.raises(NotImplementedError, match="dtype"):
+        LLM(STORIES, dtype="float16")

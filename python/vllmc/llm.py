@@ -207,8 +207,9 @@ class LLM:
             if what:
                 raise NotImplementedError(f"{what} is not implemented in vllm.c")
             ids = item["prompt_token_ids"]
-            if sp.truncate_prompt_tokens is not None and sp.truncate_prompt_tokens != -1:
-                ids = ids[-sp.truncate_prompt_tokens:]
+            if sp.truncate_prompt_tokens is not None:  # the last k tokens; -1: the model's context length
+                k = self._info["max_model_len"] if sp.truncate_prompt_tokens == -1 else sp.truncate_prompt_tokens
+                ids = ids[-k:]
                 item["prompt_token_ids"] = ids
             requests.append((str(next(self.request_counter)), ids, sp._engine_dict(vocab), sp.stop, sp.include_stop_str_in_output,
                              sp.skip_special_tokens, sp.detokenize, priority[i] if priority else 0,

@@ -10,13 +10,16 @@ makes max_tokens tokens). Timed, alternately, reps times each:
   cli      wall time of the whole `vllmc generate --prompts-file F --json`
            process (start, model load, generation, JSON out; the command
            the package installs)
-  generate LLM.generate(prompts, params, use_tqdm=False) in this process (the
-           LLM built once beforehand; also with use_tqdm=True when tqdm is
-           installed)
-Prints the medians, and generate / cli three ways: median wall times, best
-wall times, and median CPU time (user + sys of every thread: the process's
-for cli, this process's during the call for generate), the least disturbed
-by other load on a shared machine. The outputs of both are checked equal
+  generate LLM.generate(prompts, params, use_tqdm=False) in this process on a
+           fresh LLM, timed with and without building the LLM (also with
+           use_tqdm=True when tqdm is installed). Fresh because the CLI starts
+           fresh: a reused LLM was measured 10-30% slower on the same
+           requests (the engine's, not Python's: the same with prefix caching
+           off; where its KV blocks lie after earlier runs, probably)
+Prints the medians, and the ratios to cli: median wall times, best wall
+times, and median CPU time (user + sys of every thread: the process's for
+cli, this process's during the call for generate), the least disturbed by
+other load on a shared machine. The outputs of both are checked equal
 first (token ids), so the two do the same work. Needs the package installed
 (tests/test_python.sh makes build/pyvenv).
 """
@@ -54,28 +57,32 @@ def main():
         path = f.name
     exe = os.path.join(os.path.dirname(sys.executable), "vllmc")
     cmd = [exe, "generate", "--model", a.model, "--prompts-file", path, "--json", "--threads", str(a.threads)]
-    llm = LLM(a.model, num_threads=a.threads)
     sps = [SamplingParams(seed=i, **fields) for i in range(a.prompts)]
+    cpu_cli, cpu_py = [], []
 
     def run_cli():
         t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         r2 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_t.append(r2.ru_utime - r.ru_utime + r2.ru_stime - r.ru_stime)
+        cpu_cli.append(r2.ru_utime - r.ru_utime + r2.ru_stime - r.ru_stime)
         return time.perf_counter() - t, out.stdout
 
     def run_py(tqdm):
+        """(LLM() + generate, generate alone) on a fresh LLM, as the CLI starts fresh."""
+        t0 = time.perf_counter()
+        llm = LLM(a.model, num_threads=a.threads)
         t, c0 = time.perf_counter(), time.process_time()
         res = llm.generate(prompts, sps, use_tqdm=tqdm)
+        t1 = time.perf_counter()
         if not tqdm:
-            cpu_p.append(time.process_time() - c0)
-        return time.perf_counter() - t, res
+            cpu_py.append(time.process_time() - c0)
+        del llm
+        return t1 - t0, t1 - t, res
 
-    cpu_t, cpu_p = [], []
     _, out = run_cli()
-    _, res = run_py(False)
-    cpu_t.clear()
-    cpu_p.clear()
+    _, _, res = run_py(False)
+    cpu_cli.clear()
+    cpu_py.clear()
     cli_ids = [json.loads(x)["outputs"][0]["token_ids"] for x in out.splitlines()]
     assert cli_ids == [r.outputs[0].token_ids for r in res], "LLM.generate and vllmc generate differ"
     try:
@@ -83,25 +90,34 @@ def main():
         have_tqdm = True
     except ImportError:
         have_tqdm = False
-    cli_t, py_t, tq_t = [], [], []
-    for _ in range(a.reps):
-        cli_t.append(run_cli()[0])
-        py_t.append(run_py(False)[0])
-        if have_tqdm:
-            tq_t.append(run_py(True)[0])
+    cli_t, py_t, gen_t, tq_t = [], [], [], []
+    for rep in range(a.reps):  # alternate the order: neither always runs first
+        order = ["cli", "py", "tqdm"] if rep % 2 == 0 else ["tqdm", "py", "cli"]
+        for what in order:
+            if what == "cli":
+                cli_t.append(run_cli()[0])
+            elif what == "py":
+                whole, gen, _ = run_py(False)
+                py_t.append(whole)
+                gen_t.append(gen)
+            elif have_tqdm:
+                tq_t.append(run_py(True)[1])
     os.unlink(path)
-    c, p = statistics.median(cli_t), statistics.median(py_t)
+    med = statistics.median
+    c = med(cli_t)
     ntok = a.prompts * a.max_tokens
-    print(f"{a.prompts} prompts x {a.max_tokens} tokens ({ntok} tokens), {a.reps} reps, medians:")
-    print(f"  vllmc generate (process)      {c:.3f} s  ({ntok / c:.0f} tok/s)  all: {' '.join(f'{x:.3f}' for x in cli_t)}")
-    print(f"  LLM.generate (use_tqdm=False) {p:.3f} s  ({ntok / p:.0f} tok/s)  all: {' '.join(f'{x:.3f}' for x in py_t)}")
+    fmt = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    print(f"{a.prompts} prompts x {a.max_tokens} tokens ({ntok} tokens), {a.reps} reps, "
+          f"threads {a.threads or 'all'}; wall seconds, median (all):")
+    print(f"  vllmc generate, the process       {c:.3f}  ({fmt(cli_t)})")
+    print(f"  LLM() + LLM.generate               {med(py_t):.3f}  ({fmt(py_t)})")
+    print(f"  LLM.generate alone                 {med(gen_t):.3f}  ({fmt(gen_t)})")
     if tq_t:
-        q = statistics.median(tq_t)
-        print(f"  LLM.generate (use_tqdm=True)  {q:.3f} s  ratio to cli {q / c:.3f}")
-    cc, cp = statistics.median(cpu_t), statistics.median(cpu_p)
-    print(f"  CPU time (user + sys, all threads), medians: vllmc generate {cc:.3f} s, LLM.generate {cp:.3f} s")
-    print(f"ratio LLM.generate / vllmc generate: wall median {p / c:.3f}, wall best {min(py_t) / min(cli_t):.3f}, "
-          f"CPU time {cp / cc:.3f}")
+        print(f"  LLM.generate alone, tqdm bar       {med(tq_t):.3f}  ({fmt(tq_t)})")
+    print(f"  CPU time (user + sys, all threads): vllmc generate {med(cpu_cli):.3f}, "
+          f"LLM.generate {med(cpu_py):.3f}")
+    print(f"ratio to vllmc generate: LLM()+generate {med(py_t) / c:.3f}, generate {med(gen_t) / c:.3f}, "
+          f"best {min(gen_t) / min(cli_t):.3f}, CPU time {med(cpu_py) / med(cpu_cli):.3f}")
 
 
 if __name__ == "__main__":

@@ -18,14 +18,15 @@
 #   test_api.py       the output objects' attributes and types, SamplingParams'
 #                     defaults and vLLM's validation messages, errors from C,
 #                     NotImplementedError, GIL released, Ctrl-C, tqdm, prefix cache,
-#                     metrics, the installed vllmc command
+#                     metrics, the installed vllmc command, engine arguments
+#   test_async.py     AsyncLLM: streamed outputs end as LLM.generate's; DELTA; abort
 # References: the C CLI and the repository's .venv (transformers); a test whose
 # model (SmolLM2: scripts/fetch_models.sh smollm2) or reference is missing skips
 # itself. Everything is skipped when PyPI is unreachable and pip has nothing
 # cached, and on builds other than build/ (the package links its own
 # position-independent build, not a sanitizer one).
 #
-# checks: 24
+# checks: 25
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

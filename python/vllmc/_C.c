@@ -663,6 +663,28 @@ static void free_requests(gen_req *reqs, Py_ssize_t n) {
     free(reqs);
 }
 
+/* One token's logprobs as vLLM's {token_id: Logprob(logprob, rank, decoded_token)}, sampled first. */
+static PyObject *logprob_dict(const vllm_output_token_logprobs *lp, PyObject *logprob_cls) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int32_t k = 0; k < lp->num_entries; k++) {
+        const vllm_output_logprob *en = &lp->entries[k];
+        PyObject *key = PyLong_FromLong(en->token_id);
+        PyObject *txt = en->text ? str_from(en->text, en->text_len) : (Py_INCREF(Py_None), Py_None);
+        PyObject *val = key && txt ? PyObject_CallFunction(logprob_cls, "diO", (double)en->logprob, en->rank, txt)
+                                   : NULL;
+        int bad = !val || PyDict_SetItem(d, key, val) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(txt);
+        Py_XDECREF(val);
+        if (bad) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
 /* Appends one delta to its sequence. -1 with a Python error set. */
 static int apply_delta(const vllm_output_delta *dl, gen_req *r, PyObject *logprob_cls, double now) {
     gen_seq *s = &r->seqs[dl->index];
@@ -680,28 +702,11 @@ static int apply_delta(const vllm_output_delta *dl, gen_req *r, PyObject *logpro
     }
     if (dl->logprobs && s->logprobs) {
         for (int32_t t = 0; t < dl->num_tokens; t++) {
-            const vllm_output_token_logprobs *lp = &dl->logprobs[t];
-            PyObject *d = PyDict_New();
-            if (!d) return -1;
-            for (int32_t k = 0; k < lp->num_entries; k++) {
-                const vllm_output_logprob *en = &lp->entries[k];
-                PyObject *key = PyLong_FromLong(en->token_id);
-                PyObject *txt = en->text ? str_from(en->text, en->text_len) : (Py_INCREF(Py_None), Py_None);
-                PyObject *val = key && txt ? PyObject_CallFunction(logprob_cls, "diO", (double)en->logprob, en->rank, txt)
-                                           : NULL;
-                int bad = !val || PyDict_SetItem(d, key, val) < 0;
-                Py_XDECREF(key);
-                Py_XDECREF(txt);
-                Py_XDECREF(val);
-                if (bad) {
-                    Py_DECREF(d);
-                    return -1;
-                }
-            }
-            int bad = PyList_Append(s->logprobs, d) < 0;
-            Py_DECREF(d);
+            PyObject *d = logprob_dict(&dl->logprobs[t], logprob_cls);
+            int bad = !d || PyList_Append(s->logprobs, d) < 0;
+            Py_XDECREF(d);
             if (bad) return -1;
-            if (lp->num_entries > 0) s->cumulative_logprob += lp->entries[0].logprob;
+            if (dl->logprobs[t].num_entries > 0) s->cumulative_logprob += dl->logprobs[t].entries[0].logprob;
         }
     }
     if (dl->num_cached_tokens > r->num_cached_tokens) r->num_cached_tokens = dl->num_cached_tokens;
@@ -871,7 +876,129 @@ fail:
     return NULL;
 }
 
+/* ---- one step at a time (AsyncLLM) ----------------------------------------
+ * add() puts one request in the engine and the processor (everything is
+ * copied there, so nothing of ours stays behind), step() runs one step
+ * with the GIL released and returns its deltas as tuples, abort() aborts.
+ * The caller keeps the outputs; it must not mix these with generate()
+ * while requests are live, nor call them from two threads at once. */
+
+static PyObject *Engine_add(EngineObject *self, PyObject *req) {
+    NEED_ENGINE(self);
+    gen_req r = {0};
+    PyObject *ret = NULL;
+    if (parse_request(req, &r, 0) < 0) goto done;
+    vllm_status rc = vllm_engine_add_request(self->e, r.id, r.prompt, r.num_prompt, &r.sp, &r.opts);
+    if (rc != VLLM_OK) {
+        raise_status(rc);
+        goto done;
+    }
+    vllm_output_request q = {
+        .request_id = r.id,
+        .prompt_ids = r.prompt,
+        .num_prompt_ids = r.num_prompt,
+        .sp = &r.sp,
+        .stop = r.stops,
+        .num_stop = r.num_stops,
+        .include_stop_str_in_output = r.include_stop,
+        .skip_special_tokens = r.skip_special,
+        .detokenize = r.detokenize,
+    };
+    if ((rc = vllm_output_processor_add_request(self->op, &q)) != VLLM_OK) {
+        vllm_engine_abort_request(self->e, r.id);
+        raise_status(rc);
+        goto done;
+    }
+    self->prompt_tokens += r.num_prompt;
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    free(r.prompt);
+    free(r.stops);
+    return ret;
+}
+
+static PyObject *Engine_abort(EngineObject *self, PyObject *arg) {
+    NEED_ENGINE(self);
+    const char *id = PyUnicode_AsUTF8(arg);
+    if (!id) return NULL;
+    if (vllm_engine_abort_request(self->e, id) != VLLM_OK) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Engine_has_unfinished(EngineObject *self, PyObject *unused) {
+    NEED_ENGINE_IDLE_OR_NOT(self);
+    return PyBool_FromLong(vllm_engine_has_unfinished(self->e));
+}
+
+/* One step: [(request_id, index, text, token_ids, logprobs or None, finish_reason or None,
+ * stop_reason, num_cached_tokens, timestamp)...] for the sequences with news. */
+static PyObject *Engine_step(EngineObject *self, PyObject *args) {
+    PyObject *logprob_cls = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &logprob_cls)) return NULL;
+    NEED_ENGINE(self);
+    const vllm_step_output *so = NULL;
+    const vllm_output_result *res = NULL;
+    vllm_status rc = VLLM_OK;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (vllm_engine_has_unfinished(self->e)) {
+        rc = vllm_engine_step(self->e, &so);
+        if (rc == VLLM_OK) rc = vllm_output_processor_process(self->op, so, &res);
+        if (rc == VLLM_OK)
+            for (int32_t j = 0; j < res->num_stops; j++)
+                vllm_engine_stop_sequence(self->e, res->stops[j].request_id, res->stops[j].index);
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc != VLLM_OK) return raise_status(rc);
+    PyObject *out = PyList_New(0);
+    if (!out || !res) return out;
+    const vllm_scheduler_stats *st = &so->stats;
+    if (st->num_scheduled_tokens > 0) self->num_steps++;
+    self->num_preemptions += st->num_preemptions;
+    self->prefix_queries += st->prefix_cache_queries;
+    self->prefix_hits += st->prefix_cache_hits;
+    self->last_stats = *st;
+    self->num_requests_finished += res->num_done;
+    for (int32_t j = 0; j < res->num_deltas; j++) {
+        const vllm_output_delta *dl = &res->deltas[j];
+        self->generation_tokens += dl->num_tokens;
+        PyObject *lps = NULL, *stop = NULL, *x = NULL;
+        if (dl->logprobs && logprob_cls != Py_None) {
+            if (!(lps = PyList_New(dl->num_tokens))) goto fail;
+            for (int32_t t = 0; t < dl->num_tokens; t++) {
+                PyObject *d = logprob_dict(&dl->logprobs[t], logprob_cls);
+                if (!d) goto fail;
+                PyList_SET_ITEM(lps, t, d);
+            }
+        }
+        stop = dl->stop_str ? PyUnicode_FromString(dl->stop_str)
+               : dl->stop_token_id >= 0 ? PyLong_FromLong(dl->stop_token_id) : (Py_INCREF(Py_None), Py_None);
+        if (!stop) goto fail;
+        x = Py_BuildValue("(siNNOzNid)", dl->request_id, dl->index, str_from(dl->text, dl->text_len),
+                          ids_to_list(dl->token_ids, (size_t)dl->num_tokens), lps ? lps : Py_None,
+                          vllm_finish_reason_str(dl->finish_reason), stop, dl->num_cached_tokens, so->timestamp);
+        stop = NULL; /* stolen by N, even on failure */
+        Py_CLEAR(lps);
+        if (!x || PyList_Append(out, x) < 0) goto fail;
+        Py_DECREF(x);
+        continue;
+    fail:
+        Py_XDECREF(lps);
+        Py_XDECREF(stop);
+        Py_XDECREF(x);
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef Engine_methods[] = {
+    {"add", (PyCFunction)Engine_add, METH_O, "add(request): one request, as generate's tuples"},
+    {"step", (PyCFunction)Engine_step, METH_VARARGS, "step(logprob_cls=None) -> this step's deltas"},
+    {"abort", (PyCFunction)Engine_abort, METH_O, "abort(request_id) -> False if unknown or finished"},
+    {"has_unfinished", (PyCFunction)Engine_has_unfinished, METH_NOARGS, "a request is unfinished"},
     {"generate", (PyCFunction)(void (*)(void))Engine_generate, METH_VARARGS | METH_KEYWORDS,
      "generate(requests, progress=None, logprob_cls=None) -> list of results"},
     {"info", (PyCFunction)Engine_info, METH_NOARGS, "what the engine was built with"},

@@ -193,27 +193,8 @@ class LLM:
         if priority is not None:
             if len(priority) != n:
                 raise ValueError("The lengths of prompts and priority must be the same.")
-            for p in priority:
-                if p != 0 and self._scheduling_policy != "priority":
-                    raise ValueError(f"Got priority {p} but Priority scheduling is not enabled.")
-        vocab = self._info["vocab_size"]
-        requests = []
-        for i, (item, sp) in enumerate(zip(items, sps)):
-            if not isinstance(sp, SamplingParams):
-                raise TypeError(f"sampling_params must be SamplingParams, got {type(sp).__name__}")
-            if sp.best_of is not None and sp.best_of != (sp._real_n or sp.n):
-                raise ValueError("vLLM V1 does not yet support best_of.")
-            what = sp._unsupported()
-            if what:
-                raise NotImplementedError(f"{what} is not implemented in vllm.c")
-            ids = item["prompt_token_ids"]
-            if sp.truncate_prompt_tokens is not None:  # the last k tokens; -1: the model's context length
-                k = self._info["max_model_len"] if sp.truncate_prompt_tokens == -1 else sp.truncate_prompt_tokens
-                ids = ids[-k:]
-                item["prompt_token_ids"] = ids
-            requests.append((str(next(self.request_counter)), ids, sp._engine_dict(vocab), sp.stop, sp.include_stop_str_in_output,
-                             sp.skip_special_tokens, sp.detokenize, priority[i] if priority else 0,
-                             item.get("cache_salt")))
+        requests = [self._request_tuple(str(next(self.request_counter)), item, sp, priority[i] if priority else 0)
+                    for i, (item, sp) in enumerate(zip(items, sps))]
         progress = None
         bar = None
         if use_tqdm and n:
@@ -238,6 +219,25 @@ class LLM:
                                          outputs=completions, finished=True, metrics=metrics,
                                          num_cached_tokens=cached))
         return outputs
+
+    def _request_tuple(self, request_id: str, item: Dict[str, Any], sp: Any, priority: int) -> tuple:
+        """What vllmc._C.Engine takes for one request (refusing what it does not implement)."""
+        if not isinstance(sp, SamplingParams):
+            raise TypeError(f"sampling_params must be SamplingParams, got {type(sp).__name__}")
+        if sp.best_of is not None and sp.best_of != (sp._real_n or sp.n):
+            raise ValueError("vLLM V1 does not yet support best_of.")
+        what = sp._unsupported()
+        if what:
+            raise NotImplementedError(f"{what} is not implemented in vllm.c")
+        if priority != 0 and self._scheduling_policy != "priority":
+            raise ValueError(f"Got priority {priority} but Priority scheduling is not enabled.")
+        ids = item["prompt_token_ids"]
+        if sp.truncate_prompt_tokens is not None:  # the last k tokens; -1: the model's context length
+            k = self._info["max_model_len"] if sp.truncate_prompt_tokens == -1 else sp.truncate_prompt_tokens
+            ids = ids[-k:]
+            item["prompt_token_ids"] = ids
+        return (request_id, ids, sp._engine_dict(self._info["vocab_size"]), sp.stop, sp.include_stop_str_in_output,
+                sp.skip_special_tokens, sp.detokenize, priority, item.get("cache_salt"))
 
     def _progress_bar(self, use_tqdm: Any, n: int):
         """vLLM's "Processed prompts" bar with its speed postfix, when tqdm is installed."""

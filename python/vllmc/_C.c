@@ -7,9 +7,9 @@
  *
  *   Tokenizer(model)                     encode, decode, id_to_token, token_to_id
  *   ChatTemplate(model, override)        render(messages_json, tools_json, kwargs_json, agp)
- *   Engine(model, tokenizer, args)       generate(requests, progress, logprob_cls), info(),
+ *   Engine(tokenizer, args)              generate(requests, progress, logprob_cls), info(),
  *                                        default_sampling_params(), reset_prefix_cache(),
- *                                        stats()
+ *                                        stats(); add(request), step(), abort(id) for AsyncLLM
  *
  * Engine.generate is LLM.generate's whole loop, in C: every request enters
  * the engine at once (as `vllmc generate` does), then each step runs with

@@ -1,11 +1,6 @@
 """inputs.py - vLLM's prompt dicts (vllm/inputs/data.py)."""
 from typing import List, TypedDict
 
-try:
-    from typing import NotRequired
-except ImportError:  # Python < 3.11
-    NotRequired = None
-
 
 class TextPrompt(TypedDict, total=False):
     prompt: str

@@ -3,6 +3,8 @@
 #   make            release build
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (into build-san/;
 #                   LeakSanitizer on): tests/run.sh build-san
+#   make PIC=1      position-independent build (into build-pic/) for the Python
+#                   extension (python/setup.py runs it)
 #   make TSAN=1     ThreadSanitizer build (into build-tsan/): tests/run.sh build-tsan
 #   make tsan       the ThreadSanitizer build and, on it, the threaded tests (the files
 #                   tagged tsan: engine, frontend, HTTP, thread pool, the server scripts)
@@ -67,6 +69,13 @@ BUILD   := build-san
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
+# Position-independent objects (into build-pic/), for libvllm.a inside a shared
+# object: the Python package's extension (python/setup.py builds
+# build-pic/libvllm.a and build-pic/vllmc this way).
+ifeq ($(PIC),1)
+BUILD   := build-pic
+CFLAGS  += -fPIC
+endif
 ifeq ($(TSAN),1)
 BUILD   := build-tsan
 CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
@@ -92,7 +101,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
 BENCH_SRCS := $(wildcard bench/*.c)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
-PUB_SRCS  := $(filter src/base/% src/engine/% src/kernels/% src/model/% src/sample/% src/spec/% src/structured/% \
+PUB_SRCS  := $(filter src/base/% src/engine/% src/kernels/% src/model/% src/sample/% src/spec/% src/structured/% src/template/% \
                       src/tokenizer/%,$(LIB_SRCS))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PUB_OBJS  := $(PUB_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -215,6 +224,6 @@ else
 endif
 
 clean:
-	rm -rf build build-san build-tsan build-fuzz
+	rm -rf build build-san build-tsan build-fuzz build-pic
 
 -include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)

@@ -18,7 +18,8 @@
  *     vllm_engine_free(e);
  *
  * Everything here is token ids: text, chat templates and stop strings belong to
- * the front end (the CLI's generate, the server), which detokenizes outputs.
+ * the front end (the CLI's generate, the server, the Python package), which
+ * does them with vllm/text.h (tokenizer, chat template, output processor).
  */
 #ifndef VLLM_VLLM_H
 #define VLLM_VLLM_H

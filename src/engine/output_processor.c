@@ -62,7 +62,7 @@ typedef struct op_request {
     op_seq seqs[];                   /* (n) */
 } op_request;
 
-struct output_processor {
+struct vllm_output_processor {
     const tokenizer *tok;
     int32_t eos_id, vocab_size;
     map requests;

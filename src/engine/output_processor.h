@@ -83,9 +83,20 @@
 #include <stdint.h>
 
 #include "tokenizer/tokenizer.h"
+#include "vllm/text.h"
 #include "vllm/vllm.h"
 
-typedef struct output_processor output_processor;
+/* The types are the public API's (include/vllm/text.h), under the names
+ * the front ends have always used; the vllm_output_processor_* functions
+ * there are this module's, for callers of libvllm.a (the Python package). */
+typedef struct vllm_output_processor output_processor;
+typedef vllm_output_request output_request;
+typedef vllm_output_logprob output_logprob;
+typedef vllm_output_token_logprobs output_token_logprobs;
+typedef vllm_output_delta output_delta;
+typedef vllm_output_seq_ref output_seq_ref;
+typedef vllm_output_done output_done;
+typedef vllm_output_result output_result;
 
 /* tok must not be NULL (EOS and logprob tokens come from it even without
  * detokenization). */
@@ -93,79 +104,11 @@ vllm_status output_processor_create(const tokenizer *tok, output_processor **out
 /* Frees every request state (no deltas). NULL: no-op. */
 void output_processor_free(output_processor *op);
 
-/* What the processor needs of a request; everything is copied. */
-typedef struct output_request {
-    const char *request_id;              /* the engine's id for it */
-    const int32_t *prompt_ids;           /* primes the detokenizers */
-    int32_t num_prompt_ids;
-    const vllm_sampling_params *sp;      /* n, min_tokens, ignore_eos, logprobs */
-    const char *const *stop;             /* stop strings (non-empty) */
-    int32_t num_stop;
-    bool include_stop_str_in_output;
-    bool skip_special_tokens;            /* vLLM's default: true */
-    bool detokenize;                     /* vLLM's default: true */
-    void *ud;                            /* the caller's, handed back in deltas */
-} output_request;
-
 /* Registers a request (after the engine accepted it). VLLM_ERR_INVALID for
  * a duplicate id, an empty stop string, stop strings without detokenize, n
  * < 1, or a prompt id outside the vocabulary; VLLM_ERR_NOMEM. On failure
  * nothing is registered. */
 vllm_status output_processor_add_request(output_processor *op, const output_request *req);
-
-/* One logprob entry: a token, its logprob and rank, and its text. */
-typedef struct output_logprob {
-    int32_t token_id;
-    float logprob;
-    int32_t rank;                        /* 1-based */
-    const char *text;                    /* NUL-terminated; NULL without detokenize */
-    size_t text_len;
-} output_logprob;
-
-/* The logprobs of one output token: entries[0] is the sampled token. */
-typedef struct output_token_logprobs {
-    int32_t num_entries;
-    const output_logprob *entries;       /* (num_entries) */
-} output_token_logprobs;
-
-/* What one sequence produced since its last delta. */
-typedef struct output_delta {
-    const char *request_id;
-    void *ud;                            /* output_request.ud */
-    int32_t index;                       /* sequence 0..n-1 */
-    int32_t output_index;                /* its record in the step's outputs; -1 if none (abort_all) */
-    const char *text;                    /* new final text, NUL-terminated (text_len bytes) */
-    size_t text_len;
-    const int32_t *token_ids;            /* new ids (cut after a stop string's token) */
-    int32_t num_tokens;
-    const output_token_logprobs *logprobs; /* (num_tokens), or NULL (no logprobs asked) */
-    vllm_finish_reason finish_reason;    /* NONE while the sequence runs */
-    const char *stop_str;                /* stop_reason when a string, else NULL */
-    int32_t stop_token_id;               /* stop_reason when a token id, else -1 */
-    int32_t num_prompt_tokens;
-    int32_t num_cached_tokens;           /* prompt tokens the prefix cache served (max so far) */
-} output_delta;
-
-typedef struct output_seq_ref {
-    const char *request_id;
-    int32_t index;
-} output_seq_ref;
-
-typedef struct output_done {
-    const char *request_id;
-    void *ud;
-} output_done;
-
-/* One call's results. Everything is owned by the processor and valid until
- * its next process/abort_all call (or free). */
-typedef struct output_result {
-    int32_t num_deltas;
-    const output_delta *deltas;          /* in the order of the step's outputs */
-    int32_t num_stops;
-    const output_seq_ref *stops;         /* running in the engine, but finished here: stop them */
-    int32_t num_done;
-    const output_done *done;             /* requests forgotten in this call, after their deltas */
-} output_result;
 
 /* Turns one engine step's outputs into deltas. Outputs of unknown requests
  * (never registered, or already done) are ignored, as vLLM ignores outputs

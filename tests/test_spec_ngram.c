@@ -144,10 +144,13 @@ TEST(test_speculative_config) {
     CHECK(parse_spec("{\"model\":\"[ngram]\",\"num_speculative_tokens\":1,\"disable_by_batch_size\":8,"
                      "\"disable_logprobs\":true}", &c) == 0 &&
           c.method == VLLM_SPEC_METHOD_NGRAM && c.disable_by_batch_size == 8);
+    /* vLLM's spelling: a model without a method is a draft model */
+    CHECK(parse_spec("{\"model\":\"some/draft\",\"num_speculative_tokens\":2}", &c) == 0 &&
+          c.method == VLLM_SPEC_METHOD_DRAFT_MODEL && !strcmp(c.model, "some/draft") && c.num_speculative_tokens == 2);
     static const char *const bad[] = {
         "{\"method\":\"eagle\",\"num_speculative_tokens\":2}",
-        "{\"method\":\"draft_model\",\"model\":\"x\",\"num_speculative_tokens\":2}",
-        "{\"model\":\"some/draft\",\"num_speculative_tokens\":2}",
+        "{\"method\":\"draft_model\",\"num_speculative_tokens\":2}",
+        "{\"method\":\"draft_model\",\"model\":\"x\",\"num_speculative_tokens\":2,\"prompt_lookup_min\":2}",
         "{\"method\":\"ngram\"}",
         "{\"method\":\"ngram\",\"num_speculative_tokens\":0}",
         "{\"method\":\"ngram\",\"num_speculative_tokens\":129}",

@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "engine/engine.h"
+#include "engine/grammar_cache.h"
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
 #include "vllm/vllm.h"
@@ -80,6 +82,21 @@ static bool run(const vllm_engine_args *args, const req *reqs, const int32_t *wh
     CHECK_OR(false, vllm_engine_create(args, &e) == VLLM_OK, "%s", vllm_errmsg());
     if (info) memset(info, 0, sizeof *info);
     bool ok = true;
+    /* Every constraint compiled before the first request is added, so that
+     * no request waits in WAITING_FOR_FSM for a compile whose length is the
+     * machine's: the schedule (preemptions included) depends only on the
+     * requests. (The cache's entries outlive these references.) */
+    grammar_cache *gc = engine_grammar_cache(e);
+    for (int32_t i = 0; i < count && gc; i++) {
+        const req *r = &reqs[which[i]];
+        st_spec spec;
+        grammar_cache_entry *g;
+        if (r->so.kind == VLLM_STRUCTURED_NONE || grammar_cache_spec(&r->so, &spec) != VLLM_OK ||
+            grammar_cache_get(gc, &spec, &g) != VLLM_OK)
+            continue;
+        grammar_cache_entry_wait(gc, g, clock_now() + 60.0);
+        grammar_cache_entry_unref(gc, g);
+    }
     for (int32_t i = 0; i < count && ok; i++) {
         const req *r = &reqs[which[i]];
         char id[16];

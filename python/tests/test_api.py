@@ -135,7 +135,8 @@ def test_engine_checks_as_vllm(llm):
 def test_not_implemented_features(llm):
     from vllmc import LLM, BeamSearchParams, LoRARequest, SamplingParams, StructuredOutputsParams
     cases = [
-        (lambda: llm.beam_search(["x"], BeamSearchParams(beam_width=2, max_tokens=4)), "beam search"),
+        (lambda: llm.beam_search(["x"], BeamSearchParams(beam_width=2, max_tokens=4, include_stop_str_in_output=True)),
+         "include_stop_str_in_output"),
         (lambda: llm.generate("x", SamplingParams(), lora_request=LoRARequest("a", 1, "/tmp")), "LoRA"),
         (lambda: LLM(STORIES, tensor_parallel_size=2), "tensor parallelism"),
         (lambda: LLM(STORIES, enable_lora=True), "LoRA"),

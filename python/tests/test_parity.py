@@ -107,3 +107,20 @@ def test_issue_one_liner_prints_reference():
     ref = ref_python(REF_GREEDY, STORIES, "Once upon a time", "20")
     assert len(ref["ids"]) == 20
     assert out.stdout == ref["text"] + "\n"
+
+
+def test_beam_search_equals_cli():
+    """LLM.beam_search gives `vllmc generate --beam-width`'s beams (whose own
+    reference is transformers' generate(num_beams): tests/test_beam_search_ref.sh)."""
+    from vllmc import LLM, BeamSearchParams
+    ids = [1, 403, 407]
+    cli = cli_generate(STORIES, [{"prompt_token_ids": ids}], "--beam-width", "3", "--max-tokens", "10",
+                       "--length-penalty", "0.5")
+    out = LLM(STORIES).beam_search([{"prompt_token_ids": ids}],
+                                   BeamSearchParams(beam_width=3, max_tokens=10, length_penalty=0.5))
+    seqs = out[0].sequences
+    assert [s.tokens[len(ids):] for s in seqs] == [o["token_ids"] for o in cli[0]["outputs"]]
+    for s, o in zip(seqs, cli[0]["outputs"]):
+        assert math.isclose(s.cum_logprob, o["cumulative_logprob"], rel_tol=0, abs_tol=1e-9)
+        assert s.tokens[:len(ids)] == ids and isinstance(s.text, str) and s.finish_reason in ("stop", "length")
+

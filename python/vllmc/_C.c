@@ -487,6 +487,54 @@ static PyObject *Engine_info(EngineObject *self, PyObject *unused) {
                          "bos_token_id", i.bos_token_id, "eos_token_ids", eos, "num_threads", i.num_threads);
 }
 
+/* beam_search(prompt_ids, beam_width, max_tokens, ignore_eos, temperature,
+ * length_penalty) -> [(generated ids, cumulative logprob, score,
+ * finish_reason, stop token id or None)], best first (vllm_engine_beam_search,
+ * the GIL released while it steps). */
+static PyObject *Engine_beam_search(EngineObject *self, PyObject *args) {
+    NEED_ENGINE(self);
+    PyObject *ids_obj;
+    vllm_beam_search_params p;
+    vllm_beam_search_params_init(&p);
+    int ignore_eos = 0;
+    if (!PyArg_ParseTuple(args, "Oiipff", &ids_obj, &p.beam_width, &p.max_tokens, &ignore_eos, &p.temperature,
+                          &p.length_penalty))
+        return NULL;
+    p.ignore_eos = ignore_eos;
+    int32_t n = 0;
+    int32_t *ids = ids_from_seq(ids_obj, "prompt_token_ids must be a sequence of ints", &n);
+    if (!ids) return NULL;
+    vllm_beam *beams = NULL;
+    int32_t nb = 0;
+    vllm_status rc;
+    char id[32];
+    snprintf(id, sizeof id, "beam-%lld", self->num_requests_finished++);
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = vllm_engine_beam_search(self->e, id, ids, n, &p, &beams, &nb);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    free(ids);
+    if (rc) return raise_status(rc);
+    PyObject *out = PyList_New(nb);
+    for (int32_t i = 0; out && i < nb; i++) {
+        PyObject *toks = PyList_New(beams[i].num_tokens);
+        for (int32_t t = 0; toks && t < beams[i].num_tokens; t++)
+            PyList_SET_ITEM(toks, t, PyLong_FromLong(beams[i].token_ids[t]));
+        PyObject *stop = beams[i].stop_token_id >= 0 ? PyLong_FromLong(beams[i].stop_token_id) : Py_NewRef(Py_None);
+        PyObject *item = toks ? Py_BuildValue("(NddsN)", toks, beams[i].cumulative_logprob, beams[i].score,
+                                              vllm_finish_reason_str(beams[i].finish_reason), stop)
+                              : NULL;
+        if (!item) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    vllm_beams_free(beams, nb);
+    return out;
+}
+
 static PyObject *Engine_reset_prefix_cache(EngineObject *self, PyObject *unused) {
     NEED_ENGINE(self);
     vllm_engine_reset_prefix_cache(self->e);
@@ -1005,6 +1053,8 @@ static PyMethodDef Engine_methods[] = {
     {"default_sampling_params", (PyCFunction)Engine_default_sampling_params, METH_NOARGS,
      "vLLM's defaults overridden by the model's generation_config.json"},
     {"reset_prefix_cache", (PyCFunction)Engine_reset_prefix_cache, METH_NOARGS, "drop every cached prefix"},
+    {"beam_search", (PyCFunction)Engine_beam_search, METH_VARARGS,
+     "beam_search(prompt_ids, beam_width, max_tokens, ignore_eos, temperature, length_penalty)"},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "this engine's totals and last scheduler stats"},
     {NULL, NULL, 0, NULL},
 };

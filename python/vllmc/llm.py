@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from . import _C
 from .logprobs import Logprob
 from .outputs import CompletionOutput, RequestOutput, RequestStateStats
-from .sampling_params import BeamSearchParams, SamplingParams
+from .sampling_params import BeamSearchOutput, BeamSearchParams, BeamSearchSequence, SamplingParams
 from .tokenizer import Tokenizer
 
 # The real chat models scripts/fetch_models.sh puts in the model cache (src/cli/model_alias.c)
@@ -290,8 +290,28 @@ class LLM:
         return self._run(items, sampling_params, use_tqdm, None)
 
     def beam_search(self, prompts: Any, params: BeamSearchParams, lora_request: Any = None,
-                    use_tqdm: bool = False, concurrency_limit: Optional[int] = None) -> Any:
-        raise NotImplementedError("beam search (LLM.beam_search) is not implemented in vllm.c")
+                    use_tqdm: bool = False, concurrency_limit: Optional[int] = None) -> List["BeamSearchOutput"]:
+        """vLLM's LLM.beam_search: per prompt, the beam_width best sequences
+        (best first), each with its tokens (prompt included), text (their
+        decode), cumulative logprob, finish reason. One prompt at a time over
+        the engine's one-token requests (engine/beam_search.h)."""
+        if lora_request is not None:
+            raise NotImplementedError("LoRA (lora_request) is not implemented in vllm.c")
+        if params.include_stop_str_in_output:
+            raise NotImplementedError("include_stop_str_in_output in beam search is not implemented in vllm.c")
+        out = []
+        for item in self._parse_prompts(prompts):
+            ids = item["prompt_token_ids"]
+            beams = self._engine.beam_search(ids, params.beam_width, params.max_tokens, bool(params.ignore_eos),
+                                             float(params.temperature), float(params.length_penalty))
+            seqs = []
+            for toks, cum, _score, finish, stop in beams:
+                full = list(ids) + list(toks)
+                seqs.append(BeamSearchSequence(tokens=full, logprobs=[], cum_logprob=cum,
+                                               text=self._tokenizer.decode(full), finish_reason=finish,
+                                               stop_reason=stop))
+            out.append(BeamSearchOutput(sequences=seqs))
+        return out
 
     def encode(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("pooling models (LLM.encode) are not implemented in vllm.c")

@@ -271,11 +271,28 @@ class SamplingParams:
 
 @dataclass
 class BeamSearchParams:
-    """Beam search parameters (vLLM's defaults). LLM.beam_search is not
-    implemented in vllm.c yet: it raises NotImplementedError."""
+    """Beam search parameters (vLLM's defaults), for LLM.beam_search."""
     beam_width: int
     max_tokens: int
     ignore_eos: bool = False
     temperature: float = 0.0
     length_penalty: float = 1.0
     include_stop_str_in_output: bool = False
+
+
+@dataclass
+class BeamSearchSequence:
+    """One beam (vLLM's vllm.beam_search.BeamSearchSequence): tokens include the prompt."""
+    tokens: List[int]
+    logprobs: List[Any]
+    lora_request: Any = None
+    cum_logprob: float = 0.0
+    text: Optional[str] = None
+    finish_reason: Optional[str] = None
+    stop_reason: Optional[Union[int, str]] = None
+
+
+@dataclass
+class BeamSearchOutput:
+    """The best beam_width sequences of one prompt, best first."""
+    sequences: List[BeamSearchSequence]

@@ -124,3 +124,28 @@ def test_beam_search_equals_cli():
         assert math.isclose(s.cum_logprob, o["cumulative_logprob"], rel_tol=0, abs_tol=1e-9)
         assert s.tokens[:len(ids)] == ids and isinstance(s.text, str) and s.finish_reason in ("stop", "length")
 
+
+def test_structured_outputs_equal_cli():
+    """SamplingParams.structured_outputs (choice, regex, JSON schema) gives `vllmc generate`'s
+    tokens for the same per-line structured_outputs; the texts obey their constraints."""
+    import json as _json
+    import re
+    from vllmc import LLM, SamplingParams, StructuredOutputsParams
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    cons = [{"choice": ["Positive", "Negative"]}, {"regex": "[a-z]{3,8} [0-9]{2}"},
+            {"json": schema, "disable_any_whitespace": True}]
+    lines = [{"prompt": "Once upon a time", "temperature": 0.7, "seed": 3 + i, "max_tokens": 40,
+              "structured_outputs": c} for i, c in enumerate(cons)]
+    cli = cli_generate(STORIES, lines)
+    llm = LLM(STORIES)
+    outs = llm.generate([l["prompt"] for l in lines],
+                        [SamplingParams(temperature=0.7, seed=3 + i, max_tokens=40,
+                                        structured_outputs=StructuredOutputsParams(**c))
+                         for i, c in enumerate(cons)], use_tqdm=False)
+    assert [list(o.outputs[0].token_ids) for o in outs] == [c["outputs"][0]["token_ids"] for c in cli]
+    texts = [o.outputs[0].text for o in outs]
+    assert texts[0] in ("Positive", "Negative")
+    assert re.fullmatch(r"[a-z]{3,8} [0-9]{2}", texts[1]), texts[1]
+    assert isinstance(_json.loads(texts[2])["ok"], bool), texts[2]
+

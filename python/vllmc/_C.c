@@ -690,6 +690,21 @@ static int parse_request(PyObject *t, gen_req *r, Py_ssize_t idx) {
         return -1;
     }
     (void)idx;
+    /* structured outputs: (kind, text, disable_any_whitespace, whitespace_pattern); the
+     * strings are borrowed from the request's dict (alive for the call), the engine copies them */
+    PyObject *so = PyDict_GetItemString(d, "structured");
+    if (so && so != Py_None) {
+        int kind = 0, daw = 0;
+        const char *text = NULL, *wsp = NULL;
+        Py_ssize_t len = 0;
+        if (!PyArg_ParseTuple(so, "is#pz", &kind, &text, &len, &daw, &wsp)) return -1;
+        r->opts.structured_outputs = (vllm_structured_outputs){.kind = (vllm_structured_kind)kind,
+                                                              .text = text,
+                                                              .len = (size_t)len,
+                                                              .disable_any_whitespace = daw,
+                                                              .whitespace_pattern = wsp};
+        if (len == 0) r->opts.structured_outputs.text = "";
+    }
     return 0;
 }
 

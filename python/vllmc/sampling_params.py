@@ -240,8 +240,9 @@ class SamplingParams:
         """The first field set to something the engine does not implement, as a message."""
         if self.best_of is not None and self.best_of != (self._real_n or self.n):
             return None  # vLLM's own ValueError, raised by LLM
-        if self.structured_outputs is not None:
-            return "structured outputs (SamplingParams.structured_outputs / guided_decoding)"
+        so = self.structured_outputs
+        if so is not None and so.structural_tag is not None:
+            return "structured outputs' structural_tag"
         if self.prompt_logprobs is not None:
             return "prompt logprobs (SamplingParams.prompt_logprobs)"
         if self.allowed_token_ids is not None:
@@ -266,7 +267,30 @@ class SamplingParams:
             "ignore_eos": self.ignore_eos, "logprobs": -1 if logprobs is None else logprobs,
             "stop_token_ids": self.stop_token_ids,
             "logit_bias": {int(k): float(v) for k, v in self.logit_bias.items()} if self.logit_bias else None,
+            "structured": self._structured_tuple(),
         }
+
+    def _structured_tuple(self) -> Optional[tuple]:
+        """(kind, text, disable_any_whitespace, whitespace_pattern) for the
+        engine's vllm_structured_outputs (include/vllm/vllm.h), or None."""
+        so = self.structured_outputs
+        if so is None:
+            return None
+        import json as _json
+        if so.json is not None:
+            kind, text = 1, so.json if isinstance(so.json, str) else _json.dumps(so.json)
+        elif so.json_object:
+            kind, text = 2, ""
+        elif so.regex is not None:
+            kind, text = 3, so.regex
+        elif so.choice is not None:
+            kind, text = 4, _json.dumps(list(so.choice))
+        elif so.grammar is not None:
+            kind, text = 5, so.grammar
+        else:
+            raise ValueError("StructuredOutputsParams: no constraint is set (json, regex, choice, grammar or "
+                             "json_object)")
+        return (kind, text, bool(so.disable_any_whitespace), so.whitespace_pattern)
 
 
 @dataclass

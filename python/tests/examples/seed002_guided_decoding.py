@@ -1,8 +1,8 @@
 # The guided-decoding example of ../shared/seeds/002_0647c14d4f6cc478.txt,
 # verbatim but for the lost indentation and a print of the outputs.
 # tests/test_examples.py runs it with the import changed (vllm -> vllmc) and
-# the model name replaced by a local model: until structured outputs exist in
-# vllm.c it must fail with NotImplementedError naming them.
+# the model name replaced by a local model: each output must be one of the
+# choices.
 from vllm import LLM, SamplingParams
 from vllm.sampling_params import GuidedDecodingParams
 prompts = [

@@ -68,6 +68,8 @@ struct output_processor {
     op_request *retired;             /* done in the last call; freed at the next */
     char **tok_text;                 /* (vocab_size) decode([id]) cache, lazily filled */
     size_t *tok_len;
+    char **tok_bytes;                /* (vocab_size) tokenizer_token_bytes cache, likewise */
+    size_t *tok_bytes_len;
 
     output_result res;
     output_delta *deltas;
@@ -135,6 +137,10 @@ void output_processor_free(output_processor *op) {
         for (int32_t i = 0; i < op->vocab_size; i++) free(op->tok_text[i]);
     free(op->tok_text);
     free(op->tok_len);
+    if (op->tok_bytes)
+        for (int32_t i = 0; i < op->vocab_size; i++) free(op->tok_bytes[i]);
+    free(op->tok_bytes);
+    free(op->tok_bytes_len);
     free(op->deltas);
     free(op->text_off);
     free(op->stops);
@@ -200,32 +206,52 @@ void output_processor_foreach(const output_processor *op,
     }
 }
 
-const char *output_processor_token_text(output_processor *op, int32_t id, size_t *len) {
+/* One lazily filled per-id cache: decode([id]) (bytes false) or the token's
+ * bytes. "" when the id is outside the vocabulary or memory runs out. */
+static const char *token_cache(output_processor *op, int32_t id, bool bytes, size_t *len) {
+    char ***text = bytes ? &op->tok_bytes : &op->tok_text;
+    size_t **lens = bytes ? &op->tok_bytes_len : &op->tok_len;
     if (len) *len = 0;
     if (id < 0 || id >= op->vocab_size) return "";
-    if (!op->tok_text) {
-        op->tok_text = calloc((size_t)op->vocab_size, sizeof *op->tok_text);
-        op->tok_len = calloc((size_t)op->vocab_size, sizeof *op->tok_len);
-        if (!op->tok_text || !op->tok_len) {
-            free(op->tok_text);
-            free(op->tok_len);
-            op->tok_text = NULL;
-            op->tok_len = NULL;
+    if (!*text) {
+        *text = calloc((size_t)op->vocab_size, sizeof **text);
+        *lens = calloc((size_t)op->vocab_size, sizeof **lens);
+        if (!*text || !*lens) {
+            free(*text);
+            free(*lens);
+            *text = NULL;
+            *lens = NULL;
             return "";
         }
     }
-    if (!op->tok_text[id]) {
+    if (!(*text)[id]) {
         char *t = NULL;
         size_t n = 0;
-        if (tokenizer_decode(op->tok, &id, 1, false, &t, &n) != VLLM_OK) {
+        if (bytes) {
+            strbuf b = {0};
+            if (tokenizer_token_bytes(op->tok, id, &b) != VLLM_OK || sb_add(&b, "", 0) != VLLM_OK) {
+                free(b.s);
+                return "";
+            }
+            t = b.s;
+            n = b.len;
+        } else if (tokenizer_decode(op->tok, &id, 1, false, &t, &n) != VLLM_OK) {
             free(t);
             return "";
         }
-        op->tok_text[id] = t;
-        op->tok_len[id] = n;
+        (*text)[id] = t;
+        (*lens)[id] = n;
     }
-    if (len) *len = op->tok_len[id];
-    return op->tok_text[id];
+    if (len) *len = (*lens)[id];
+    return (*text)[id];
+}
+
+const char *output_processor_token_text(output_processor *op, int32_t id, size_t *len) {
+    return token_cache(op, id, false, len);
+}
+
+const char *output_processor_token_bytes(output_processor *op, int32_t id, size_t *len) {
+    return token_cache(op, id, true, len);
 }
 
 /* ---- one step --------------------------------------------------------------- */
@@ -364,12 +390,16 @@ static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vll
             const vllm_token_logprobs *lp = &o->new_logprobs[t];
             output_logprob *e = op->ents + op->num_ents;
             int32_t ne = 0;
-            e[ne++] = (output_logprob){lp->token_id, lp->logprob, lp->rank, NULL, 0};
+            e[ne++] = (output_logprob){.token_id = lp->token_id, .logprob = lp->logprob, .rank = lp->rank};
             for (int32_t k = 0; k < lp->num_top; k++)
                 if (lp->top_ids[k] != lp->token_id)
-                    e[ne++] = (output_logprob){lp->top_ids[k], lp->top_logprobs[k], k + 1, NULL, 0};
+                    e[ne++] = (output_logprob){.token_id = lp->top_ids[k], .logprob = lp->top_logprobs[k],
+                                               .rank = k + 1};
             if (r->detokenize)
-                for (int32_t k = 0; k < ne; k++) e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                for (int32_t k = 0; k < ne; k++) {
+                    e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                    e[k].bytes = output_processor_token_bytes(op, e[k].token_id, &e[k].bytes_len);
+                }
             op->lps[op->num_lps++] = (output_token_logprobs){ne, e};
             op->num_ents += (size_t)ne;
         }

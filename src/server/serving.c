@@ -163,7 +163,7 @@ json_t *serving_token_json(serving_call *c, const output_logprob *e) {
         snprintf(buf, sizeof buf, "token_id:%d", e->token_id);
         return json_string(buf);
     }
-    json_t *j = e->text ? openai_json_text(e->text, e->text_len) : NULL;
+    json_t *j = e->bytes ? openai_json_text(e->bytes, e->bytes_len) : NULL;
     return j ? j : json_string("");
 }
 
@@ -358,7 +358,6 @@ static void on_delta(void *ud, const output_delta *d) {
     }
     if (c->streaming) {
         if (!atomic_load(&c->http_gone)) c->fmt->stream_delta(c, ci, d, d->text, d->text_len);
-        ch->text_chars += serving_utf8_chars(d->text, d->text_len);
     } else {
         c->fmt->stream_delta(c, ci, d, d->text, d->text_len); /* accumulates */
         if (!append(&ch->text, &ch->text_len, &ch->text_cap, d->text, d->text_len))

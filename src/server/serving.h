@@ -96,8 +96,7 @@ typedef struct serving_choice {
     int32_t num_tokens;
     size_t cap_tokens;
     json_t *logprobs;            /* non-stream: accumulated logprobs (format's shape) */
-    int64_t text_chars;          /* characters sent so far (completion text_offset) */
-    int64_t lp_offset;           /* non-stream: text_offset of the next logprob token */
+    int64_t lp_offset;           /* characters the logprob tokens so far span (text_offset) */
     bool first_sent;             /* stream: echo / first chunk done */
     bool finished;
     vllm_finish_reason finish_reason;
@@ -152,8 +151,12 @@ void serving_call_release(serving_call *c);
 void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls);
 json_t *serving_stop_reason(const serving_choice *ch);
 
-/* A logprob token's text: the processor's decode([id]), or "token_id:N"
- * with return_tokens_as_token_ids. */
+/* A logprob token's text: its bytes in a text (output_logprob.bytes; a
+ * byte that is not valid UTF-8 on its own becomes U+FFFD here, the raw bytes
+ * are chat's `bytes`), or "token_id:N" with return_tokens_as_token_ids as
+ * vLLM. Not vLLM's decode([id]), which drops SentencePiece's leading space
+ * and turns byte pieces into U+FFFD: OpenAI's contract is that the tokens'
+ * bytes concatenate to the text. */
 json_t *serving_token_json(serving_call *c, const output_logprob *e);
 /* Characters (code points) in a UTF-8 string, as Python's len(). */
 int64_t serving_utf8_chars(const char *s, size_t len);

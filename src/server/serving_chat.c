@@ -10,7 +10,8 @@
  *     content deltas; chunks serialised with exclude_unset (logprobs and
  *     finish_reason present, stop_reason only on the last chunk of a
  *     choice); usage chunk (choices []) and [DONE] at the end;
- *   - logprobs {"content": [{token, logprob, bytes, top_logprobs}]}, with
+ *   - logprobs {"content": [{token, logprob, bytes, top_logprobs}]} (token
+ *     and bytes from the token's own bytes, see token_entry), with
  *     top_logprobs the first N entries of V1's dict (sampled token first);
  *   - echo prepends the last message's content when its role is the
  *     response's.
@@ -191,12 +192,20 @@ static void send_choice(serving_call *c, json_t *choice, json_t *usage) {
     serving_send_event(c, j, false);
 }
 
+/* {token, logprob, bytes}: bytes are the token's own (raw, maybe a part of
+ * a UTF-8 character), or with return_tokens_as_token_ids those of
+ * "token_id:N" as vLLM. */
 static json_t *token_entry(serving_call *c, const output_logprob *e) {
     json_t *o = json_object();
     json_t *tok = serving_token_json(c, e);
     const unsigned char *b = (const unsigned char *)json_string_value(tok);
+    size_t n = json_string_length(tok);
+    if (!c->req.return_tokens_as_token_ids && e->bytes) {
+        b = (const unsigned char *)e->bytes;
+        n = e->bytes_len;
+    }
     json_t *bytes = json_array();
-    for (size_t i = 0; i < json_string_length(tok); i++) json_array_append_new(bytes, json_integer(b[i]));
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer(b[i]));
     json_object_set_new(o, "token", tok);
     json_object_set_new(o, "logprob", json_real(e->logprob < -9999.0f ? -9999.0 : (double)e->logprob));
     json_object_set_new(o, "bytes", bytes);

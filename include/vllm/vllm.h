@@ -53,6 +53,8 @@ typedef struct vllm_sampling_params {
     int32_t stop_token_ids[VLLM_MAX_STOP_TOKEN_IDS];
     int32_t num_stop_token_ids;
     int32_t logprobs;                /* -1 = none, else top-N (0 = sampled only) */
+    int32_t prompt_logprobs;         /* -1 = none, else top-N per prompt position (vLLM's
+                                        prompt_logprobs; such a request skips prefix-cache hits) */
     int32_t num_logit_bias;
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
@@ -188,6 +190,15 @@ typedef struct vllm_seq_output {
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache */
     int32_t num_events;
     const vllm_event *events;        /* QUEUED/SCHEDULED/PREEMPTED since the last output */
+    /* prompt_logprobs: the prompt tokens at positions prompt_logprobs_start ..
+     * + num_prompt_logprobs - 1 (>= 1; each scored by the logits of the
+     * position before it, raw log-softmax), computed this step; top ids are
+     * the top-N by rank. Sequence 0 only, before any output token, in order
+     * over the steps of its prefill; each position once (not again after a
+     * preemption). */
+    int32_t prompt_logprobs_start;
+    int32_t num_prompt_logprobs;
+    const vllm_token_logprobs *prompt_logprobs; /* (num_prompt_logprobs) or NULL */
 } vllm_seq_output;
 
 /* Scheduler stats of one step (what the metrics and the stats log line are built from). */

@@ -45,6 +45,7 @@ typedef struct op_seq {
     int32_t num_tokens;              /* output tokens seen (for min_tokens) */
     bool finished;                   /* its final delta went out */
     bool engine_finished;            /* the engine reported its finish */
+    bool prompt_lps_sent;            /* its first delta carried the prompt logprobs */
 } op_seq;
 
 typedef struct op_request {
@@ -54,7 +55,16 @@ typedef struct op_request {
     void *ud;
     char **stop;                     /* (num_stop) the request's stop strings */
     int32_t num_stop;
-    int32_t n, min_tokens, logprobs;
+    int32_t n, min_tokens, logprobs, prompt_logprobs;
+    /* prompt logprobs as the engine reports them, position 1 on: each
+     * position's entries (prompt token first, then the top-N without it)
+     * are plp_count[i] entries of plp_ents from the running sum */
+    output_logprob *plp_ents;
+    size_t num_plp_ents, cap_plp_ents;
+    int32_t *plp_count;
+    size_t cap_plp_count;
+    int32_t num_plps;
+    output_token_logprobs *plps;     /* (num_plps) views, made at the first delta */
     bool ignore_eos, include_stop, detokenize;
     int32_t num_prompt_tokens, num_cached;
     int32_t num_finished, num_engine_finished;
@@ -101,6 +111,9 @@ static void request_free(op_request *r) {
     for (int32_t i = 0; i < r->num_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->id);
+    free(r->plp_ents);
+    free(r->plp_count);
+    free(r->plps);
     free(r);
 }
 
@@ -168,6 +181,7 @@ vllm_status output_processor_add_request(output_processor *op, const output_requ
     r->ud = q->ud;
     r->min_tokens = q->sp->min_tokens;
     r->logprobs = q->sp->logprobs;
+    r->prompt_logprobs = q->sp->prompt_logprobs;
     r->ignore_eos = q->sp->ignore_eos;
     r->include_stop = q->include_stop_str_in_output;
     r->detokenize = q->detokenize;
@@ -347,6 +361,54 @@ static void result_finish(output_processor *op, const output_result **res) {
     *res = &op->res;
 }
 
+/* Keeps an engine output's prompt logprobs (in prompt order; a position out
+ * of order is dropped with a warning: the engine reports each once). */
+static void keep_prompt_logprobs(output_processor *op, op_request *r, const vllm_seq_output *o) {
+    if (o->prompt_logprobs_start != r->num_plps + 1) {
+        log_warn("request %s: prompt logprobs from position %d, expected %d; dropped", r->id,
+                 o->prompt_logprobs_start, r->num_plps + 1);
+        return;
+    }
+    size_t need = 0;
+    for (int32_t t = 0; t < o->num_prompt_logprobs; t++) need += 1 + (size_t)o->prompt_logprobs[t].num_top;
+    if (buf_grow((void **)&r->plp_ents, &r->cap_plp_ents, r->num_plp_ents + need, sizeof *r->plp_ents) ||
+        buf_grow((void **)&r->plp_count, &r->cap_plp_count, (size_t)(r->num_plps + o->num_prompt_logprobs),
+                 sizeof *r->plp_count)) {
+        log_error("request %s: out of memory keeping prompt logprobs; dropped", r->id);
+        return;
+    }
+    for (int32_t t = 0; t < o->num_prompt_logprobs; t++) {
+        const vllm_token_logprobs *lp = &o->prompt_logprobs[t];
+        output_logprob *e = r->plp_ents + r->num_plp_ents;
+        int32_t ne = 0;
+        e[ne++] = (output_logprob){.token_id = lp->token_id, .logprob = lp->logprob, .rank = lp->rank};
+        for (int32_t k = 0; k < lp->num_top; k++)
+            if (lp->top_ids[k] != lp->token_id)
+                e[ne++] = (output_logprob){.token_id = lp->top_ids[k], .logprob = lp->top_logprobs[k], .rank = k + 1};
+        if (r->detokenize)
+            for (int32_t k = 0; k < ne; k++) {
+                e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                e[k].bytes = output_processor_token_bytes(op, e[k].token_id, &e[k].bytes_len);
+            }
+        r->plp_count[r->num_plps++] = ne;
+        r->num_plp_ents += (size_t)ne;
+    }
+}
+
+/* The views of a request's prompt logprobs, made once: every sequence's
+ * first delta comes after the prefill, when all of them are in. */
+static const output_token_logprobs *prompt_logprob_views(op_request *r) {
+    if (r->plps) return r->plps;
+    r->plps = r->num_plps ? malloc((size_t)r->num_plps * sizeof *r->plps) : NULL;
+    if (!r->plps) return NULL;
+    size_t off = 0;
+    for (int32_t i = 0; i < r->num_plps; i++) {
+        r->plps[i] = (output_token_logprobs){r->plp_count[i], r->plp_ents + off};
+        off += (size_t)r->plp_count[i];
+    }
+    return r->plps;
+}
+
 /* The delta of one engine output for a sequence without a final delta. */
 static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vllm_seq_output *o, int32_t oi) {
     output_delta *d = delta_begin(op, r, o->index, oi);
@@ -405,6 +467,13 @@ static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vll
         }
     }
 
+    if (r->prompt_logprobs >= 0 && !s->prompt_lps_sent) {
+        s->prompt_lps_sent = true;
+        d->has_prompt_logprobs = true;
+        d->prompt_logprobs = prompt_logprob_views(r);
+        d->num_prompt_logprobs = d->prompt_logprobs ? r->num_plps : 0;
+    }
+
     if (stop_index >= 0) {
         d->finish_reason = VLLM_FINISH_STOP;
         d->stop_str = r->stop[stop_index];
@@ -442,6 +511,8 @@ vllm_status output_processor_process(output_processor *op, const vllm_step_outpu
         if (s->engine_finished) continue;
         if (o->num_prompt_tokens > 0) r->num_prompt_tokens = o->num_prompt_tokens;
         if (o->num_cached_tokens > r->num_cached) r->num_cached = o->num_cached_tokens;
+        if (o->num_prompt_logprobs > 0 && o->prompt_logprobs && r->prompt_logprobs >= 0)
+            keep_prompt_logprobs(op, r, o);
         bool engine_done = o->finish_reason != VLLM_FINISH_NONE;
         if (!s->finished && (o->num_new_tokens > 0 || engine_done)) emit_delta(op, r, s, o, (int32_t)i);
         if (engine_done) {

@@ -99,7 +99,7 @@ typedef struct output_request {
     const char *request_id;              /* the engine's id for it */
     const int32_t *prompt_ids;           /* primes the detokenizers */
     int32_t num_prompt_ids;
-    const vllm_sampling_params *sp;      /* n, min_tokens, ignore_eos, logprobs */
+    const vllm_sampling_params *sp;      /* n, min_tokens, ignore_eos, logprobs, prompt_logprobs */
     const char *const *stop;             /* stop strings (non-empty) */
     int32_t num_stop;
     bool include_stop_str_in_output;
@@ -147,6 +147,13 @@ typedef struct output_delta {
     int32_t stop_token_id;               /* stop_reason when a token id, else -1 */
     int32_t num_prompt_tokens;
     int32_t num_cached_tokens;           /* prompt tokens the prefix cache served (max so far) */
+    /* prompt_logprobs (sp->prompt_logprobs >= 0): on each sequence's first
+     * delta, the prompt tokens' logprobs from position 1 on (position 0 has
+     * none; vLLM's None), in the same entry order as logprobs; owned by the
+     * processor until the request is done and the next call. */
+    bool has_prompt_logprobs;
+    int32_t num_prompt_logprobs;
+    const output_token_logprobs *prompt_logprobs;
 } output_delta;
 
 typedef struct output_seq_ref {

@@ -78,6 +78,8 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         q->num_tokens = num_prompt_ids;
         q->stop_token_id = -1;
         q->step_slot = -1;
+        q->step_prompt_lps = -1;
+        q->prompt_lps_done = 0;
         sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
     }
     *out = r;

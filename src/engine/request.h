@@ -84,6 +84,10 @@ typedef struct seq {
 
     sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
     int32_t step_slot;               /* engine: this step's first logprob slot, or -1 */
+    int32_t prompt_lps_done;         /* prompt positions < this have had their prompt logprobs
+                                        reported (kept across preemption) */
+    int32_t step_prompt_lps;         /* engine: this step's first prompt-logprob slot, or -1 */
+    int32_t step_prompt_lps_start, step_num_prompt_lps; /* its prompt positions */
 
     /* news for the next step output, kept by the scheduler */
     struct seq *news_next;

@@ -590,8 +590,9 @@ static int32_t draw(const processed *pr, int32_t vocab_size, sampler_rng *rng) {
     return last >= 0 ? last : pr->token; /* u rounded up to the total */
 }
 
-/* Fills out's logprob fields from raw (the logits before processing). */
-static void fill_logprobs(const vllm_sampling_params *p, const float *raw, int32_t vocab_size, sample_result *out) {
+/* Fills out's logprob fields from raw (the logits before processing), with
+ * the top min(num_top, vocab) in out->top when it is not NULL. */
+static void fill_logprobs(int32_t num_top, const float *raw, int32_t vocab_size, sample_result *out) {
     int32_t first;
     float m = max_first(raw, vocab_size, &first);
     float log_sum = (float)log(sum_exp(raw, vocab_size, m));
@@ -610,7 +611,7 @@ static void fill_logprobs(const vllm_sampling_params *p, const float *raw, int32
     /* top-N: a descending insertion list (holding raw values until the end);
      * strict > keeps the lower id first among equal values */
     sample_logprob *top = out->top;
-    int32_t want = !top ? 0 : p->logprobs < vocab_size ? p->logprobs : vocab_size, have = 0;
+    int32_t want = !top ? 0 : num_top < vocab_size ? num_top : vocab_size, have = 0;
     for (i = 0; i < vocab_size && want > 0; i++) {
         if (have == want && (i = next_above(raw, i, vocab_size, top[want - 1].logprob)) == vocab_size) break;
         float v = raw[i];
@@ -639,8 +640,15 @@ vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *
     out->logprob = 0.0f;
     out->rank = 0;
     out->num_top = 0;
-    if (want_logprobs) fill_logprobs(p, raw, vocab_size, out);
+    if (want_logprobs) fill_logprobs(p->logprobs, raw, vocab_size, out);
     return VLLM_OK;
+}
+
+void sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token_id, int32_t num_top,
+                      sample_result *out) {
+    out->token_id = token_id;
+    out->num_top = 0;
+    fill_logprobs(num_top, logits, vocab_size, out);
 }
 
 vllm_status sampler_probs(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos_ids,

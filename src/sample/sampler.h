@@ -90,6 +90,13 @@ vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *
                            int32_t vocab_size, sampler_rng *rng, void *scratch,
                            sample_result *out);
 
+/* The raw logprob and rank of token_id under logits (vocab_size floats, read
+ * only), and the top min(num_top, vocab_size) in out->top (when not NULL),
+ * exactly as sampler_sample reports a sampled token's: vLLM's raw_logprobs.
+ * What prompt logprobs are made of. */
+void sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token_id, int32_t num_top,
+                      sample_result *out);
+
 /* The distribution sampler_sample draws from, after every step above:
  * probs (vocab_size) sums to 1; one-hot at the argmax when greedy. Same
  * arguments and in-place use of logits as sampler_sample. For tests and

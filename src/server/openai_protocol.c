@@ -581,9 +581,6 @@ static bool refuse_unsupported(pctx *c, openai_request *r) {
         return openai_fail(c->e, 400, TYPE_VALUE, "logits_processors",
                            "The `logits_processors` argument is not supported by this server. See "
                            "--logits-processor-pattern engine argument for more information.");
-    if (is_set(o, "prompt_logprobs"))
-        return openai_fail(c->e, 400, TYPE_VALUE, "prompt_logprobs",
-                           "`prompt_logprobs` is not supported by this server.");
     if (is_set(o, "allowed_token_ids"))
         return openai_fail(c->e, 400, TYPE_VALUE, "allowed_token_ids",
                            "`allowed_token_ids` is not supported by this server.");
@@ -705,6 +702,8 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (!get_bool(c, "add_special_tokens", false, &r->add_special_tokens)) return false;
     if (!get_bool(c, "return_token_ids", true, &r->return_token_ids)) return false;
     if (!get_bool(c, "return_tokens_as_token_ids", true, &r->return_tokens_as_token_ids)) return false;
+    if (!get_i32(c, "prompt_logprobs", true, &r->prompt_logprobs, &set)) return false;
+    if (!set) r->prompt_logprobs = -1;
     if (!get_str(c, "cache_salt", true, &s)) return false;
     if (s) r->cache_salt = strdup(s);
     if (!get_str(c, "request_id", false, &s)) return false;
@@ -772,6 +771,7 @@ bool openai_request_parse(const char *body, size_t len, bool chat, openai_reques
     r->skip_special_tokens = true;
     r->spaces_between_special_tokens = true;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
     r->add_special_tokens = !chat;
     r->add_generation_prompt = true;
     r->has_max_tokens = !chat;
@@ -887,6 +887,9 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
     sp->min_tokens = r->min_tokens;
     sp->ignore_eos = r->ignore_eos;
     sp->logprobs = r->logprobs;
+    /* CompletionRequest.to_sampling_params: echo asks for the prompt's logprobs */
+    sp->prompt_logprobs = r->prompt_logprobs >= 0 ? r->prompt_logprobs
+                          : !r->chat && r->echo && r->logprobs >= 0 ? r->logprobs : -1;
     sp->num_stop_token_ids = r->num_stop_token_ids;
     memcpy(sp->stop_token_ids, r->stop_token_ids, sizeof r->stop_token_ids);
     sp->num_logit_bias = r->num_logit_bias;
@@ -902,7 +905,9 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         char field[64];
         snprintf(field, sizeof field, "%.*s", (int)flen, msg);
         if (!strcmp(field, "max_tokens") && r->chat) strcpy(field, "max_completion_tokens");
-        if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
+        if (!strncmp(msg, "Requested prompt", 16)) /* "Requested prompt logprobs of N, ..." */
+            strcpy(field, "prompt_logprobs");
+        else if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
             strcpy(field, r->chat ? "top_logprobs" : "logprobs");
         return openai_fail(e, 400, TYPE_VALUE, field, "%s", msg);
     }
@@ -913,6 +918,10 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         return openai_fail(e, 400, TYPE_VALUE, r->chat ? "top_logprobs" : "logprobs",
                            "Requested sample logprobs of %d, which is greater than max allowed: %d",
                            sp->logprobs, max_logprobs);
+    if (sp->prompt_logprobs > max_logprobs)
+        return openai_fail(e, 400, TYPE_VALUE, "prompt_logprobs",
+                           "Requested prompt logprobs of %d, which is greater than max allowed: %d",
+                           sp->prompt_logprobs, max_logprobs);
     return true;
 }
 

@@ -77,6 +77,7 @@ typedef struct openai_request {
     bool spaces_between_special_tokens;
     int32_t min_tokens;
     int32_t logprobs;            /* -1 = none; completions: N; chat: top_logprobs if logprobs */
+    int32_t prompt_logprobs;     /* -1 = none (completions: echo with logprobs asks for them too) */
     int32_t priority;
     char *cache_salt;
     bool add_special_tokens;     /* completions true, chat false */

@@ -17,6 +17,7 @@
  */
 #include "server/serving.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ void serving_call_release(serving_call *c) {
     for (int32_t i = 0; i < c->num_prompts; i++) {
         free(c->prompts[i].ids);
         free(c->prompts[i].text);
+        json_decref(c->prompts[i].prompt_logprobs);
     }
     free(c->prompts);
     for (int32_t i = 0; i < c->num_choices; i++) {
@@ -328,6 +330,31 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return true;
 }
 
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+ * the prompt token first in each dict, then the top-N; -inf clamped to
+ * -9999 (clamp_prompt_logprobs); decoded_token is decode([id]) as vLLM's. */
+static json_t *prompt_logprobs_json(const output_delta *d) {
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int32_t i = 0; i < d->num_prompt_logprobs; i++) {
+        const output_token_logprobs *l = &d->prompt_logprobs[i];
+        json_t *o = json_object();
+        for (int32_t k = 0; k < l->num_entries; k++) {
+            const output_logprob *e = &l->entries[k];
+            char key[16];
+            snprintf(key, sizeof key, "%d", e->token_id);
+            json_t *v = json_object();
+            json_object_set_new(v, "logprob", json_real(isinf(e->logprob) && e->logprob < 0 ? -9999.0 : (double)e->logprob));
+            json_object_set_new(v, "rank", json_integer(e->rank));
+            json_t *t = e->text ? openai_json_text(e->text, e->text_len) : NULL;
+            json_object_set_new(v, "decoded_token", t ? t : json_null());
+            json_object_set_new(o, key, v);
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 static void on_delta(void *ud, const output_delta *d) {
     sink_ud *u = ud;
     serving_call *c = u->call;
@@ -343,6 +370,7 @@ static void on_delta(void *ud, const output_delta *d) {
     serving_choice *ch = &c->choices[ci];
     serving_prompt *p = &c->prompts[u->prompt];
     if (d->num_cached_tokens > p->num_cached) p->num_cached = d->num_cached_tokens;
+    if (d->has_prompt_logprobs && !p->prompt_logprobs) p->prompt_logprobs = prompt_logprobs_json(d);
     if (d->num_tokens > 0) {
         buf_grow((void **)&ch->token_ids, &ch->cap_tokens, (size_t)(ch->num_tokens + d->num_tokens),
                  sizeof *ch->token_ids); /* else the ids are not kept (usage still counts them) */

@@ -111,6 +111,7 @@ typedef struct serving_prompt {
     char *text;                  /* for echo; NULL until needed */
     size_t text_len;
     int32_t num_cached;
+    json_t *prompt_logprobs;     /* vLLM's prompt_logprobs list, once the first delta brought it */
     bool done;                   /* the engine finished all its sequences */
 } serving_prompt;
 

@@ -333,7 +333,8 @@ static json_t *chat_final(serving_call *c) {
         json_array_append_new(choices, o);
     }
     json_t *j = serving_response_new(c, "chat.completion", choices);
-    json_object_set_new(j, "prompt_logprobs", json_null());
+    json_object_set_new(j, "prompt_logprobs",
+                        c->prompts[0].prompt_logprobs ? json_incref(c->prompts[0].prompt_logprobs) : json_null());
     if (c->req.return_token_ids)
         json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));
     json_object_set_new(j, "kv_transfer_params", json_null());

@@ -12,8 +12,12 @@
  *     top_logprobs holds the sampled token first, then the top-N
  *     (V1's dict order), so it can have N + 1 entries;
  *   - echo prepends the prompt text; echo with max_tokens 0 generates one
- *     token and returns only the prompt.
+ *     token and returns only the prompt. echo with logprobs asks the engine
+ *     for the prompt's logprobs (to_sampling_params), which come first in
+ *     logprobs (the first prompt token's as null) and in each choice's
+ *     prompt_logprobs, as vLLM.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,8 +110,19 @@ static void completion_delta(serving_call *c, int32_t ci, const output_delta *d,
     serving_choice *ch = &c->choices[ci];
     serving_prompt *p = &c->prompts[ci / c->n];
     json_t *lp = NULL;
-    if (c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 && !echo_only(c)) {
+    if (c->logprobs >= 0 && c->req.echo && d->has_prompt_logprobs && p->num_ids > 0) {
+        /* echo: the prompt's tokens first, the first one without a logprob (vLLM's None) */
+        strbuf b = {0};
+        if (tokenizer_token_bytes(c->ctx->tok, p->ids[0], &b) != VLLM_OK) b.len = 0;
+        output_logprob first = {.token_id = p->ids[0], .logprob = NAN, .bytes = b.s ? b.s : "", .bytes_len = b.len};
+        output_token_logprobs one = {1, &first};
         lp = completion_logprobs_new();
+        completion_logprobs_append(c, lp, &one, 1, &ch->lp_offset);
+        completion_logprobs_append(c, lp, d->prompt_logprobs, d->num_prompt_logprobs, &ch->lp_offset);
+        free(b.s);
+    }
+    if (c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 && !echo_only(c)) {
+        if (!lp) lp = completion_logprobs_new();
         completion_logprobs_append(c, lp, d->logprobs, d->num_tokens, &ch->lp_offset);
     }
     if (!c->streaming) {
@@ -180,7 +195,7 @@ static json_t *completion_final(serving_call *c) {
         const char *fr = vllm_finish_reason_str(ch->finish_reason);
         json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
-        json_object_set_new(o, "prompt_logprobs", json_null());
+        json_object_set_new(o, "prompt_logprobs", p->prompt_logprobs ? json_incref(p->prompt_logprobs) : json_null());
         if (c->req.return_token_ids) {
             json_object_set_new(o, "prompt_token_ids", ids_json(p->ids, p->num_ids));
             json_object_set_new(o, "token_ids", echo_only(c) ? ids_json(p->ids, p->num_ids)
@@ -204,12 +219,6 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
     if (req->priority != 0 && ctx->policy != VLLM_SCHEDULING_PRIORITY) {
         openai_fail(&e, 400, "BadRequestError", "priority",
                     "Got priority %d but Priority scheduling is not enabled.", req->priority);
-        goto fail;
-    }
-    if (req->echo && req->logprobs >= 0) { /* vLLM answers this with prompt logprobs */
-        openai_fail(&e, 400, "BadRequestError", "echo",
-                    "`echo` with `logprobs` needs prompt logprobs, which this server does not "
-                    "compute yet.");
         goto fail;
     }
     prompts = calloc((size_t)req->num_prompts, sizeof *prompts);

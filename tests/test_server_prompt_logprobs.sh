@@ -18,5 +18,5 @@ if ! [ -x "$py" ] || ! "$py" -c 'import torch, transformers, numpy' 2>/dev/null;
   exit 0
 fi
 VLLMC_DEBUG_PROMPT_ROWS=7 server_start A --kv-cache-dtype float32 --max-num-batched-tokens 64 --max-num-seqs 8 || exit 1
-server_start B --kv-cache-dtype float32 || exit 1
+server_start B --kv-cache-dtype float32 --enable-prompt-tokens-details || exit 1
 timeout 600 "$py" tests/ref/prompt_logprobs_check.py "$A_URL" "$B_URL" models/stories260K

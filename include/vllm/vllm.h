@@ -58,6 +58,18 @@ typedef struct vllm_sampling_params {
     int32_t num_logit_bias;
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
+    /* allowed_token_ids: only these may be sampled (the others get -inf,
+     * after the raw logprobs are taken, as vLLM); NULL / 0 = all. */
+    const int32_t *allowed_token_ids;
+    int32_t num_allowed_token_ids;
+    /* bad_words as token sequences (vLLM's _bad_words_token_ids, which a
+     * front end makes from the words): num_bad_words sequences back to back
+     * in bad_words_ids, the i-th bad_words_lens[i] >= 1 long. A sequence's
+     * last token gets -inf when the output so far ends with its others.
+     * vllm_engine_add_request copies both lists; NULL / 0 = none. */
+    const int32_t *bad_words_ids;
+    const int32_t *bad_words_lens;
+    int32_t num_bad_words;
 } vllm_sampling_params;
 
 void vllm_sampling_params_init(vllm_sampling_params *p);

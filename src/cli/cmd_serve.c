@@ -49,6 +49,9 @@ static void usage(FILE *f) {
             "  --max-logprobs N                most logprobs a request may ask for (20)\n"
             "  --enable-force-include-usage    usage chunk on every stream\n"
             "  --enable-log-requests           log each request's parameters\n"
+            "  --enable-log-outputs            with --enable-log-requests: log each response\n"
+            "  --max-log-len N                 prompt/output characters and ids logged (all)\n"
+            "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens\n"
             "  --allowed-origins JSON          CORS: allowed origins, a JSON list (default [\"*\"])\n"
             "  --allowed-methods JSON          CORS: allowed methods (default [\"*\"])\n"
             "  --allowed-headers JSON          CORS: allowed headers (default [\"*\"])\n"
@@ -69,7 +72,7 @@ static void usage(FILE *f) {
 /* Flags vLLM has that change nothing here; accepted so scripts keep working. */
 static bool ignored_flag(const char *name, bool *takes_value) {
     static const char *const no_value[] = {
-        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
+        "--enable-server-load-tracking", "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
         "--trust-remote-code", "--enforce-eager", NULL};
     static const char *const with_value[] = {"--uvicorn-log-level", "--dtype", "--swap-space",
                                              "--gpu-memory-utilization", "--tensor-parallel-size",
@@ -144,7 +147,9 @@ int cmd_serve(int argc, char **argv) {
     int64_t max_queued = 1024;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
-    bool allow_credentials = false, request_id_headers = false;
+    bool allow_credentials = false, request_id_headers = false, log_outputs = false;
+    bool prompt_tokens_details = false;
+    int32_t max_log_len = -1;
     const char *cors_arg[3] = {NULL, NULL, NULL}; /* --allowed-origins, -methods, -headers */
     json_t *cors_json[3] = {NULL, NULL, NULL};
     const char *cors_list[3][MAX_NAMES];
@@ -191,10 +196,14 @@ int cmd_serve(int argc, char **argv) {
                          !strcmp(name, "--disable-uvicorn-access-log") ||
                          !strcmp(name, "--disable-log-stats") ||
                          !strcmp(name, "--allow-credentials") ||
+                         !strcmp(name, "--enable-log-outputs") ||
+                         !strcmp(name, "--enable-prompt-tokens-details") ||
                          !strcmp(name, "--enable-request-id-headers");
         if (flag_only) {
             if (name[2] == 't') trust_template = true;
             else if (!strcmp(name, "--allow-credentials")) allow_credentials = true;
+            else if (!strcmp(name, "--enable-log-outputs")) log_outputs = true;
+            else if (!strcmp(name, "--enable-prompt-tokens-details")) prompt_tokens_details = true;
             else if (!strcmp(name, "--enable-request-id-headers")) request_id_headers = true;
             else if (!strcmp(name, "--enable-force-include-usage")) force_usage = true;
             else if (!strcmp(name, "--enable-log-requests")) log_requests = true;
@@ -211,7 +220,8 @@ int cmd_serve(int argc, char **argv) {
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
                                              "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
-                                             "--allowed-origins", "--allowed-methods", "--allowed-headers", NULL};
+                                             "--allowed-origins", "--allowed-methods", "--allowed-headers",
+                                             "--max-log-len", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -260,6 +270,8 @@ int cmd_serve(int argc, char **argv) {
             http_threads = num < 1 ? 1 : num > 64 ? 64 : (int)num;
         } else if (!strcmp(name, "--max-num-queued-reqs")) {
             max_queued = num;
+        } else if (!strcmp(name, "--max-log-len")) {
+            max_log_len = num > INT32_MAX ? INT32_MAX : (int32_t)num;
         }
     }
     const char *env_key = getenv("VLLM_API_KEY");
@@ -391,6 +403,9 @@ int cmd_serve(int argc, char **argv) {
     ctx.enable_force_include_usage = force_usage;
     ctx.response_role = role;
     ctx.log_requests = log_requests;
+    ctx.log_outputs = log_requests && log_outputs; /* vLLM logs outputs through the request logger */
+    ctx.max_log_len = max_log_len;
+    ctx.enable_prompt_tokens_details = prompt_tokens_details;
     atomic_init(&ctx.server_load, 0);
 
     for (int k = 0; k < 3; k++)

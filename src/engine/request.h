@@ -105,7 +105,8 @@ struct request {
     bool in_map;
     char *id;
     int32_t num_prompt_tokens;
-    vllm_sampling_params params;
+    vllm_sampling_params params;     /* its lists point into owned_ids */
+    int32_t *owned_ids;
     int32_t max_tokens;              /* resolved from params (-1 = up to max_model_len) */
     int32_t priority;
     double arrival_time;

@@ -133,6 +133,23 @@ vllm_status sampler_check_vocab(const vllm_sampling_params *p, int32_t vocab_siz
         return vllm_error(VLLM_ERR_INVALID,
                           "token_id(s) [%s] in logit_bias contain out-of-vocab token ids. Vocabulary size: %d",
                           list, vocab_size);
+    for (int32_t i = 0; i < p->num_allowed_token_ids; i++)
+        if (p->allowed_token_ids[i] < 0 || p->allowed_token_ids[i] >= vocab_size)
+            return vllm_error(VLLM_ERR_INVALID, "allowed_token_ids contains out-of-vocab token id!");
+    int64_t nb = 0;
+    for (int32_t i = 0; i < p->num_bad_words; i++) nb += p->bad_words_lens[i];
+    n = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t id = p->bad_words_ids[i];
+        if (id >= 0 && id < vocab_size) continue;
+        if (n < sizeof list - 16) n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", bad ? ", " : "", id);
+        bad++;
+    }
+    if (bad) /* SamplingParams._validate_bad_words' words */
+        return vllm_error(VLLM_ERR_INVALID,
+                          "The model vocabulary size is %d, but the following tokens were specified as bad: "
+                          "[%s]. All token id values should be integers satisfying: 0 <= token_id <= %d.",
+                          vocab_size, list, vocab_size - 1);
     return VLLM_OK;
 }
 
@@ -159,6 +176,33 @@ typedef struct processed {
     int32_t n;
     double mass;
 } processed;
+
+/* allowed_token_ids: every other token gets -inf. mask: vocab_size bytes of
+ * scratch (the candidate area, free until the penalties use it). */
+static void apply_allowed_ids(const vllm_sampling_params *p, float *logits, int32_t vocab_size, uint8_t *mask) {
+    if (p->num_allowed_token_ids <= 0) return;
+    memset(mask, 0, (size_t)vocab_size);
+    for (int32_t i = 0; i < p->num_allowed_token_ids; i++) {
+        int32_t id = p->allowed_token_ids[i];
+        if (id >= 0 && id < vocab_size) mask[id] = 1;
+    }
+    for (int32_t i = 0; i < vocab_size; i++)
+        if (!mask[i]) logits[i] = -INFINITY;
+}
+
+/* bad_words: a sequence's last token gets -inf when the output ends with the
+ * tokens before it (vLLM's _apply_bad_words_single_batch, on output tokens). */
+static void apply_bad_words(const vllm_sampling_params *p, const sample_history *h, float *logits,
+                            int32_t vocab_size) {
+    int32_t nout = h ? h->num_output : 0;
+    const int32_t *w = p->bad_words_ids;
+    for (int32_t i = 0; i < p->num_bad_words; w += p->bad_words_lens[i], i++) {
+        int32_t len = p->bad_words_lens[i], last = w[len - 1];
+        if (len - 1 > nout || last < 0 || last >= vocab_size) continue;
+        if (len == 1 || memcmp(h->output_ids + nout - (len - 1), w, (size_t)(len - 1) * sizeof *w) == 0)
+            logits[last] = -INFINITY;
+    }
+}
 
 static void apply_min_tokens(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos_ids,
                              int32_t num_eos, float *logits, int32_t vocab_size) {
@@ -499,6 +543,8 @@ static vllm_status sampler_process(const vllm_sampling_params *p, const sample_h
                                    processed *out) {
     cand *c = scratch_cands(scratch, vocab_size);
     memset(out, 0, sizeof *out);
+    apply_allowed_ids(p, logits, vocab_size, (uint8_t *)c);
+    apply_bad_words(p, h, logits, vocab_size);
     apply_min_tokens(p, h, eos_ids, num_eos, logits, vocab_size);
     apply_logit_bias(p, logits, vocab_size);
     apply_penalties(p, h, logits, vocab_size, (int32_t *)c);

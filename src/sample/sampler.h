@@ -3,6 +3,8 @@
  *
  * Order (vLLM V1, default logprobs_mode raw_logprobs):
  *   1. logprobs, if asked for, from log_softmax of the raw logits;
+ *   1a. allowed_token_ids: every other token -inf; bad_words: the last token
+ *      of a bad sequence -inf when the output ends with the rest of it;
  *   2. min_tokens: EOS ids and stop_token_ids get -inf while fewer than
  *      min_tokens tokens have been generated (even with ignore_eos, as vLLM);
  *   3. logit_bias added;

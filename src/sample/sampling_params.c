@@ -104,6 +104,13 @@ vllm_status vllm_sampling_params_validate(const vllm_sampling_params *p) {
         return vllm_error(VLLM_ERR_INVALID,
                           "Requested sample logprobs of %d, which is greater than max allowed: %d",
                           p->logprobs, VLLM_MAX_LOGPROBS);
+    if (p->num_allowed_token_ids < 0 || (p->num_allowed_token_ids > 0 && !p->allowed_token_ids))
+        return vllm_error(VLLM_ERR_INVALID, "allowed_token_ids: %d ids without a list", p->num_allowed_token_ids);
+    if (p->num_bad_words < 0 || (p->num_bad_words > 0 && (!p->bad_words_ids || !p->bad_words_lens)))
+        return vllm_error(VLLM_ERR_INVALID, "bad_words: %d token sequences without the lists", p->num_bad_words);
+    for (int32_t i = 0; i < p->num_bad_words; i++)
+        if (p->bad_words_lens[i] < 1)
+            return vllm_error(VLLM_ERR_INVALID, "bad_words: token sequence %d is empty", i);
     if (p->prompt_logprobs < -1)
         return vllm_error(VLLM_ERR_INVALID, "prompt_logprobs must be non-negative, got %d.", p->prompt_logprobs);
     if (p->prompt_logprobs > VLLM_MAX_LOGPROBS)

@@ -581,12 +581,6 @@ static bool refuse_unsupported(pctx *c, openai_request *r) {
         return openai_fail(c->e, 400, TYPE_VALUE, "logits_processors",
                            "The `logits_processors` argument is not supported by this server. See "
                            "--logits-processor-pattern engine argument for more information.");
-    if (is_set(o, "allowed_token_ids"))
-        return openai_fail(c->e, 400, TYPE_VALUE, "allowed_token_ids",
-                           "`allowed_token_ids` is not supported by this server.");
-    if (truthy(json_object_get(o, "bad_words")))
-        return openai_fail(c->e, 400, TYPE_VALUE, "bad_words",
-                           "`bad_words` is not supported by this server.");
     static const char *guided[] = {"structured_outputs", "guided_json", "guided_regex",
                                    "guided_choice", "guided_grammar", "structural_tag"};
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++)
@@ -711,13 +705,39 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (!parse_logit_bias(c, r)) return false;
     int32_t truncate = 0;
     if (!get_i32(c, "truncate_prompt_tokens", true, &truncate, &set)) return false;
-    if (set && truncate < 1)
+    if (set && (truncate < -1 || truncate == 0)) /* Field(ge=-1); 0 would leave no prompt */
         return openai_fail(c->e, 400, TYPE_VALIDATION, "truncate_prompt_tokens",
                            "1 validation error for %s\ntruncate_prompt_tokens\n  Input should be "
-                           "greater than or equal to 1 [type=greater_than_equal, input_value=%d, "
+                           "greater than or equal to %d [type=greater_than_equal, input_value=%d, "
                            "input_type=int]",
-                           c->model, truncate);
+                           c->model, truncate == 0 ? 1 : -1, truncate);
     r->truncate_prompt_tokens = set ? truncate : 0;
+    json_t *allowed = json_object_get(o, "allowed_token_ids");
+    if (allowed && !json_is_null(allowed)) {
+        if (!json_is_array(allowed)) return type_error(c, "allowed_token_ids", "a valid list", "list_type", allowed);
+        size_t na = json_array_size(allowed);
+        r->has_allowed_token_ids = true;
+        r->allowed_token_ids = malloc((na ? na : 1) * sizeof *r->allowed_token_ids);
+        if (!r->allowed_token_ids) return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+        size_t i;
+        json_t *x;
+        json_array_foreach(allowed, i, x) {
+            if (!json_is_integer(x)) return type_error(c, "allowed_token_ids", "a valid integer", "int_type", x);
+            json_int_t id = json_integer_value(x);
+            if (id < INT32_MIN || id > INT32_MAX)
+                return type_error(c, "allowed_token_ids", "a 32-bit integer", "int_range", x);
+            r->allowed_token_ids[r->num_allowed_token_ids++] = (int32_t)id;
+        }
+    }
+    json_t *bad = json_object_get(o, "bad_words");
+    if (bad && !json_is_null(bad)) {
+        if (!json_is_array(bad)) return type_error(c, "bad_words", "a valid list", "list_type", bad);
+        size_t i;
+        json_t *x;
+        json_array_foreach(bad, i, x)
+            if (!json_is_string(x)) return type_error(c, "bad_words", "a valid string", "string_type", x);
+        r->bad_words = bad;
+    }
 
     if (r->chat) {
         bool lp = false;
@@ -815,6 +835,9 @@ void openai_request_free(openai_request *r) {
     free(r->request_id);
     free(r->cache_salt);
     free(r->tool_choice);
+    free(r->allowed_token_ids);
+    free(r->bad_words_ids);
+    free(r->bad_words_lens);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
 }
@@ -892,6 +915,11 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
                           : !r->chat && r->echo && r->logprobs >= 0 ? r->logprobs : -1;
     sp->num_stop_token_ids = r->num_stop_token_ids;
     memcpy(sp->stop_token_ids, r->stop_token_ids, sizeof r->stop_token_ids);
+    sp->allowed_token_ids = r->allowed_token_ids;
+    sp->num_allowed_token_ids = r->num_allowed_token_ids;
+    sp->bad_words_ids = r->bad_words_ids;
+    sp->bad_words_lens = r->bad_words_lens;
+    sp->num_bad_words = r->num_bad_words;
     sp->num_logit_bias = r->num_logit_bias;
     memcpy(sp->logit_bias_ids, r->logit_bias_ids, sizeof r->logit_bias_ids);
     memcpy(sp->logit_bias_values, r->logit_bias_values, sizeof r->logit_bias_values);
@@ -918,6 +946,8 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         return openai_fail(e, 400, TYPE_VALUE, r->chat ? "top_logprobs" : "logprobs",
                            "Requested sample logprobs of %d, which is greater than max allowed: %d",
                            sp->logprobs, max_logprobs);
+    if (r->has_allowed_token_ids && r->num_allowed_token_ids == 0)
+        return openai_fail(e, 400, TYPE_VALUE, "allowed_token_ids", "allowed_token_ids is not None and empty!");
     if (sp->prompt_logprobs > max_logprobs)
         return openai_fail(e, 400, TYPE_VALUE, "prompt_logprobs",
                            "Requested prompt logprobs of %d, which is greater than max allowed: %d",

@@ -48,7 +48,10 @@ typedef struct serving_ctx {
     bool trust_request_chat_template;
     bool enable_force_include_usage;
     const char *response_role;           /* "assistant" */
-    bool log_requests;
+    bool log_requests;                   /* --enable-log-requests */
+    bool log_outputs;                    /* --enable-log-outputs (with log_requests, as vLLM) */
+    int32_t max_log_len;                 /* --max-log-len: prompt/output characters and ids logged; -1 = all */
+    bool enable_prompt_tokens_details;   /* usage.prompt_tokens_details (cached_tokens) */
     atomic_llong server_load;            /* calls in flight (GET /load) */
     /* Admission control (--max-num-queued-reqs): sequences admitted and not
      * yet released (waiting + running; a call counts num_prompts * n). A
@@ -170,5 +173,13 @@ json_t *serving_response_new(serving_call *c, const char *object, json_t *choice
 bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
                              int32_t **ids, int32_t *n, openai_error *e);
 bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e);
+/* truncate_prompt_tokens: keeps the last N ids (N = max_model_len for -1). */
+void serving_truncate_prompt(serving_ctx *ctx, const openai_request *req, int32_t *ids, int32_t *n);
+/* What the engine would refuse in sp, as vLLM's 400s: ids outside the
+ * vocabulary (logit_bias, allowed_token_ids, bad words). First tokenizes
+ * req's bad_words (once per request, vLLM's update_from_tokenizer: each word
+ * left-stripped, alone and after a space when that gives a different first
+ * token and as many tokens) and points sp at them. */
+bool serving_check_sampling(serving_ctx *ctx, openai_request *req, vllm_sampling_params *sp, openai_error *e);
 
 #endif

@@ -373,19 +373,12 @@ void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_reque
         goto fail;
     }
     if (!serving_chat_prompt(ctx, req, &prompt->ids, &prompt->num_ids, &e)) goto fail;
-    if (req->truncate_prompt_tokens > 0 && prompt->num_ids > req->truncate_prompt_tokens) {
-        int32_t drop = prompt->num_ids - req->truncate_prompt_tokens;
-        memmove(prompt->ids, prompt->ids + drop, (size_t)req->truncate_prompt_tokens * sizeof(int32_t));
-        prompt->num_ids = req->truncate_prompt_tokens;
-    }
+    serving_truncate_prompt(ctx, req, prompt->ids, &prompt->num_ids);
     if (!serving_check_prompt_ids(ctx, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, prompt->num_ids,
                                         ctx->max_logprobs, &prompt->sp, &e))
         goto fail;
-    if (sampler_check_vocab(&prompt->sp, tokenizer_vocab_size(ctx->tok)) != VLLM_OK) {
-        openai_fail(&e, 400, "BadRequestError", "logit_bias", "%s", vllm_errmsg());
-        goto fail;
-    }
+    if (!serving_check_sampling(ctx, req, &prompt->sp, &e)) goto fail;
     if (req->echo) {
         size_t nm = json_array_size(req->messages);
         json_t *last = nm ? json_array_get(req->messages, nm - 1) : NULL;

@@ -242,19 +242,12 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
             memcpy(p->ids, q->ids, (size_t)q->num_ids * sizeof(int32_t));
             p->num_ids = q->num_ids;
         }
-        if (req->truncate_prompt_tokens > 0 && p->num_ids > req->truncate_prompt_tokens) {
-            int32_t drop = p->num_ids - req->truncate_prompt_tokens;
-            memmove(p->ids, p->ids + drop, (size_t)req->truncate_prompt_tokens * sizeof(int32_t));
-            p->num_ids = req->truncate_prompt_tokens;
-        }
+        serving_truncate_prompt(ctx, req, p->ids, &p->num_ids);
         if (!serving_check_prompt_ids(ctx, p->ids, p->num_ids, &e)) goto fail;
         if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, p->num_ids,
                                             ctx->max_logprobs, &p->sp, &e))
             goto fail;
-        if (sampler_check_vocab(&p->sp, tokenizer_vocab_size(ctx->tok)) != VLLM_OK) {
-            openai_fail(&e, 400, "BadRequestError", "logit_bias", "%s", vllm_errmsg());
-            goto fail;
-        }
+        if (!serving_check_sampling(ctx, req, &p->sp, &e)) goto fail;
         if (req->echo) { /* the text the response starts with */
             if (q->text && req->truncate_prompt_tokens == 0) {
                 p->text = malloc(q->text_len + 1);

@@ -7,7 +7,8 @@
 # stop_token_ids (".", which the greedy story really produces), the
 # tokenizer's EOS (forced by logit_bias after min_tokens) and the model's own
 # end of story (<s>, generation_config.json's second eos_token_id), n > 1
-# with a seed, logprobs (the same ids and values; the server's token strings
+# with a seed, prompt_logprobs (each choice's equal to the CLI's request-level
+# list), logprobs (the same ids and values; the server's token strings
 # are the tokens' own bytes, checked against SentencePiece's pieces, where
 # the CLI reports vLLM's decode([id])).
 #
@@ -21,7 +22,7 @@
 # model's greedy text (the story that ends with <s>, the "." it produces);
 # the parity itself holds for every type.
 # Prints "ok NAME" / "FAIL NAME: why".
-# checks: 29
+# checks: 30
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -46,6 +47,7 @@ end_of_story_plain	{"prompt": "Lily and Tom", "max_tokens": 300, "temperature": 
 n3_seeded	{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.8, "n": 3, "seed": 7, "stop": ["."]}
 logprobs	{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "logprobs": 3}
 logprobs_sampled	{"prompt": "The dog", "max_tokens": 12, "temperature": 1.0, "seed": 3, "logprobs": 1}
+prompt_logprobs	{"prompt": "Once upon a time there was a little dog", "max_tokens": 4, "prompt_logprobs": 3, "n": 2, "seed": 1, "temperature": 0.7}
 EOF
 cut -f2 "$tmp/cases.tsv" >"$tmp/cases.jsonl"
 
@@ -141,6 +143,9 @@ for i, (name, body) in enumerate(cases):
                 break
         if why is None and "logprobs" in q and not same_logprobs(a["logprobs"], b["logprobs"]):
             why = "output %d: logprobs differ: CLI %r, server %r" % (k, a["logprobs"], b["logprobs"])
+        if why is None and "prompt_logprobs" in q and (cli[i]["prompt_logprobs"] != b["prompt_logprobs"] or
+                                                      len(b["prompt_logprobs"]) != len(cli[i]["prompt_token_ids"])):
+            why = "output %d: prompt_logprobs differ: CLI %r, server %r" % (k, cli[i]["prompt_logprobs"], b["prompt_logprobs"])
         if why:
             break
     if why:

@@ -10,7 +10,7 @@
 #   - --enable-log-requests / --enable-log-outputs / --max-log-len: what the
 #     log says about a request, its prompt cut to N characters or ids;
 #   - an unknown field is still accepted and logged, an unsupported one a 400.
-# checks: 14
+# checks: 15
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -38,6 +38,10 @@ check prompt_tokens_details_flag '.usage.prompt_tokens_details.cached_tokens > 0
 req POST $D_URL/v1/completions '{"prompt":"Once","max_tokens":3,"stream":true}'
 last=$(grep '^data: {' <<< "$BODY" | tail -1 | cut -c7-)
 check force_include_usage '.choices == [] and .usage.completion_tokens == 3' "$last"
+# vLLM's should_include_usage: the flag turns include_usage on, so continuous_usage_stats counts
+req POST $D_URL/v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}'
+chunks=$(grep '^data: {' <<< "$BODY" | cut -c7- | jq -s -c .)
+check force_include_usage_continuous 'length >= 4 and all(.[]; .usage.total_tokens > 0) and .[-1].choices == []' "$chunks"
 
 server_start L --enable-log-requests --enable-log-outputs --max-log-len 10 || exit 1
 req POST $L_URL/v1/completions '{"prompt":"Once upon a time there was a dog named Max","max_tokens":3,"temperature":0,"return_token_ids":true}'

@@ -169,12 +169,6 @@ json_t *serving_token_json(serving_call *c, const output_logprob *e) {
     return j ? j : json_string("");
 }
 
-int64_t serving_utf8_chars(const char *s, size_t len) {
-    int64_t n = 0;
-    for (size_t i = 0; i < len; i++) n += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return n;
-}
-
 json_t *serving_response_new(serving_call *c, const char *object, json_t *choices) {
     json_t *j = json_object();
     json_object_set_new(j, "id", json_string(c->id));

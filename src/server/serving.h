@@ -162,8 +162,6 @@ json_t *serving_stop_reason(const serving_choice *ch);
  * and turns byte pieces into U+FFFD: OpenAI's contract is that the tokens'
  * bytes concatenate to the text. */
 json_t *serving_token_json(serving_call *c, const output_logprob *e);
-/* Characters (code points) in a UTF-8 string, as Python's len(). */
-int64_t serving_utf8_chars(const char *s, size_t len);
 
 json_t *serving_usage(serving_call *c, bool omit_null);
 /* The non-streaming response object up to its usage (id, object, created, model,

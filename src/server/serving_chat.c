@@ -233,7 +233,7 @@ static json_t *running_usage(serving_call *c, int32_t completion) {
 }
 
 static bool continuous_usage(const serving_call *c) {
-    return c->req.include_usage && c->req.continuous_usage_stats;
+    return (c->req.include_usage || c->ctx->enable_force_include_usage) && c->req.continuous_usage_stats;
 }
 
 static void chat_begin(serving_call *c) {

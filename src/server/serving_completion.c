@@ -163,7 +163,7 @@ static void completion_delta(serving_call *c, int32_t ci, const output_delta *d,
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(chunk, "choices", choices);
-    if (c->req.include_usage && c->req.continuous_usage_stats)
+    if ((c->req.include_usage || c->ctx->enable_force_include_usage) && c->req.continuous_usage_stats)
         json_object_set_new(chunk, "usage",
                             openai_usage_json(p->num_ids, ch->num_tokens, 0, true));
     else

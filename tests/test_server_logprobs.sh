@@ -8,7 +8,7 @@
 #   - completions' text_offset indexes into the text;
 #   - return_tokens_as_token_ids: "token_id:N" as vLLM (bytes of that string);
 #   - the same through the official openai npm client (test_server_logprobs.mjs).
-# checks: 11
+# checks: 13
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -105,6 +105,13 @@ c = json.load(sys.stdin)["choices"][0]
 lp = c["logprobs"]
 if lp["tokens"] != [f"token_id:{t}" for t in c["token_ids"]] or not all(all(k.startswith("token_id:") for k in d) for d in lp["top_logprobs"]):
     print(lp)'
+
+# --return-tokens-as-token-ids: the server's default, a request's own false wins (vLLM)
+server_start T --model models/stories260K --served-model-name tiny --return-tokens-as-token-ids || exit 1
+req POST $T_URL/v1/chat/completions '{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"return_token_ids":true}'
+check server_token_ids_as_tokens '[.choices[0].token_ids, [.choices[0].logprobs.content[].token]] | .[1] == (.[0] | map("token_id:\(.)"))'
+req POST $T_URL/v1/completions '{"model":"tiny","prompt":"hi","max_tokens":3,"temperature":0,"logprobs":0,"return_tokens_as_token_ids":false}'
+check request_overrides_server_flag '.choices[0].logprobs.tokens | all(startswith("token_id:") | not)'
 
 if [ ! -d tests/ref/node_modules/openai ]; then
   for n in node_chat_bytes_concat node_chat_stream_bytes_concat node_completion_offsets; do

@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "  --enable-log-outputs            with --enable-log-requests: log each response\n"
             "  --max-log-len N                 prompt/output characters and ids logged (all)\n"
             "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens\n"
+            "  --return-tokens-as-token-ids    logprob tokens as \"token_id:N\" unless a request says\n"
             "  --allowed-origins JSON          CORS: allowed origins, a JSON list (default [\"*\"])\n"
             "  --allowed-methods JSON          CORS: allowed methods (default [\"*\"])\n"
             "  --allowed-headers JSON          CORS: allowed headers (default [\"*\"])\n"
@@ -148,7 +149,7 @@ int cmd_serve(int argc, char **argv) {
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     bool allow_credentials = false, request_id_headers = false, log_outputs = false;
-    bool prompt_tokens_details = false;
+    bool prompt_tokens_details = false, tokens_as_ids = false;
     int32_t max_log_len = -1;
     const char *cors_arg[3] = {NULL, NULL, NULL}; /* --allowed-origins, -methods, -headers */
     json_t *cors_json[3] = {NULL, NULL, NULL};
@@ -197,12 +198,14 @@ int cmd_serve(int argc, char **argv) {
                          !strcmp(name, "--disable-log-stats") ||
                          !strcmp(name, "--allow-credentials") ||
                          !strcmp(name, "--enable-log-outputs") ||
+                         !strcmp(name, "--return-tokens-as-token-ids") ||
                          !strcmp(name, "--enable-prompt-tokens-details") ||
                          !strcmp(name, "--enable-request-id-headers");
         if (flag_only) {
             if (name[2] == 't') trust_template = true;
             else if (!strcmp(name, "--allow-credentials")) allow_credentials = true;
             else if (!strcmp(name, "--enable-log-outputs")) log_outputs = true;
+            else if (!strcmp(name, "--return-tokens-as-token-ids")) tokens_as_ids = true;
             else if (!strcmp(name, "--enable-prompt-tokens-details")) prompt_tokens_details = true;
             else if (!strcmp(name, "--enable-request-id-headers")) request_id_headers = true;
             else if (!strcmp(name, "--enable-force-include-usage")) force_usage = true;
@@ -406,6 +409,7 @@ int cmd_serve(int argc, char **argv) {
     ctx.log_outputs = log_requests && log_outputs; /* vLLM logs outputs through the request logger */
     ctx.max_log_len = max_log_len;
     ctx.enable_prompt_tokens_details = prompt_tokens_details;
+    ctx.return_tokens_as_token_ids = tokens_as_ids;
     atomic_init(&ctx.server_load, 0);
 
     for (int k = 0; k < 3; k++)

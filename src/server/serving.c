@@ -80,6 +80,9 @@ serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_requ
     c->fmt = fmt;
     c->req = *req;
     memset(req, 0, sizeof *req); /* moved */
+    json_t *as_ids = json_object_get(c->req.body, "return_tokens_as_token_ids");
+    if ((!as_ids || json_is_null(as_ids)) && ctx->return_tokens_as_token_ids) /* the request's wins, as vLLM */
+        c->req.return_tokens_as_token_ids = true;
     c->created = (int64_t)time(NULL);
     c->arrival = vllm_monotonic_time();
     const char *hdr = http_request_header(http, "X-Request-Id");

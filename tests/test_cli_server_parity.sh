@@ -7,7 +7,10 @@
 # stop_token_ids (".", which the greedy story really produces), the
 # tokenizer's EOS (forced by logit_bias after min_tokens) and the model's own
 # end of story (<s>, generation_config.json's second eos_token_id), n > 1
-# with a seed, logprobs.
+# with a seed, prompt_logprobs (each choice's equal to the CLI's request-level
+# list), logprobs (the same ids and values; the server's token strings
+# are the tokens' own bytes, checked against SentencePiece's pieces, where
+# the CLI reports vLLM's decode([id])).
 #
 # Both paths could be wrong the same way, so the rules are also checked
 # against vLLM's spec directly, from the plain greedy run: a stop string cuts
@@ -19,7 +22,7 @@
 # model's greedy text (the story that ends with <s>, the "." it produces);
 # the parity itself holds for every type.
 # Prints "ok NAME" / "FAIL NAME: why".
-# checks: 29
+# checks: 30
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -44,6 +47,7 @@ end_of_story_plain	{"prompt": "Lily and Tom", "max_tokens": 300, "temperature": 
 n3_seeded	{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.8, "n": 3, "seed": 7, "stop": ["."]}
 logprobs	{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "logprobs": 3}
 logprobs_sampled	{"prompt": "The dog", "max_tokens": 12, "temperature": 1.0, "seed": 3, "logprobs": 1}
+prompt_logprobs	{"prompt": "Once upon a time there was a little dog", "max_tokens": 4, "prompt_logprobs": 3, "n": 2, "seed": 1, "temperature": 0.7}
 EOF
 cut -f2 "$tmp/cases.tsv" >"$tmp/cases.jsonl"
 
@@ -86,6 +90,17 @@ def srv_outs(i):
         return None
     return srv[i]["choices"]
 
+import sentencepiece
+sp = sentencepiece.SentencePieceProcessor(model_file="models/stories260K/tokenizer.model")
+def piece(i):
+    """A token's text in the middle of a text (the server's logprob token,
+    not vLLM's decode([id]) the CLI reports): SentencePiece's piece, U+2581
+    as a space, a byte piece as its byte, control pieces verbatim."""
+    p = sp.id_to_piece(i)
+    if sp.is_byte(i):
+        return bytes([int(p[3:5], 16)]).decode("utf-8", "replace")
+    return p if sp.is_control(i) or sp.is_unknown(i) else p.replace("\u2581", " ")
+
 def same_logprobs(c, s):
     """CLI: [{id: {logprob, rank, decoded_token}}] (sampled first); server:
     {tokens, token_logprobs, top_logprobs: [{text: logprob}]}."""
@@ -95,13 +110,14 @@ def same_logprobs(c, s):
         return False
     for pos, d in enumerate(c):
         entries = list(d.values())
-        if s["tokens"][pos] != entries[0]["decoded_token"]:
+        ids = [int(k) for k in d]
+        if s["tokens"][pos] != piece(ids[0]):
             return False
         if abs(max(entries[0]["logprob"], -9999.0) - s["token_logprobs"][pos]) > 1e-6:
             return False
         want = {}
-        for e in entries:
-            want[e["decoded_token"]] = max(e["logprob"], -9999.0)
+        for i, e in zip(ids, entries):
+            want[piece(i)] = max(e["logprob"], -9999.0)
         top = s["top_logprobs"][pos]
         if list(top.keys()) != list(want.keys()) or any(abs(top[k] - want[k]) > 1e-6 for k in want):
             return False
@@ -127,6 +143,9 @@ for i, (name, body) in enumerate(cases):
                 break
         if why is None and "logprobs" in q and not same_logprobs(a["logprobs"], b["logprobs"]):
             why = "output %d: logprobs differ: CLI %r, server %r" % (k, a["logprobs"], b["logprobs"])
+        if why is None and "prompt_logprobs" in q and (cli[i]["prompt_logprobs"] != b["prompt_logprobs"] or
+                                                      len(b["prompt_logprobs"]) != len(cli[i]["prompt_token_ids"])):
+            why = "output %d: prompt_logprobs differ: CLI %r, server %r" % (k, cli[i]["prompt_logprobs"], b["prompt_logprobs"])
         if why:
             break
     if why:

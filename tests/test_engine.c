@@ -4,7 +4,9 @@
  *  - greedy from BOS equals llama2.c's run.c output (reference_bos_greedy200.json,
  *    produced independently of this code base);
  *  - batch invariance: 64 mixed requests (greedy with logprobs, seeded random,
- *    n > 1) give bit-identical token ids and logprobs alone and together,
+ *    n > 1, some with prompt_logprobs) give bit-identical token ids,
+ *    logprobs and prompt logprobs (each position once, in order, whatever
+ *    the chunking and preemptions) alone and together,
  *    with prefix caching on and off, chunk thresholds 1, 7, 64 and none, a
  *    small token budget, and a KV pool so small that preemption happens many
  *    times;
@@ -58,6 +60,11 @@ typedef struct seq_result {
 
 typedef struct req_result {
     seq_result seqs[4];
+    int32_t num_plp;                 /* prompt logprobs seen, positions 1.. in order */
+    int32_t plp_ids[160];            /* the token each is for, and its top-2 */
+    float plp[160], plp_top[160][2];
+    int32_t plp_rank[160];
+    bool plp_out_of_order;
     int32_t cached;
     int32_t preempted;               /* PREEMPTED events seen */
     double first_scheduled;          /* SCHEDULED timestamp, first */
@@ -150,6 +157,17 @@ static bool run_all(const vllm_engine_args *args, const req_spec *specs, const i
                 q->n++;
             }
             r->cached = o->num_cached_tokens;
+            if (o->num_prompt_logprobs > 0) {
+                CHECK_OR(false, o->index == 0 && o->prompt_logprobs, "prompt logprobs on seq %d", o->index);
+                if (o->prompt_logprobs_start != r->num_plp + 1) r->plp_out_of_order = true;
+                for (int32_t t = 0; t < o->num_prompt_logprobs && r->num_plp < 160; t++, r->num_plp++) {
+                    const vllm_token_logprobs *l = &o->prompt_logprobs[t];
+                    r->plp_ids[r->num_plp] = l->token_id;
+                    r->plp[r->num_plp] = l->logprob;
+                    r->plp_rank[r->num_plp] = l->rank;
+                    for (int32_t m = 0; m < 2 && m < l->num_top; m++) r->plp_top[r->num_plp][m] = l->top_logprobs[m];
+                }
+            }
             if (o->finish_reason != VLLM_FINISH_NONE) {
                 q->finish = o->finish_reason;
                 r->finished_at = so->timestamp;
@@ -194,11 +212,18 @@ static void make_specs(req_spec *specs) {
             s->sp.temperature = 0.0f;
             s->sp.logprobs = 3;
         }
+        if (i % 6 == 2) s->sp.prompt_logprobs = 2;
         s->priority = (int32_t)(rnd() % 4);
     }
 }
 
 static bool same_result(const req_result *a, const req_result *b, int32_t n, const char *what, int32_t i) {
+    CHECK_OR(false, !a->plp_out_of_order && !b->plp_out_of_order && a->num_plp == b->num_plp &&
+                        memcmp(a->plp_ids, b->plp_ids, sizeof a->plp_ids) == 0 &&
+                        memcmp(a->plp, b->plp, sizeof a->plp) == 0 && memcmp(a->plp_top, b->plp_top, sizeof a->plp_top) == 0 &&
+                        memcmp(a->plp_rank, b->plp_rank, sizeof a->plp_rank) == 0,
+             "%s: request %d: prompt logprobs differ (%d vs %d positions, out of order %d/%d)", what, i, a->num_plp,
+             b->num_plp, a->plp_out_of_order, b->plp_out_of_order);
     for (int32_t k = 0; k < n; k++) {
         const seq_result *x = &a->seqs[k], *y = &b->seqs[k];
         CHECK_OR(false, x->n == y->n && x->finish == y->finish, "%s: request %d seq %d: %d tokens (%d) vs %d (%d)",
@@ -274,6 +299,16 @@ static void check_batch_invariance(const char *kv) {
     a.kv_cache_dtype = kv;
     for (int32_t i = 0; i < NREQ; i++)
         if (!run_all(&a, specs, &all[i], 1, alone, &st)) return;
+    for (int32_t i = 0; i < NREQ; i++) { /* every prompt position once, for the token that is there */
+        int32_t want = specs[i].sp.prompt_logprobs >= 0 ? specs[i].len - 1 : 0;
+        CHECK(alone[i].num_plp == want, "request %d: %d prompt logprobs for a %d-token prompt", i, alone[i].num_plp,
+              specs[i].len);
+        for (int32_t t = 0; t < alone[i].num_plp; t++)
+            CHECK(alone[i].plp_ids[t] == specs[i].prompt[t + 1] && alone[i].plp[t] <= 0.0f && alone[i].plp_rank[t] >= 1 &&
+                      alone[i].plp_top[t][0] >= alone[i].plp_top[t][1] && alone[i].plp[t] <= alone[i].plp_top[t][0],
+                  "request %d position %d: id %d (prompt %d) logprob %g rank %d", i, t + 1, alone[i].plp_ids[t],
+                  specs[i].prompt[t + 1], alone[i].plp[t], alone[i].plp_rank[t]);
+    }
 
     struct {
         const char *name;

@@ -18,6 +18,7 @@
 static request *make_groups(const char *id, const int32_t *prompt, int32_t n, const char *salt, int32_t groups) {
     vllm_sampling_params sp;
     memset(&sp, 0, sizeof sp);
+    sp.prompt_logprobs = -1;
     sp.n = 1;
     sp.max_tokens = 8;
     vllm_request_opts o = {.cache_salt = salt};

@@ -48,6 +48,7 @@ static request *fx_add(fixture *f, int32_t prompt_len, int32_t base, int32_t max
     for (int32_t i = 0; i < prompt_len; i++) prompt[i] = 10 + (base + i) % 90;
     vllm_sampling_params sp;
     memset(&sp, 0, sizeof sp);
+    sp.prompt_logprobs = -1;
     sp.n = n;
     sp.max_tokens = max_tokens;
     sp.has_seed = true;
@@ -343,6 +344,7 @@ TEST(test_abort_and_stop_rules) {
     /* seq_check_stop directly: min_tokens, ignore_eos, stop ids, length */
     vllm_sampling_params sp;
     memset(&sp, 0, sizeof sp);
+    sp.prompt_logprobs = -1;
     sp.max_tokens = 5;
     sp.min_tokens = 2;
     sp.num_stop_token_ids = 1;

@@ -108,6 +108,7 @@ static const int32_t prefixes[3][40] = {
 static bool add_request(sim *m, int32_t step, const int32_t *prompt, int32_t np, const char *salt) {
     vllm_sampling_params sp;
     memset(&sp, 0, sizeof sp);
+    sp.prompt_logprobs = -1;
     sp.n = rnd() % 4 == 0 ? rnd_int(2, 3) : 1;
     sp.max_tokens = rnd() % 8 == 0 ? -1 : rnd_int(1, 40);
     sp.min_tokens = rnd() % 4 == 0 ? rnd_int(0, 5) : 0;

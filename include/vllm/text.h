@@ -107,7 +107,7 @@ typedef struct vllm_output_request {
     const char *request_id;              /* the engine's id for it */
     const int32_t *prompt_ids;           /* primes the detokenizers */
     int32_t num_prompt_ids;
-    const vllm_sampling_params *sp;      /* n, min_tokens, ignore_eos, logprobs */
+    const vllm_sampling_params *sp;      /* n, min_tokens, ignore_eos, logprobs, prompt_logprobs */
     const char *const *stop;             /* stop strings (non-empty) */
     int32_t num_stop;
     bool include_stop_str_in_output;
@@ -123,6 +123,8 @@ typedef struct vllm_output_logprob {
     int32_t rank;                        /* 1-based */
     const char *text;                    /* NUL-terminated; NULL without detokenize */
     size_t text_len;
+    const char *bytes;                   /* its bytes in a text (tokenizer_token_bytes), */
+    size_t bytes_len;                    /* maybe not UTF-8; NULL without detokenize */
 } vllm_output_logprob;
 
 /* The logprobs of one output token: entries[0] is the sampled token. */
@@ -147,6 +149,13 @@ typedef struct vllm_output_delta {
     int32_t stop_token_id;               /* stop_reason when a token id, else -1 */
     int32_t num_prompt_tokens;
     int32_t num_cached_tokens;           /* prompt tokens the prefix cache served (max so far) */
+    /* prompt_logprobs (sp->prompt_logprobs >= 0): on each sequence's first
+     * delta, the prompt tokens' logprobs from position 1 on (position 0 has
+     * none; vLLM's None), in the same entry order as logprobs; owned by the
+     * processor until the request is done and the next call. */
+    bool has_prompt_logprobs;
+    int32_t num_prompt_logprobs;
+    const vllm_output_token_logprobs *prompt_logprobs;
 } vllm_output_delta;
 
 typedef struct vllm_output_seq_ref {

@@ -54,9 +54,23 @@ typedef struct vllm_sampling_params {
     int32_t stop_token_ids[VLLM_MAX_STOP_TOKEN_IDS];
     int32_t num_stop_token_ids;
     int32_t logprobs;                /* -1 = none, else top-N (0 = sampled only) */
+    int32_t prompt_logprobs;         /* -1 = none, else top-N per prompt position (vLLM's
+                                        prompt_logprobs; such a request skips prefix-cache hits) */
     int32_t num_logit_bias;
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];
     float logit_bias_values[VLLM_MAX_LOGIT_BIAS];
+    /* allowed_token_ids: only these may be sampled (the others get -inf,
+     * after the raw logprobs are taken, as vLLM); NULL / 0 = all. */
+    const int32_t *allowed_token_ids;
+    int32_t num_allowed_token_ids;
+    /* bad_words as token sequences (vLLM's _bad_words_token_ids, which a
+     * front end makes from the words): num_bad_words sequences back to back
+     * in bad_words_ids, the i-th bad_words_lens[i] >= 1 long. A sequence's
+     * last token gets -inf when the output so far ends with its others.
+     * vllm_engine_add_request copies both lists; NULL / 0 = none. */
+    const int32_t *bad_words_ids;
+    const int32_t *bad_words_lens;
+    int32_t num_bad_words;
 } vllm_sampling_params;
 
 void vllm_sampling_params_init(vllm_sampling_params *p);
@@ -228,6 +242,15 @@ typedef struct vllm_seq_output {
     int32_t num_events;
     const vllm_event *events;        /* QUEUED/SCHEDULED/PREEMPTED since the last output */
     const char *error;               /* finish_reason ERROR: the message; else NULL */
+    /* prompt_logprobs: the prompt tokens at positions prompt_logprobs_start ..
+     * + num_prompt_logprobs - 1 (>= 1; each scored by the logits of the
+     * position before it, raw log-softmax), computed this step; top ids are
+     * the top-N by rank. Sequence 0 only, before any output token, in order
+     * over the steps of its prefill; each position once (not again after a
+     * preemption). */
+    int32_t prompt_logprobs_start;
+    int32_t num_prompt_logprobs;
+    const vllm_token_logprobs *prompt_logprobs; /* (num_prompt_logprobs) or NULL */
 } vllm_seq_output;
 
 /* Scheduler stats of one step (what the metrics and the stats log line are built from). */

@@ -19,7 +19,8 @@
  *
  * Output: plain text (one request with n = 1 streams as it generates), or with
  * --json one object per request on stdout in input order:
- *   {"prompt_token_ids":[...],"outputs":[{"index":0,"text":"...","token_ids":[...],
+ *   {"prompt_token_ids":[...],"prompt_logprobs":null|[null,{"<id>":{...}},...],
+ *    "outputs":[{"index":0,"text":"...","token_ids":[...],
  *    "finish_reason":"stop|length","stop_reason":...,"logprobs":null|[{"<id>":
  *    {"logprob":..,"rank":..,"decoded_token":".."},...},...]}]}
  * (vLLM's RequestOutput: the logprobs dicts in V1's order, sampled token
@@ -172,6 +173,7 @@ typedef struct gen_request {
     bool include_stop;
     bool keep_special;               /* skip_special_tokens false */
     out_seq *seqs;                   /* (sp.n) */
+    json_t *prompt_logprobs;         /* vLLM's list once the first delta brought it (prompt_logprobs) */
 } gen_request;
 
 typedef struct gen_ctx {
@@ -196,6 +198,7 @@ static void request_deinit(gen_ctx *c, gen_request *r) {
             json_decref(s->stop_reason);
         }
     free(r->seqs);
+    json_decref(r->prompt_logprobs);
     free(r->prompt);
     free(r->cache_salt);
     free(r->so_text);
@@ -306,6 +309,8 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
         else if (!strcmp(key, "n") && isint && iv >= 1 && iv <= 1024) sp->n = (int32_t)iv;
         else if (!strcmp(key, "logprobs") && (json_is_null(v) || (isint && iv >= -1 && iv <= INT32_MAX)))
             sp->logprobs = json_is_null(v) ? -1 : (int32_t)iv;
+        else if (!strcmp(key, "prompt_logprobs") && (json_is_null(v) || (isint && iv >= -1 && iv <= INT32_MAX)))
+            sp->prompt_logprobs = json_is_null(v) ? -1 : (int32_t)iv;
         else if (!strcmp(key, "priority") && isint && iv >= INT32_MIN && iv <= INT32_MAX)
             r->opts.priority = (int32_t)iv;
         else if (!strcmp(key, "seed") && (isint || json_is_null(v))) {
@@ -467,6 +472,11 @@ static bool handle_delta(gen_ctx *c, const output_delta *d) {
     s->num_ids += (size_t)d->num_tokens;
     if (s->logprobs && d->logprobs)
         for (int32_t t = 0; t < d->num_tokens; t++) json_array_append_new(s->logprobs, logprobs_json(&d->logprobs[t]));
+    if (d->has_prompt_logprobs && !r->prompt_logprobs && (r->prompt_logprobs = json_array())) {
+        json_array_append_new(r->prompt_logprobs, json_null()); /* position 0 has none */
+        for (int32_t t = 0; t < d->num_prompt_logprobs; t++)
+            json_array_append_new(r->prompt_logprobs, logprobs_json(&d->prompt_logprobs[t]));
+    }
     if (d->finish_reason != VLLM_FINISH_NONE) {
         s->finish_reason = d->finish_reason;
         s->stop_reason = d->stop_str ? json_string(d->stop_str)
@@ -479,6 +489,7 @@ static bool print_json(const gen_request *r) {
     json_t *o = json_object(), *p = json_array(), *outs = json_array();
     for (int32_t i = 0; i < r->num_prompt; i++) json_array_append_new(p, json_integer(r->prompt[i]));
     json_object_set_new(o, "prompt_token_ids", p);
+    json_object_set(o, "prompt_logprobs", r->prompt_logprobs ? r->prompt_logprobs : json_null());
     for (int32_t k = 0; k < r->sp.n; k++) {
         const out_seq *s = &r->seqs[k];
         json_t *x = json_object(), *ids = json_array();

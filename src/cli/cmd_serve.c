@@ -59,6 +59,15 @@ static void usage(FILE *f) {
             "  --max-logprobs N                most logprobs a request may ask for (20)\n"
             "  --enable-force-include-usage    usage chunk on every stream\n"
             "  --enable-log-requests           log each request's parameters\n"
+            "  --enable-log-outputs            with --enable-log-requests: log each response\n"
+            "  --max-log-len N                 prompt/output characters and ids logged (all)\n"
+            "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens\n"
+            "  --return-tokens-as-token-ids    logprob tokens as \"token_id:N\" unless a request says\n"
+            "  --allowed-origins JSON          CORS: allowed origins, a JSON list (default [\"*\"])\n"
+            "  --allowed-methods JSON          CORS: allowed methods (default [\"*\"])\n"
+            "  --allowed-headers JSON          CORS: allowed headers (default [\"*\"])\n"
+            "  --allow-credentials             CORS: allow credentials\n"
+            "  --enable-request-id-headers     X-Request-Id on every response\n"
             "  --disable-uvicorn-access-log    no access log line per request\n"
             "  --max-request-body-bytes SIZE   larger request bodies get 413 (32M)\n"
             "  --api-server-threads N          HTTP polling threads (2)\n"
@@ -78,7 +87,7 @@ static void usage(FILE *f) {
 /* Flags vLLM has that change nothing here; accepted so scripts keep working. */
 static bool ignored_flag(const char *name, bool *takes_value) {
     static const char *const no_value[] = {
-        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
+        "--enable-server-load-tracking", "--disable-fastapi-docs", "--enable-chunked-prefill", "--disable-frontend-multiprocessing",
         "--trust-remote-code", "--enforce-eager", NULL};
     static const char *const with_value[] = {"--uvicorn-log-level", "--dtype", "--swap-space",
                                              "--gpu-memory-utilization", "--tensor-parallel-size",
@@ -87,6 +96,29 @@ static bool ignored_flag(const char *name, bool *takes_value) {
         if (!strcmp(name, *f)) return (*takes_value = false), true;
     for (const char *const *f = with_value; *f; f++)
         if (!strcmp(name, *f)) return (*takes_value = true), true;
+    return false;
+}
+
+/* A JSON list of strings (vLLM parses --allowed-* with json.loads): *out
+ * (caller json_decref's) and the strings into list (cap MAX_NAMES). */
+static bool parse_json_list(const char *flag, const char *val, json_t **out, const char **list, int *n) {
+    json_error_t err;
+    json_t *j = json_loads(val, 0, &err);
+    size_t i;
+    json_t *v;
+    if (!json_is_array(j) || json_array_size(j) > MAX_NAMES) goto bad;
+    json_array_foreach(j, i, v) {
+        if (!json_is_string(v)) goto bad;
+        if (list) list[i] = json_string_value(v);
+    }
+    if (n) *n = (int)json_array_size(j);
+    if (out) *out = j;
+    else json_decref(j);
+    return true;
+bad:
+    fprintf(stderr, "vllmc serve: argument %s: invalid value '%s' (a JSON list of at most %d strings, "
+            "e.g. '[\"*\"]')\n", flag, val, MAX_NAMES);
+    json_decref(j);
     return false;
 }
 
@@ -132,6 +164,13 @@ int cmd_serve(int argc, char **argv) {
     int64_t max_queued = 1024;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
+    bool allow_credentials = false, request_id_headers = false, log_outputs = false;
+    bool prompt_tokens_details = false, tokens_as_ids = false;
+    int32_t max_log_len = -1;
+    const char *cors_arg[3] = {NULL, NULL, NULL}; /* --allowed-origins, -methods, -headers */
+    json_t *cors_json[3] = {NULL, NULL, NULL};
+    const char *cors_list[3][MAX_NAMES];
+    int cors_num[3] = {0, 0, 0};
     const char *hidden_version = NULL;
     const char *otlp_endpoint = NULL, *detailed_traces = NULL;
 
@@ -173,9 +212,19 @@ int cmd_serve(int argc, char **argv) {
                          !strcmp(name, "--enable-force-include-usage") ||
                          !strcmp(name, "--enable-log-requests") ||
                          !strcmp(name, "--disable-uvicorn-access-log") ||
-                         !strcmp(name, "--disable-log-stats");
+                         !strcmp(name, "--disable-log-stats") ||
+                         !strcmp(name, "--allow-credentials") ||
+                         !strcmp(name, "--enable-log-outputs") ||
+                         !strcmp(name, "--return-tokens-as-token-ids") ||
+                         !strcmp(name, "--enable-prompt-tokens-details") ||
+                         !strcmp(name, "--enable-request-id-headers");
         if (flag_only) {
             if (name[2] == 't') trust_template = true;
+            else if (!strcmp(name, "--allow-credentials")) allow_credentials = true;
+            else if (!strcmp(name, "--enable-log-outputs")) log_outputs = true;
+            else if (!strcmp(name, "--return-tokens-as-token-ids")) tokens_as_ids = true;
+            else if (!strcmp(name, "--enable-prompt-tokens-details")) prompt_tokens_details = true;
+            else if (!strcmp(name, "--enable-request-id-headers")) request_id_headers = true;
             else if (!strcmp(name, "--enable-force-include-usage")) force_usage = true;
             else if (!strcmp(name, "--enable-log-requests")) log_requests = true;
             else if (!strcmp(name, "--disable-log-stats")) log_stats = false;
@@ -193,7 +242,9 @@ int cmd_serve(int argc, char **argv) {
                                              "--max-logprobs", "--max-request-body-bytes",
                                              "--api-server-threads",
                                              "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
-                                             "--otlp-traces-endpoint", "--collect-detailed-traces", NULL};
+                                             "--otlp-traces-endpoint", "--collect-detailed-traces",
+                                             "--allowed-origins", "--allowed-methods", "--allowed-headers",
+                                             "--max-log-len", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -219,6 +270,10 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "--response-role")) role = val;
         else if (!strcmp(name, "--otlp-traces-endpoint")) otlp_endpoint = val;
         else if (!strcmp(name, "--collect-detailed-traces")) detailed_traces = val;
+        else if (!strncmp(name, "--allowed-", 10)) {
+            if (!parse_json_list(name, val, NULL, NULL, NULL)) return 2;
+            cors_arg[name[10] == 'o' ? 0 : name[10] == 'm' ? 1 : 2] = val;
+        }
         else if (!strcmp(name, "--show-hidden-metrics-for-version")) {
             bool show;
             if (metrics_parse_hidden_version(val, &show) != VLLM_OK) {
@@ -251,6 +306,8 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             ssl_cert_reqs = (int)num;
+        } else if (!strcmp(name, "--max-log-len")) {
+            max_log_len = num > INT32_MAX ? INT32_MAX : (int32_t)num;
         }
     }
     if (detailed_traces) { /* vLLM's ObservabilityConfig check; the per-worker spans are V0's */
@@ -408,9 +465,24 @@ int cmd_serve(int argc, char **argv) {
     ctx.enable_force_include_usage = force_usage;
     ctx.response_role = role;
     ctx.log_requests = log_requests;
+    ctx.log_outputs = log_requests && log_outputs; /* vLLM logs outputs through the request logger */
+    ctx.max_log_len = max_log_len;
+    ctx.enable_prompt_tokens_details = prompt_tokens_details;
+    ctx.return_tokens_as_token_ids = tokens_as_ids;
     atomic_init(&ctx.server_load, 0);
 
+    for (int k = 0; k < 3; k++)
+        if (cors_arg[k] && !parse_json_list("--allowed-*", cors_arg[k], &cors_json[k], cors_list[k], &cors_num[k]))
+            goto out;
     api_server_config sc = {
+        .allowed_origins = cors_list[0],
+        .num_allowed_origins = cors_num[0],
+        .allowed_methods = cors_list[1],
+        .num_allowed_methods = cors_num[1],
+        .allowed_headers = cors_list[2],
+        .num_allowed_headers = cors_num[2],
+        .allow_credentials = allow_credentials,
+        .enable_request_id_headers = request_id_headers,
         .host = host,
         .port = port,
         .uds = uds,
@@ -455,6 +527,7 @@ out:
     vllm_engine_free(engine);
     chat_template_free(tmpl);
     json_decref(tok_config);
+    for (int k = 0; k < 3; k++) json_decref(cors_json[k]);
     free(template_src);
     tokenizer_free(tok);
     return status;

@@ -117,8 +117,13 @@ struct vllm_engine {
     struct mask_job *mask_jobs;      /* (max_num_seqs) this step's grammar masks to fill */
 
     /* step scratch (sized at create, or by engine_set_spec) */
-    int32_t max_scored;              /* rows of logits per step */
-    float *logits;                   /* (max_scored, vocab) */
+    int32_t max_scored;              /* rows of logits per step for sampling */
+    int32_t max_prompt_rows;         /* rows of prompt logprobs per step (engine_max_prompt_rows) */
+    float *logits;                   /* (max_scored + max_prompt_rows, vocab) */
+    vllm_token_logprobs *plps;       /* (max_prompt_rows) this step's prompt logprobs */
+    int32_t *prompt_top_ids;         /* (max_prompt_rows, VLLM_MAX_LOGPROBS) */
+    float *prompt_top_lps;
+    sample_logprob *prompt_top;      /* (VLLM_MAX_LOGPROBS) scratch */
     int32_t max_out;                 /* committed-token slots per step */
     int32_t *committed;              /* (max_out) the scheduler's out slots */
     int32_t *num_committed;          /* (max_num_seqs) per entry */
@@ -363,8 +368,26 @@ static void free_step_scratch(vllm_engine *e) {
     e->masks = NULL;
     e->mask_jobs = NULL;
     e->prior_tokens = NULL;
+    free(e->plps);
+    free(e->prompt_top_ids);
+    free(e->prompt_top_lps);
+    free(e->prompt_top);
+    e->plps = NULL, e->prompt_top_ids = NULL, e->prompt_top_lps = NULL, e->prompt_top = NULL;
     e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = e->spec_per_pos = NULL;
     e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
+}
+
+/* Rows of prompt logprobs a step may compute (the scheduler cuts prompt
+ * chunks of prompt_logprobs requests to fit): what 64 MiB of logits hold,
+ * at least 16, at most a step's tokens. The logits buffer is calloc'ed, so
+ * pages that no such request ever touches cost no memory.
+ * VLLMC_DEBUG_PROMPT_ROWS=N sets it (tests: chunks cut at odd places). */
+static int32_t engine_max_prompt_rows(int32_t max_num_batched_tokens, int32_t vocab) {
+    int64_t rows = ((int64_t)64 << 20) / ((int64_t)vocab * (int64_t)sizeof(float));
+    if (rows < 16) rows = 16;
+    const char *dbg = getenv("VLLMC_DEBUG_PROMPT_ROWS");
+    if (dbg && atoi(dbg) > 0) rows = atoi(dbg);
+    return rows > max_num_batched_tokens ? max_num_batched_tokens : (int32_t)rows;
 }
 
 /* The step's arrays for the current speculative setting: k + 1 scored rows
@@ -378,16 +401,22 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     if (rows < S) rows = S;
     e->max_scored = (int32_t)rows;
     e->max_out = (int32_t)(rows + S);
+    e->max_prompt_rows = engine_max_prompt_rows(info->max_num_batched_tokens, e->vocab);
+    size_t P = (size_t)e->max_prompt_rows;
     step_builder_config bc = {.max_tokens = info->max_num_batched_tokens,
                               .max_seqs = info->max_num_seqs,
-                              .max_scored = e->max_scored,
+                              .max_scored = e->max_scored + e->max_prompt_rows,
                               .max_copies = info->max_num_seqs * e->layout->num_groups,
                               .max_blocks_per_seq = e->max_blocks_per_seq,
                               .block_size = info->block_size,
                               .num_kv_groups = e->layout->num_groups};
     vllm_status rc = step_builder_create(&bc, &e->builder);
     size_t O = (size_t)e->max_out;
-    e->logits = alloc_array((size_t)e->max_scored * (size_t)e->vocab, sizeof(float), &rc);
+    e->logits = alloc_array(((size_t)e->max_scored + P) * (size_t)e->vocab, sizeof(float), &rc);
+    e->plps = alloc_array(P, sizeof *e->plps, &rc);
+    e->prompt_top_ids = alloc_array(P * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
+    e->prompt_top_lps = alloc_array(P * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
+    e->prompt_top = alloc_array(VLLM_MAX_LOGPROBS, sizeof *e->prompt_top, &rc);
     e->committed = alloc_array(O, sizeof(int32_t), &rc);
     e->num_committed = alloc_array((size_t)S, sizeof(int32_t), &rc);
     e->samples = alloc_array((size_t)S, sizeof *e->samples, &rc);
@@ -401,7 +430,7 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     e->spec_per_pos = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
     e->prior_tokens = alloc_array((size_t)S, sizeof(int32_t), &rc);
     if (e->grammars) {
-        e->masks = alloc_array((size_t)e->max_scored * (size_t)e->mask_words, sizeof(uint32_t), &rc);
+        e->masks = alloc_array((size_t)(e->max_scored + e->max_prompt_rows) * (size_t)e->mask_words, sizeof(uint32_t), &rc);
         e->mask_jobs = alloc_array((size_t)S, sizeof *e->mask_jobs, &rc);
     }
     return rc;
@@ -499,7 +528,8 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                            .long_prefill_token_threshold = info->long_prefill_token_threshold,
                            .policy = args->scheduling_policy,
                            .max_model_len = L,
-                           .num_eos = mc->num_eos_token_ids};
+                           .num_eos = mc->num_eos_token_ids,
+                           .max_prompt_rows = engine_max_prompt_rows(info->max_num_batched_tokens, e->vocab)};
     memcpy(sc.eos_ids, mc->eos_token_ids, sizeof sc.eos_ids);
     if ((rc = scheduler_create(&sc, e->kv, &e->sched)) != VLLM_OK) goto fail;
     if ((rc = sampler_create(e->vocab, mc->eos_token_ids, mc->num_eos_token_ids, executor_threadpool(e->exec),
@@ -699,7 +729,7 @@ grammar_cache *engine_grammar_cache(vllm_engine *e) {
     if (grammar_cache_create(&cfg, &c) != VLLM_OK) return NULL;
     vllm_status rc = VLLM_OK;
     size_t W = (size_t)e->mask_words;
-    e->masks = alloc_array((size_t)e->max_scored * W, sizeof(uint32_t), &rc);
+    e->masks = alloc_array((size_t)(e->max_scored + e->max_prompt_rows) * W, sizeof(uint32_t), &rc); /* indexed by logits row */
     e->mask_jobs = alloc_array((size_t)e->info.max_num_seqs, sizeof *e->mask_jobs, &rc);
     if (rc != VLLM_OK) {
         free(e->masks);
@@ -983,17 +1013,55 @@ static bool finish_masked_out(vllm_engine *e, int32_t ns) {
     return true;
 }
 
-/* Step 4: one sample_seq per sequence that samples, over its entry's rows;
- * then each entry's committed count and the public form of the logprobs. */
+/* Prompt logprobs of the entries that scored prompt rows (raw log-softmax
+ * of each row, the logprob of the prompt token after its position, and the
+ * top-N), into the step's prompt slots; seq 0 reports them in this step's
+ * output. Each row depends only on its own logits: batch invariant. */
+static void prompt_logprobs(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
+    int32_t slot = 0;
+    for (int32_t i = 0; i < so->num_seqs; i++) {
+        const scheduled_seq *en = &so->seqs[i];
+        if (en->num_prompt_rows == 0) continue;
+        seq *q = en->seq;
+        int32_t num_top = q->req->params.prompt_logprobs;
+        q->step_prompt_lps = slot;
+        q->step_prompt_lps_start = en->first_prompt_row + 1;
+        q->step_num_prompt_lps = en->num_prompt_rows;
+        for (int32_t j = 0; j < en->num_prompt_rows; j++, slot++) {
+            const float *row = e->logits + (size_t)(b->scored_start[i] + j) * (size_t)e->vocab;
+            sample_result res = {.top = e->prompt_top};
+            sampler_logprobs(row, e->vocab, q->tokens[en->first_prompt_row + j + 1], num_top, &res);
+            int32_t *ids = e->prompt_top_ids + (size_t)slot * VLLM_MAX_LOGPROBS;
+            float *lps = e->prompt_top_lps + (size_t)slot * VLLM_MAX_LOGPROBS;
+            for (int32_t t = 0; t < res.num_top; t++) {
+                ids[t] = res.top[t].token_id;
+                lps[t] = res.top[t].logprob;
+            }
+            e->plps[slot] = (vllm_token_logprobs){.token_id = res.token_id,
+                                                  .logprob = res.logprob,
+                                                  .rank = res.rank,
+                                                  .num_top = res.num_top,
+                                                  .top_ids = ids,
+                                                  .top_logprobs = lps};
+        }
+        q->prompt_lps_done = en->first_prompt_row + en->num_prompt_rows;
+    }
+}
+
+/* Step 4: one sample_seq per sequence that samples, over its entry's rows
+ * (after its prompt rows, if any); then each entry's committed count and
+ * the public form of the logprobs. */
 static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
     int32_t ns = 0, num_jobs = 0;
+    prompt_logprobs(e, so, b);
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
         if (en->num_scored == 0) continue;
-        float *rows = e->logits + (size_t)b->scored_start[i] * (size_t)e->vocab;
+        int32_t row0 = b->scored_start[i] + en->num_prompt_rows; /* the first sampling row */
+        float *rows = e->logits + (size_t)row0 * (size_t)e->vocab;
         const uint32_t *allowed = NULL;
         if (en->seq->matcher) { /* one job per entry: a fork's n samples share seq 0's rows */
-            uint32_t *m = e->masks + (size_t)b->scored_start[i] * (size_t)e->mask_words;
+            uint32_t *m = e->masks + (size_t)row0 * (size_t)e->mask_words;
             e->mask_jobs[num_jobs++] = (mask_job){.m = en->seq->matcher,
                                                   .rows = m,
                                                   .drafts = en->seq->tokens + en->seq->num_tokens,
@@ -1084,7 +1152,8 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
         const scheduled_seq *en = &so->seqs[i];
         const seq *q = en->seq;
         if ((rc = step_builder_add_seq(b, q->tokens + en->num_computed, en->num_new_tokens, en->num_computed,
-                                       q->block_ids, q->max_blocks, q->num_blocks, en->num_scored,
+                                       q->block_ids, q->max_blocks, q->num_blocks,
+                                       en->num_scored + en->num_prompt_rows,
                                        q->req->lora_id)) != VLLM_OK)
             return rc;
     }
@@ -1141,6 +1210,7 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         for (seq *q = news, *next; q; q = next) { /* drop the news rather than keep stale pointers */
             next = q->news_next;
             q->step_slot = -1;
+            q->step_prompt_lps = -1;
             seq_clear_news(q);
         }
         return rc;
@@ -1167,8 +1237,14 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
             .events = q->num_events ? e->events + ev : NULL,
             .error = q->status == SEQ_STATUS_FINISHED && q->finish_reason == VLLM_FINISH_ERROR ? r->error : NULL,
         };
+        if (q->step_prompt_lps >= 0) {
+            o->prompt_logprobs_start = q->step_prompt_lps_start;
+            o->num_prompt_logprobs = q->step_num_prompt_lps;
+            o->prompt_logprobs = &e->plps[q->step_prompt_lps];
+        }
         ev += q->num_events;
         q->step_slot = -1;
+        q->step_prompt_lps = -1;
         seq_clear_news(q);
     }
     for (request *r; (r = scheduler_pop_finished(e->sched));) {

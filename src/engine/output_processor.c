@@ -46,6 +46,7 @@ typedef struct op_seq {
     int32_t num_tokens;              /* output tokens seen (for min_tokens) */
     bool finished;                   /* its final delta went out */
     bool engine_finished;            /* the engine reported its finish */
+    bool prompt_lps_sent;            /* its first delta carried the prompt logprobs */
 } op_seq;
 
 typedef struct op_request {
@@ -55,7 +56,16 @@ typedef struct op_request {
     void *ud;
     char **stop;                     /* (num_stop) the request's stop strings */
     int32_t num_stop;
-    int32_t n, min_tokens, logprobs;
+    int32_t n, min_tokens, logprobs, prompt_logprobs;
+    /* prompt logprobs as the engine reports them, position 1 on: each
+     * position's entries (prompt token first, then the top-N without it)
+     * are plp_count[i] entries of plp_ents from the running sum */
+    output_logprob *plp_ents;
+    size_t num_plp_ents, cap_plp_ents;
+    int32_t *plp_count;
+    size_t cap_plp_count;
+    int32_t num_plps;
+    output_token_logprobs *plps;     /* (num_plps) views, made at the first delta */
     bool ignore_eos, include_stop, detokenize;
     int32_t num_prompt_tokens, num_cached;
     int32_t num_finished, num_engine_finished;
@@ -69,6 +79,8 @@ struct vllm_output_processor {
     op_request *retired;             /* done in the last call; freed at the next */
     char **tok_text;                 /* (vocab_size) decode([id]) cache, lazily filled */
     size_t *tok_len;
+    char **tok_bytes;                /* (vocab_size) tokenizer_token_bytes cache, likewise */
+    size_t *tok_bytes_len;
 
     output_result res;
     output_delta *deltas;
@@ -100,6 +112,9 @@ static void request_free(op_request *r) {
     for (int32_t i = 0; i < r->num_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->id);
+    free(r->plp_ents);
+    free(r->plp_count);
+    free(r->plps);
     free(r);
 }
 
@@ -136,6 +151,10 @@ void output_processor_free(output_processor *op) {
         for (int32_t i = 0; i < op->vocab_size; i++) free(op->tok_text[i]);
     free(op->tok_text);
     free(op->tok_len);
+    if (op->tok_bytes)
+        for (int32_t i = 0; i < op->vocab_size; i++) free(op->tok_bytes[i]);
+    free(op->tok_bytes);
+    free(op->tok_bytes_len);
     free(op->deltas);
     free(op->text_off);
     free(op->stops);
@@ -163,6 +182,7 @@ vllm_status output_processor_add_request(output_processor *op, const output_requ
     r->ud = q->ud;
     r->min_tokens = q->sp->min_tokens;
     r->logprobs = q->sp->logprobs;
+    r->prompt_logprobs = q->sp->prompt_logprobs;
     r->ignore_eos = q->sp->ignore_eos;
     r->include_stop = q->include_stop_str_in_output;
     r->detokenize = q->detokenize;
@@ -201,32 +221,52 @@ void output_processor_foreach(const output_processor *op,
     }
 }
 
-const char *output_processor_token_text(output_processor *op, int32_t id, size_t *len) {
+/* One lazily filled per-id cache: decode([id]) (bytes false) or the token's
+ * bytes. "" when the id is outside the vocabulary or memory runs out. */
+static const char *token_cache(output_processor *op, int32_t id, bool bytes, size_t *len) {
+    char ***text = bytes ? &op->tok_bytes : &op->tok_text;
+    size_t **lens = bytes ? &op->tok_bytes_len : &op->tok_len;
     if (len) *len = 0;
     if (id < 0 || id >= op->vocab_size) return "";
-    if (!op->tok_text) {
-        op->tok_text = calloc((size_t)op->vocab_size, sizeof *op->tok_text);
-        op->tok_len = calloc((size_t)op->vocab_size, sizeof *op->tok_len);
-        if (!op->tok_text || !op->tok_len) {
-            free(op->tok_text);
-            free(op->tok_len);
-            op->tok_text = NULL;
-            op->tok_len = NULL;
+    if (!*text) {
+        *text = calloc((size_t)op->vocab_size, sizeof **text);
+        *lens = calloc((size_t)op->vocab_size, sizeof **lens);
+        if (!*text || !*lens) {
+            free(*text);
+            free(*lens);
+            *text = NULL;
+            *lens = NULL;
             return "";
         }
     }
-    if (!op->tok_text[id]) {
+    if (!(*text)[id]) {
         char *t = NULL;
         size_t n = 0;
-        if (tokenizer_decode(op->tok, &id, 1, false, &t, &n) != VLLM_OK) {
+        if (bytes) {
+            strbuf b = {0};
+            if (tokenizer_token_bytes(op->tok, id, &b) != VLLM_OK || sb_add(&b, "", 0) != VLLM_OK) {
+                free(b.s);
+                return "";
+            }
+            t = b.s;
+            n = b.len;
+        } else if (tokenizer_decode(op->tok, &id, 1, false, &t, &n) != VLLM_OK) {
             free(t);
             return "";
         }
-        op->tok_text[id] = t;
-        op->tok_len[id] = n;
+        (*text)[id] = t;
+        (*lens)[id] = n;
     }
-    if (len) *len = op->tok_len[id];
-    return op->tok_text[id];
+    if (len) *len = (*lens)[id];
+    return (*text)[id];
+}
+
+const char *output_processor_token_text(output_processor *op, int32_t id, size_t *len) {
+    return token_cache(op, id, false, len);
+}
+
+const char *output_processor_token_bytes(output_processor *op, int32_t id, size_t *len) {
+    return token_cache(op, id, true, len);
 }
 
 /* ---- one step --------------------------------------------------------------- */
@@ -322,6 +362,54 @@ static void result_finish(output_processor *op, const output_result **res) {
     *res = &op->res;
 }
 
+/* Keeps an engine output's prompt logprobs (in prompt order; a position out
+ * of order is dropped with a warning: the engine reports each once). */
+static void keep_prompt_logprobs(output_processor *op, op_request *r, const vllm_seq_output *o) {
+    if (o->prompt_logprobs_start != r->num_plps + 1) {
+        log_warn("request %s: prompt logprobs from position %d, expected %d; dropped", r->id,
+                 o->prompt_logprobs_start, r->num_plps + 1);
+        return;
+    }
+    size_t need = 0;
+    for (int32_t t = 0; t < o->num_prompt_logprobs; t++) need += 1 + (size_t)o->prompt_logprobs[t].num_top;
+    if (buf_grow((void **)&r->plp_ents, &r->cap_plp_ents, r->num_plp_ents + need, sizeof *r->plp_ents) ||
+        buf_grow((void **)&r->plp_count, &r->cap_plp_count, (size_t)(r->num_plps + o->num_prompt_logprobs),
+                 sizeof *r->plp_count)) {
+        log_error("request %s: out of memory keeping prompt logprobs; dropped", r->id);
+        return;
+    }
+    for (int32_t t = 0; t < o->num_prompt_logprobs; t++) {
+        const vllm_token_logprobs *lp = &o->prompt_logprobs[t];
+        output_logprob *e = r->plp_ents + r->num_plp_ents;
+        int32_t ne = 0;
+        e[ne++] = (output_logprob){.token_id = lp->token_id, .logprob = lp->logprob, .rank = lp->rank};
+        for (int32_t k = 0; k < lp->num_top; k++)
+            if (lp->top_ids[k] != lp->token_id)
+                e[ne++] = (output_logprob){.token_id = lp->top_ids[k], .logprob = lp->top_logprobs[k], .rank = k + 1};
+        if (r->detokenize)
+            for (int32_t k = 0; k < ne; k++) {
+                e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                e[k].bytes = output_processor_token_bytes(op, e[k].token_id, &e[k].bytes_len);
+            }
+        r->plp_count[r->num_plps++] = ne;
+        r->num_plp_ents += (size_t)ne;
+    }
+}
+
+/* The views of a request's prompt logprobs, made once: every sequence's
+ * first delta comes after the prefill, when all of them are in. */
+static const output_token_logprobs *prompt_logprob_views(op_request *r) {
+    if (r->plps) return r->plps;
+    r->plps = r->num_plps ? malloc((size_t)r->num_plps * sizeof *r->plps) : NULL;
+    if (!r->plps) return NULL;
+    size_t off = 0;
+    for (int32_t i = 0; i < r->num_plps; i++) {
+        r->plps[i] = (output_token_logprobs){r->plp_count[i], r->plp_ents + off};
+        off += (size_t)r->plp_count[i];
+    }
+    return r->plps;
+}
+
 /* The delta of one engine output for a sequence without a final delta. */
 static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vllm_seq_output *o, int32_t oi) {
     output_delta *d = delta_begin(op, r, o->index, oi);
@@ -365,15 +453,26 @@ static void emit_delta(output_processor *op, op_request *r, op_seq *s, const vll
             const vllm_token_logprobs *lp = &o->new_logprobs[t];
             output_logprob *e = op->ents + op->num_ents;
             int32_t ne = 0;
-            e[ne++] = (output_logprob){lp->token_id, lp->logprob, lp->rank, NULL, 0};
+            e[ne++] = (output_logprob){.token_id = lp->token_id, .logprob = lp->logprob, .rank = lp->rank};
             for (int32_t k = 0; k < lp->num_top; k++)
                 if (lp->top_ids[k] != lp->token_id)
-                    e[ne++] = (output_logprob){lp->top_ids[k], lp->top_logprobs[k], k + 1, NULL, 0};
+                    e[ne++] = (output_logprob){.token_id = lp->top_ids[k], .logprob = lp->top_logprobs[k],
+                                               .rank = k + 1};
             if (r->detokenize)
-                for (int32_t k = 0; k < ne; k++) e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                for (int32_t k = 0; k < ne; k++) {
+                    e[k].text = output_processor_token_text(op, e[k].token_id, &e[k].text_len);
+                    e[k].bytes = output_processor_token_bytes(op, e[k].token_id, &e[k].bytes_len);
+                }
             op->lps[op->num_lps++] = (output_token_logprobs){ne, e};
             op->num_ents += (size_t)ne;
         }
+    }
+
+    if (r->prompt_logprobs >= 0 && !s->prompt_lps_sent) {
+        s->prompt_lps_sent = true;
+        d->has_prompt_logprobs = true;
+        d->prompt_logprobs = prompt_logprob_views(r);
+        d->num_prompt_logprobs = d->prompt_logprobs ? r->num_plps : 0;
     }
 
     if (stop_index >= 0) {
@@ -413,6 +512,8 @@ vllm_status output_processor_process(output_processor *op, const vllm_step_outpu
         if (s->engine_finished) continue;
         if (o->num_prompt_tokens > 0) r->num_prompt_tokens = o->num_prompt_tokens;
         if (o->num_cached_tokens > r->num_cached) r->num_cached = o->num_cached_tokens;
+        if (o->num_prompt_logprobs > 0 && o->prompt_logprobs && r->prompt_logprobs >= 0)
+            keep_prompt_logprobs(op, r, o);
         bool engine_done = o->finish_reason != VLLM_FINISH_NONE;
         if (!s->finished && (o->num_new_tokens > 0 || engine_done)) emit_delta(op, r, s, o, (int32_t)i);
         if (engine_done) {

@@ -63,7 +63,8 @@
  *     sampled token first (its own rank), then the engine's top-N by rank
  *     without the sampled one (ranks 1..N by position), so N or N + 1
  *     entries; each with its decoded text, decode([id]) with special tokens
- *     kept, as vLLM's convert_ids_list_to_tokens.
+ *     kept, as vLLM's convert_ids_list_to_tokens, and its bytes in a text
+ *     (tokenizer_token_bytes; what the server reports).
  *   - detokenize = false (vLLM's SamplingParams.detokenize, the benchmarks'
  *     --disable-detokenize): no text and no decoded logprob tokens; token
  *     ids, finishes and logprobs as above. Stop strings need text, so such a
@@ -133,5 +134,10 @@ void output_processor_foreach(const output_processor *op,
  * logprob. Borrowed from the processor's cache (valid until free); ""
  * for an id outside the vocabulary; *len may be NULL. */
 const char *output_processor_token_text(output_processor *op, int32_t id, size_t *len);
+/* tokenizer_token_bytes(id), NUL-terminated (bytes_len may hold NULs), cached
+ * the same way: what an OpenAI logprob's token and `bytes` are made of, so
+ * the tokens' bytes concatenate to the text (leading spaces and byte-fallback
+ * pieces included, unlike decode([id])). */
+const char *output_processor_token_bytes(output_processor *op, int32_t id, size_t *len);
 
 #endif

@@ -23,6 +23,7 @@ void request_free(request *r) {
     free(r->seqs);
     if (r->grammar) grammar_cache_entry_unref(r->grammars, r->grammar);
     free(r->error);
+    free(r->owned_ids);
     block_pool_salt_unref(r->salt);
     free(r->id);
     free(r);
@@ -42,6 +43,20 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
     if (!r->id || !r->seqs) goto nomem;
     r->num_prompt_tokens = num_prompt_ids;
     r->params = *sp;
+    /* the params' lists, owned: allowed ids, then bad words' ids, then their lengths */
+    int64_t nbad = 0;
+    for (int32_t i = 0; i < sp->num_bad_words; i++) nbad += sp->bad_words_lens[i];
+    int64_t nown = (int64_t)sp->num_allowed_token_ids + nbad + sp->num_bad_words;
+    if (nown > 0) {
+        if (!(r->owned_ids = malloc((size_t)nown * sizeof *r->owned_ids))) goto nomem;
+        int32_t *a = r->owned_ids, *b = a + sp->num_allowed_token_ids, *l = b + nbad;
+        if (sp->num_allowed_token_ids) memcpy(a, sp->allowed_token_ids, (size_t)sp->num_allowed_token_ids * sizeof *a);
+        if (nbad) memcpy(b, sp->bad_words_ids, (size_t)nbad * sizeof *b);
+        if (sp->num_bad_words) memcpy(l, sp->bad_words_lens, (size_t)sp->num_bad_words * sizeof *l);
+        r->params.allowed_token_ids = sp->num_allowed_token_ids ? a : NULL;
+        r->params.bad_words_ids = nbad ? b : NULL;
+        r->params.bad_words_lens = sp->num_bad_words ? l : NULL;
+    }
     /* room left in the model after the prompt; at least one token is sampled */
     int32_t room = max_model_len - num_prompt_ids;
     if (room < 1) room = 1;
@@ -81,6 +96,8 @@ vllm_status request_create(const char *id, const int32_t *prompt_ids, int32_t nu
         q->num_tokens = num_prompt_ids;
         q->stop_token_id = -1;
         q->step_slot = -1;
+        q->step_prompt_lps = -1;
+        q->prompt_lps_done = 0;
         sampler_rng_seed_request(&q->rng, sp, default_seed, id, i);
     }
     *out = r;

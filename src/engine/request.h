@@ -88,6 +88,10 @@ typedef struct seq {
     sampler_rng rng;                 /* seeded by sampler_rng_seed_request */
     st_matcher *matcher;             /* structured outputs: over the committed output; NULL = none */
     int32_t step_slot;               /* engine: this step's first logprob slot, or -1 */
+    int32_t prompt_lps_done;         /* prompt positions < this have had their prompt logprobs
+                                        reported (kept across preemption) */
+    int32_t step_prompt_lps;         /* engine: this step's first prompt-logprob slot, or -1 */
+    int32_t step_prompt_lps_start, step_num_prompt_lps; /* its prompt positions */
 
     /* news for the next step output, kept by the scheduler */
     struct seq *news_next;
@@ -105,7 +109,8 @@ struct request {
     bool in_map;
     char *id;
     int32_t num_prompt_tokens;
-    vllm_sampling_params params;
+    vllm_sampling_params params;     /* its lists point into owned_ids */
+    int32_t *owned_ids;
     int32_t max_tokens;              /* resolved from params (-1 = up to max_model_len) */
     int32_t priority;
     double arrival_time;

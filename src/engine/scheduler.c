@@ -144,6 +144,27 @@ void scheduler_add_request(scheduler *s, request *r, double now) {
 
 /* ---- scheduling ------------------------------------------------------- */
 
+/* True if q (seq 0 of a prompt_logprobs request) is still owed prompt
+ * logprobs: positions prompt_lps_done .. num_prompt - 2 score the prompt
+ * token after them. */
+static bool wants_prompt_rows(const seq *q) {
+    const request *r = q->req;
+    return r->params.prompt_logprobs >= 0 && q->index == 0 && q->prompt_lps_done < r->num_prompt_tokens - 1;
+}
+
+/* Caps num_new for a sequence owed prompt logprobs so that its prompt rows
+ * fit what is left of this step's max_prompt_rows (0: it cannot run now). */
+static int32_t cap_prompt_rows(const scheduler *s, const seq *q, int32_t num_new) {
+    if (!wants_prompt_rows(q)) return num_new;
+    int32_t left = s->cfg.max_prompt_rows - s->out.num_prompt_rows;
+    int32_t first = q->num_computed_tokens > q->prompt_lps_done ? q->num_computed_tokens : q->prompt_lps_done;
+    /* rows are positions [first, min(end, num_prompt - 1)): end <= first + left keeps them within left */
+    int32_t max_end = first + (left > 0 ? left : 0);
+    int32_t end = q->num_computed_tokens + num_new;
+    if (end > max_end) num_new = max_end - q->num_computed_tokens;
+    return num_new > 0 ? num_new : 0;
+}
+
 /* Schedules num_new tokens of q: its committed ones not yet computed, then
  * as many of its drafts as fit (the rest are dropped). */
 static void add_entry(scheduler *s, seq *q, int32_t num_new) {
@@ -160,6 +181,16 @@ static void add_entry(scheduler *s, seq *q, int32_t num_new) {
         .num_scored = scored ? q->num_drafts + 1 : 0,
         .num_samples = scored ? seq_num_seats(q) : 0,
     };
+    if (wants_prompt_rows(q)) {
+        int32_t first = q->num_computed_tokens > q->prompt_lps_done ? q->num_computed_tokens : q->prompt_lps_done;
+        int32_t last = end < q->req->num_prompt_tokens - 1 ? end : q->req->num_prompt_tokens - 1;
+        if (last > first) {
+            e->first_prompt_row = first;
+            e->num_prompt_rows = last - first;
+            o->num_prompt_rows += e->num_prompt_rows;
+            add_news(s, q);
+        }
+    }
     o->num_tokens += num_new;
 }
 
@@ -170,6 +201,7 @@ static void unschedule(scheduler *s, seq *q, int32_t *budget) {
         if (o->seqs[i].seq == q) {
             *budget += o->seqs[i].num_new_tokens;
             o->num_tokens -= o->seqs[i].num_new_tokens;
+            o->num_prompt_rows -= o->seqs[i].num_prompt_rows;
             memmove(&o->seqs[i], &o->seqs[i + 1], (size_t)(o->num_seqs - i - 1) * sizeof *o->seqs);
             o->num_seqs--;
             break;
@@ -254,7 +286,7 @@ static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
 
 const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     scheduler_output *o = &s->out;
-    o->num_seqs = o->num_tokens = o->num_scored = o->num_out = 0;
+    o->num_seqs = o->num_tokens = o->num_scored = o->num_out = o->num_prompt_rows = 0;
     o->num_copies = o->num_preemptions = 0;
     o->prefix_cache_queries = o->prefix_cache_hits = 0;
     int32_t budget = s->cfg.max_num_batched_tokens;
@@ -264,6 +296,7 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     while (n != &s->running && budget > 0) {
         seq *q = list_entry(n, seq, node);
         int32_t num_new = cap_new_tokens(s, q->num_tokens + q->num_drafts - q->num_computed_tokens, budget);
+        num_new = cap_prompt_rows(s, q, num_new);
         if (num_new <= 0) {
             n = n->next;
             continue;
@@ -293,10 +326,15 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         seq *q = list_entry(s->waiting.next, seq, node);
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
-        int32_t num_hits = kv_cache_manager_find_longest_cache_hit(s->kv, q);
-        if (prefix_in_flight(s, q, num_hits)) break;
+        bool prompt_rows = wants_prompt_rows(q);
+        int32_t num_hits = prompt_rows ? 0 : kv_cache_manager_find_longest_cache_hit(s->kv, q);
+        if (!prompt_rows && prefix_in_flight(s, q, num_hits)) break;
         int32_t computed = kv_cache_manager_hit_tokens(s->kv, q, num_hits);
         int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);
+        if (prompt_rows) { /* no hits: computed and num_computed_tokens are 0 */
+            num_new = cap_prompt_rows(s, q, num_new);
+            if (num_new <= 0) break;
+        }
         if (allocate(s, q, num_new, num_hits) != VLLM_OK) break;
         /* a lookup counts once, when its sequence is admitted */
         if (kv_cache_manager_caching_enabled(s->kv)) {

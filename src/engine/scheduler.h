@@ -24,6 +24,13 @@
  *      of requests with one prompt computes the prompt once).
  * A sequence is scored (its logits computed) only when this step computes
  * its last committed token: one row for it, plus one per scheduled draft.
+ * A request with prompt_logprobs also has each prompt position's row scored
+ * (the logprob of the prompt token after it), at most max_prompt_rows in a
+ * step (its chunk is cut to fit, or it waits a step), each position once
+ * (prompt_lps_done, kept across a preemption); as in vLLM, such a request
+ * does not read the prefix cache (its prompt is computed whole, so every
+ * row exists), though it fills it. Its sequence has news in every step
+ * that scores prompt rows.
  *
  * After the forward and the sampler, scheduler_update takes each entry's
  * committed tokens (the accepted drafts and one sampled token; for an
@@ -63,6 +70,8 @@ typedef struct scheduler_config {
     int32_t max_model_len;
     int32_t eos_ids[SCHEDULER_MAX_EOS];   /* the model's EOS ids, for the stop check */
     int32_t num_eos;
+    int32_t max_prompt_rows;              /* rows of prompt logprobs per step (0: prompt_logprobs
+                                             requests are never scheduled) */
 } scheduler_config;
 
 /* One sequence's work in a step. */
@@ -73,6 +82,10 @@ typedef struct scheduled_seq {
                                         the last num_drafts of them drafts */
     int32_t num_drafts;              /* drafts scheduled (seq->num_drafts after scheduling) */
     int32_t num_scored;              /* rows of logits: the last num_scored new tokens (0, or drafts + 1) */
+    int32_t num_prompt_rows;         /* rows of prompt logprobs just before those (prompt_logprobs):
+                                        positions [first_prompt_row, + num_prompt_rows), each scoring
+                                        the prompt token after it */
+    int32_t first_prompt_row;
     int32_t num_samples;             /* sequences that sample from them: 0, 1, or n when seq 0 forks */
     int32_t out_offset;              /* first of this entry's slots in the step's committed tokens: */
     int32_t num_out;                 /* num_scored slots, or n for a fork (0 when nothing is scored) */
@@ -83,6 +96,7 @@ typedef struct scheduler_output {
     scheduled_seq *seqs;             /* (num_seqs) running ones first, then newly admitted */
     int32_t num_tokens;              /* sum of num_new_tokens */
     int32_t num_scored;              /* sum of num_scored */
+    int32_t num_prompt_rows;         /* sum of num_prompt_rows (<= max_prompt_rows) */
     int32_t num_out;                 /* sum of num_out */
     int32_t num_copies;
     block_copy *copies;              /* copy-on-write: run in order, before the forward */

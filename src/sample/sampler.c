@@ -133,6 +133,23 @@ vllm_status sampler_check_vocab(const vllm_sampling_params *p, int32_t vocab_siz
         return vllm_error(VLLM_ERR_INVALID,
                           "token_id(s) [%s] in logit_bias contain out-of-vocab token ids. Vocabulary size: %d",
                           list, vocab_size);
+    for (int32_t i = 0; i < p->num_allowed_token_ids; i++)
+        if (p->allowed_token_ids[i] < 0 || p->allowed_token_ids[i] >= vocab_size)
+            return vllm_error(VLLM_ERR_INVALID, "allowed_token_ids contains out-of-vocab token id!");
+    int64_t nb = 0;
+    for (int32_t i = 0; i < p->num_bad_words; i++) nb += p->bad_words_lens[i];
+    n = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t id = p->bad_words_ids[i];
+        if (id >= 0 && id < vocab_size) continue;
+        if (n < sizeof list - 16) n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", bad ? ", " : "", id);
+        bad++;
+    }
+    if (bad) /* SamplingParams._validate_bad_words' words */
+        return vllm_error(VLLM_ERR_INVALID,
+                          "The model vocabulary size is %d, but the following tokens were specified as bad: "
+                          "[%s]. All token id values should be integers satisfying: 0 <= token_id <= %d.",
+                          vocab_size, list, vocab_size - 1);
     return VLLM_OK;
 }
 
@@ -159,6 +176,33 @@ typedef struct processed {
     int32_t n;
     double mass;
 } processed;
+
+/* allowed_token_ids: every other token gets -inf. mask: vocab_size bytes of
+ * scratch (the candidate area, free until the penalties use it). */
+static void apply_allowed_ids(const vllm_sampling_params *p, float *logits, int32_t vocab_size, uint8_t *mask) {
+    if (p->num_allowed_token_ids <= 0) return;
+    memset(mask, 0, (size_t)vocab_size);
+    for (int32_t i = 0; i < p->num_allowed_token_ids; i++) {
+        int32_t id = p->allowed_token_ids[i];
+        if (id >= 0 && id < vocab_size) mask[id] = 1;
+    }
+    for (int32_t i = 0; i < vocab_size; i++)
+        if (!mask[i]) logits[i] = -INFINITY;
+}
+
+/* bad_words: a sequence's last token gets -inf when the output ends with the
+ * tokens before it (vLLM's _apply_bad_words_single_batch, on output tokens). */
+static void apply_bad_words(const vllm_sampling_params *p, const sample_history *h, float *logits,
+                            int32_t vocab_size) {
+    int32_t nout = h ? h->num_output : 0;
+    const int32_t *w = p->bad_words_ids;
+    for (int32_t i = 0; i < p->num_bad_words; w += p->bad_words_lens[i], i++) {
+        int32_t len = p->bad_words_lens[i], last = w[len - 1];
+        if (len - 1 > nout || last < 0 || last >= vocab_size) continue;
+        if (len == 1 || memcmp(h->output_ids + nout - (len - 1), w, (size_t)(len - 1) * sizeof *w) == 0)
+            logits[last] = -INFINITY;
+    }
+}
 
 static void apply_min_tokens(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos_ids,
                              int32_t num_eos, float *logits, int32_t vocab_size) {
@@ -499,6 +543,8 @@ static vllm_status sampler_process(const vllm_sampling_params *p, const sample_h
                                    processed *out) {
     cand *c = scratch_cands(scratch, vocab_size);
     memset(out, 0, sizeof *out);
+    apply_allowed_ids(p, logits, vocab_size, (uint8_t *)c);
+    apply_bad_words(p, h, logits, vocab_size);
     apply_min_tokens(p, h, eos_ids, num_eos, logits, vocab_size);
     apply_logit_bias(p, logits, vocab_size);
     apply_penalties(p, h, logits, vocab_size, (int32_t *)c);
@@ -590,8 +636,9 @@ static int32_t draw(const processed *pr, int32_t vocab_size, sampler_rng *rng) {
     return last >= 0 ? last : pr->token; /* u rounded up to the total */
 }
 
-/* Fills out's logprob fields from raw (the logits before processing). */
-static void fill_logprobs(const vllm_sampling_params *p, const float *raw, int32_t vocab_size, sample_result *out) {
+/* Fills out's logprob fields from raw (the logits before processing), with
+ * the top min(num_top, vocab) in out->top when it is not NULL. */
+static void fill_logprobs(int32_t num_top, const float *raw, int32_t vocab_size, sample_result *out) {
     int32_t first;
     float m = max_first(raw, vocab_size, &first);
     float log_sum = (float)log(sum_exp(raw, vocab_size, m));
@@ -610,7 +657,7 @@ static void fill_logprobs(const vllm_sampling_params *p, const float *raw, int32
     /* top-N: a descending insertion list (holding raw values until the end);
      * strict > keeps the lower id first among equal values */
     sample_logprob *top = out->top;
-    int32_t want = !top ? 0 : p->logprobs < vocab_size ? p->logprobs : vocab_size, have = 0;
+    int32_t want = !top ? 0 : num_top < vocab_size ? num_top : vocab_size, have = 0;
     for (i = 0; i < vocab_size && want > 0; i++) {
         if (have == want && (i = next_above(raw, i, vocab_size, top[want - 1].logprob)) == vocab_size) break;
         float v = raw[i];
@@ -639,8 +686,15 @@ vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *
     out->logprob = 0.0f;
     out->rank = 0;
     out->num_top = 0;
-    if (want_logprobs) fill_logprobs(p, raw, vocab_size, out);
+    if (want_logprobs) fill_logprobs(p->logprobs, raw, vocab_size, out);
     return VLLM_OK;
+}
+
+void sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token_id, int32_t num_top,
+                      sample_result *out) {
+    out->token_id = token_id;
+    out->num_top = 0;
+    fill_logprobs(num_top, logits, vocab_size, out);
 }
 
 vllm_status sampler_probs(const vllm_sampling_params *p, const sample_history *h, const int32_t *eos_ids,

@@ -3,6 +3,8 @@
  *
  * Order (vLLM V1, default logprobs_mode raw_logprobs):
  *   1. logprobs, if asked for, from log_softmax of the raw logits;
+ *   1a. allowed_token_ids: every other token -inf; bad_words: the last token
+ *      of a bad sequence -inf when the output ends with the rest of it;
  *   2. min_tokens: EOS ids and stop_token_ids get -inf while fewer than
  *      min_tokens tokens have been generated (even with ignore_eos, as vLLM);
  *   3. logit_bias added;
@@ -89,6 +91,13 @@ vllm_status sampler_sample(const vllm_sampling_params *p, const sample_history *
                            const int32_t *eos_ids, int32_t num_eos, float *logits,
                            int32_t vocab_size, sampler_rng *rng, void *scratch,
                            sample_result *out);
+
+/* The raw logprob and rank of token_id under logits (vocab_size floats, read
+ * only), and the top min(num_top, vocab_size) in out->top (when not NULL),
+ * exactly as sampler_sample reports a sampled token's: vLLM's raw_logprobs.
+ * What prompt logprobs are made of. */
+void sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token_id, int32_t num_top,
+                      sample_result *out);
 
 /* The distribution sampler_sample draws from, after every step above:
  * probs (vocab_size) sums to 1; one-hot at the argmax when greedy. Same

@@ -32,6 +32,7 @@ void vllm_sampling_params_init(vllm_sampling_params *p) {
     p->max_tokens = 16;
     p->min_tokens = 0;
     p->logprobs = -1;
+    p->prompt_logprobs = -1;
 }
 
 /* Python's repr of a float: the shortest digits that read back to the same
@@ -103,5 +104,18 @@ vllm_status vllm_sampling_params_validate(const vllm_sampling_params *p) {
         return vllm_error(VLLM_ERR_INVALID,
                           "Requested sample logprobs of %d, which is greater than max allowed: %d",
                           p->logprobs, VLLM_MAX_LOGPROBS);
+    if (p->num_allowed_token_ids < 0 || (p->num_allowed_token_ids > 0 && !p->allowed_token_ids))
+        return vllm_error(VLLM_ERR_INVALID, "allowed_token_ids: %d ids without a list", p->num_allowed_token_ids);
+    if (p->num_bad_words < 0 || (p->num_bad_words > 0 && (!p->bad_words_ids || !p->bad_words_lens)))
+        return vllm_error(VLLM_ERR_INVALID, "bad_words: %d token sequences without the lists", p->num_bad_words);
+    for (int32_t i = 0; i < p->num_bad_words; i++)
+        if (p->bad_words_lens[i] < 1)
+            return vllm_error(VLLM_ERR_INVALID, "bad_words: token sequence %d is empty", i);
+    if (p->prompt_logprobs < -1)
+        return vllm_error(VLLM_ERR_INVALID, "prompt_logprobs must be non-negative, got %d.", p->prompt_logprobs);
+    if (p->prompt_logprobs > VLLM_MAX_LOGPROBS)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "Requested prompt logprobs of %d, which is greater than max allowed: %d",
+                          p->prompt_logprobs, VLLM_MAX_LOGPROBS);
     return VLLM_OK;
 }

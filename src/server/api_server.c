@@ -8,6 +8,27 @@
  * middleware: only paths starting with /v1, OPTIONS exempt, 401
  * {"error":"Unauthorized"} (not the OpenAI error shape). POST bodies must be
  * application/json (vLLM's validate_json_request), else 400.
+ *
+ * CORS is Starlette's CORSMiddleware with vLLM's arguments (--allowed-origins,
+ * --allowed-methods, --allowed-headers, default ["*"]; --allow-credentials),
+ * in vLLM's middleware order: X-Request-Id outermost, then auth, then CORS,
+ * then the routes. So:
+ *   - a request without Origin gets no Access-Control-* header;
+ *   - a preflight (OPTIONS with Origin and Access-Control-Request-Method) is
+ *     answered by CORS itself, for any path: 200 "OK", or 400 "Disallowed
+ *     CORS origin, method, headers" naming what failed, with
+ *     Access-Control-Allow-Methods / -Max-Age 600 / -Allow-Headers (the
+ *     requested ones when all are allowed) / -Allow-Origin ("*", or the
+ *     origin when origins are listed or credentials allowed, with Vary:
+ *     Origin) / -Allow-Credentials;
+ *   - any other request with Origin gets Access-Control-Allow-Origin ("*",
+ *     or the origin itself when it is listed, or when all are allowed but
+ *     the request carries a Cookie, with Vary: Origin) and
+ *     Access-Control-Allow-Credentials when allowed, on whatever the route
+ *     answers (errors and streams included);
+ *   - a 401 from auth has none (auth is outside CORS in vLLM too).
+ * --enable-request-id-headers: X-Request-Id on every response, the request's
+ * own or a new uuid4 hex (vLLM's XRequestIdMiddleware).
  */
 #include "server/api_server.h"
 
@@ -25,6 +46,10 @@ struct api_server {
     http_server *http;
     serving_ctx *ctx;
     api_server_config cfg;
+    /* CORS, resolved at start (CORSMiddleware.__init__) */
+    bool all_origins, all_headers, explicit_origin;
+    char *methods_str;          /* "DELETE, GET, ..." (Access-Control-Allow-Methods) */
+    char *headers_str;          /* safelisted + allowed, sorted, or NULL when all */
 };
 
 typedef void (*route_fn)(api_server *s, http_request *r);
@@ -339,15 +364,153 @@ static bool authorized(api_server *s, http_request *r) {
     return ok;
 }
 
+/* ---- CORS -------------------------------------------------------------------- */
+
+static bool list_has(const char *const *list, int n, const char *v) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], v)) return true;
+    return false;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Joins strs (n) with ", " into a malloc'ed string. */
+static char *join(const char *const *strs, int n) {
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(strs[i]) + 2;
+    char *out = malloc(len), *p = out;
+    if (!out) return NULL;
+    *p = 0;
+    for (int i = 0; i < n; i++) p += sprintf(p, "%s%s", i ? ", " : "", strs[i]);
+    return out;
+}
+
+static vllm_status cors_init(api_server *s) {
+    const api_server_config *c = &s->cfg;
+    static const char *const star[] = {"*"};
+    static const char *const all_methods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"};
+    static const char *const safelisted[] = {"Accept", "Accept-Language", "Content-Language", "Content-Type"};
+    if (!c->num_allowed_origins) s->cfg.allowed_origins = star, s->cfg.num_allowed_origins = 1;
+    if (!c->num_allowed_methods) s->cfg.allowed_methods = star, s->cfg.num_allowed_methods = 1;
+    if (!c->num_allowed_headers) s->cfg.allowed_headers = star, s->cfg.num_allowed_headers = 1;
+    s->all_origins = list_has(c->allowed_origins, c->num_allowed_origins, "*");
+    s->all_headers = list_has(c->allowed_headers, c->num_allowed_headers, "*");
+    s->explicit_origin = !s->all_origins || c->allow_credentials;
+    if (list_has(c->allowed_methods, c->num_allowed_methods, "*")) {
+        s->cfg.allowed_methods = all_methods;
+        s->cfg.num_allowed_methods = (int)(sizeof all_methods / sizeof all_methods[0]);
+    }
+    s->methods_str = join(s->cfg.allowed_methods, s->cfg.num_allowed_methods);
+    if (!s->methods_str) return vllm_error(VLLM_ERR_NOMEM, "api server: out of memory");
+    if (s->all_headers) return VLLM_OK;
+    /* sorted(SAFELISTED_HEADERS | set(allow_headers)) */
+    int n = 0, cap = 4 + c->num_allowed_headers;
+    const char **h = malloc(sizeof *h * (size_t)cap);
+    if (!h) return vllm_error(VLLM_ERR_NOMEM, "api server: out of memory");
+    for (int i = 0; i < 4; i++) h[n++] = safelisted[i];
+    for (int i = 0; i < c->num_allowed_headers; i++)
+        if (!list_has(h, n, c->allowed_headers[i])) h[n++] = c->allowed_headers[i];
+    qsort(h, (size_t)n, sizeof *h, cmp_str);
+    s->headers_str = join(h, n);
+    free(h);
+    return s->headers_str ? VLLM_OK : vllm_error(VLLM_ERR_NOMEM, "api server: out of memory");
+}
+
+static bool origin_allowed(const api_server *s, const char *origin) {
+    return s->all_origins || list_has(s->cfg.allowed_origins, s->cfg.num_allowed_origins, origin);
+}
+
+/* A requested header is allowed when it is, lower-cased, one of the allowed
+ * or safelisted headers lower-cased (Starlette compares them that way). */
+static bool header_allowed(const api_server *s, const char *h, size_t n) {
+    const char *list = s->headers_str;
+    while (*list) {
+        size_t m = strcspn(list, ",");
+        if (m == n && !strncasecmp(list, h, n)) return true;
+        list += m;
+        while (*list == ',' || *list == ' ') list++;
+    }
+    return false;
+}
+
+/* CORSMiddleware.preflight_response */
+static void cors_preflight(api_server *s, http_request *r, const char *origin) {
+    const char *method = http_request_header(r, "Access-Control-Request-Method");
+    const char *req_headers = http_request_header(r, "Access-Control-Request-Headers");
+    char failures[64] = "";
+    if (s->explicit_origin) http_request_add_header(r, "Vary", "Origin");
+    else http_request_add_header(r, "Access-Control-Allow-Origin", "*");
+    http_request_add_header(r, "Access-Control-Allow-Methods", s->methods_str);
+    http_request_add_header(r, "Access-Control-Max-Age", "600");
+    if (!s->all_headers) http_request_add_header(r, "Access-Control-Allow-Headers", s->headers_str);
+    if (s->cfg.allow_credentials) http_request_add_header(r, "Access-Control-Allow-Credentials", "true");
+    if (origin_allowed(s, origin)) {
+        if (s->explicit_origin) http_request_add_header(r, "Access-Control-Allow-Origin", origin);
+    } else {
+        strcat(failures, "origin");
+    }
+    if (!list_has(s->cfg.allowed_methods, s->cfg.num_allowed_methods, method))
+        strcat(failures, *failures ? ", method" : "method");
+    if (s->all_headers && req_headers) {
+        http_request_add_header(r, "Access-Control-Allow-Headers", req_headers);
+    } else if (req_headers) {
+        for (const char *p = req_headers;;) {
+            size_t n = strcspn(p, ",");
+            const char *a = p, *b = p + n;
+            while (a < b && (*a == ' ' || *a == '\t')) a++;
+            while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+            if (!header_allowed(s, a, (size_t)(b - a))) {
+                strcat(failures, *failures ? ", headers" : "headers");
+                break;
+            }
+            if (!p[n]) break;
+            p += n + 1;
+        }
+    }
+    char body[96];
+    int n = *failures ? snprintf(body, sizeof body, "Disallowed CORS %s", failures)
+                      : snprintf(body, sizeof body, "OK");
+    http_respond(r, *failures ? 400 : 200, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+/* CORSMiddleware.simple_response's headers, on whatever the route answers. */
+static void cors_simple(api_server *s, http_request *r, const char *origin) {
+    bool cookie = http_request_header(r, "Cookie") != NULL;
+    if ((s->all_origins && cookie) || (!s->all_origins && origin_allowed(s, origin))) {
+        http_request_add_header(r, "Access-Control-Allow-Origin", origin);
+        http_request_add_header(r, "Vary", "Origin");
+    } else if (s->all_origins) {
+        http_request_add_header(r, "Access-Control-Allow-Origin", "*");
+    }
+    if (s->cfg.allow_credentials) http_request_add_header(r, "Access-Control-Allow-Credentials", "true");
+}
+
 static void handle(void *ud, http_request *r) {
     api_server *s = ud;
     const char *path = http_request_path(r), *method = http_request_method(r);
+    if (s->cfg.enable_request_id_headers) {
+        const char *rid = http_request_header(r, "X-Request-Id");
+        char fresh[40];
+        if (!rid) {
+            openai_random_id("", fresh, sizeof fresh);
+            rid = fresh;
+        }
+        http_request_add_header(r, "X-Request-Id", rid);
+    }
     if (s->cfg.num_api_keys > 0 && !strncmp(path, "/v1", 3) && strcmp(method, "OPTIONS") &&
         !authorized(s, r)) {
         static const char unauth[] = "{\"error\":\"Unauthorized\"}";
         http_respond(r, 401, "application/json", unauth, sizeof unauth - 1);
         return;
     }
+    const char *origin = http_request_header(r, "Origin");
+    if (origin && !strcmp(method, "OPTIONS") && http_request_header(r, "Access-Control-Request-Method")) {
+        cors_preflight(s, r, origin);
+        return;
+    }
+    if (origin) cors_simple(s, r, origin);
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         const route *rt = &routes[i];
         if (strcmp(rt->path, path)) continue;
@@ -409,6 +572,12 @@ vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api
     if (!s) return vllm_error(VLLM_ERR_NOMEM, "api server: out of memory");
     s->ctx = ctx;
     s->cfg = *cfg;
+    vllm_status rc = cors_init(s);
+    if (rc != VLLM_OK) {
+        free(s->methods_str);
+        free(s);
+        return rc;
+    }
     http_server_config hc = {
         .host = cfg->host,
         .port = cfg->port,
@@ -428,8 +597,10 @@ vllm_status api_server_start(serving_ctx *ctx, const api_server_config *cfg, api
     log_info("Available routes are:");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         log_info("Route: %s, Methods: %s", routes[i].path, routes[i].methods);
-    vllm_status rc = http_server_start(&hc, &s->http);
+    rc = http_server_start(&hc, &s->http);
     if (rc != VLLM_OK) {
+        free(s->methods_str);
+        free(s->headers_str);
         free(s);
         return rc;
     }
@@ -442,5 +613,7 @@ int api_server_port(const api_server *s) { return http_server_port(s->http); }
 void api_server_stop(api_server *s, double grace_s) {
     if (!s) return;
     http_server_stop(s->http, grace_s);
+    free(s->methods_str);
+    free(s->headers_str);
     free(s);
 }

@@ -1,8 +1,8 @@
 /*
  * api_server.h - vLLM's api_server.py: the OpenAI-compatible routes over the
  * HTTP layer, --api-key auth, and the small endpoints (/health, /ping,
- * /version, /load, /metrics, /v1/models, /tokenize, /detokenize).
- * Generation routes go to serving.c.
+ * /version, /load, /metrics, /v1/models, /tokenize, /detokenize), CORS and
+ * X-Request-Id headers. Generation routes go to serving.c.
  */
 #ifndef VLLM_SERVER_API_SERVER_H
 #define VLLM_SERVER_API_SERVER_H
@@ -25,6 +25,16 @@ typedef struct api_server_config {
     size_t max_body_bytes;
     int num_http_threads;
     bool access_log;                /* uvicorn-style line per request */
+    /* CORS (Starlette's CORSMiddleware as vLLM configures it): each list NULL
+     * (or empty) = vLLM's default ["*"]. Borrowed; must outlive the server. */
+    const char *const *allowed_origins;   /* --allowed-origins */
+    int num_allowed_origins;
+    const char *const *allowed_methods;   /* --allowed-methods */
+    int num_allowed_methods;
+    const char *const *allowed_headers;   /* --allowed-headers */
+    int num_allowed_headers;
+    bool allow_credentials;               /* --allow-credentials */
+    bool enable_request_id_headers;       /* X-Request-Id on every response */
 } api_server_config;
 
 typedef struct api_server api_server;

@@ -207,6 +207,23 @@ static void note_added(fe_batch *b, fe_req *r, vllm_status rc, const char *err) 
     a->err_off = rc == VLLM_OK ? SIZE_MAX : batch_str(b, err);
 }
 
+/* Copies n logprob records and their top lists into b's pools (grown by the caller). */
+static const vllm_token_logprobs *batch_copy_logprobs(fe_batch *b, const vllm_token_logprobs *src, int32_t n) {
+    const vllm_token_logprobs *first = b->lps + b->n_lps;
+    for (int32_t t = 0; t < n; t++) {
+        vllm_token_logprobs lp = src[t];
+        if (lp.num_top > 0) {
+            memcpy(b->top_ids + b->n_top, lp.top_ids, (size_t)lp.num_top * sizeof(int32_t));
+            memcpy(b->top_lps + b->n_top, lp.top_logprobs, (size_t)lp.num_top * sizeof(float));
+        }
+        lp.top_ids = b->top_ids + b->n_top;
+        lp.top_logprobs = b->top_lps + b->n_top;
+        b->n_top += (size_t)lp.num_top;
+        b->lps[b->n_lps++] = lp;
+    }
+    return first;
+}
+
 /* Copies a step's outputs into b (engine memory is borrowed until the next
  * step): the same vllm_seq_output records, their pointers redirected into
  * the batch's pools. Every pool is grown first, so the pointers stay valid. */
@@ -220,6 +237,10 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
         if (o->new_logprobs) {
             nlp += (size_t)o->num_new_tokens;
             for (int32_t t = 0; t < o->num_new_tokens; t++) ntop += (size_t)o->new_logprobs[t].num_top;
+        }
+        if (o->prompt_logprobs) {
+            nlp += (size_t)o->num_prompt_logprobs;
+            for (int32_t t = 0; t < o->num_prompt_logprobs; t++) ntop += (size_t)o->prompt_logprobs[t].num_top;
         }
     }
     if (buf_grow((void **)&b->outs, &b->cap_outs, b->n_outs + (size_t)out->num_outputs, sizeof *b->outs) ||
@@ -255,20 +276,9 @@ static bool batch_copy_step(fe_batch *b, const vllm_step_output *out) {
             memcpy(b->evs + b->n_evs, o->events, (size_t)o->num_events * sizeof *o->events);
         d->events = o->num_events > 0 ? b->evs + b->n_evs : NULL;
         b->n_evs += (size_t)o->num_events;
-        if (o->new_logprobs) {
-            d->new_logprobs = b->lps + b->n_lps;
-            for (int32_t t = 0; t < o->num_new_tokens; t++) {
-                vllm_token_logprobs lp = o->new_logprobs[t];
-                if (lp.num_top > 0) {
-                    memcpy(b->top_ids + b->n_top, lp.top_ids, (size_t)lp.num_top * sizeof(int32_t));
-                    memcpy(b->top_lps + b->n_top, lp.top_logprobs, (size_t)lp.num_top * sizeof(float));
-                }
-                lp.top_ids = b->top_ids + b->n_top;
-                lp.top_logprobs = b->top_lps + b->n_top;
-                b->n_top += (size_t)lp.num_top;
-                b->lps[b->n_lps++] = lp;
-            }
-        }
+        if (o->new_logprobs) d->new_logprobs = batch_copy_logprobs(b, o->new_logprobs, o->num_new_tokens);
+        if (o->prompt_logprobs)
+            d->prompt_logprobs = batch_copy_logprobs(b, o->prompt_logprobs, o->num_prompt_logprobs);
     }
     return true;
 }

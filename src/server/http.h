@@ -88,7 +88,7 @@ const char *http_request_query(http_request *r, const char *key);
 /* Inside the handler, before responding or deferring: one more header on
  * whatever response this exchange gets (e.g. Retry-After on a 503). At most
  * HTTP_MAX_EXTRA_HEADERS; name and value are copied. */
-#define HTTP_MAX_EXTRA_HEADERS 4
+#define HTTP_MAX_EXTRA_HEADERS 8
 void http_request_add_header(http_request *r, const char *name, const char *value);
 /* A complete response from inside the handler; body is copied. */
 void http_respond(http_request *r, int status, const char *content_type, const char *body,

@@ -774,15 +774,6 @@ static bool refuse_unsupported(pctx *c, openai_request *r) {
         return openai_fail(c->e, 400, TYPE_VALUE, "logits_processors",
                            "The `logits_processors` argument is not supported by this server. See "
                            "--logits-processor-pattern engine argument for more information.");
-    if (is_set(o, "prompt_logprobs"))
-        return openai_fail(c->e, 400, TYPE_VALUE, "prompt_logprobs",
-                           "`prompt_logprobs` is not supported by this server.");
-    if (is_set(o, "allowed_token_ids"))
-        return openai_fail(c->e, 400, TYPE_VALUE, "allowed_token_ids",
-                           "`allowed_token_ids` is not supported by this server.");
-    if (truthy(json_object_get(o, "bad_words")))
-        return openai_fail(c->e, 400, TYPE_VALUE, "bad_words",
-                           "`bad_words` is not supported by this server.");
     if (!r->chat) {
         if (is_set(o, "suffix"))
             return openai_fail(c->e, 400, TYPE_VALUE, "suffix", "suffix is not currently supported");
@@ -880,6 +871,8 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (!get_bool(c, "add_special_tokens", false, &r->add_special_tokens)) return false;
     if (!get_bool(c, "return_token_ids", true, &r->return_token_ids)) return false;
     if (!get_bool(c, "return_tokens_as_token_ids", true, &r->return_tokens_as_token_ids)) return false;
+    if (!get_i32(c, "prompt_logprobs", true, &r->prompt_logprobs, &set)) return false;
+    if (!set) r->prompt_logprobs = -1;
     if (!get_str(c, "cache_salt", true, &s)) return false;
     if (s) r->cache_salt = strdup(s);
     if (!get_str(c, "request_id", false, &s)) return false;
@@ -887,13 +880,39 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (!parse_logit_bias(c, r)) return false;
     int32_t truncate = 0;
     if (!get_i32(c, "truncate_prompt_tokens", true, &truncate, &set)) return false;
-    if (set && truncate < 1)
+    if (set && (truncate < -1 || truncate == 0)) /* Field(ge=-1); 0 would leave no prompt */
         return openai_fail(c->e, 400, TYPE_VALIDATION, "truncate_prompt_tokens",
                            "1 validation error for %s\ntruncate_prompt_tokens\n  Input should be "
-                           "greater than or equal to 1 [type=greater_than_equal, input_value=%d, "
+                           "greater than or equal to %d [type=greater_than_equal, input_value=%d, "
                            "input_type=int]",
-                           c->model, truncate);
+                           c->model, truncate == 0 ? 1 : -1, truncate);
     r->truncate_prompt_tokens = set ? truncate : 0;
+    json_t *allowed = json_object_get(o, "allowed_token_ids");
+    if (allowed && !json_is_null(allowed)) {
+        if (!json_is_array(allowed)) return type_error(c, "allowed_token_ids", "a valid list", "list_type", allowed);
+        size_t na = json_array_size(allowed);
+        r->has_allowed_token_ids = true;
+        r->allowed_token_ids = malloc((na ? na : 1) * sizeof *r->allowed_token_ids);
+        if (!r->allowed_token_ids) return openai_fail(c->e, 500, "Internal Server Error", NULL, "out of memory");
+        size_t i;
+        json_t *x;
+        json_array_foreach(allowed, i, x) {
+            if (!json_is_integer(x)) return type_error(c, "allowed_token_ids", "a valid integer", "int_type", x);
+            json_int_t id = json_integer_value(x);
+            if (id < INT32_MIN || id > INT32_MAX)
+                return type_error(c, "allowed_token_ids", "a 32-bit integer", "int_range", x);
+            r->allowed_token_ids[r->num_allowed_token_ids++] = (int32_t)id;
+        }
+    }
+    json_t *bad = json_object_get(o, "bad_words");
+    if (bad && !json_is_null(bad)) {
+        if (!json_is_array(bad)) return type_error(c, "bad_words", "a valid list", "list_type", bad);
+        size_t i;
+        json_t *x;
+        json_array_foreach(bad, i, x)
+            if (!json_is_string(x)) return type_error(c, "bad_words", "a valid string", "string_type", x);
+        r->bad_words = bad;
+    }
 
     if (r->chat) {
         bool lp = false;
@@ -948,6 +967,7 @@ bool openai_request_parse(const char *body, size_t len, bool chat, openai_reques
     r->skip_special_tokens = true;
     r->spaces_between_special_tokens = true;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
     r->add_special_tokens = !chat;
     r->add_generation_prompt = true;
     r->has_max_tokens = !chat;
@@ -994,6 +1014,9 @@ void openai_request_free(openai_request *r) {
     free(r->tool_choice_name);
     free((char *)r->structured.text);
     free((char *)r->structured.whitespace_pattern);
+    free(r->allowed_token_ids);
+    free(r->bad_words_ids);
+    free(r->bad_words_lens);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
 }
@@ -1066,8 +1089,16 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
     sp->min_tokens = r->min_tokens;
     sp->ignore_eos = r->ignore_eos;
     sp->logprobs = r->logprobs;
+    /* CompletionRequest.to_sampling_params: echo asks for the prompt's logprobs */
+    sp->prompt_logprobs = r->prompt_logprobs >= 0 ? r->prompt_logprobs
+                          : !r->chat && r->echo && r->logprobs >= 0 ? r->logprobs : -1;
     sp->num_stop_token_ids = r->num_stop_token_ids;
     memcpy(sp->stop_token_ids, r->stop_token_ids, sizeof r->stop_token_ids);
+    sp->allowed_token_ids = r->allowed_token_ids;
+    sp->num_allowed_token_ids = r->num_allowed_token_ids;
+    sp->bad_words_ids = r->bad_words_ids;
+    sp->bad_words_lens = r->bad_words_lens;
+    sp->num_bad_words = r->num_bad_words;
     sp->num_logit_bias = r->num_logit_bias;
     memcpy(sp->logit_bias_ids, r->logit_bias_ids, sizeof r->logit_bias_ids);
     memcpy(sp->logit_bias_values, r->logit_bias_values, sizeof r->logit_bias_values);
@@ -1081,7 +1112,9 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         char field[64];
         snprintf(field, sizeof field, "%.*s", (int)flen, msg);
         if (!strcmp(field, "max_tokens") && r->chat) strcpy(field, "max_completion_tokens");
-        if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
+        if (!strncmp(msg, "Requested prompt", 16)) /* "Requested prompt logprobs of N, ..." */
+            strcpy(field, "prompt_logprobs");
+        else if (!strcmp(field, "Requested")) /* "Requested sample logprobs of N, ..." */
             strcpy(field, r->chat ? "top_logprobs" : "logprobs");
         return openai_fail(e, 400, TYPE_VALUE, field, "%s", msg);
     }
@@ -1092,6 +1125,12 @@ bool openai_request_sampling_params(const openai_request *r, const openai_defaul
         return openai_fail(e, 400, TYPE_VALUE, r->chat ? "top_logprobs" : "logprobs",
                            "Requested sample logprobs of %d, which is greater than max allowed: %d",
                            sp->logprobs, max_logprobs);
+    if (r->has_allowed_token_ids && r->num_allowed_token_ids == 0)
+        return openai_fail(e, 400, TYPE_VALUE, "allowed_token_ids", "allowed_token_ids is not None and empty!");
+    if (sp->prompt_logprobs > max_logprobs)
+        return openai_fail(e, 400, TYPE_VALUE, "prompt_logprobs",
+                           "Requested prompt logprobs of %d, which is greater than max allowed: %d",
+                           sp->prompt_logprobs, max_logprobs);
     return true;
 }
 

@@ -77,10 +77,17 @@ typedef struct openai_request {
     bool spaces_between_special_tokens;
     int32_t min_tokens;
     int32_t logprobs;            /* -1 = none; completions: N; chat: top_logprobs if logprobs */
+    int32_t prompt_logprobs;     /* -1 = none (completions: echo with logprobs asks for them too) */
     int32_t priority;
     char *cache_salt;
     bool add_special_tokens;     /* completions true, chat false */
-    int32_t truncate_prompt_tokens; /* keep only the last N prompt tokens; 0 = all */
+    int32_t truncate_prompt_tokens; /* keep only the last N prompt tokens; 0 = all, -1 = max_model_len */
+    int32_t *allowed_token_ids;  /* owned; NULL when unset (an empty list is an error later) */
+    int32_t num_allowed_token_ids;
+    bool has_allowed_token_ids;
+    json_t *bad_words;           /* borrowed from body: a list of strings, or NULL */
+    int32_t *bad_words_ids, *bad_words_lens; /* owned: serving_check_sampling tokenizes them */
+    int32_t num_bad_words;
     bool return_token_ids, return_tokens_as_token_ids;
     int32_t num_logit_bias;
     int32_t logit_bias_ids[VLLM_MAX_LOGIT_BIAS];

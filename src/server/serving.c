@@ -17,6 +17,7 @@
  */
 #include "server/serving.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,9 @@ serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_requ
     c->fmt = fmt;
     c->req = *req;
     memset(req, 0, sizeof *req); /* moved */
+    json_t *as_ids = json_object_get(c->req.body, "return_tokens_as_token_ids");
+    if ((!as_ids || json_is_null(as_ids)) && ctx->return_tokens_as_token_ids) /* the request's wins, as vLLM */
+        c->req.return_tokens_as_token_ids = true;
     c->created = (int64_t)time(NULL);
     c->arrival = vllm_monotonic_time();
     const char *hdr = http_request_header(http, "X-Request-Id");
@@ -98,6 +102,7 @@ void serving_call_release(serving_call *c) {
     for (int32_t i = 0; i < c->num_prompts; i++) {
         free(c->prompts[i].ids);
         free(c->prompts[i].text);
+        json_decref(c->prompts[i].prompt_logprobs);
     }
     free(c->prompts);
     for (int32_t i = 0; i < c->num_choices; i++) {
@@ -177,14 +182,8 @@ json_t *serving_token_json(serving_call *c, const output_logprob *e) {
         snprintf(buf, sizeof buf, "token_id:%d", e->token_id);
         return json_string(buf);
     }
-    json_t *j = e->text ? openai_json_text(e->text, e->text_len) : NULL;
+    json_t *j = e->bytes ? openai_json_text(e->bytes, e->bytes_len) : NULL;
     return j ? j : json_string("");
-}
-
-int64_t serving_utf8_chars(const char *s, size_t len) {
-    int64_t n = 0;
-    for (size_t i = 0; i < len; i++) n += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return n;
 }
 
 json_t *serving_response_new(serving_call *c, const char *object, json_t *choices) {
@@ -207,7 +206,8 @@ json_t *serving_usage(serving_call *c, bool omit_null) {
         cached += c->prompts[i].num_cached;
     }
     for (int32_t i = 0; i < c->num_choices; i++) completion += c->choices[i].num_tokens;
-    return openai_usage_json(prompt, completion, cached, omit_null);
+    /* vLLM: only with --enable-prompt-tokens-details (and then only when some were cached) */
+    return openai_usage_json(prompt, completion, c->ctx->enable_prompt_tokens_details ? cached : 0, omit_null);
 }
 
 bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e) {
@@ -354,6 +354,113 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return true;
 }
 
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+ * the prompt token first in each dict, then the top-N; -inf clamped to
+ * -9999 (clamp_prompt_logprobs); decoded_token is decode([id]) as vLLM's. */
+static json_t *prompt_logprobs_json(const output_delta *d) {
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int32_t i = 0; i < d->num_prompt_logprobs; i++) {
+        const output_token_logprobs *l = &d->prompt_logprobs[i];
+        json_t *o = json_object();
+        for (int32_t k = 0; k < l->num_entries; k++) {
+            const output_logprob *e = &l->entries[k];
+            char key[16];
+            snprintf(key, sizeof key, "%d", e->token_id);
+            json_t *v = json_object();
+            json_object_set_new(v, "logprob", json_real(isinf(e->logprob) && e->logprob < 0 ? -9999.0 : (double)e->logprob));
+            json_object_set_new(v, "rank", json_integer(e->rank));
+            json_t *t = e->text ? openai_json_text(e->text, e->text_len) : NULL;
+            json_object_set_new(v, "decoded_token", t ? t : json_null());
+            json_object_set_new(o, key, v);
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+/* Python's repr() of a str (what vLLM's %r logs): single quotes unless the
+ * text has ' and no ", backslash escapes for the quote, \\, \n, \r, \t and
+ * other control characters; at most max characters (-1: all). */
+static void py_repr(strbuf *b, const char *s, size_t n, int32_t max) {
+    bool sq = memchr(s, '\'', n) && !memchr(s, '"', n);
+    char q = sq ? '"' : '\'';
+    sb_add(b, &q, 1);
+    for (size_t i = 0, chars = 0; i < n && (max < 0 || chars < (size_t)max); i++) {
+        unsigned char ch = (unsigned char)s[i];
+        chars += (ch & 0xC0) != 0x80;
+        if ((ch & 0xC0) == 0x80 || ch >= 0x80) { /* UTF-8 bytes: printable as they are */
+            sb_add(b, s + i, 1);
+            continue;
+        }
+        char esc[8];
+        int k = ch == '\\' ? snprintf(esc, sizeof esc, "\\\\") : ch == (unsigned char)q ? snprintf(esc, sizeof esc, "\\%c", q)
+              : ch == '\n' ? snprintf(esc, sizeof esc, "\\n") : ch == '\r' ? snprintf(esc, sizeof esc, "\\r")
+              : ch == '\t' ? snprintf(esc, sizeof esc, "\\t") : ch < 0x20 || ch == 0x7f ? snprintf(esc, sizeof esc, "\\x%02x", ch)
+              : snprintf(esc, sizeof esc, "%c", ch);
+        sb_add(b, esc, (size_t)k);
+    }
+    sb_add(b, &q, 1);
+}
+
+/* "[1, 2, 3]" of at most max ids (-1: all). */
+static void ids_list(strbuf *b, const int32_t *ids, int32_t n, int32_t max) {
+    if (max >= 0 && n > max) n = max;
+    sb_add(b, "[", 1);
+    for (int32_t i = 0; i < n; i++) {
+        char t[16];
+        int k = snprintf(t, sizeof t, "%s%d", i ? ", " : "", ids[i]);
+        sb_add(b, t, (size_t)k);
+    }
+    sb_add(b, "]", 1);
+}
+
+/* vLLM's RequestLogger.log_inputs: the prompt (its text, or the decoded ids)
+ * and ids cut to --max-log-len, and the sampling parameters. */
+static void log_request(serving_call *c, int32_t prompt, const char *id) {
+    const serving_prompt *p = &c->prompts[prompt];
+    const vllm_sampling_params *sp = &p->sp;
+    int32_t max = c->ctx->max_log_len;
+    strbuf text = {0}, ids = {0};
+    char *decoded = NULL;
+    size_t dlen = 0;
+    const openai_prompt *q = !c->req.chat && prompt < c->req.num_prompts ? &c->req.prompts[prompt] : NULL;
+    if (q && q->text && c->req.truncate_prompt_tokens == 0) py_repr(&text, q->text, q->text_len, max);
+    else if (tokenizer_decode(c->ctx->tok, p->ids, p->num_ids, false, &decoded, &dlen) == VLLM_OK)
+        py_repr(&text, decoded, dlen, max);
+    ids_list(&ids, p->ids, p->num_ids, max);
+    log_info("Received request %s: prompt: %s, params: SamplingParams(n=%d, presence_penalty=%g, "
+             "frequency_penalty=%g, repetition_penalty=%g, temperature=%g, top_p=%g, top_k=%d, min_p=%g, "
+             "seed=%s, stop=[%d strings], stop_token_ids=[%d ids], ignore_eos=%s, max_tokens=%d, "
+             "min_tokens=%d, logprobs=%d, prompt_logprobs=%d, skip_special_tokens=%s, "
+             "allowed_token_ids=%d ids, bad_words=%d sequences), prompt_token_ids: %s, prompt_embeds shape: "
+             "None, lora_request: None.",
+             id, text.s ? text.s : "None", sp->n, (double)sp->presence_penalty, (double)sp->frequency_penalty,
+             (double)sp->repetition_penalty, (double)sp->temperature, (double)sp->top_p, sp->top_k,
+             (double)sp->min_p, sp->has_seed ? "set" : "None", c->req.num_stop, sp->num_stop_token_ids,
+             sp->ignore_eos ? "True" : "False", sp->max_tokens, sp->min_tokens, sp->logprobs,
+             sp->prompt_logprobs, c->req.skip_special_tokens ? "True" : "False", sp->num_allowed_token_ids,
+             sp->num_bad_words, ids.s ? ids.s : "[]");
+    free(text.s);
+    free(ids.s);
+    free(decoded);
+}
+
+/* vLLM's RequestLogger.log_outputs, once a choice has finished. */
+static void log_output(serving_call *c, int32_t prompt, const serving_choice *ch) {
+    char id[160];
+    engine_id(c, prompt, id, sizeof id);
+    strbuf text = {0}, ids = {0};
+    py_repr(&text, ch->text ? ch->text : "", ch->text_len, c->ctx->max_log_len);
+    ids_list(&ids, ch->token_ids, ch->num_tokens, c->ctx->max_log_len);
+    const char *fr = vllm_finish_reason_str(ch->finish_reason);
+    log_info("Generated response %s%s: output: %s, output_token_ids: %s, finish_reason: %s", id,
+             c->streaming ? " (streaming complete)" : "", text.s ? text.s : "''", ids.s ? ids.s : "[]",
+             fr ? fr : "None");
+    free(text.s);
+    free(ids.s);
+}
+
 static void on_delta(void *ud, const output_delta *d) {
     sink_ud *u = ud;
     serving_call *c = u->call;
@@ -369,6 +476,7 @@ static void on_delta(void *ud, const output_delta *d) {
     serving_choice *ch = &c->choices[ci];
     serving_prompt *p = &c->prompts[u->prompt];
     if (d->num_cached_tokens > p->num_cached) p->num_cached = d->num_cached_tokens;
+    if (d->has_prompt_logprobs && !p->prompt_logprobs) p->prompt_logprobs = prompt_logprobs_json(d);
     if (d->num_tokens > 0) {
         buf_grow((void **)&ch->token_ids, &ch->cap_tokens, (size_t)(ch->num_tokens + d->num_tokens),
                  sizeof *ch->token_ids); /* else the ids are not kept (usage still counts them) */
@@ -384,7 +492,8 @@ static void on_delta(void *ud, const output_delta *d) {
     }
     if (c->streaming) {
         if (!atomic_load(&c->http_gone)) c->fmt->stream_delta(c, ci, d, d->text, d->text_len);
-        ch->text_chars += serving_utf8_chars(d->text, d->text_len);
+        if (c->ctx->log_outputs && !append(&ch->text, &ch->text_len, &ch->text_cap, d->text, d->text_len))
+            log_error("%s: out of memory accumulating output text", c->id);
     } else {
         c->fmt->stream_delta(c, ci, d, d->text, d->text_len); /* accumulates */
         if (!append(&ch->text, &ch->text_len, &ch->text_cap, d->text, d->text_len))
@@ -396,6 +505,7 @@ static void on_delta(void *ud, const output_delta *d) {
             if (http_request_peer_closed(c->http)) atomic_store(&c->http_gone, true);
         }
     }
+    if (ch->finished && c->ctx->log_outputs) log_output(c, u->prompt, ch);
     if (ch->finished && ++c->num_finished == c->num_choices) complete(c);
     if (atomic_load(&c->http_gone) && !c->responded && !c->background) {
         abort_all(c);
@@ -590,11 +700,7 @@ void serving_submit(serving_call *c) {
             break;
         }
         b->num_submitted++;
-        if (ctx->log_requests)
-            log_info("Received request %s: prompt tokens: %d, params: n=%d temperature=%g top_p=%g "
-                     "top_k=%d max_tokens=%d seed=%s",
-                     id, q.num_prompt_ids, q.sp.n, (double)q.sp.temperature, (double)q.sp.top_p,
-                     q.sp.top_k, q.sp.max_tokens, q.sp.has_seed ? "set" : "None");
+        if (ctx->log_requests) log_request(c, i, id);
     }
     if (c->add_error.status && c->num_added == b->num_submitted) {
         /* nothing pending could report back (or every report is in): answer now */
@@ -603,4 +709,65 @@ void serving_submit(serving_call *c) {
         finish_error(c, &c->add_error);
     }
     pthread_mutex_unlock(&b->mu);
+}
+
+void serving_truncate_prompt(serving_ctx *ctx, const openai_request *req, int32_t *ids, int32_t *n) {
+    int32_t keep = req->truncate_prompt_tokens < 0 ? ctx->max_model_len : req->truncate_prompt_tokens;
+    if (keep <= 0 || *n <= keep) return;
+    memmove(ids, ids + (*n - keep), (size_t)keep * sizeof *ids);
+    *n = keep;
+}
+
+/* Appends one bad word's ids to req's lists. */
+static bool bad_words_add(openai_request *req, const int32_t *ids, int32_t n, size_t *cap_ids, size_t *cap_lens,
+                          size_t *num_ids) {
+    if (buf_grow((void **)&req->bad_words_ids, cap_ids, *num_ids + (size_t)n, sizeof(int32_t)) ||
+        buf_grow((void **)&req->bad_words_lens, cap_lens, (size_t)req->num_bad_words + 1, sizeof(int32_t)))
+        return false;
+    memcpy(req->bad_words_ids + *num_ids, ids, (size_t)n * sizeof *ids);
+    *num_ids += (size_t)n;
+    req->bad_words_lens[req->num_bad_words++] = n;
+    return true;
+}
+
+static bool tokenize_bad_words(serving_ctx *ctx, openai_request *req, openai_error *e) {
+    size_t cap_ids = 0, cap_lens = 0, num_ids = 0, i;
+    json_t *w;
+    json_array_foreach(req->bad_words, i, w) {
+        const char *s = json_string_value(w);
+        size_t len = json_string_length(w);
+        while (len && (*s == ' ' || (*s >= '\t' && *s <= '\r'))) s++, len--; /* str.lstrip() */
+        int32_t *a = NULL, *b = NULL, na = 0, nb = 0;
+        char *spaced = malloc(len + 2);
+        bool ok = spaced != NULL;
+        if (ok) {
+            spaced[0] = ' ';
+            memcpy(spaced + 1, s, len);
+        }
+        ok = ok && tokenizer_encode(ctx->tok, s, len, false, &a, &na) == VLLM_OK &&
+             tokenizer_encode(ctx->tok, spaced, len + 1, false, &b, &nb) == VLLM_OK;
+        if (ok && na == 0) {
+            free(a), free(b), free(spaced);
+            return openai_fail(e, 400, "BadRequestError", "bad_words", "bad_words: '%.*s' has no tokens", (int)len, s);
+        }
+        ok = ok && bad_words_add(req, a, na, &cap_ids, &cap_lens, &num_ids);
+        if (ok && nb > 0 && b[0] != a[0] && nb == na) ok = bad_words_add(req, b, nb, &cap_ids, &cap_lens, &num_ids);
+        free(a), free(b), free(spaced);
+        if (!ok) return openai_fail(e, 500, "Internal Server Error", NULL, "bad_words: %s", vllm_errmsg());
+    }
+    return true;
+}
+
+bool serving_check_sampling(serving_ctx *ctx, openai_request *req, vllm_sampling_params *sp, openai_error *e) {
+    if (req->bad_words && !req->bad_words_lens && json_array_size(req->bad_words) > 0 &&
+        !tokenize_bad_words(ctx, req, e))
+        return false;
+    sp->bad_words_ids = req->bad_words_ids;
+    sp->bad_words_lens = req->bad_words_lens;
+    sp->num_bad_words = req->num_bad_words;
+    if (sampler_check_vocab(sp, tokenizer_vocab_size(ctx->tok)) == VLLM_OK) return true;
+    const char *msg = vllm_errmsg();
+    const char *param = strstr(msg, "allowed_token_ids") ? "allowed_token_ids"
+                        : strstr(msg, "specified as bad") ? "bad_words" : "logit_bias";
+    return openai_fail(e, 400, "BadRequestError", param, "%s", msg);
 }

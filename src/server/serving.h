@@ -51,7 +51,11 @@ typedef struct serving_ctx {
     bool trust_request_chat_template;
     bool enable_force_include_usage;
     const char *response_role;           /* "assistant" */
-    bool log_requests;
+    bool log_requests;                   /* --enable-log-requests */
+    bool log_outputs;                    /* --enable-log-outputs (with log_requests, as vLLM) */
+    int32_t max_log_len;                 /* --max-log-len: prompt/output characters and ids logged; -1 = all */
+    bool enable_prompt_tokens_details;   /* usage.prompt_tokens_details (cached_tokens) */
+    bool return_tokens_as_token_ids;     /* --return-tokens-as-token-ids: unless a request says */
     atomic_llong server_load;            /* calls in flight (GET /load) */
     /* Admission control (--max-num-queued-reqs): sequences admitted and not
      * yet released (waiting + running; a call counts num_prompts * n). A
@@ -126,8 +130,7 @@ typedef struct serving_choice {
     int32_t num_tokens;
     size_t cap_tokens;
     json_t *logprobs;            /* non-stream: accumulated logprobs (format's shape) */
-    int64_t text_chars;          /* characters sent so far (completion text_offset) */
-    int64_t lp_offset;           /* non-stream: text_offset of the next logprob token */
+    int64_t lp_offset;           /* characters the logprob tokens so far span (text_offset) */
     bool first_sent;             /* stream: echo / first chunk done */
     bool finished;
     vllm_finish_reason finish_reason;
@@ -142,6 +145,7 @@ typedef struct serving_prompt {
     char *text;                  /* for echo; NULL until needed */
     size_t text_len;
     int32_t num_cached;
+    json_t *prompt_logprobs;     /* vLLM's prompt_logprobs list, once the first delta brought it */
     bool done;                   /* the engine finished all its sequences */
 } serving_prompt;
 
@@ -206,11 +210,13 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
 void serving_send_event(serving_call *c, json_t *j, bool exclude_nulls);
 json_t *serving_stop_reason(const serving_choice *ch);
 
-/* A logprob token's text: the processor's decode([id]), or "token_id:N"
- * with return_tokens_as_token_ids. */
+/* A logprob token's text: its bytes in a text (output_logprob.bytes; a
+ * byte that is not valid UTF-8 on its own becomes U+FFFD here, the raw bytes
+ * are chat's `bytes`), or "token_id:N" with return_tokens_as_token_ids as
+ * vLLM. Not vLLM's decode([id]), which drops SentencePiece's leading space
+ * and turns byte pieces into U+FFFD: OpenAI's contract is that the tokens'
+ * bytes concatenate to the text. */
 json_t *serving_token_json(serving_call *c, const output_logprob *e);
-/* Characters (code points) in a UTF-8 string, as Python's len(). */
-int64_t serving_utf8_chars(const char *s, size_t len);
 
 json_t *serving_usage(serving_call *c, bool omit_null);
 /* The non-streaming response object up to its usage (id, object, created, model,
@@ -220,6 +226,14 @@ json_t *serving_response_new(serving_call *c, const char *object, json_t *choice
 bool serving_tokenize_prompt(serving_ctx *ctx, const char *text, size_t len, bool add_special,
                              int32_t **ids, int32_t *n, openai_error *e);
 bool serving_check_prompt_ids(serving_ctx *ctx, const int32_t *ids, int32_t n, openai_error *e);
+/* truncate_prompt_tokens: keeps the last N ids (N = max_model_len for -1). */
+void serving_truncate_prompt(serving_ctx *ctx, const openai_request *req, int32_t *ids, int32_t *n);
+/* What the engine would refuse in sp, as vLLM's 400s: ids outside the
+ * vocabulary (logit_bias, allowed_token_ids, bad words). First tokenizes
+ * req's bad_words (once per request, vLLM's update_from_tokenizer: each word
+ * left-stripped, alone and after a space when that gives a different first
+ * token and as many tokens) and points sp at them. */
+bool serving_check_sampling(serving_ctx *ctx, openai_request *req, vllm_sampling_params *sp, openai_error *e);
 
 /* use_beam_search in /v1/completions (serving_beam.c): takes req and the
  * prompts' ids (the caller frees the prompts array and what is left in it);

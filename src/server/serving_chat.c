@@ -10,7 +10,8 @@
  *     content deltas; chunks serialised with exclude_unset (logprobs and
  *     finish_reason present, stop_reason only on the last chunk of a
  *     choice); usage chunk (choices []) and [DONE] at the end;
- *   - logprobs {"content": [{token, logprob, bytes, top_logprobs}]}, with
+ *   - logprobs {"content": [{token, logprob, bytes, top_logprobs}]} (token
+ *     and bytes from the token's own bytes, see token_entry), with
  *     top_logprobs the first N entries of V1's dict (sampled token first);
  *   - echo prepends the last message's content when its role is the
  *     response's.
@@ -204,12 +205,20 @@ static void send_choice(serving_call *c, json_t *choice, json_t *usage) {
     serving_send_event(c, j, false);
 }
 
+/* {token, logprob, bytes}: bytes are the token's own (raw, maybe a part of
+ * a UTF-8 character), or with return_tokens_as_token_ids those of
+ * "token_id:N" as vLLM. */
 static json_t *token_entry(serving_call *c, const output_logprob *e) {
     json_t *o = json_object();
     json_t *tok = serving_token_json(c, e);
     const unsigned char *b = (const unsigned char *)json_string_value(tok);
+    size_t n = json_string_length(tok);
+    if (!c->req.return_tokens_as_token_ids && e->bytes) {
+        b = (const unsigned char *)e->bytes;
+        n = e->bytes_len;
+    }
     json_t *bytes = json_array();
-    for (size_t i = 0; i < json_string_length(tok); i++) json_array_append_new(bytes, json_integer(b[i]));
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer(b[i]));
     json_object_set_new(o, "token", tok);
     json_object_set_new(o, "logprob", json_real(e->logprob < -9999.0f ? -9999.0 : (double)e->logprob));
     json_object_set_new(o, "bytes", bytes);
@@ -237,7 +246,7 @@ static json_t *running_usage(serving_call *c, int32_t completion) {
 }
 
 static bool continuous_usage(const serving_call *c) {
-    return c->req.include_usage && c->req.continuous_usage_stats;
+    return (c->req.include_usage || c->ctx->enable_force_include_usage) && c->req.continuous_usage_stats;
 }
 
 /* ---- tool calls (required / named) ---------------------------------------------- */
@@ -491,7 +500,8 @@ static json_t *chat_final(serving_call *c) {
         json_array_append_new(choices, o);
     }
     json_t *j = serving_response_new(c, "chat.completion", choices);
-    json_object_set_new(j, "prompt_logprobs", json_null());
+    json_object_set_new(j, "prompt_logprobs",
+                        c->prompts[0].prompt_logprobs ? json_incref(c->prompts[0].prompt_logprobs) : json_null());
     if (c->req.return_token_ids)
         json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));
     json_object_set_new(j, "kv_transfer_params", json_null());
@@ -541,19 +551,12 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
         goto fail;
     }
     if (!serving_chat_prompt(ctx, req, &prompt->ids, &prompt->num_ids, &e)) goto fail;
-    if (req->truncate_prompt_tokens > 0 && prompt->num_ids > req->truncate_prompt_tokens) {
-        int32_t drop = prompt->num_ids - req->truncate_prompt_tokens;
-        memmove(prompt->ids, prompt->ids + drop, (size_t)req->truncate_prompt_tokens * sizeof(int32_t));
-        prompt->num_ids = req->truncate_prompt_tokens;
-    }
+    serving_truncate_prompt(ctx, req, prompt->ids, &prompt->num_ids);
     if (!serving_check_prompt_ids(ctx, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, prompt->num_ids,
                                         ctx->max_logprobs, &prompt->sp, &e))
         goto fail;
-    if (sampler_check_vocab(&prompt->sp, tokenizer_vocab_size(ctx->tok)) != VLLM_OK) {
-        openai_fail(&e, 400, "BadRequestError", "logit_bias", "%s", vllm_errmsg());
-        goto fail;
-    }
+    if (!serving_check_sampling(ctx, req, &prompt->sp, &e)) goto fail;
     if (req->echo) {
         size_t nm = json_array_size(req->messages);
         json_t *last = nm ? json_array_get(req->messages, nm - 1) : NULL;

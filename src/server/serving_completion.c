@@ -6,13 +6,18 @@
  * including its quirks:
  *   - stream chunks are serialised with every field (nulls included), the
  *     final usage chunk without nulls;
- *   - logprobs: tokens are per-id decodes; text_offset starts at the text
- *     already sent and grows by each token's length in characters;
+ *   - logprobs: tokens are the tokens' bytes in the text (not vLLM's
+ *     decode([id]): see serving_token_json); text_offset indexes into the
+ *     text those bytes make (completion_logprobs_append);
  *     top_logprobs holds the sampled token first, then the top-N
  *     (V1's dict order), so it can have N + 1 entries;
  *   - echo prepends the prompt text; echo with max_tokens 0 generates one
- *     token and returns only the prompt.
+ *     token and returns only the prompt. echo with logprobs asks the engine
+ *     for the prompt's logprobs (to_sampling_params), which come first in
+ *     logprobs (the first prompt token's as null) and in each choice's
+ *     prompt_logprobs, as vLLM.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,38 +31,56 @@ static json_t *ids_json(const int32_t *ids, int32_t n) {
     return a;
 }
 
-/* vLLM's _create_completion_logprobs for the delta's tokens. */
-static json_t *completion_logprobs(serving_call *c, const output_delta *d, int64_t offset,
-                                   int64_t *next_offset) {
-    json_t *lp = json_object();
-    json_t *offs = json_array(), *tlp = json_array(), *toks = json_array(), *tops = json_array();
-    int64_t last_len = 0;
-    for (int32_t i = 0; i < d->num_tokens; i++) {
-        const output_logprob *e = d->logprobs[i].entries;
+/* Characters that start in bytes[0..n) (UTF-8 lead and ASCII bytes). */
+static int64_t lead_bytes(const char *b, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)b[i] & 0xC0) != 0x80;
+    return k;
+}
+
+/* vLLM's _create_completion_logprobs for n tokens, appended to lp's arrays.
+ * *chars: characters the choice's tokens so far span (from their bytes).
+ * A token's text_offset is the index of the character its first byte
+ * belongs to, so it indexes into the text the tokens' bytes make (vLLM
+ * adds up len(decode([id])), which drifts wherever that is not the token's
+ * text: SentencePiece's leading spaces, byte pieces). An entry whose
+ * logprob is NaN is vLLM's None (the first prompt token with echo). */
+static void completion_logprobs_append(serving_call *c, json_t *lp, const output_token_logprobs *l,
+                                       int32_t num, int64_t *chars) {
+    json_t *offs = json_object_get(lp, "text_offset"), *tlp = json_object_get(lp, "token_logprobs");
+    json_t *toks = json_object_get(lp, "tokens"), *tops = json_object_get(lp, "top_logprobs");
+    for (int32_t i = 0; i < num; i++) {
+        const output_logprob *e = l[i].entries;
         json_t *tok = serving_token_json(c, &e[0]);
-        double v = e[0].logprob < -9999.0f ? -9999.0 : (double)e[0].logprob;
+        bool none = e[0].logprob != e[0].logprob;
         json_array_append(toks, tok);
-        json_array_append_new(tlp, json_real(v));
-        json_t *top = json_object();
-        int32_t n = d->logprobs[i].num_entries;
+        json_array_append_new(tlp, none ? json_null()
+                                        : json_real(e[0].logprob < -9999.0f ? -9999.0 : (double)e[0].logprob));
+        json_t *top = none ? json_null() : json_object();
+        int32_t n = l[i].num_entries;
         if (n > c->logprobs + 1) n = c->logprobs + 1;
-        for (int32_t k = 0; k < n; k++) {
+        for (int32_t k = 0; k < n && !none; k++) {
             json_t *t = k == 0 ? json_incref(tok) : serving_token_json(c, &e[k]);
             double tv = e[k].logprob < -9999.0f ? -9999.0 : (double)e[k].logprob;
             json_object_set_new(top, json_string_value(t), json_real(tv));
             json_decref(t);
         }
         json_array_append_new(tops, top);
-        offset += i == 0 ? 0 : last_len;
-        json_array_append_new(offs, json_integer(offset));
-        last_len = serving_utf8_chars(json_string_value(tok), json_string_length(tok));
+        const char *b = e[0].bytes ? e[0].bytes : "";
+        size_t bn = e[0].bytes ? e[0].bytes_len : 0;
+        bool cont = bn > 0 && ((unsigned char)b[0] & 0xC0) == 0x80;
+        json_array_append_new(offs, json_integer(*chars - (cont && *chars > 0)));
+        *chars += lead_bytes(b, bn);
         json_decref(tok);
     }
-    *next_offset = offset + last_len;
-    json_object_set_new(lp, "text_offset", offs);
-    json_object_set_new(lp, "token_logprobs", tlp);
-    json_object_set_new(lp, "tokens", toks);
-    json_object_set_new(lp, "top_logprobs", tops);
+}
+
+static json_t *completion_logprobs_new(void) {
+    json_t *lp = json_object();
+    json_object_set_new(lp, "text_offset", json_array());
+    json_object_set_new(lp, "token_logprobs", json_array());
+    json_object_set_new(lp, "tokens", json_array());
+    json_object_set_new(lp, "top_logprobs", json_array());
     return lp;
 }
 
@@ -87,10 +110,20 @@ static void completion_delta(serving_call *c, int32_t ci, const output_delta *d,
     serving_choice *ch = &c->choices[ci];
     serving_prompt *p = &c->prompts[ci / c->n];
     json_t *lp = NULL;
+    if (c->logprobs >= 0 && c->req.echo && d->has_prompt_logprobs && p->num_ids > 0) {
+        /* echo: the prompt's tokens first, the first one without a logprob (vLLM's None) */
+        strbuf b = {0};
+        if (tokenizer_token_bytes(c->ctx->tok, p->ids[0], &b) != VLLM_OK) b.len = 0;
+        output_logprob first = {.token_id = p->ids[0], .logprob = NAN, .bytes = b.s ? b.s : "", .bytes_len = b.len};
+        output_token_logprobs one = {1, &first};
+        lp = completion_logprobs_new();
+        completion_logprobs_append(c, lp, &one, 1, &ch->lp_offset);
+        completion_logprobs_append(c, lp, d->prompt_logprobs, d->num_prompt_logprobs, &ch->lp_offset);
+        free(b.s);
+    }
     if (c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 && !echo_only(c)) {
-        int64_t next;
-        lp = completion_logprobs(c, d, c->streaming ? ch->text_chars : ch->lp_offset, &next);
-        ch->lp_offset = next;
+        if (!lp) lp = completion_logprobs_new();
+        completion_logprobs_append(c, lp, d->logprobs, d->num_tokens, &ch->lp_offset);
     }
     if (!c->streaming) {
         if (lp) merge_logprobs(&ch->logprobs, lp);
@@ -130,7 +163,7 @@ static void completion_delta(serving_call *c, int32_t ci, const output_delta *d,
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(chunk, "choices", choices);
-    if (c->req.include_usage && c->req.continuous_usage_stats)
+    if ((c->req.include_usage || c->ctx->enable_force_include_usage) && c->req.continuous_usage_stats)
         json_object_set_new(chunk, "usage",
                             openai_usage_json(p->num_ids, ch->num_tokens, 0, true));
     else
@@ -162,7 +195,7 @@ static json_t *completion_final(serving_call *c) {
         const char *fr = vllm_finish_reason_str(ch->finish_reason);
         json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
         json_object_set_new(o, "stop_reason", serving_stop_reason(ch));
-        json_object_set_new(o, "prompt_logprobs", json_null());
+        json_object_set_new(o, "prompt_logprobs", p->prompt_logprobs ? json_incref(p->prompt_logprobs) : json_null());
         if (c->req.return_token_ids) {
             json_object_set_new(o, "prompt_token_ids", ids_json(p->ids, p->num_ids));
             json_object_set_new(o, "token_ids", echo_only(c) ? ids_json(p->ids, p->num_ids)
@@ -189,12 +222,6 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
                     "Got priority %d but Priority scheduling is not enabled.", req->priority);
         goto fail;
     }
-    if (req->echo && req->logprobs >= 0) { /* vLLM answers this with prompt logprobs */
-        openai_fail(&e, 400, "BadRequestError", "echo",
-                    "`echo` with `logprobs` needs prompt logprobs, which this server does not "
-                    "compute yet.");
-        goto fail;
-    }
     prompts = calloc((size_t)req->num_prompts, sizeof *prompts);
     if (!prompts) {
         openai_fail(&e, 500, "Internal Server Error", NULL, "out of memory");
@@ -216,19 +243,12 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
             memcpy(p->ids, q->ids, (size_t)q->num_ids * sizeof(int32_t));
             p->num_ids = q->num_ids;
         }
-        if (req->truncate_prompt_tokens > 0 && p->num_ids > req->truncate_prompt_tokens) {
-            int32_t drop = p->num_ids - req->truncate_prompt_tokens;
-            memmove(p->ids, p->ids + drop, (size_t)req->truncate_prompt_tokens * sizeof(int32_t));
-            p->num_ids = req->truncate_prompt_tokens;
-        }
+        serving_truncate_prompt(ctx, req, p->ids, &p->num_ids);
         if (!serving_check_prompt_ids(ctx, p->ids, p->num_ids, &e)) goto fail;
         if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, p->num_ids,
                                             ctx->max_logprobs, &p->sp, &e))
             goto fail;
-        if (sampler_check_vocab(&p->sp, tokenizer_vocab_size(ctx->tok)) != VLLM_OK) {
-            openai_fail(&e, 400, "BadRequestError", "logit_bias", "%s", vllm_errmsg());
-            goto fail;
-        }
+        if (!serving_check_sampling(ctx, req, &p->sp, &e)) goto fail;
         if (req->echo) { /* the text the response starts with */
             if (q->text && req->truncate_prompt_tokens == 0) {
                 p->text = malloc(q->text_len + 1);

@@ -263,7 +263,7 @@ static int cmp_range(const void *x, const void *y) {
 /* Sorts and merges v; negates it over the characters if neg; removes the
  * surrogates. */
 static vllm_status ranges_normalize(rangev *v, bool neg) {
-    qsort(v->a, v->n, sizeof *v->a, cmp_range);
+    if (v->n) qsort(v->a, v->n, sizeof *v->a, cmp_range);
     size_t m = 0;
     for (size_t k = 0; k < v->n; k++) {
         if (m && v->a[k].lo <= v->a[m - 1].hi + 1) {

@@ -610,7 +610,8 @@ static vllm_status parse_item(gb *b, symv *seq) {
             x = seq->a[first];
         } else { /* a literal of several bytes (or none): one rule */
             uint32_t r;
-            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) || (rc = gb_add_prod(b, r, seq->a + first, seq->n - first)))
+            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) ||
+                (rc = gb_add_prod(b, r, seq->a ? seq->a + first : NULL, seq->n - first)))
                 return rc;
             x = ST_SYM(ST_SYM_NT, r);
         }

@@ -109,7 +109,9 @@ struct st_mask_cache {
     size_t n_buckets, count, bytes;
 };
 
-#define ST_CACHE_MAX_BYTES ((size_t)512 << 20)
+/* Per grammar: 64 MiB holds ~4,000 local states of a 128k vocabulary (16 KiB
+ * of accepted bits each); past it new states are walked and dropped. */
+#define ST_CACHE_MAX_BYTES ((size_t)64 << 20)
 
 /* ---- grammars -------------------------------------------------------------------- */
 

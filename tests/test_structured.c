@@ -14,10 +14,12 @@
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
-/* checks: 18 */
+/* checks: 19 */
+/* tags: tsan */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -614,6 +616,49 @@ TEST(test_grammar_refcount) {
     st_matcher_free(NULL);
 }
 
+/* Threads share one grammar (and its mask cache, filled as they go): each
+ * walks its own random path and checks every mask against the direct walk. */
+static st_grammar *shared_g;
+static void *walker(void *arg) {
+    uint64_t seed = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+    int32_t words = st_mask_words(sv), eos = tokenizer_eos_id(stories);
+    uint32_t *a = calloc((size_t)words, 4), *b = calloc((size_t)words, 4);
+    st_matcher *m;
+    intptr_t bad = 0;
+    if (st_matcher_new(shared_g, &m) != VLLM_OK) return (void *)1;
+    for (int step = 0; step < 40; step++) {
+        st_matcher_fill_mask(m, a);
+        st_matcher_fill_mask_direct(m, b);
+        if (memcmp(a, b, (size_t)words * 4)) bad = 1;
+        int32_t n = 0, pick_id = -1;
+        for (int32_t id = 0; id < sv->n_ids; id++) n += mask_has(a, id) && id != eos;
+        if (!n) break;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        int32_t k = (int32_t)(seed % (uint64_t)n);
+        for (int32_t id = 0; id < sv->n_ids && pick_id < 0; id++)
+            if (mask_has(a, id) && id != eos && k-- == 0) pick_id = id;
+        if (!st_matcher_accept_token(m, pick_id)) bad = 1;
+    }
+    st_matcher_free(m);
+    free(a);
+    free(b);
+    return (void *)bad;
+}
+
+TEST(test_threads_share_grammar) {
+    CHECK(st_compile_gbnf(json_gbnf, strlen(json_gbnf), sv, &shared_g) == VLLM_OK, "%s", vllm_errmsg());
+    pthread_t th[4];
+    for (intptr_t t = 0; t < 4; t++) CHECK(pthread_create(&th[t], NULL, walker, (void *)(t + 1)) == 0);
+    intptr_t bad = 0;
+    for (int t = 0; t < 4; t++) {
+        void *r;
+        pthread_join(th[t], &r);
+        bad |= (intptr_t)r;
+    }
+    st_grammar_unref(shared_g);
+    CHECK(!bad, "a thread's cached mask differed from the direct walk");
+}
+
 int main(void) {
     RUN(test_vocab_stories);
     if (!sv) return harness_done();
@@ -634,6 +679,7 @@ int main(void) {
     RUN(test_mask_equals_accept);
     RUN(test_mask_llama3);
     RUN(test_grammar_refcount);
+    RUN(test_threads_share_grammar);
     st_vocab_free(sv);
     tokenizer_free(stories);
     return harness_done();

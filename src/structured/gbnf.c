@@ -263,7 +263,7 @@ static int cmp_range(const void *x, const void *y) {
 /* Sorts and merges v; negates it over the characters if neg; removes the
  * surrogates. */
 static vllm_status ranges_normalize(rangev *v, bool neg) {
-    qsort(v->a, v->n, sizeof *v->a, cmp_range);
+    if (v->n) qsort(v->a, v->n, sizeof *v->a, cmp_range);
     size_t m = 0;
     for (size_t k = 0; k < v->n; k++) {
         if (m && v->a[k].lo <= v->a[m - 1].hi + 1) {
@@ -610,7 +610,8 @@ static vllm_status parse_item(gb *b, symv *seq) {
             x = seq->a[first];
         } else { /* a literal of several bytes (or none): one rule */
             uint32_t r;
-            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) || (rc = gb_add_prod(b, r, seq->a + first, seq->n - first)))
+            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) ||
+                (rc = gb_add_prod(b, r, seq->a ? seq->a + first : NULL, seq->n - first)))
                 return rc;
             x = ST_SYM(ST_SYM_NT, r);
         }
@@ -699,57 +700,56 @@ void st_grammar_deinit(st_grammar *g) {
     g->terms = NULL;
 }
 
-/* A rule whose one production is a single group, A ::= ( x | y ), takes
- * the group's productions, A ::= x | y (XGrammar prints every rule that
- * way): the same language, and the tail recursion below becomes direct. */
+/* A production that is a single group, A ::= ( x | y ) | z, takes the
+ * group's productions, A ::= x | y | z (XGrammar prints every rule and
+ * alternative that way): the same language, and the tail recursion below
+ * becomes direct. A few passes for nested groups. */
 static vllm_status inline_groups(gb *b) {
-    size_t nr = b->n_rules, np = b->n_prods;
-    int64_t *single = malloc((nr + 1) * sizeof *single);
-    uint32_t *count = calloc(nr + 1, sizeof *count), *first = calloc(nr + 1, sizeof *first);
-    uint32_t *list = malloc((np + 1) * sizeof *list);
     vllm_status rc = VLLM_OK;
-    if (!single || !count || !first || !list) {
-        rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
-        goto done;
-    }
-    for (size_t p = 0; p < np; p++) count[b->prods[p].rule]++;
-    for (size_t r = 0, sum = 0; r < nr; r++) first[r] = (uint32_t)sum, sum += count[r], count[r] = 0;
-    for (size_t p = 0; p < np; p++) list[first[b->prods[p].rule] + count[b->prods[p].rule]++] = (uint32_t)p;
-    for (size_t r = 0; r < nr; r++) {
-        single[r] = -1;
-        if (count[r] != 1) continue;
-        const gb_prod *pr = &b->prods[list[first[r]]];
-        uint32_t x = pr->len == 1 ? b->pool[pr->start] : 0;
-        if (pr->len == 1 && ST_SYM_KIND(x) == ST_SYM_NT && ST_SYM_ID(x) != r && !b->rules[ST_SYM_ID(x)].name)
-            single[r] = ST_SYM_ID(x);
-    }
-    for (size_t a = 0; a < nr && !rc; a++) {
-        if (single[a] < 0) continue;
-        size_t t = (size_t)single[a], steps = 0;
-        while (single[t] >= 0 && steps++ < nr) t = (size_t)single[t];
-        if (single[t] >= 0 || t == a) continue; /* a cycle of wrappers: leave it */
-        b->prods[list[first[a]]].rule = UINT32_MAX;
-        for (uint32_t k = 0; k < count[t] && !rc; k++) {
-            gb_prod pr = b->prods[list[first[t] + k]];
-            uint32_t *tmp = malloc(((size_t)pr.len + 1) * sizeof *tmp);
-            if (!tmp) {
-                rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
-                break;
-            }
-            if (pr.len) memcpy(tmp, b->pool + pr.start, pr.len * sizeof *tmp);
-            rc = gb_add_prod(b, (uint32_t)a, tmp, pr.len);
-            free(tmp);
+    for (int pass = 0; pass < 4 && !rc; pass++) {
+        size_t nr = b->n_rules, np = b->n_prods;
+        uint32_t *count = calloc(nr + 1, sizeof *count), *first = calloc(nr + 1, sizeof *first);
+        uint32_t *list = malloc((np + 1) * sizeof *list);
+        bool changed = false;
+        if (!count || !first || !list) rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+        if (!rc) {
+            for (size_t p = 0; p < np; p++) count[b->prods[p].rule]++;
+            for (size_t r = 0, sum = 0; r < nr; r++) first[r] = (uint32_t)sum, sum += count[r], count[r] = 0;
+            for (size_t p = 0; p < np; p++) list[first[b->prods[p].rule] + count[b->prods[p].rule]++] = (uint32_t)p;
         }
+        for (size_t p = 0; p < np && !rc; p++) {
+            gb_prod pr = b->prods[p];
+            uint32_t x = pr.len == 1 ? b->pool[pr.start] : 0, g = ST_SYM_ID(x);
+            if (pr.len != 1 || ST_SYM_KIND(x) != ST_SYM_NT || g == pr.rule || b->rules[g].name) continue;
+            bool self_only = true; /* not when g ::= g (a wrapper loop) */
+            for (uint32_t k = 0; k < count[g] && self_only; k++) {
+                const gb_prod *q = &b->prods[list[first[g] + k]];
+                if (q->rule == UINT32_MAX || (q->len == 1 && b->pool[q->start] == x)) self_only = false;
+            }
+            if (!self_only) continue;
+            b->prods[p].rule = UINT32_MAX;
+            changed = true;
+            for (uint32_t k = 0; k < count[g] && !rc; k++) {
+                gb_prod q = b->prods[list[first[g] + k]];
+                uint32_t *tmp = malloc(((size_t)q.len + 1) * sizeof *tmp);
+                if (!tmp) {
+                    rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+                    break;
+                }
+                if (q.len) memcpy(tmp, b->pool + q.start, q.len * sizeof *tmp);
+                rc = gb_add_prod(b, pr.rule, tmp, q.len);
+                free(tmp);
+            }
+        }
+        size_t w = 0;
+        for (size_t p = 0; p < b->n_prods; p++)
+            if (b->prods[p].rule != UINT32_MAX) b->prods[w++] = b->prods[p];
+        b->n_prods = w;
+        free(count);
+        free(first);
+        free(list);
+        if (!changed) break;
     }
-    size_t w = 0;
-    for (size_t p = 0; p < b->n_prods; p++)
-        if (b->prods[p].rule != UINT32_MAX) b->prods[w++] = b->prods[p];
-    b->n_prods = w;
-done:
-    free(single);
-    free(count);
-    free(first);
-    free(list);
     return rc;
 }
 

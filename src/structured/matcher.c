@@ -12,17 +12,33 @@
  * rules use Aycock and Horspool's fix: predicting a nullable N also moves
  * the predicting item over N, so a completion whose origin is the set being
  * built never has to look back at it. Left recursion costs nothing (a rule
- * is predicted once per set); right recursion costs a chain of completions.
+ * is predicted once per set); right recursion costs a chain of completions
+ * (gbnf.c turns tail recursion into left-recursive loops).
  * Every production is productive (gbnf.c), so a non-empty set means the
  * bytes so far are a prefix of some sentence.
  *
- * The mask (st_matcher_fill_mask): a preorder walk of the token trie, with
- * the parser's set stack following the walk's path: a node at depth d
- * truncates the stack back to the current state + d - 1 bytes, checks its
- * byte against the parent set's allowed bytes (the union of its terminals,
- * kept per set), and pushes it only when the node has children. A rejected
- * byte skips the whole subtree. So a mask costs one byte push per inner
- * trie node whose prefix the grammar accepts, and nothing for leaves.
+ * The reference mask (st_matcher_fill_mask_direct): a preorder walk of the
+ * token trie, with the parser's set stack following the walk's path: a node
+ * at depth d truncates the stack back to the state + d - 1 bytes, checks
+ * its byte against the parent set's allowed bytes (the union of its
+ * terminals, kept per set) and pushes it only when the node has children;
+ * a rejected byte skips the whole subtree, leaves cost no push.
+ *
+ * The mask (st_matcher_fill_mask) splits the work like XGrammar's
+ * context-independent tokens, with Earley sets as the stack. A state's
+ * local key is its top set and the sets its items start in ("level 1"),
+ * origins relabelled by their order; origins further back become ST_OUT.
+ * Walking the trie on a copy of just those sets, a push that would complete
+ * an ST_OUT item cannot (the context is missing: ctx_hit), so the local
+ * sets are subsets of the real ones: a token they accept is accepted in
+ * every context with that key, a token they reject with no ctx_hit on its
+ * path is rejected in every context, and only the rest (trie ranges below
+ * a ctx_hit, st_unc) depends on the real stack. So per grammar (shared by
+ * its matchers, under a mutex, bounded by ST_CACHE_MAX_BYTES) each key is
+ * walked once; a mask is then a copy of its accepted bits plus a real walk
+ * of its uncertain ranges. The key's first walk is the cost that remains:
+ * loop bytes (walk_local) make a string's ASCII characters free, its
+ * multi-byte characters still cost a push per byte.
  *
  * EOS ids are allowed exactly when the grammar can end; accepting one
  * terminates the matcher (it is kept as a token, so rollback undoes it).
@@ -93,7 +109,9 @@ struct st_mask_cache {
     size_t n_buckets, count, bytes;
 };
 
-#define ST_CACHE_MAX_BYTES ((size_t)512 << 20)
+/* Per grammar: 64 MiB holds ~4,000 local states of a 128k vocabulary (16 KiB
+ * of accepted bits each); past it new states are walked and dropped. */
+#define ST_CACHE_MAX_BYTES ((size_t)64 << 20)
 
 /* ---- grammars -------------------------------------------------------------------- */
 

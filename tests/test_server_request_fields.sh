@@ -62,5 +62,5 @@ else echo "FAIL log_outputs_off_by_default: $(grep -m1 'Generated response' "$S_
 req POST $C '{"prompt":"a","max_tokens":1,"no_such_field":1}'
 if [ "$STATUS" = 200 ] && grep -q "The following fields were present in the request but ignored: {'no_such_field'}" "$S_LOG"; then
   echo "ok unknown_field_logged"; else echo "FAIL unknown_field_logged: status $STATUS"; fi
-req POST $C '{"prompt":"a","max_tokens":1,"use_beam_search":true}'
-check unsupported_field_400 '.error.code == 400 and .error.param == "use_beam_search" and (.error.message | test("not supported"))'
+req POST $C '{"prompt":"a","max_tokens":1,"logits_processors":["x"]}'
+check unsupported_field_400 '.error.code == 400 and .error.param == "logits_processors" and (.error.message | test("not supported"))'

@@ -14,10 +14,12 @@
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
-/* checks: 18 */
+/* checks: 19 */
+/* tags: tsan */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -228,6 +230,10 @@ TEST(test_left_recursion) {
     /* indirect left recursion through a nullable prefix */
     const char *h = "root ::= opt list\nopt ::= \"\" | \"-\"\nlist ::= opt list \",\" \"x\" | \"x\"\n";
     CHECK_CASES(h, {"x", 1}, {"-x,x", 1}, {"x,x,x", 1}, {"--x,x", 1}, {"x,", 0}, {",x", 0});
+    /* right recursion (made left by the compiler when it is a tail loop) */
+    const char *r = "root ::= s | \"<\" root \">\"\ns ::= [a-z] s | \"0\" s | \"!\" | \"?\" t\nt ::= \"\" | \"t\" t\n";
+    CHECK_CASES(r, {"abc!", 1}, {"!", 1}, {"<<a0?tt>>", 1}, {"?", 1}, {"abc", 0}, {"<ab!", 0}, {"a!b", 0},
+                {"?tx", 0});
 }
 
 TEST(test_nullable) {
@@ -468,6 +474,10 @@ TEST(test_rollback_fork) {
                 }
             }
         }
+        /* the cached mask equals the reference walk over the whole trie */
+        st_matcher_fill_mask(m, a);
+        st_matcher_fill_mask_direct(m, b);
+        if (memcmp(a, b, (size_t)words * 4)) ok = false;
         CHECK(st_matcher_max_rollback(m) == n, "max_rollback %d, %d accepted", st_matcher_max_rollback(m), n);
         CHECK(st_matcher_rollback(m, n + 1) == VLLM_ERR_INVALID, "rolling back past the start must fail");
         st_matcher_free(m);
@@ -568,6 +578,17 @@ TEST(test_mask_llama3) {
     char why[200] = "";
     bool ok = true;
     for (int k = 0; k <= n && ok; k += 3) ok = masks_match_accept(g, v, ids, k, why, sizeof why);
+    uint32_t *fast = calloc((size_t)st_mask_words(v), 4), *direct = calloc((size_t)st_mask_words(v), 4);
+    for (int k = 0; k <= n && ok; k++) { /* the cached masks against the reference walk */
+        st_matcher *r = replay(g, ids, k);
+        st_matcher_fill_mask(r, fast);
+        st_matcher_fill_mask_direct(r, direct);
+        if (memcmp(fast, direct, (size_t)st_mask_words(v) * 4))
+            ok = false, snprintf(why, sizeof why, "after %d tokens the cached mask differs from the direct walk", k);
+        st_matcher_free(r);
+    }
+    free(fast);
+    free(direct);
     st_matcher *m = replay(g, ids, n);
     bool end = m && st_matcher_can_end(m);
     st_matcher_free(m);
@@ -595,6 +616,49 @@ TEST(test_grammar_refcount) {
     st_matcher_free(NULL);
 }
 
+/* Threads share one grammar (and its mask cache, filled as they go): each
+ * walks its own random path and checks every mask against the direct walk. */
+static st_grammar *shared_g;
+static void *walker(void *arg) {
+    uint64_t seed = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+    int32_t words = st_mask_words(sv), eos = tokenizer_eos_id(stories);
+    uint32_t *a = calloc((size_t)words, 4), *b = calloc((size_t)words, 4);
+    st_matcher *m;
+    intptr_t bad = 0;
+    if (st_matcher_new(shared_g, &m) != VLLM_OK) return (void *)1;
+    for (int step = 0; step < 40; step++) {
+        st_matcher_fill_mask(m, a);
+        st_matcher_fill_mask_direct(m, b);
+        if (memcmp(a, b, (size_t)words * 4)) bad = 1;
+        int32_t n = 0, pick_id = -1;
+        for (int32_t id = 0; id < sv->n_ids; id++) n += mask_has(a, id) && id != eos;
+        if (!n) break;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        int32_t k = (int32_t)(seed % (uint64_t)n);
+        for (int32_t id = 0; id < sv->n_ids && pick_id < 0; id++)
+            if (mask_has(a, id) && id != eos && k-- == 0) pick_id = id;
+        if (!st_matcher_accept_token(m, pick_id)) bad = 1;
+    }
+    st_matcher_free(m);
+    free(a);
+    free(b);
+    return (void *)bad;
+}
+
+TEST(test_threads_share_grammar) {
+    CHECK(st_compile_gbnf(json_gbnf, strlen(json_gbnf), sv, &shared_g) == VLLM_OK, "%s", vllm_errmsg());
+    pthread_t th[4];
+    for (intptr_t t = 0; t < 4; t++) CHECK(pthread_create(&th[t], NULL, walker, (void *)(t + 1)) == 0);
+    intptr_t bad = 0;
+    for (int t = 0; t < 4; t++) {
+        void *r;
+        pthread_join(th[t], &r);
+        bad |= (intptr_t)r;
+    }
+    st_grammar_unref(shared_g);
+    CHECK(!bad, "a thread's cached mask differed from the direct walk");
+}
+
 int main(void) {
     RUN(test_vocab_stories);
     if (!sv) return harness_done();
@@ -615,6 +679,7 @@ int main(void) {
     RUN(test_mask_equals_accept);
     RUN(test_mask_llama3);
     RUN(test_grammar_refcount);
+    RUN(test_threads_share_grammar);
     st_vocab_free(sv);
     tokenizer_free(stories);
     return harness_done();

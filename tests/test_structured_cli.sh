@@ -7,7 +7,7 @@
 # xgrammar and transformers, tests/ref/requirements.txt) on Llama 3.
 # What needs ../shared or the .venv reports itself skipped.
 # Prints "ok NAME" / "FAIL NAME: reason" lines for tests/run.sh.
-# checks: 36
+# checks: 37
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -86,7 +86,7 @@ else
 fi
 
 # 5. whole masks against xgrammar on Llama 3
-xg_names="json arith_left_recursive utf8_classes repetition nullable dates_regexlike"
+xg_names="json arith_left_recursive utf8_classes repetition nullable right_recursive dates_regexlike"
 if [ ! -d "$LLAMA3" ]; then
   for n in $xg_names; do skip "xgrammar_$n" "$LLAMA3 is not here"; done
 elif ! $VPY -c 'import xgrammar, transformers' 2> /dev/null; then

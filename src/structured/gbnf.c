@@ -19,6 +19,11 @@
  * terminals. Surrogates are never characters. Byte sets are interned, so a
  * grammar has a few dozen terminals at most in practice.
  *
+ * XGrammar's printed EBNF is read too: `{m, -1}` is {m,}, and a lookahead
+ * assertion `(= ...)` is parsed and dropped: it only tells XGrammar what
+ * the grammar around a rule already requires to follow it, so the language
+ * stays the same (the matcher sees the context itself).
+ *
  * Where a rule ends: at a line whose first item is `name ::=` or at the end
  * of the text; so continuation lines (indented, starting with `|`, or not)
  * all belong to the rule before. Errors name the line and column.
@@ -258,7 +263,7 @@ static int cmp_range(const void *x, const void *y) {
 /* Sorts and merges v; negates it over the characters if neg; removes the
  * surrogates. */
 static vllm_status ranges_normalize(rangev *v, bool neg) {
-    qsort(v->a, v->n, sizeof *v->a, cmp_range);
+    if (v->n) qsort(v->a, v->n, sizeof *v->a, cmp_range);
     size_t m = 0;
     for (size_t k = 0; k < v->n; k++) {
         if (m && v->a[k].lo <= v->a[m - 1].hi + 1) {
@@ -411,6 +416,7 @@ static vllm_status read_char(gb *b, bool in_class, uint32_t *out) {
     int digits = 0;
     switch (e) {
     case 'n': *out = '\n'; return VLLM_OK;
+    case '0': *out = 0; return VLLM_OK;
     case 'r': *out = '\r'; return VLLM_OK;
     case 't': *out = '\t'; return VLLM_OK;
     case '\\': case '"': case '\'': case '[': case ']': case '/':
@@ -424,6 +430,11 @@ static vllm_status read_char(gb *b, bool in_class, uint32_t *out) {
     case 'u': digits = 4; break;
     case 'U': digits = 8; break;
     default: break;
+    }
+    if (!digits && e > 0x20 && e < 0x7f && !((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') ||
+                                             (e >= '0' && e <= '9'))) {
+        *out = (uint32_t)e; /* an escaped punctuation character is itself (\? \. \( ...) */
+        return VLLM_OK;
     }
     if (!digits) {
         if ((unsigned char)e < 0x20 || (unsigned char)e >= 0x7f) return gb_err(b, start, "bad escape");
@@ -557,6 +568,16 @@ static vllm_status parse_item(gb *b, symv *seq) {
         if (++b->depth > GB_MAX_DEPTH) return gb_err(b, start, "groups nested deeper than %d", GB_MAX_DEPTH);
         b->i++;
         uint32_t r;
+        if (b->i < b->n && b->s[b->i] == '=') { /* XGrammar's lookahead assertion (= ...): parsed, then dropped */
+            b->i++;
+            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) || (rc = parse_alts(b, r))) return rc;
+            skip_space(b);
+            if (b->i >= b->n || b->s[b->i] != ')')
+                return gb_err(b, start, "unbalanced parentheses: '(' is never closed");
+            b->i++;
+            b->depth--;
+            return VLLM_OK;
+        }
         if ((rc = gb_new_rule(b, NULL, 0, start, &r)) || (rc = parse_alts(b, r))) return rc;
         skip_space(b);
         if (b->i >= b->n || b->s[b->i] != ')') return gb_err(b, start, "unbalanced parentheses: '(' is never closed");
@@ -589,7 +610,8 @@ static vllm_status parse_item(gb *b, symv *seq) {
             x = seq->a[first];
         } else { /* a literal of several bytes (or none): one rule */
             uint32_t r;
-            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) || (rc = gb_add_prod(b, r, seq->a + first, seq->n - first)))
+            if ((rc = gb_new_rule(b, NULL, 0, start, &r)) ||
+                (rc = gb_add_prod(b, r, seq->a ? seq->a + first : NULL, seq->n - first)))
                 return rc;
             x = ST_SYM(ST_SYM_NT, r);
         }
@@ -606,6 +628,8 @@ static vllm_status parse_item(gb *b, symv *seq) {
                 b->i++;
                 skip_blanks(b);
                 if (b->i < b->n && b->s[b->i] == '}') max = UINT32_MAX;
+                else if (b->i + 1 < b->n && b->s[b->i] == '-' && b->s[b->i + 1] == '1') /* XGrammar's {m, -1} */
+                    max = UINT32_MAX, b->i += 2;
                 else if ((rc = parse_uint(b, &max))) return rc;
                 skip_blanks(b);
             }
@@ -674,6 +698,106 @@ void st_grammar_deinit(st_grammar *g) {
     g->syms = g->prods = g->prod_off = NULL;
     g->nullable = NULL;
     g->terms = NULL;
+}
+
+/* A production that is a single group, A ::= ( x | y ) | z, takes the
+ * group's productions, A ::= x | y | z (XGrammar prints every rule and
+ * alternative that way): the same language, and the tail recursion below
+ * becomes direct. A few passes for nested groups. */
+static vllm_status inline_groups(gb *b) {
+    vllm_status rc = VLLM_OK;
+    for (int pass = 0; pass < 4 && !rc; pass++) {
+        size_t nr = b->n_rules, np = b->n_prods;
+        uint32_t *count = calloc(nr + 1, sizeof *count), *first = calloc(nr + 1, sizeof *first);
+        uint32_t *list = malloc((np + 1) * sizeof *list);
+        bool changed = false;
+        if (!count || !first || !list) rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+        if (!rc) {
+            for (size_t p = 0; p < np; p++) count[b->prods[p].rule]++;
+            for (size_t r = 0, sum = 0; r < nr; r++) first[r] = (uint32_t)sum, sum += count[r], count[r] = 0;
+            for (size_t p = 0; p < np; p++) list[first[b->prods[p].rule] + count[b->prods[p].rule]++] = (uint32_t)p;
+        }
+        for (size_t p = 0; p < np && !rc; p++) {
+            gb_prod pr = b->prods[p];
+            uint32_t x = pr.len == 1 ? b->pool[pr.start] : 0, g = ST_SYM_ID(x);
+            if (pr.len != 1 || ST_SYM_KIND(x) != ST_SYM_NT || g == pr.rule || b->rules[g].name) continue;
+            bool self_only = true; /* not when g ::= g (a wrapper loop) */
+            for (uint32_t k = 0; k < count[g] && self_only; k++) {
+                const gb_prod *q = &b->prods[list[first[g] + k]];
+                if (q->rule == UINT32_MAX || (q->len == 1 && b->pool[q->start] == x)) self_only = false;
+            }
+            if (!self_only) continue;
+            b->prods[p].rule = UINT32_MAX;
+            changed = true;
+            for (uint32_t k = 0; k < count[g] && !rc; k++) {
+                gb_prod q = b->prods[list[first[g] + k]];
+                uint32_t *tmp = malloc(((size_t)q.len + 1) * sizeof *tmp);
+                if (!tmp) {
+                    rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+                    break;
+                }
+                if (q.len) memcpy(tmp, b->pool + q.start, q.len * sizeof *tmp);
+                rc = gb_add_prod(b, pr.rule, tmp, q.len);
+                free(tmp);
+            }
+        }
+        size_t w = 0;
+        for (size_t p = 0; p < b->n_prods; p++)
+            if (b->prods[p].rule != UINT32_MAX) b->prods[w++] = b->prods[p];
+        b->n_prods = w;
+        free(count);
+        free(first);
+        free(list);
+        if (!changed) break;
+    }
+    return rc;
+}
+
+/* Right recursion made left: a rule whose productions are either
+ * `alpha A` (A only at the end) or `beta` (no A at all), with at least one
+ * of each, derives (alpha1 | ...)* (beta1 | ...); it becomes
+ *     A ::= L beta1 | L beta2 ...     L ::= "" | L alpha1 | L alpha2 ...
+ * Earley parses the left-recursive loop in constant work per item, where
+ * `s ::= [a-z] s | "\""` would chain one completion per character, and the
+ * mask cache sees a loop that returns to the same state. */
+static vllm_status unroll_tail_recursion(gb *b) {
+    size_t n_rules = b->n_rules, n_prods = b->n_prods;
+    vllm_status rc = VLLM_OK;
+    for (size_t a = 0; a < n_rules && !rc; a++) {
+        uint32_t self = ST_SYM(ST_SYM_NT, a);
+        size_t tails = 0, exits = 0;
+        bool ok = true;
+        for (size_t p = 0; p < n_prods && ok; p++) {
+            const gb_prod *pr = &b->prods[p];
+            if (pr->rule != a) continue;
+            size_t uses = 0;
+            for (uint32_t k = 0; k < pr->len; k++) uses += b->pool[pr->start + k] == self;
+            if (uses == 0) exits++;
+            else if (uses == 1 && pr->len > 1 && b->pool[pr->start + pr->len - 1] == self) tails++;
+            else ok = false;
+        }
+        if (!ok || !tails || !exits) continue;
+        uint32_t l;
+        if ((rc = gb_new_rule(b, NULL, 0, 0, &l)) || (rc = gb_add_prod(b, l, NULL, 0))) break;
+        for (size_t p = 0; p < n_prods && !rc; p++) {
+            gb_prod pr = b->prods[p];
+            if (pr.rule != a) continue;
+            uint32_t *tmp = malloc(((size_t)pr.len + 1) * sizeof *tmp);
+            if (!tmp) return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+            tmp[0] = ST_SYM(ST_SYM_NT, l);
+            bool tail = pr.len > 1 && b->pool[pr.start + pr.len - 1] == self;
+            memcpy(tmp + 1, b->pool + pr.start, (tail ? pr.len - 1 : pr.len) * sizeof *tmp);
+            rc = gb_add_prod(b, tail ? l : (uint32_t)a, tmp, tail ? pr.len : pr.len + 1);
+            free(tmp);
+            b->prods[p].rule = UINT32_MAX; /* replaced */
+        }
+    }
+    /* drop the replaced productions */
+    size_t w = 0;
+    for (size_t p = 0; p < b->n_prods; p++)
+        if (b->prods[p].rule != UINT32_MAX) b->prods[w++] = b->prods[p];
+    b->n_prods = w;
+    return rc;
 }
 
 /* nullable and productive rules (fixpoints), then the flat grammar of the
@@ -782,6 +906,8 @@ vllm_status st_gbnf_parse(const char *text, size_t len, st_grammar *g) {
         }
         if (!rc && !have_root) rc = vllm_error(VLLM_ERR_INVALID, "grammar: no rule named 'root' (the start rule)");
     }
+    if (!rc) rc = inline_groups(&b);
+    if (!rc) rc = unroll_tail_recursion(&b);
     if (!rc) rc = finish(&b, g);
     if (rc) st_grammar_deinit(g);
     free(b.rules);

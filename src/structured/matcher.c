@@ -12,21 +12,38 @@
  * rules use Aycock and Horspool's fix: predicting a nullable N also moves
  * the predicting item over N, so a completion whose origin is the set being
  * built never has to look back at it. Left recursion costs nothing (a rule
- * is predicted once per set); right recursion costs a chain of completions.
+ * is predicted once per set); right recursion costs a chain of completions
+ * (gbnf.c turns tail recursion into left-recursive loops).
  * Every production is productive (gbnf.c), so a non-empty set means the
  * bytes so far are a prefix of some sentence.
  *
- * The mask (st_matcher_fill_mask): a preorder walk of the token trie, with
- * the parser's set stack following the walk's path: a node at depth d
- * truncates the stack back to the current state + d - 1 bytes, checks its
- * byte against the parent set's allowed bytes (the union of its terminals,
- * kept per set), and pushes it only when the node has children. A rejected
- * byte skips the whole subtree. So a mask costs one byte push per inner
- * trie node whose prefix the grammar accepts, and nothing for leaves.
+ * The reference mask (st_matcher_fill_mask_direct): a preorder walk of the
+ * token trie, with the parser's set stack following the walk's path: a node
+ * at depth d truncates the stack back to the state + d - 1 bytes, checks
+ * its byte against the parent set's allowed bytes (the union of its
+ * terminals, kept per set) and pushes it only when the node has children;
+ * a rejected byte skips the whole subtree, leaves cost no push.
+ *
+ * The mask (st_matcher_fill_mask) splits the work like XGrammar's
+ * context-independent tokens, with Earley sets as the stack. A state's
+ * local key is its top set and the sets its items start in ("level 1"),
+ * origins relabelled by their order; origins further back become ST_OUT.
+ * Walking the trie on a copy of just those sets, a push that would complete
+ * an ST_OUT item cannot (the context is missing: ctx_hit), so the local
+ * sets are subsets of the real ones: a token they accept is accepted in
+ * every context with that key, a token they reject with no ctx_hit on its
+ * path is rejected in every context, and only the rest (trie ranges below
+ * a ctx_hit, st_unc) depends on the real stack. So per grammar (shared by
+ * its matchers, under a mutex, bounded by ST_CACHE_MAX_BYTES) each key is
+ * walked once; a mask is then a copy of its accepted bits plus a real walk
+ * of its uncertain ranges. The key's first walk is the cost that remains:
+ * loop bytes (walk_local) make a string's ASCII characters free, its
+ * multi-byte characters still cost a push per byte.
  *
  * EOS ids are allowed exactly when the grammar can end; accepting one
  * terminates the matcher (it is kept as a token, so rollback undoes it).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +76,40 @@ struct st_matcher {
     uint32_t stamp;
     uint32_t *pred_stamp;     /* per rule: the stamp of the set that predicted it */
     vllm_status oom;          /* a failed allocation inside fill_mask / accept */
+    bool ctx_hit;             /* a local walk's push completed an item from before the state */
+    uint64_t *key;            /* scratch: the top set's local key */
+    size_t cap_key;
 };
+
+/* An origin before the local state (mask cache): completing such an item
+ * needs the sets the local state does not have. */
+#define ST_OUT 0xffffffffu
+
+/* What the mask of a local state is, whatever lies below it (see the top). */
+typedef struct st_local {
+    struct st_local *next;
+    uint64_t hash;
+    uint64_t *key;            /* sorted ST_KEY entries (local_key) */
+    uint32_t key_len;
+    uint32_t *acc;            /* mask words: tokens accepted in any context */
+    struct st_unc *unc;       /* trie ranges that depend on the context, in preorder */
+    uint32_t n_unc;
+} st_local;
+
+/* Trie nodes [from, to) to walk against the real stack, below the path of
+ * depth `depth` (the first bytes of token `tok`). */
+typedef struct st_unc {
+    uint32_t from, to, depth;
+    int32_t tok;
+} st_unc;
+
+struct st_mask_cache {
+    pthread_mutex_t lock;
+    st_local **buckets;
+    size_t n_buckets, count, bytes;
+};
+
+#define ST_CACHE_MAX_BYTES ((size_t)512 << 20)
 
 /* ---- grammars -------------------------------------------------------------------- */
 
@@ -74,8 +124,28 @@ vllm_status st_compile_gbnf(const char *gbnf, size_t len, const st_vocab *v, st_
     }
     atomic_init(&g->refs, 1);
     g->v = v;
+    g->cache = calloc(1, sizeof *g->cache);
+    if (g->cache) {
+        g->cache->n_buckets = 256;
+        g->cache->buckets = calloc(g->cache->n_buckets, sizeof *g->cache->buckets);
+    }
+    if (!g->cache || !g->cache->buckets || pthread_mutex_init(&g->cache->lock, NULL)) {
+        if (g->cache) free(g->cache->buckets);
+        free(g->cache);
+        st_grammar_deinit(g);
+        free(g);
+        return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+    }
     *out = g;
     return VLLM_OK;
+}
+
+static void local_free(st_local *e) {
+    if (!e) return;
+    free(e->key);
+    free(e->acc);
+    free(e->unc);
+    free(e);
 }
 
 st_grammar *st_grammar_ref(st_grammar *g) {
@@ -85,6 +155,14 @@ st_grammar *st_grammar_ref(st_grammar *g) {
 
 void st_grammar_unref(st_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    for (size_t b = 0; b < g->cache->n_buckets; b++)
+        for (st_local *e = g->cache->buckets[b], *next; e; e = next) {
+            next = e->next;
+            local_free(e);
+        }
+    pthread_mutex_destroy(&g->cache->lock);
+    free(g->cache->buckets);
+    free(g->cache);
     st_grammar_deinit(g);
     free(g);
 }
@@ -157,6 +235,10 @@ static bool closure(st_matcher *m, uint32_t cur, size_t set_from) {
             }
             if (g->nullable[id] && !add_item(m, set_from, it.pos + 1, it.origin)) return false;
         } else if (kind == ST_SYM_END && it.origin != cur) {
+            if (it.origin == ST_OUT) {
+                m->ctx_hit = true;
+                continue;
+            }
             uint32_t want = ST_SYM(ST_SYM_NT, id);
             for (uint32_t q = m->set_start[it.origin]; q < m->set_start[it.origin + 1]; q++) {
                 st_item o = m->items[q];
@@ -247,6 +329,7 @@ void st_matcher_free(st_matcher *m) {
     free(m->tok_ids);
     free(m->hash);
     free(m->pred_stamp);
+    free(m->key);
     free(m);
 }
 
@@ -317,21 +400,14 @@ static void set_eos_bits(const st_matcher *m, uint32_t *mask) {
     for (int32_t k = 0; k < v->n_eos; k++) mask[v->eos[k] >> 5] |= 1u << (v->eos[k] & 31);
 }
 
-void st_matcher_fill_mask(st_matcher *m, uint32_t *mask) {
+/* Walks the trie nodes [from, to) against m's stack, whose sets
+ * [0, base) are the state (the nodes' parents up to depth d - 1 pushed
+ * above base); sets the accepted tokens' bits in mask. */
+static void walk(st_matcher *m, size_t base, uint32_t from, uint32_t to, uint32_t *mask) {
     const st_vocab *v = m->g->v;
-    memset(mask, 0, (size_t)st_mask_words(v) * sizeof *mask);
-    if (st_matcher_is_terminated(m)) {
-        set_eos_bits(m, mask);
-        return;
-    }
-    size_t base = m->n_sets;
-    if (!sets_reserve(m, base + v->max_depth + 1)) {
-        m->oom = vllm_error(VLLM_ERR_NOMEM, "structured matcher: out of memory");
-        return;  /* nothing allowed: the request fails on the empty mask */
-    }
     const uint8_t *nbyte = v->node_byte;
     const uint32_t *ndepth = v->node_depth, *nend = v->node_end, *ntok = v->node_tok;
-    for (uint32_t i = 0; i < (uint32_t)v->n_nodes;) {
+    for (uint32_t i = from; i < to;) {
         size_t want = base + ndepth[i] - 1;
         if (m->n_sets != want) truncate_sets(m, want);
         unsigned b = nbyte[i];
@@ -343,15 +419,401 @@ void st_matcher_fill_mask(st_matcher *m, uint32_t *mask) {
             int32_t id = v->toks[k];
             mask[id >> 5] |= 1u << (id & 31);
         }
+        if (nend[i] > i + 1 && (!push_byte(m, b) || st_bset_empty(&m->allowed[m->n_sets - 1]))) {
+            i = nend[i];
+            continue;
+        }
+        i++;
+    }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The items of set k that can still do something (not at an END), as
+ * sorted keys pos << 32 | origin, the set's own origin as UINT32_MAX. */
+static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
+    uint32_t n = 0;
+    for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
+        st_item it = m->items[j];
+        if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
+        out[n++] = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+    }
+    qsort(out, n, sizeof *out, cmp_u64);
+    return n;
+}
+
+typedef struct local_walk {
+    st_matcher *lm;
+    st_local *e;
+    size_t base;          /* sets [0, base) hold the local state; base - 1 is its top */
+    uint8_t *ctx;         /* ctx[d]: a push on the path to depth d skipped a completion */
+    uint32_t *sdepth;     /* sdepth[d]: the stack size whose top stands for the path to depth d */
+    uint64_t *sig;        /* per set: live_hash */
+    uint64_t *scratch;
+    size_t cap_scratch;
+    struct loop_entry *loops;  /* per state met: its loop bytes */
+    size_t n_loops, cap_loops;
+} local_walk;
+
+/* A state's bytes: state[b] 0 not tried, 1 pushing b gives the state
+ * again, 2 it does not; ctx[b] that push skipped a completion. */
+typedef struct loop_entry {
+    uint64_t hash;
+    uint8_t used;
+    uint8_t state[256], ctx[256];
+} loop_entry;
+
+/* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
+static uint64_t live_hash(const st_matcher *m, size_t k) {
+    uint64_t h = 0;
+    for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
+        st_item it = m->items[j];
+        if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
+        uint64_t x = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        x *= 0x9e3779b97f4a7c15ull;
+        h += x ^ (x >> 29);
+    }
+    return h;
+}
+
+/* Are sets a and b the same state (equal live items, each its own origin
+ * for itself)? */
+static bool same_live(local_walk *w, size_t a, size_t b) {
+    st_matcher *lm = w->lm;
+    size_t na = lm->set_start[a + 1] - lm->set_start[a], nb = lm->set_start[b + 1] - lm->set_start[b];
+    if (buf_grow((void **)&w->scratch, &w->cap_scratch, na + nb + 2, sizeof *w->scratch)) return false;
+    uint32_t la = live_items(lm, a, w->scratch), lb = live_items(lm, b, w->scratch + la);
+    return la == lb && !memcmp(w->scratch, w->scratch + la, la * sizeof *w->scratch);
+}
+
+/* The loop table of the state with live hash h (made on first use); NULL
+ * when out of memory. */
+static loop_entry *loops_of(local_walk *w, uint64_t h) {
+    if ((w->n_loops + 1) * 2 > w->cap_loops) {
+        size_t cap = w->cap_loops ? w->cap_loops * 2 : 64;
+        loop_entry *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t k = 0; k < w->cap_loops; k++) {
+            if (!w->loops[k].used) continue;
+            size_t q = (size_t)(w->loops[k].hash * 0x9e3779b97f4a7c15ull >> 40) & (cap - 1);
+            while (t[q].used) q = (q + 1) & (cap - 1);
+            t[q] = w->loops[k];
+        }
+        free(w->loops);
+        w->loops = t;
+        w->cap_loops = cap;
+    }
+    size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 40) & (w->cap_loops - 1);
+    while (w->loops[q].used && w->loops[q].hash != h) q = (q + 1) & (w->cap_loops - 1);
+    if (!w->loops[q].used) {
+        w->loops[q].used = 1;
+        w->loops[q].hash = h;
+        w->n_loops++;
+    }
+    return &w->loops[q];
+}
+
+/* The local walk: the whole trie against the local state. The local sets
+ * are subsets of the real ones (a completion into a set before the state is
+ * skipped, ctx_hit), so what they accept is accepted in any context; what
+ * they reject is rejected too unless a push on its path skipped a
+ * completion: then the node goes to e->unc for the real walk.
+ * Loops: when pushing byte b on a set X gives a set equal to X (same live
+ * items, each its own origin for itself), b is a loop byte of X's state,
+ * and below any set of that state a b costs no push (the parent's set
+ * stands for the child): a path of a string's characters is walked
+ * without pushing. Loop bytes are found per state (live hash, checked
+ * exactly) the first time they are pushed. */
+static void walk_local(local_walk *w) {
+    st_matcher *lm = w->lm;
+    st_local *e = w->e;
+    const st_vocab *v = lm->g->v;
+    const uint8_t *nbyte = v->node_byte;
+    const uint32_t *ndepth = v->node_depth, *nend = v->node_end, *ntok = v->node_tok;
+    uint8_t *ctx = w->ctx;
+    uint32_t *sdepth = w->sdepth;
+    uint64_t *sig = w->sig;  /* per set index: live hash */
+    ctx[0] = 0;
+    sdepth[0] = (uint32_t)w->base;
+    sig[w->base - 1] = live_hash(lm, w->base - 1);
+    for (uint32_t i = 0; i < (uint32_t)v->n_nodes;) {
+        uint32_t d = ndepth[i], par = sdepth[d - 1];
+        unsigned b = nbyte[i];
+        if (!st_bset_has(&lm->allowed[par - 1], b)) {
+            if (ctx[d - 1]) e->unc[e->n_unc++] = (st_unc){i, nend[i], d - 1, v->toks[ntok[i]]};
+            i = nend[i];
+            continue;
+        }
+        for (uint32_t k = ntok[i]; k < ntok[i + 1]; k++) {
+            int32_t id = v->toks[k];
+            e->acc[id >> 5] |= 1u << (id & 31);
+        }
         if (nend[i] > i + 1) {
-            if (!push_byte(m, b) || st_bset_empty(&m->allowed[m->n_sets - 1])) {
+            loop_entry *le = loops_of(w, sig[par - 1]);
+            if (le && le->state[b] == 1) { /* the parent's set stands for this node too */
+                sdepth[d] = par;
+                ctx[d] = ctx[d - 1] | le->ctx[b];
+                i++;
+                continue;
+            }
+            if (lm->n_sets != par) truncate_sets(lm, par);
+            lm->ctx_hit = false;
+            if (!push_byte(lm, b)) { /* out of memory: the real walk decides */
+                e->unc[e->n_unc++] = (st_unc){i + 1, nend[i], d, v->toks[ntok[i]]};
                 i = nend[i];
                 continue;
+            }
+            ctx[d] = ctx[d - 1] | lm->ctx_hit;
+            sdepth[d] = (uint32_t)lm->n_sets;
+            sig[lm->n_sets - 1] = live_hash(lm, lm->n_sets - 1);
+            if (le && !le->state[b]) {
+                bool loops = sig[lm->n_sets - 1] == sig[par - 1] && same_live(w, par - 1, lm->n_sets - 1);
+                le->state[b] = loops ? 1 : 2;
+                le->ctx[b] = lm->ctx_hit;
             }
         }
         i++;
     }
+}
+
+/* The reference mask: the whole trie against the real stack. */
+void st_matcher_fill_mask_direct(st_matcher *m, uint32_t *mask) {
+    const st_vocab *v = m->g->v;
+    memset(mask, 0, (size_t)st_mask_words(v) * sizeof *mask);
+    if (st_matcher_is_terminated(m)) {
+        set_eos_bits(m, mask);
+        return;
+    }
+    size_t base = m->n_sets;
+    if (!sets_reserve(m, base + v->max_depth + 1)) {
+        m->oom = vllm_error(VLLM_ERR_NOMEM, "structured matcher: out of memory");
+        return; /* nothing allowed: the request fails on the empty mask */
+    }
+    walk(m, base, 0, (uint32_t)v->n_nodes, mask);
     truncate_sets(m, base);
+    if (top_can_end(m)) set_eos_bits(m, mask);
+}
+
+/* A key entry: section 0 is the top set, section k the k-th set (by
+ * position) that the top set's items start in; label 0 = the top set, k =
+ * that k-th set, ST_LABEL_OUT = a set further back. */
+#define ST_KEY(section, pos, label) (((uint64_t)(section) << 48) | ((uint64_t)(pos) << 8) | (uint64_t)(label))
+#define ST_KEY_SECTION(k) ((uint32_t)((k) >> 48))
+#define ST_KEY_POS(k) ((uint32_t)(((k) >> 8) & 0xffffffffu))
+#define ST_KEY_LABEL(k) ((uint32_t)((k) & 0xff))
+#define ST_LABEL_OUT 0xffu
+#define ST_MAX_LEVEL1 254
+
+/* The top set's local key into m->key (sorted, unique); its length, or
+ * UINT32_MAX when out of memory. The key holds the top set and the sets its
+ * items start in (level 1), with every origin relabelled by its place among
+ * them: equal keys parse every byte string alike until a completion reaches
+ * a set further back, wherever the state sits in the text. */
+static uint32_t local_key(st_matcher *m, uint64_t *hash) {
+    size_t top = m->n_sets - 1;
+    uint32_t lv[ST_MAX_LEVEL1], n_lv = 0;
+    size_t n = m->set_start[top + 1] - m->set_start[top];
+    for (uint32_t j = m->set_start[top]; j < m->set_start[top + 1]; j++) {
+        uint32_t o = m->items[j].origin, k = 0;
+        if (o == top) continue;
+        while (k < n_lv && lv[k] != o) k++;
+        if (k == n_lv && n_lv < ST_MAX_LEVEL1) lv[n_lv++] = o;
+    }
+    for (uint32_t a = 1; a < n_lv; a++) /* ascending positions */
+        for (uint32_t b = a; b > 0 && lv[b - 1] > lv[b]; b--) {
+            uint32_t t = lv[b];
+            lv[b] = lv[b - 1];
+            lv[b - 1] = t;
+        }
+    for (uint32_t k = 0; k < n_lv; k++) n += m->set_start[lv[k] + 1] - m->set_start[lv[k]];
+    if (buf_grow((void **)&m->key, &m->cap_key, n + 1, sizeof *m->key)) return UINT32_MAX;
+    size_t u = 0;
+    for (uint32_t sec = 0; sec <= n_lv; sec++) {
+        uint32_t set = sec ? lv[sec - 1] : (uint32_t)top;
+        for (uint32_t j = m->set_start[set]; j < m->set_start[set + 1]; j++) {
+            uint32_t o = m->items[j].origin, label = ST_LABEL_OUT;
+            if (o == top) label = 0;
+            else
+                for (uint32_t k = 0; k < n_lv; k++)
+                    if (lv[k] == o) label = k + 1;
+            m->key[u++] = ST_KEY(sec, m->items[j].pos, label);
+        }
+    }
+    qsort(m->key, u, sizeof *m->key, cmp_u64);
+    size_t w = 0;
+    for (size_t j = 0; j < u; j++)
+        if (!w || m->key[w - 1] != m->key[j]) m->key[w++] = m->key[j];
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t j = 0; j < w; j++) h = (h ^ m->key[j]) * 0x100000001b3ull;
+    *hash = h ^ (h >> 31);
+    return (uint32_t)w;
+}
+
+/* Builds the local state of key[0..n): sets 0 .. L-1 are the level-1 sets
+ * (section k -> set k - 1), set L the top set (section 0); an origin
+ * further back becomes ST_OUT. Then the whole trie. */
+static st_local *local_build(const st_grammar *g, const uint64_t *key, uint32_t n, uint64_t hash) {
+    const st_vocab *v = g->v;
+    st_local *e = calloc(1, sizeof *e);
+    st_matcher *lm = calloc(1, sizeof *lm);
+    uint8_t *ctx = NULL;  /* ctx[d]: a push on the path to depth d skipped a completion */
+    if (!e || !lm) goto fail;
+    e->hash = hash;
+    e->key_len = n;
+    e->key = malloc(((size_t)n + 1) * sizeof *e->key);
+    e->acc = calloc((size_t)st_mask_words(v), sizeof *e->acc);
+    /* at most one range per trie node; shrunk after */
+    e->unc = malloc(((size_t)v->n_nodes + 1) * sizeof *e->unc);
+    ctx = malloc((size_t)v->max_depth + 2);
+    if (!e->key || !e->acc || !e->unc || !ctx) goto fail;
+    memcpy(e->key, key, (size_t)n * sizeof *key);
+    uint32_t L = 0;
+    for (uint32_t j = 0; j < n; j++)
+        if (ST_KEY_SECTION(key[j]) > L) L = ST_KEY_SECTION(key[j]);
+    lm->g = (st_grammar *)g;
+    if (scratch_init(lm) || !sets_reserve(lm, L + v->max_depth + 2) ||
+        buf_grow((void **)&lm->items, &lm->cap_items, (size_t)n + 1, sizeof *lm->items))
+        goto fail;
+    /* sections 1..L, then 0; the key is sorted by section */
+    uint32_t first_top = 0;
+    while (first_top < n && ST_KEY_SECTION(key[first_top]) == 0) first_top++;
+    for (uint32_t set = 0; set <= L; set++) {
+        lm->set_start[set] = (uint32_t)lm->n_items;
+        uint32_t sec = set == L ? 0 : set + 1;
+        for (uint32_t j = sec ? first_top : 0; j < n && ST_KEY_SECTION(key[j]) <= sec; j++) {
+            if (ST_KEY_SECTION(key[j]) != sec) continue;
+            uint32_t label = ST_KEY_LABEL(key[j]);
+            uint32_t origin = label == 0 ? L : label == ST_LABEL_OUT ? ST_OUT : label - 1;
+            lm->items[lm->n_items++] = (st_item){ST_KEY_POS(key[j]), origin};
+        }
+        lm->n_sets = set;
+        set_begin(lm);
+        set_end(lm);
+    }
+    local_walk w = {.lm = lm, .e = e, .base = L + 1, .ctx = ctx};
+    w.sdepth = malloc(((size_t)v->max_depth + 2) * sizeof *w.sdepth);
+    w.sig = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.sig);
+    if (!w.sdepth || !w.sig) {
+        free(w.sdepth);
+        free(w.sig);
+        goto fail;
+    }
+    walk_local(&w);
+    free(w.sdepth);
+    free(w.sig);
+    free(w.scratch);
+    free(w.loops);
+    st_unc *u = realloc(e->unc, ((size_t)e->n_unc + 1) * sizeof *u);
+    if (u) e->unc = u;
+    free(ctx);
+    lm->g = NULL;
+    st_matcher_free(lm);
+    return e;
+fail:
+    free(ctx);
+    if (lm) lm->g = NULL;
+    st_matcher_free(lm);
+    local_free(e);
+    return NULL;
+}
+
+static size_t local_bytes(const st_vocab *v, const st_local *e) {
+    return sizeof *e + (size_t)e->key_len * 8 + (size_t)st_mask_words(v) * 4 + (size_t)e->n_unc * sizeof *e->unc;
+}
+
+/* The cached local state of m's top set, built on first use. NULL when
+ * memory runs out; *owned set when the entry did not fit the cache (the
+ * caller frees it). */
+static st_local *local_get(st_matcher *m, bool *owned) {
+    st_grammar *g = m->g;
+    struct st_mask_cache *c = g->cache;
+    uint64_t hash;
+    *owned = false;
+    uint32_t n = local_key(m, &hash);
+    if (n == UINT32_MAX) return NULL;
+    pthread_mutex_lock(&c->lock);
+    st_local *e = c->buckets[hash & (c->n_buckets - 1)];
+    while (e && !(e->hash == hash && e->key_len == n && !memcmp(e->key, m->key, (size_t)n * sizeof *m->key))) e = e->next;
+    pthread_mutex_unlock(&c->lock);
+    if (e) return e;
+    st_local *made = local_build(g, m->key, n, hash);
+    if (!made) return NULL;
+    pthread_mutex_lock(&c->lock);
+    e = c->buckets[hash & (c->n_buckets - 1)]; /* another thread may have made it meanwhile */
+    while (e && !(e->hash == hash && e->key_len == n && !memcmp(e->key, m->key, (size_t)n * sizeof *m->key))) e = e->next;
+    if (!e && c->bytes + local_bytes(g->v, made) <= ST_CACHE_MAX_BYTES) {
+        if (c->count + 1 > c->n_buckets) { /* grow: rehash the chains */
+            size_t nb = c->n_buckets * 2;
+            st_local **b = calloc(nb, sizeof *b);
+            if (b) {
+                for (size_t k = 0; k < c->n_buckets; k++)
+                    for (st_local *x = c->buckets[k], *next; x; x = next) {
+                        next = x->next;
+                        x->next = b[x->hash & (nb - 1)];
+                        b[x->hash & (nb - 1)] = x;
+                    }
+                free(c->buckets);
+                c->buckets = b;
+                c->n_buckets = nb;
+            }
+        }
+        made->next = c->buckets[hash & (c->n_buckets - 1)];
+        c->buckets[hash & (c->n_buckets - 1)] = made;
+        c->count++;
+        c->bytes += local_bytes(g->v, made);
+        e = made;
+        made = NULL;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (made) { /* someone else's entry won, or the cache is full */
+        if (e) {
+            local_free(made);
+            return e;
+        }
+        *owned = true;
+        return made;
+    }
+    return e;
+}
+
+/* The mask: the local state's cached tokens, then the context-dependent
+ * subtrees walked against the real stack. */
+void st_matcher_fill_mask(st_matcher *m, uint32_t *mask) {
+    const st_vocab *v = m->g->v;
+    if (st_matcher_is_terminated(m)) {
+        memset(mask, 0, (size_t)st_mask_words(v) * sizeof *mask);
+        set_eos_bits(m, mask);
+        return;
+    }
+    bool owned;
+    st_local *e = local_get(m, &owned);
+    size_t base = m->n_sets;
+    if (!e || !sets_reserve(m, base + v->max_depth + 1)) {
+        if (owned) local_free(e);
+        st_matcher_fill_mask_direct(m, mask);
+        return;
+    }
+    memcpy(mask, e->acc, (size_t)st_mask_words(v) * sizeof *mask);
+    const uint8_t *path = NULL;
+    uint32_t path_len = 0;
+    for (uint32_t k = 0; k < e->n_unc; k++) {
+        const st_unc *u = &e->unc[k];
+        uint32_t d = u->depth;
+        const uint8_t *p = v->bytes + v->off[u->tok];
+        uint32_t l = 0;
+        while (l < path_len && l < d && p[l] == path[l]) l++;
+        truncate_sets(m, base + l);
+        bool ok = true;
+        for (; l < d && ok; l++) ok = push_byte(m, p[l]);
+        path = p;
+        path_len = ok ? d : l - 1;
+        if (ok) walk(m, base, u->from, u->to, mask);
+    }
+    truncate_sets(m, base);
+    if (owned) local_free(e);
     if (top_can_end(m)) set_eos_bits(m, mask);
 }
 

@@ -87,6 +87,7 @@ struct st_grammar {
     uint32_t n_terms;
     uint32_t n_rules;
     uint32_t root;
+    struct st_mask_cache *cache;  /* matcher.c: the masks of local states, shared by every matcher */
 };
 
 /* Parses GBNF text into g (everything but refs and v). On error the message
@@ -94,6 +95,11 @@ struct st_grammar {
 vllm_status st_gbnf_parse(const char *text, size_t len, st_grammar *g);
 /* Frees what st_gbnf_parse allocated in g (not g itself). */
 void st_grammar_deinit(st_grammar *g);
+
+/* The mask by walking the whole trie against the parser's real stack,
+ * without the local-state cache: the reference st_matcher_fill_mask is
+ * tested against (matcher.c). */
+void st_matcher_fill_mask_direct(st_matcher *m, uint32_t *mask);
 
 /* Appends the UTF-8 encoding of code point c to out[]; returns its length. */
 int st_utf8_encode(uint32_t c, uint8_t out[4]);

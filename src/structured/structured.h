@@ -36,11 +36,15 @@
  *     while they are indented or start with `|`; `root` is the start rule;
  *     rules may be used before they are defined, may be left- or
  *     right-recursive and may derive the empty string;
- *   - "literal" with escapes \n \r \t \\ \" \' \[ \] \xHH \uHHHH \UHHHHHHHH;
+ *   - "literal" with escapes \n \r \t \0 \\ \" \' \[ \] \/ \xHH \uHHHH \UHHHHHHHH
+ *     (in a class also \- \^);
  *   - [class] and [^class] over code points, ranges a-z, the same escapes;
  *     `.` is any code point;
  *   - grouping ( ), alternation |, and the postfix operators * + ? {m}
  *     {m,} {m,n} on any item;
+ *   - XGrammar's printed EBNF also parses: {m, -1} is {m,}, and a
+ *     lookahead assertion (= ...) is read and dropped (it restates what the
+ *     surrounding grammar requires);
  *   - text is UTF-8 code points: a class matches whole characters, so the
  *     matcher accepts only valid UTF-8 (what JSON and the tokenizers need).
  *

@@ -49,6 +49,9 @@ GRAMMARS = {
                    ["id-123-abcd,XYZ,Q!", "id-007-zz"]),
     "nullable": ('root ::= a b "=" a c\na ::= "" | "x" a\nb ::= a a\nc ::= "" | "yes" | "no"\n',
                  ["xxx=xyes", "=no"]),
+    "right_recursive": ('root ::= "[" items "]"\nitems ::= item "," items | item\n'
+                        'item ::= "\\"" chars\nchars ::= [^"\\\\] chars | "\\\\" [nt"] chars | "\\""\n',
+                        ['["ab\\n","c\\"d","é✓"]', '["x"]']),
     "dates_regexlike": ('root ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" [0-3] [0-9] ( "T" [0-2] [0-9] ":" '
                         '[0-5] [0-9] ":" [0-5] [0-9] "Z" )?\n', ["2024-11-26T10:15:00Z", "1999-01-31"]),
 }

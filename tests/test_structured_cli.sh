@@ -66,8 +66,8 @@ printf 'root ::= "a" | ( "b"\n' > "$tmp/bad.gbnf"
 bad_case cli_grammar_unbalanced "line 1 column 16: unbalanced parentheses" --grammar "$tmp/bad.gbnf"
 printf 'root ::= item+\n' > "$tmp/undef.gbnf"
 bad_case cli_grammar_undefined "line 1 column 10: undefined rule 'item'" --grammar "$tmp/undef.gbnf"
-echo '{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}' > "$tmp/schema.json"
-bad_case cli_schema_keyword "properties.tags: uniqueItems is not supported" --json-schema "$tmp/schema.json"
+echo '{"properties": {"tags": {"type": "array", "uniqueItems": true}}}' > "$tmp/schema.json"
+bad_case cli_schema_unsupported "properties.tags: uniqueItems is not supported" --json-schema "$tmp/schema.json"
 
 # 3. a grammar file, stdin lines that are not JSON strings: exit 1 naming the line
 printf 'root ::= [a-z]+\n' > "$tmp/ok.gbnf"

@@ -573,6 +573,21 @@ static vllm_status merge_kw(sc *c, const char *k, json_t *va, json_t *vb, json_t
     }
     if (!strcmp(k, "properties")) return VLLM_OK;  /* below */
     if (!strcmp(k, "type") || !strcmp(k, "nullable")) return VLLM_OK;  /* below */
+    if (!strcmp(k, "anyOf") && json_is_array(va) && json_is_array(vb)) {
+        /* (a1 | a2) & (b1 | b2) = a1&b1 | a1&b2 | a2&b1 | a2&b2 */
+        if (json_array_size(va) * json_array_size(vb) > ST_SCHEMA_MAX_BRANCHES)
+            return sc_err(c, VLLM_ERR_UNSUPPORTED, "allOf: two anyOf with more than %d combinations", ST_SCHEMA_MAX_BRANCHES);
+        json_t *prod = json_array();
+        size_t i, j;
+        json_t *x, *y;
+        json_array_foreach(va, i, x) json_array_foreach(vb, j, y) {
+            json_t *m = merge2(c, x, y, &rc);
+            if (!m) { json_decref(prod); return rc; }
+            json_array_append_new(prod, m);
+        }
+        json_object_set_new(out, k, prod);
+        return VLLM_OK;
+    }
     if (!strcmp(k, "multipleOf") && json_is_integer(va) && json_is_integer(vb)) {
         json_int_t x = json_integer_value(va), y = json_integer_value(vb), g = x, h = y;
         while (h) { json_int_t t = g % h; g = h; h = t; }

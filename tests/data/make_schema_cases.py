@@ -54,6 +54,8 @@ T("all_of_merge", {"allOf": [{"type": "object", "properties": {"a": {"type": "in
   {"properties": {"b": {"type": "string"}}, "required": ["b"]}]}, ['{"a": 1, "b": "x"}'], ['{"a": 1}', '{"b": "x"}', '{"a": "1", "b": "x"}'])
 T("all_of_additional_false", {"allOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False},
   {"properties": {"b": {}}}]}, ['{"a": 1}', '{}'], ['{"a": 1, "b": 2}', '{"b": 2}'])
+T("all_of_two_any_of", {"allOf": [{"anyOf": [{"type": "integer"}, {"type": "string"}]}, {"anyOf": [{"minimum": 5}, {"maxLength": 1}]}]},
+  ['5', '7', '"a"', '1', '"ab"'], ['1.5', 'null'])
 T("all_of_bounds", {"allOf": [{"type": "integer", "minimum": 3}, {"maximum": 5}, {"minimum": 4}]}, ['4', '5'], ['3', '6'])
 T("ref_defs", {"$defs": {"pos": {"type": "integer", "minimum": 1}}, "type": "array", "items": {"$ref": "#/$defs/pos"}}, ['[1, 2]', '[]'], ['[0]', '[1, -1]'])
 T("ref_recursive_tree", {"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},

@@ -245,9 +245,13 @@ void serving_completions(serving_ctx *ctx, http_request *http, openai_request *r
         }
         serving_truncate_prompt(ctx, req, p->ids, &p->num_ids);
         if (!serving_check_prompt_ids(ctx, p->ids, p->num_ids, &e)) goto fail;
-        if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, p->num_ids,
-                                            ctx->max_logprobs, &p->sp, &e))
-            goto fail;
+        /* beam search's n is its width, not n samples: validated by serving_beam_search */
+        int32_t n_req = req->n;
+        if (req->use_beam_search) req->n = 1;
+        bool sp_ok = openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, p->num_ids,
+                                                    ctx->max_logprobs, &p->sp, &e);
+        req->n = n_req;
+        if (!sp_ok) goto fail;
         if (!serving_check_sampling(ctx, req, &p->sp, &e)) goto fail;
         if (req->echo) { /* the text the response starts with */
             if (q->text && req->truncate_prompt_tokens == 0) {

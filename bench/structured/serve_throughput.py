@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""serve_throughput.py - served throughput with structured outputs.
+
+Starts `vllmc serve MODEL`, sends CONCURRENCY chat requests at once, each
+constrained by a different JSON schema (response_format json_schema), then
+the same requests unconstrained, and prints generation throughput (completion
+tokens / wall time) of both and their ratio; every constrained output is
+validated with jsonschema (the project's .venv).
+
+    .venv/bin/python bench/structured/serve_throughput.py --model ~/.cache/vllmc/models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+The grammars are compiled (and cached) by a first pass of one-token
+requests, timed apart. The unconstrained requests run with ignore_eos and max_tokens = the mean
+length the constrained ones produced, so both runs generate about as many
+tokens per request (a constrained request ends where its JSON does).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+try:
+    import jsonschema
+except ImportError:  # pragma: no cover
+    jsonschema = None
+
+TYPES = [("name", {"type": "string", "maxLength": 24}), ("age", {"type": "integer", "minimum": 0, "maximum": 120}),
+         ("city", {"type": "string", "maxLength": 20}), ("active", {"type": "boolean"}),
+         ("score", {"type": "number", "minimum": 0, "maximum": 10}), ("kind", {"enum": ["a", "b", "c"]}),
+         ("tags", {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3}),
+         ("year", {"type": "integer", "minimum": 1900, "maximum": 2100})]
+
+
+def schemas(n):
+    """n different object schemas: each a different subset of TYPES' properties."""
+    out = []
+    for i in range(n):
+        props = {k: v for j, (k, v) in enumerate(TYPES) if (i + 1) >> (j % 4) & 1 or j == i % len(TYPES)}
+        out.append({"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False})
+    return out
+
+
+def post(url, body):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.load(r)
+
+
+def run(url, bodies):
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as ex:
+        res = list(ex.map(lambda b: post(url, b), bodies))
+    return res, time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--vllmc", default="build/vllmc")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--disable-any-whitespace", action="store_true")
+    a = ap.parse_args()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    cmd = [a.vllmc, "serve", a.model, "--host", "127.0.0.1", "--port", "0"]
+    if a.threads:
+        cmd += ["--threads", str(a.threads)]
+    srv = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        base = None
+        for _ in range(1200):
+            text = open(log.name).read()
+            m = re.search(r"Starting vLLM API server 0 on (http://[0-9.]+:[0-9]+)", text)
+            if m and "Application startup complete." in text:
+                base = m.group(1)
+                break
+            if srv.poll() is not None:
+                sys.exit("vllmc serve exited:\n" + text[-2000:])
+            time.sleep(0.05)
+        if not base:
+            sys.exit("vllmc serve did not start")
+        url = base + "/v1/chat/completions"
+        ss = schemas(a.concurrency)
+        msgs = [[{"role": "user", "content": "Describe item %d as JSON." % i}] for i in range(a.concurrency)]
+        con = [{"messages": m, "max_tokens": a.max_tokens, "temperature": 0.7, "seed": i,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "item%d" % i, "schema": s}}}
+               for i, (m, s) in enumerate(zip(msgs, ss))]
+        if a.disable_any_whitespace:
+            for b in con:
+                b["structured_outputs"] = {"disable_any_whitespace": True}
+        post(url, {"messages": msgs[0], "max_tokens": 4})  # warm-up (and the prompt path)
+        # compiles first (one token each): the timed run below finds every grammar cached
+        _, t_compile = run(url, [dict(b, max_tokens=1) for b in con])
+        res_c, t_c = run(url, con)
+        for r in res_c:
+            if "error" in r:
+                sys.exit("constrained request failed: " + r["error"]["message"])
+        toks_c = sum(r["usage"]["completion_tokens"] for r in res_c)
+        valid = stopped = 0
+        for r, s in zip(res_c, ss):
+            c = r["choices"][0]
+            stopped += c["finish_reason"] == "stop"
+            try:
+                if jsonschema:
+                    jsonschema.validate(json.loads(c["message"]["content"]), s)
+                else:
+                    json.loads(c["message"]["content"])
+                valid += 1
+            except Exception:
+                pass
+        mean = max(1, round(toks_c / len(res_c)))
+        plain = [{"messages": m, "max_tokens": mean, "temperature": 0.7, "seed": i, "ignore_eos": True}
+                 for i, m in enumerate(msgs)]
+        res_p, t_p = run(url, plain)
+        toks_p = sum(r["usage"]["completion_tokens"] for r in res_p)
+        tc, tp = toks_c / t_c, toks_p / t_p
+        print(json.dumps({"concurrency": a.concurrency, "compile_and_first_token_s": round(t_compile, 3),
+                          "constrained_tokens": toks_c, "constrained_s": round(t_c, 3),
+                          "constrained_tok_s": round(tc, 1), "unconstrained_tokens": toks_p,
+                          "unconstrained_s": round(t_p, 3), "unconstrained_tok_s": round(tp, 1),
+                          "ratio": round(tc / tp, 3), "outputs_stopped": stopped,
+                          "outputs_valid": valid, "validator": "jsonschema" if jsonschema else "json"}))
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+        os.unlink(log.name)
+
+
+if __name__ == "__main__":
+    main()

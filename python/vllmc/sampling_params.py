@@ -5,8 +5,8 @@ RequestOutputKind, with vLLM's fields, defaults and validation messages
 _verify_greedy_sampling). The ranges our engine checks again when a
 request is added (src/sample/sampling_params.c) carry the same messages.
 
-Every field exists; what the engine does not implement yet
-(structured_outputs, prompt_logprobs, allowed_token_ids, bad_words,
+Every field exists; what the package does not pass to the engine yet
+(structural_tag, prompt_logprobs, allowed_token_ids, bad_words,
 logits_processors, spaces_between_special_tokens=False) is accepted here
 and refused by LLM.generate with NotImplementedError naming the field,
 never dropped silently.

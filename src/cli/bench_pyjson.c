@@ -13,53 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pyrepr.h"
 #include "cli/bench_pyjson.h"
-
-/* Python's repr(float) for finite v */
-static void float_repr(double v, char *out, size_t cap) {
-    char buf[64], digits[32];
-    int p;
-    for (p = 1; p <= 17; p++) {
-        snprintf(buf, sizeof buf, "%.*e", p - 1, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    int nd = 0;
-    const char *q = buf;
-    bool neg = *q == '-';
-    if (neg) q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
-    int exp = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    char res[96];
-    size_t o = 0;
-    if (neg) res[o++] = '-';
-    if (exp >= -4 && exp < 16) {
-        if (exp < 0) {
-            res[o++] = '0';
-            res[o++] = '.';
-            for (int i = 0; i < -exp - 1; i++) res[o++] = '0';
-            for (int i = 0; i < nd; i++) res[o++] = digits[i];
-        } else {
-            for (int i = 0; i <= exp; i++) res[o++] = i < nd ? digits[i] : '0';
-            res[o++] = '.';
-            if (nd > exp + 1)
-                for (int i = exp + 1; i < nd; i++) res[o++] = digits[i];
-            else
-                res[o++] = '0';
-        }
-        res[o] = 0;
-        snprintf(out, cap, "%s", res);
-        return;
-    }
-    res[o++] = digits[0];
-    if (nd > 1) {
-        res[o++] = '.';
-        for (int i = 1; i < nd; i++) res[o++] = digits[i];
-    }
-    res[o] = 0;
-    snprintf(out, cap, "%se%c%02d", res, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-}
 
 vllm_status bench_pyjson_dumps(json_t *v, strbuf *b) {
     vllm_status rc = VLLM_OK;
@@ -74,7 +29,7 @@ vllm_status bench_pyjson_dumps(json_t *v, strbuf *b) {
     case JSON_REAL: {
         double d = json_real_value(v);
         if (isinf(d)) return sb_add(b, d > 0 ? "Infinity" : "-Infinity", d > 0 ? 8 : 9);
-        float_repr(d, t, sizeof t);
+        pyrepr_float(d, t, sizeof t);
         return sb_add(b, t, strlen(t));
     }
     case JSON_STRING: {

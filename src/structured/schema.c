@@ -100,6 +100,7 @@
 #include <pcre2.h>
 
 #include "base/error.h"
+#include "base/pyrepr.h"
 #include "structured/schema_internal.h"
 #include "structured/structured.h"
 
@@ -283,55 +284,6 @@ static vllm_status gb_class_cp(strbuf *b, uint32_t cp) {
     }
     if (cp < 0x10000) return sb_printf(b, "\\u%04X", cp);  /* not \\xHH: XGrammar reads \\x greedily */
     return sb_printf(b, "\\U%08X", cp);
-}
-
-/* Python's repr of a float (json.dumps writes floats with it). */
-static void py_float_repr(double v, char *out, size_t cap) {
-    char buf[64];
-    int p;
-    for (p = 1; p <= 17; p++) {
-        snprintf(buf, sizeof buf, "%.*e", p - 1, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    /* buf: [-]d[.ddd]e[+-]XX */
-    char digits[32];
-    int nd = 0, neg = 0;
-    const char *q = buf;
-    if (*q == '-') { neg = 1; q++; }
-    for (; *q && *q != 'e'; q++)
-        if (isdigit((unsigned char)*q)) digits[nd++] = *q;
-    int exp = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = 0;
-    size_t o = 0;
-    char res[96];
-    if (neg) res[o++] = '-';
-    if (exp >= -5 && exp < 16) {   /* Python: fixed when -4 <= exp10 < 16 (repr uses 'r') */
-        if (exp < -4) goto sci;
-        if (exp < 0) {
-            res[o++] = '0'; res[o++] = '.';
-            for (int i = 0; i < -exp - 1; i++) res[o++] = '0';
-            for (int i = 0; i < nd; i++) res[o++] = digits[i];
-        } else {
-            for (int i = 0; i <= exp; i++) res[o++] = i < nd ? digits[i] : '0';
-            res[o++] = '.';
-            if (nd > exp + 1)
-                for (int i = exp + 1; i < nd; i++) res[o++] = digits[i];
-            else
-                res[o++] = '0';
-        }
-        res[o] = 0;
-        snprintf(out, cap, "%s", res);
-        return;
-    }
-sci:
-    res[o++] = digits[0];
-    if (nd > 1) {
-        res[o++] = '.';
-        for (int i = 1; i < nd; i++) res[o++] = digits[i];
-    }
-    res[o] = 0;
-    snprintf(out, cap, "%se%c%02d", res, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
 }
 
 /* ---- keyword tables ------------------------------------------------------------ */
@@ -1566,7 +1518,7 @@ static vllm_status gen_value(sc *c, json_t *v, strbuf *b) {
             return sb_printf(b, "(\"%.0f\" (\".\" \"0\"+)?)", d);
         }
         char t[64];
-        py_float_repr(d, t, sizeof t);
+        pyrepr_float(d, t, sizeof t);
         return sb_printf(b, "\"%s\"", t);
     }
     case JSON_ARRAY: {

@@ -51,6 +51,8 @@ import sys
 
 import numpy as np
 
+from hf_forward import read_dump  # dump_logits' file format, one reader
+
 # Chat prompts, one user turn each; fixed before any run of either engine.
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.",
            "Explain photosynthesis in one sentence.", "List three uses of a paperclip.",
@@ -107,21 +109,6 @@ def prompts(path, max_tokens, template):
                                        add_generation_prompt=True)
         print(json.dumps({"prompt_token_ids": tok.encode(text, add_special_tokens=False), "max_tokens": max_tokens,
                           "temperature": 0, "ignore_eos": True}))
-
-
-def read_dump(path, vocab):
-    """dump_logits' file: int32 num_seqs; per sequence int32 len, int32 ids[len], float32 logits[len][vocab]."""
-    data = open(path, "rb").read()
-    n, off, seqs = int(np.frombuffer(data, np.int32, 1, 0)[0]), 4, []
-    for _ in range(n):
-        length = int(np.frombuffer(data, np.int32, 1, off)[0])
-        ids = np.frombuffer(data, np.int32, length, off + 4).tolist()
-        off += 4 + 4 * length
-        seqs.append((ids, np.frombuffer(data, np.float32, length * vocab, off).reshape(length, vocab)))
-        off += 4 * length * vocab
-    if off != len(data):
-        raise ValueError(f"{path}: {len(data) - off} trailing bytes")
-    return seqs
 
 
 def compare_rows(ref_fn, vocab, json_path, dump_path):

@@ -266,6 +266,8 @@ struct lora_table {
     int32_t num, cap;
     int32_t max_registered;
     int32_t next_id;
+    int32_t *removed;                /* (cap_removed) ids unregistered, not yet taken */
+    int32_t num_removed, cap_removed;
 };
 
 vllm_status lora_table_create(int32_t max_cpu_loras, lora_table **out) {
@@ -282,6 +284,7 @@ void lora_table_free(lora_table *t) {
     if (!t) return;
     for (int32_t i = 0; i < t->num; i++) lora_adapter_free(t->items[i]);
     free(t->items);
+    free(t->removed);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -335,6 +338,13 @@ vllm_status lora_table_remove(lora_table *t, const char *name, int32_t *id) {
     lora_adapter *a = find_name(t, name);
     if (a) {
         if (id) *id = a->id;
+        if (t->num_removed == t->cap_removed) {
+            int32_t cap = t->cap_removed ? 2 * t->cap_removed : 8;
+            int32_t *p = realloc(t->removed, (size_t)cap * sizeof *p);
+            if (p) t->removed = p, t->cap_removed = cap;
+        }
+        /* out of memory: its blocks stay cached but unreachable (the id is never reused) */
+        if (t->num_removed < t->cap_removed) t->removed[t->num_removed++] = a->id;
         a->registered = false;
         unref(t, a);
     }
@@ -355,6 +365,28 @@ void lora_table_release(lora_table *t, lora_adapter *a) {
     pthread_mutex_lock(&t->mu);
     unref(t, a);
     pthread_mutex_unlock(&t->mu);
+}
+
+int32_t lora_table_take_removed(lora_table *t, int32_t *ids, int32_t cap) {
+    pthread_mutex_lock(&t->mu);
+    int32_t n = t->num_removed < cap ? t->num_removed : cap;
+    memcpy(ids, t->removed, (size_t)n * sizeof *ids);
+    memmove(t->removed, t->removed + n, (size_t)(t->num_removed - n) * sizeof *ids);
+    t->num_removed -= n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+bool lora_table_name(lora_table *t, int32_t id, char *buf, size_t cap) {
+    pthread_mutex_lock(&t->mu);
+    bool found = false;
+    for (int32_t i = 0; i < t->num && !found; i++)
+        if (t->items[i]->id == id) {
+            snprintf(buf, cap, "%s", t->items[i]->name);
+            found = true;
+        }
+    pthread_mutex_unlock(&t->mu);
+    return found;
 }
 
 bool lora_table_has(lora_table *t, const char *name) {

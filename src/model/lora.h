@@ -109,6 +109,12 @@ void lora_table_release(lora_table *t, lora_adapter *a);
  * count. */
 typedef struct lora_info { char name[256]; char path[1024]; int32_t id; int32_t rank; } lora_info;
 int32_t lora_table_list(lora_table *t, lora_info *out, int32_t cap);
+/* Ids unregistered since the last call (at most cap into ids; the rest
+ * wait for the next call); the engine drops their cached blocks. */
+int32_t lora_table_take_removed(lora_table *t, int32_t *ids, int32_t cap);
+/* Copies the name of the adapter with id (registered or still referenced)
+ * into buf; false if none. */
+bool lora_table_name(lora_table *t, int32_t id, char *buf, size_t cap);
 /* True if name is registered. */
 bool lora_table_has(lora_table *t, const char *name);
 

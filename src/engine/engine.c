@@ -1387,6 +1387,10 @@ vllm_status vllm_engine_unload_lora(vllm_engine *e, const char *name) {
     return rc;
 }
 
+bool vllm_engine_has_lora(vllm_engine *e, const char *name) {
+    return e->loras && name && lora_table_has(e->loras, name);
+}
+
 int32_t vllm_engine_list_loras(vllm_engine *e, vllm_lora_info *out, int32_t cap) {
     if (!e->loras) return 0;
     lora_info tmp[64];

@@ -26,6 +26,7 @@
 
 static lora_args_module modules[LORA_ARGS_MAX];
 static int num_modules;
+static int default_module = -1;      /* the last --lora */
 
 static int bad(const char *name, const char *v, const char *why) {
     fprintf(stderr, "vllmc: argument %s: invalid value '%s': %s\n", name, v, why);
@@ -107,7 +108,10 @@ int lora_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
                 if (add_module(name, argv[*i + used]) != 0) return -1;
                 used++;
             }
-        if (!strcmp(name, "--lora")) a->enable_lora = true; /* generate's shorthand implies LoRA */
+        if (!strcmp(name, "--lora")) { /* generate's shorthand implies LoRA, and is the prompts' adapter */
+            a->enable_lora = true;
+            default_module = num_modules - 1;
+        }
     }
     *i += used;
     return 1;
@@ -127,6 +131,8 @@ vllm_status lora_args_load(vllm_engine *e, const vllm_engine_args *a) {
     }
     return VLLM_OK;
 }
+
+const char *lora_args_default(void) { return default_module >= 0 ? modules[default_module].name : NULL; }
 
 const char *lora_args_base_model_name(const char *name) {
     for (int i = 0; i < num_modules; i++)

@@ -24,6 +24,9 @@ int lora_args_parse(vllm_engine_args *a, int argc, char **argv, int *i);
 int lora_args_modules(const lora_args_module **out);
 /* Loads them into e (created with a); the first failure's error. */
 vllm_status lora_args_load(vllm_engine *e, const vllm_engine_args *a);
+/* The adapter of the last --lora NAME=PATH (generate: every prompt's unless
+ * its prompts-file line says "lora"), or NULL. */
+const char *lora_args_default(void);
 /* The base_model_name given for adapter name, or NULL. */
 const char *lora_args_base_model_name(const char *name);
 void lora_args_usage(FILE *f);

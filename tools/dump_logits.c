@@ -22,6 +22,11 @@
  * tests/ref/torch_forward.py reads it. --print-greedy prints each sequence's
  * fed ids and the next greedy id on stdout.
  *
+ * --lora DIR (repeatable) loads PEFT adapters (model/lora.h), the i-th with
+ * id i + 1; --seq-lora "a,b,..." gives each sequence its adapter's id (0 =
+ * the base model; missing entries are 0), so one batch mixes adapters;
+ * --max-lora-rank N (64) refuses adapters of a larger rank.
+ *
  * --engine runs the same prompts through the engine instead (vllm_engine_*:
  * scheduler, KV cache manager with prefix caching and sliding-window release,
  * sampler), request s added before step s * --gap (1), greedy with --decode + 1 tokens,
@@ -39,6 +44,7 @@
 #include "base/error.h"
 #include "engine/engine.h"
 #include "model/kv_layout.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/runner.h"
 
@@ -160,6 +166,8 @@ int main(int argc, char **argv) {
     const char *dir = NULL, *prompts = NULL, *out = NULL, *kv_name = "float32";
     int32_t decode = 0, chunk = 16, budget = 64, threads = 0, bs = 16, num_blocks = 0, max_model_len = 0, gap = 1;
     int print_greedy = 0, engine = 0, caching = 1;
+    const char *lora_dirs[16], *seq_lora = NULL;
+    int num_lora = 0, max_lora_rank = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--print-greedy")) { print_greedy = 1; continue; }
@@ -179,6 +187,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-model-len")) max_model_len = atoi(v);
         else if (!strcmp(a, "--gap")) gap = atoi(v);
         else if (!strcmp(a, "--kv-cache-dtype")) kv_name = v;
+        else if (!strcmp(a, "--lora") && num_lora < 16) lora_dirs[num_lora++] = v;
+        else if (!strcmp(a, "--seq-lora")) seq_lora = v;
+        else if (!strcmp(a, "--max-lora-rank")) max_lora_rank = atoi(v);
         else return usage();
     }
     kv_dtype kv_type;
@@ -218,6 +229,13 @@ int main(int argc, char **argv) {
     model *m = NULL;
     runner *r = NULL;
     int32_t *ids = NULL, *pos = NULL, *lidx = NULL, *qsl = NULL, *lens = NULL, *owner = NULL, *tables = NULL;
+    int32_t seq_ids[MAX_SEQS] = {0}, step_ids[MAX_SEQS] = {0};
+    lora_table *loras = NULL;
+    for (int s = 0; seq_lora && *seq_lora && s < MAX_SEQS; s++) {
+        char *e;
+        seq_ids[s] = (int32_t)strtol(seq_lora, &e, 10);
+        seq_lora = *e == ',' ? e + 1 : e;
+    }
     int64_t *slots = NULL;
     float *logits = NULL;
     if (model_load(dir, &m) != VLLM_OK) {
@@ -235,8 +253,19 @@ int main(int argc, char **argv) {
     int32_t G = lay->num_groups;
     free(lay);
     total_blocks *= G;
+    if (num_lora && lora_table_create(0, &loras) != VLLM_OK) goto done;
+    for (int i = 0; i < num_lora; i++) {
+        lora_adapter *a;
+        char name[32];
+        snprintf(name, sizeof name, "lora%d", i + 1);
+        if (lora_adapter_load(m, name, lora_dirs[i], max_lora_rank, &a) != VLLM_OK || lora_table_add(loras, a) != VLLM_OK) {
+            fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
+            goto done;
+        }
+    }
     runner_config cfg = {.num_blocks = total_blocks + 1, .block_size = bs, .max_num_batched_tokens = budget,
-                         .max_num_seqs = n, .num_threads = threads, .kv_cache_dtype = kv_type};
+                         .max_num_seqs = n, .num_threads = threads, .kv_cache_dtype = kv_type,
+                         .lora = loras, .max_lora_rank = max_lora_rank};
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
         goto done;
@@ -282,13 +311,15 @@ int main(int argc, char **argv) {
             memcpy(tables + (size_t)ns * G * max_blocks, q->blocks, sizeof(int32_t) * (size_t)max_blocks * G);
             lens[ns] = q->done + take;
             owner[ns] = s;
+            step_ids[ns] = seq_ids[s];
             qsl[++ns] = nt;
         }
         if (!pending) break;
         if (!nt) continue;
         step_batch b = {.num_tokens = nt, .token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
                           .num_seqs = ns, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
-                          .max_blocks_per_seq = max_blocks, .num_scored = nt, .scored_indices = lidx};
+                          .max_blocks_per_seq = max_blocks, .num_scored = nt, .scored_indices = lidx,
+                          .lora_ids = loras ? step_ids : NULL};
         if (runner_forward(r, &b, logits) != VLLM_OK) {
             fprintf(stderr, "dump_logits: step %d: %s\n", step, vllm_errmsg());
             goto done;
@@ -330,6 +361,7 @@ done:
     for (int s = 0; s < n; s++) free(seqs[s].ids), free(seqs[s].blocks), free(seqs[s].logits);
     free(ids), free(pos), free(lidx), free(qsl), free(lens), free(owner), free(tables), free(slots), free(logits);
     runner_free(r);
+    lora_table_free(loras);
     model_free(m);
     return rc;
 }

@@ -136,6 +136,15 @@ typedef struct vllm_engine_args {
      * seconds after it was added finishes with VLLM_FINISH_ERROR (the
      * compile goes on and its result is cached). 0 = 5 s. */
     double structured_outputs_compile_timeout;
+    /* LoRA (vLLM's --enable-lora ...; docs/lora.md): adapters in PEFT's
+     * layout, loaded with vllm_engine_load_lora and named by a request's
+     * vllm_request_opts.lora_name. max_loras: distinct adapters in one step
+     * (1); max_lora_rank: the largest rank accepted (16); max_cpu_loras:
+     * adapters kept loaded at once (0 = no limit beyond memory). */
+    bool enable_lora;
+    int32_t max_loras;
+    int32_t max_lora_rank;
+    int32_t max_cpu_loras;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -181,6 +190,7 @@ typedef struct vllm_request_opts {
     double arrival_time;             /* monotonic seconds; 0 = now */
     const char *cache_salt;          /* NULL = none; part of every block hash */
     vllm_structured_outputs structured_outputs; /* kind NONE (zeroed) = unconstrained */
+    const char *lora_name;           /* NULL = the base model; else a loaded adapter's name */
 } vllm_request_opts;
 
 /* Adds a request (n sequences per sp->n). request_id is copied and must be
@@ -371,6 +381,28 @@ typedef struct vllm_kv_cache_report {
 
 void vllm_engine_get_kv_cache_report(const vllm_engine *e, vllm_kv_cache_report *report);
 void vllm_engine_reset_kv_cache_report(vllm_engine *e);
+
+/* ---- LoRA adapters (args.enable_lora) --------------------------------------
+ * Safe from any thread, concurrently with vllm_engine_step on another: the
+ * adapter table has its own lock. A request holds its adapter until it
+ * finishes, so unloading never disturbs running requests; new requests can
+ * no longer name it, and its cached prefix blocks are dropped at the next
+ * step. Errors: VLLM_ERR_INVALID (LoRA off, name taken: vLLM's "The lora
+ * adapter '<name>' has already been loaded."), VLLM_ERR_NOT_FOUND (unload of
+ * an unknown name: "The lora adapter '<name>' cannot be found."), or the
+ * loader's message naming the file and the problem. */
+vllm_status vllm_engine_load_lora(vllm_engine *e, const char *name, const char *path);
+vllm_status vllm_engine_unload_lora(vllm_engine *e, const char *name);
+
+typedef struct vllm_lora_info {
+    char name[256];
+    char path[1024];
+    int32_t id;                      /* > 0; never reused */
+    int32_t rank;
+} vllm_lora_info;
+
+/* The loaded adapters in load order: fills up to cap, returns how many there are. */
+int32_t vllm_engine_list_loras(vllm_engine *e, vllm_lora_info *out, int32_t cap);
 
 /* Drops every cached prefix block (vLLM's reset_prefix_cache). */
 void vllm_engine_reset_prefix_cache(vllm_engine *e);

@@ -49,6 +49,7 @@
 #include "base/buf.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "cli/lora_args.h"
 #include "cli/model_alias.h"
 #include "engine/engine.h"
 #include "engine/output_processor.h"
@@ -70,7 +71,10 @@ static void generate_usage(FILE *f) {
             "                                  n, min_tokens, presence_penalty, frequency_penalty,\n"
             "                                  repetition_penalty, include_stop_str_in_output,\n"
             "                                  skip_special_tokens, logit_bias, priority, cache_salt,\n"
-            "                                  structured_outputs, response_format, guided_*)\n"
+            "                                  structured_outputs, response_format, guided_*, and\n"
+            "                                  lora: an adapter's name, null = the base model)\n"
+            "  --lora NAME=PATH                a PEFT LoRA adapter (implies --enable-lora), the\n"
+            "                                  prompts' adapter unless a line says \"lora\"\n"
             "Structured outputs (one kind; a prompts-file line's own replaces it):\n"
             "  --json-schema FILE              a JSON schema\n"
             "  --json-object                   any JSON object\n"
@@ -165,6 +169,7 @@ typedef struct gen_request {
     vllm_sampling_params sp;
     vllm_request_opts opts;
     char *cache_salt;
+    char *lora;                      /* the adapter's name (owned), or NULL: the base model */
     char *so_text, *so_ws;           /* opts.structured_outputs' strings, owned */
     grammar_cache_entry *grammar;    /* its compiled constraint (a reference), or NULL */
     bool refused;                    /* its constraint did not compile: never added */
@@ -201,6 +206,7 @@ static void request_deinit(gen_ctx *c, gen_request *r) {
     json_decref(r->prompt_logprobs);
     free(r->prompt);
     free(r->cache_salt);
+    free(r->lora);
     free(r->so_text);
     free(r->so_ws);
     for (int32_t i = 0; i < r->num_stops; i++) free(r->stops[i]);
@@ -321,7 +327,12 @@ static bool parse_line(gen_ctx *c, gen_request *r, json_t *o, const char *path, 
             r->include_stop = json_is_true(v);
         else if (!strcmp(key, "skip_special_tokens") && json_is_boolean(v))
             r->keep_special = !json_is_true(v);
-        else if (!strcmp(key, "cache_salt") && json_is_string(v)) {
+        else if (!strcmp(key, "lora") && (json_is_string(v) || json_is_null(v))) {
+            free(r->lora);
+            r->lora = NULL;
+            if (json_is_string(v) && json_string_length(v) && !(r->lora = strdup(json_string_value(v))))
+                LINE_ERR("out of memory");
+        } else if (!strcmp(key, "cache_salt") && json_is_string(v)) {
             free(r->cache_salt);
             if (!(r->cache_salt = strdup(json_string_value(v)))) LINE_ERR("out of memory");
         } else if (!strcmp(key, "stop")) {
@@ -398,6 +409,7 @@ static bool read_prompts_file(gen_ctx *c, const char *path, const gen_request *d
         }
         r->sp = defaults->sp;
         r->include_stop = defaults->include_stop;
+        if (lora_args_default() && !(r->lora = strdup(lora_args_default()))) ok = false;
         ok = set_structured(r, &defaults->opts.structured_outputs);
         for (int32_t k = 0; k < defaults->num_stops && ok; k++) ok = add_stop(r, defaults->stops[k], path);
         ok = ok && parse_line(c, r, o, path, lineno);
@@ -785,7 +797,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
         goto done;
     }
-    if (vllm_engine_create(&args, &c.engine) != VLLM_OK) {
+    if (vllm_engine_create(&args, &c.engine) != VLLM_OK || lora_args_load(c.engine, &args) != VLLM_OK) {
         fprintf(stderr, "vllmc generate: %s\n", vllm_errmsg());
         goto done;
     }
@@ -822,6 +834,7 @@ int cmd_generate(int argc, char **argv) {
             if (!r) goto done;
             r->sp = flags.sp;
             r->include_stop = flags.include_stop;
+            if (lora_args_default() && !(r->lora = strdup(lora_args_default()))) goto done;
             if (!set_structured(r, &flags.opts.structured_outputs)) goto done;
             for (int32_t k = 0; k < flags.num_stops; k++)
                 if (!add_stop(r, flags.stops[k], "--stop")) goto done;
@@ -886,6 +899,7 @@ int cmd_generate(int argc, char **argv) {
     for (int32_t i = 0; i < c.num_reqs; i++) {
         gen_request *r = &c.reqs[i];
         r->opts.cache_salt = r->cache_salt;
+        r->opts.lora_name = r->lora;
         snprintf(id, sizeof id, "%d", i);
         if (r->sp.n < 1) r->sp.n = 1;
         if (r->refused) { /* reported above; its outputs say "error" */

@@ -18,12 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/buf.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/cli.h"
 #include "cli/engine_args.h"
+#include "cli/lora_args.h"
 #include "cli/model_alias.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
@@ -359,7 +361,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
-    if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK) {
+    if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK || (rc = lora_args_load(engine, &ea)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
@@ -456,6 +458,10 @@ int cmd_serve(int argc, char **argv) {
     ctx.served_names = names;
     ctx.num_served_names = num_names;
     ctx.model_root = ea.model;
+    ctx.lora_engine = ea.enable_lora ? eng : NULL; /* its adapter calls are thread-safe */
+    ctx.lora_parent = lora_args_base_model_name;
+    const char *rt_lora = getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    ctx.allow_runtime_lora = rt_lora && (!strcmp(rt_lora, "1") || !strcasecmp(rt_lora, "true"));
     ctx.max_model_len = info.max_model_len;
     ctx.max_logprobs = max_logprobs;
     ctx.max_num_queued_reqs = max_queued;

@@ -1,5 +1,6 @@
 /* engine_args.c - see engine_args.h. */
 #include "cli/engine_args.h"
+#include "cli/lora_args.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -173,6 +174,8 @@ done:
 }
 
 int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
+    int lora = lora_args_parse(a, argc, argv, i); /* cli/lora_args.c */
+    if (lora) return lora;
     char name[64];
     const char *inline_val = engine_args_flag_name(argv[*i], name, sizeof name);
     /* flags without a value */
@@ -287,4 +290,5 @@ void engine_args_usage(FILE *f) {
             "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"
             "                                  method (ngram), num_speculative_tokens (1..128),\n"
             "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n");
+    lora_args_usage(f);
 }

@@ -230,6 +230,40 @@ bool block_pool_cache(block_pool *p, int32_t id, const block_pool_key *k) {
     return true;
 }
 
+/* Moves free block id to the head of the free queue. */
+static void queue_to_head(block_pool *p, int32_t id) {
+    if (p->blocks[id].ref_cnt != 0 || p->blocks[id].prev < 0) return;
+    queue_unlink(p, id);
+    queue_insert_before(p, p->blocks[p->num_blocks].next, id);
+}
+
+int32_t block_pool_drop_lora(block_pool *p, int32_t lora_id) {
+    int32_t dropped = 0;
+    if (lora_id == 0) return 0;
+    for (int32_t id = 0; id < p->num_blocks; id++)
+        if (p->blocks[id].cached && p->blocks[id].parent < 0 && p->blocks[id].lora_id == lora_id) {
+            uncache(p, id);
+            queue_to_head(p, id);
+            dropped++;
+        }
+    /* descendants: a cached block whose parent (same generation) is no longer cached */
+    for (bool changed = dropped > 0; changed;) {
+        changed = false;
+        for (int32_t id = 0; id < p->num_blocks; id++) {
+            pool_block *b = &p->blocks[id];
+            if (!b->cached || b->parent < 0) continue;
+            const pool_block *par = &p->blocks[b->parent];
+            if (!par->cached && par->gen == b->parent_gen) {
+                uncache(p, id);
+                queue_to_head(p, id);
+                dropped++;
+                changed = true;
+            }
+        }
+    }
+    return dropped;
+}
+
 void block_pool_reset_cache(block_pool *p) {
     for (int32_t id = 0; id < p->num_blocks; id++)
         if (p->blocks[id].cached) uncache(p, id);

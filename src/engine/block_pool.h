@@ -106,6 +106,12 @@ int32_t block_pool_lookup(const block_pool *p, const block_pool_key *k);
 bool block_pool_cache(block_pool *p, int32_t id, const block_pool_key *k);
 /* Forgets every cached entry (vLLM's reset_prefix_cache). */
 void block_pool_reset_cache(block_pool *p);
+/* Forgets the cached entries of chains that start with LoRA id lora_id (an
+ * unloaded adapter's blocks): the first blocks with that id, then every
+ * cached block whose parent was forgotten here, transitively. The blocks
+ * keep their references; free ones go to the head of the free queue (reused
+ * first). Returns how many entries were forgotten. */
+int32_t block_pool_drop_lora(block_pool *p, int32_t lora_id);
 
 /* Checks the pool's invariants (free queue == ref 0 blocks, each once; map
  * chains consistent). VLLM_OK or an error naming the first violation. For tests. */

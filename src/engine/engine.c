@@ -58,6 +58,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/kv_layout.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 #include "sample/sampler.h"
@@ -98,6 +99,7 @@ struct vllm_engine {
     spec_config spec;                /* num_speculative_tokens 0: off */
     ngram *ngram;                    /* the proposer of args.speculative_config "ngram", or NULL */
     draft_model *draft;              /* the proposer of "draft_model", or NULL */
+    lora_table *loras;               /* args.enable_lora: the adapters (model/lora.h), else NULL */
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
@@ -155,6 +157,8 @@ void vllm_engine_args_init(vllm_engine_args *a) {
     a->scheduling_policy = VLLM_SCHEDULING_FCFS;
     a->generation_config = "auto";
     a->kv_cache_dtype = "auto";
+    a->max_loras = 1;
+    a->max_lora_rank = 16;
 }
 
 /* The --kv-cache-dtype values, as static strings (vllm_engine_info keeps one). */
@@ -289,6 +293,11 @@ static vllm_status check_args(const vllm_engine_args *a) {
                           (int)a->scheduling_policy);
     if (a->num_threads < 0)
         return vllm_error(VLLM_ERR_INVALID, "num_threads %d must be >= 0", a->num_threads);
+    if (a->enable_lora && (a->max_loras < 1 || a->max_lora_rank < 1 || a->max_lora_rank > 1024 ||
+                           a->max_cpu_loras < 0 || (a->max_cpu_loras > 0 && a->max_cpu_loras < a->max_loras)))
+        return vllm_error(VLLM_ERR_INVALID,
+                          "LoRA: max_loras %d must be >= 1, max_lora_rank %d in 1..1024, max_cpu_loras %d "
+                          "0 or >= max_loras", a->max_loras, a->max_lora_rank, a->max_cpu_loras);
     vllm_speculative_config spc;
     vllm_status rc = resolve_spec_config(&a->speculative_config, &spc);
     if (rc != VLLM_OK) return rc;
@@ -518,6 +527,11 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .max_num_seqs = info->max_num_seqs,
                           .num_threads = args->num_threads,
                           .kv_cache_dtype = e->kv_type};
+    if (args->enable_lora) {
+        if ((rc = lora_table_create(args->max_cpu_loras, &e->loras)) != VLLM_OK) goto fail;
+        rcfg.lora = e->loras;
+        rcfg.max_lora_rank = args->max_lora_rank;
+    }
     if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if ((rc = kv_cache_manager_create_groups(num_blocks, args->block_size, args->enable_prefix_caching,
@@ -529,7 +543,8 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                            .policy = args->scheduling_policy,
                            .max_model_len = L,
                            .num_eos = mc->num_eos_token_ids,
-                           .max_prompt_rows = engine_max_prompt_rows(info->max_num_batched_tokens, e->vocab)};
+                           .max_prompt_rows = engine_max_prompt_rows(info->max_num_batched_tokens, e->vocab),
+                           .max_loras = args->enable_lora ? args->max_loras : 0};
     memcpy(sc.eos_ids, mc->eos_token_ids, sizeof sc.eos_ids);
     if ((rc = scheduler_create(&sc, e->kv, &e->sched)) != VLLM_OK) goto fail;
     if ((rc = sampler_create(e->vocab, mc->eos_token_ids, mc->num_eos_token_ids, executor_threadpool(e->exec),
@@ -628,6 +643,7 @@ void vllm_engine_free(vllm_engine *e) {
     scheduler_free(e->sched);
     kv_cache_manager_free(e->kv);
     executor_free(e->exec);
+    lora_table_free(e->loras); /* after the requests and the runner: both used it */
     model_free(e->model);
     free(e->layout);
     free((char *)e->args.model);
@@ -933,11 +949,26 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
             return rc;
         }
     }
+    lora_adapter *lora = NULL;
+    if (o.lora_name && o.lora_name[0]) {
+        if (!e->loras)
+            return vllm_error(VLLM_ERR_INVALID, "request '%s': LoRA adapter '%s' requested, but LoRA is not "
+                              "enabled (--enable-lora)", request_id, o.lora_name);
+        if (!(lora = lora_table_acquire(e->loras, o.lora_name)))
+            return vllm_error(VLLM_ERR_NOT_FOUND, "request '%s': LoRA adapter '%s' is not loaded", request_id,
+                              o.lora_name);
+    }
     request *r;
     if ((rc = request_create(request_id, prompt_ids, num_prompt_ids, sp, &o, L, e->info.block_size,
                              e->layout->num_groups, e->args.seed, e->next_serial, &r)) != VLLM_OK) {
         if (g) grammar_cache_entry_unref(e->grammars, g);
+        if (lora) lora_table_release(e->loras, lora);
         return rc;
+    }
+    if (lora) {
+        r->lora = lora;
+        r->loras = e->loras;
+        r->lora_id = lora->id;
     }
     r->grammar = g;
     r->grammars = g ? e->grammars : NULL;
@@ -1302,6 +1333,11 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     *out = NULL;
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
     free_requests_in(&e->reported);
+    if (e->loras) { /* unloaded adapters: their cached prefix blocks go */
+        int32_t ids[16], n;
+        while ((n = lora_table_take_removed(e->loras, ids, 16)) > 0)
+            for (int32_t i = 0; i < n; i++) kv_cache_manager_drop_lora(e->kv, ids[i]);
+    }
     e->spec_num_drafts = e->spec_num_draft_tokens = e->spec_num_accepted = 0;
     if (e->spec_per_pos) memset(e->spec_per_pos, 0, (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);
     const scheduler_output *so = NULL;
@@ -1327,6 +1363,45 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     if (rc != VLLM_OK) return rc;
     *out = &e->out;
     return VLLM_OK;
+}
+
+/* ---- LoRA adapters ------------------------------------------------------- */
+
+vllm_status vllm_engine_load_lora(vllm_engine *e, const char *name, const char *path) {
+    if (!e->loras) return vllm_error(VLLM_ERR_INVALID, "LoRA is not enabled (--enable-lora)");
+    if (!name || !name[0] || !path || !path[0])
+        return vllm_error(VLLM_ERR_INVALID, "LoRA: an adapter needs a name and a path");
+    if (lora_table_has(e->loras, name))
+        return vllm_error(VLLM_ERR_INVALID, "The lora adapter '%s' has already been loaded.", name);
+    lora_adapter *a;
+    vllm_status rc = lora_adapter_load(e->model, name, path, e->args.max_lora_rank, &a);
+    if (rc == VLLM_OK) rc = lora_table_add(e->loras, a); /* takes a, also on failure */
+    if (rc == VLLM_OK) log_info("LoRA adapter '%s' loaded from %s (rank %d, scale %g)", name, path, a->rank, a->scale);
+    return rc;
+}
+
+vllm_status vllm_engine_unload_lora(vllm_engine *e, const char *name) {
+    if (!e->loras) return vllm_error(VLLM_ERR_INVALID, "LoRA is not enabled (--enable-lora)");
+    vllm_status rc = lora_table_remove(e->loras, name ? name : "", NULL);
+    if (rc == VLLM_OK) log_info("LoRA adapter '%s' unloaded", name);
+    return rc;
+}
+
+bool vllm_engine_has_lora(vllm_engine *e, const char *name) {
+    return e->loras && name && lora_table_has(e->loras, name);
+}
+
+int32_t vllm_engine_list_loras(vllm_engine *e, vllm_lora_info *out, int32_t cap) {
+    if (!e->loras) return 0;
+    lora_info tmp[64];
+    int32_t n = lora_table_list(e->loras, tmp, 64);
+    for (int32_t i = 0; i < n && i < cap && i < 64; i++) {
+        memcpy(out[i].name, tmp[i].name, sizeof out[i].name);
+        memcpy(out[i].path, tmp[i].path, sizeof out[i].path);
+        out[i].id = tmp[i].id;
+        out[i].rank = tmp[i].rank;
+    }
+    return n;
 }
 
 /* ---- LLM.generate ------------------------------------------------------- */

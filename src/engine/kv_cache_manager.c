@@ -67,6 +67,9 @@ int32_t kv_cache_manager_num_groups(const kv_cache_manager *m) { return m->num_g
 bool kv_cache_manager_caching_enabled(const kv_cache_manager *m) { return m->enable_caching; }
 const block_pool *kv_cache_manager_pool(const kv_cache_manager *m) { return m->pool; }
 void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m) { block_pool_reset_cache(m->pool); }
+int32_t kv_cache_manager_drop_lora(kv_cache_manager *m, int32_t lora_id) {
+    return block_pool_drop_lora(m->pool, lora_id);
+}
 
 /* A sliding group whose cache keys hang on the anchor group's blocks. */
 static bool anchored(const kv_cache_manager *m, int32_t g) { return m->window[g] > 0 && m->anchor >= 0; }

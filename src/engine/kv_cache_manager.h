@@ -100,6 +100,9 @@ bool kv_cache_manager_caching_enabled(const kv_cache_manager *m);
 const block_pool *kv_cache_manager_pool(const kv_cache_manager *m);
 /* Drops every cached prefix block (vLLM's reset_prefix_cache). */
 void kv_cache_manager_reset_prefix_cache(kv_cache_manager *m);
+/* Drops the cached blocks of an unloaded LoRA adapter (block_pool_drop_lora);
+ * returns how many. */
+int32_t kv_cache_manager_drop_lora(kv_cache_manager *m, int32_t lora_id);
 
 /* The chained hash of a full block; parent is NULL for block 0, which also
  * takes the extra keys. Exposed for tests. */

@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "model/lora.h"
 #include "base/error.h"
 
 void request_free(request *r) {
     if (!r) return;
+    if (r->lora) lora_table_release(r->loras, r->lora);
     if (r->seqs)
         for (int32_t i = 0; i < r->n; i++) {
             free(r->seqs[i].tokens);

@@ -117,6 +117,8 @@ struct request {
     uint64_t serial;                 /* order of arrival at the engine: the last tie-break */
     block_pool_salt *salt;           /* NULL = none (one reference) */
     int32_t lora_id;                 /* 0 = none; part of the first block's cache key */
+    struct lora_adapter *lora;       /* its adapter (one reference, released by request_free), or NULL */
+    struct lora_table *loras;        /* the table lora belongs to */
     int32_t block_size;              /* of the KV pool the block tables index */
     int32_t num_kv_groups;           /* block tables per sequence */
     int32_t n;

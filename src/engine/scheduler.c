@@ -284,6 +284,21 @@ static bool prefix_in_flight(scheduler *s, seq *q, int32_t num_hits) {
     return false;
 }
 
+/* max_loras: true if a sequence of adapter id may join the running ones. */
+static bool lora_fits(const scheduler *s, int32_t id) {
+    if (id == 0 || s->cfg.max_loras <= 0) return true;
+    int32_t seen[64], n = 0;
+    for (const list_node *it = s->running.next; it != &s->running; it = it->next) {
+        int32_t other = list_entry(it, seq, node)->req->lora_id;
+        if (other == 0) continue;
+        if (other == id) return true;
+        bool dup = false;
+        for (int32_t i = 0; i < n && !dup; i++) dup = seen[i] == other;
+        if (!dup && n < 64) seen[n++] = other;
+    }
+    return n < s->cfg.max_loras;
+}
+
 const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     scheduler_output *o = &s->out;
     o->num_seqs = o->num_tokens = o->num_scored = o->num_out = o->num_prompt_rows = 0;
@@ -322,10 +337,21 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     }
 
     /* 2. waiting sequences, unless this step had to preempt */
-    while (o->num_preemptions == 0 && !list_empty(&s->waiting) && budget > 0) {
-        seq *q = list_entry(s->waiting.next, seq, node);
+    /* a sequence whose adapter would exceed max_loras lets only base-model
+     * sequences after it pass (cursor), so its adapter gets a turn once a
+     * running one drains */
+    bool lora_blocked = false;
+    for (list_node *cur = s->waiting.next, *next; o->num_preemptions == 0 && cur != &s->waiting && budget > 0;
+         cur = next) {
+        next = cur->next;
+        seq *q = list_entry(cur, seq, node);
+        if (lora_blocked && q->req->lora_id != 0) continue;
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
+        if (!lora_fits(s, q->req->lora_id)) {
+            lora_blocked = true;
+            continue;
+        }
         bool prompt_rows = wants_prompt_rows(q);
         int32_t num_hits = prompt_rows ? 0 : kv_cache_manager_find_longest_cache_hit(s->kv, q);
         if (!prompt_rows && prefix_in_flight(s, q, num_hits)) break;

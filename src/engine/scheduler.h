@@ -72,6 +72,10 @@ typedef struct scheduler_config {
     int32_t num_eos;
     int32_t max_prompt_rows;              /* rows of prompt logprobs per step (0: prompt_logprobs
                                              requests are never scheduled) */
+    int32_t max_loras;                    /* distinct LoRA adapters among running sequences; 0 = no limit.
+                                             After a waiting sequence of another adapter only base-model
+                                             sequences are admitted (no adapter's overtakes it), so it
+                                             runs once a running adapter drains */
 } scheduler_config;
 
 /* One sequence's work in a step. */

@@ -46,6 +46,13 @@
  * stages. Stages with little work (norms and RoPE at decode, everything of a
  * tiny model) run on the calling thread without waking the pool.
  *
+ * LoRA (model/lora.h): when the step has sequences with adapters, each
+ * projection's stage is followed by lora_apply on the rows of those
+ * sequences (y += scale B (A x), grouped by adapter); gate/up then run as two
+ * plain matmuls into hb and upfull, the deltas are added, and the GLU
+ * combines them per token, the same elementwise arithmetic as the fused
+ * stage, so rows without an adapter get the same bits either way.
+ *
  * Invariance: no stage lets the batch change a token's arithmetic (see
  * kernels.h): work is split over outputs and tokens only, and every kernel's
  * reduction order is fixed by the token's own data.
@@ -140,6 +147,10 @@ struct runner {
     int32_t layer;
     mm_op mm;
     float *logits;              /* the caller's, during runner_forward */
+
+    /* LoRA, when runner_config.lora is set */
+    lora_batch lora;            /* this step's rows grouped by adapter */
+    float *upfull;              /* (T, inter) up's output when gate/up have deltas */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -319,6 +330,12 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xa_stride = matmul_amx_act_bytes(kmax);
         r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
     }
+    if (rc == VLLM_OK && cfg->lora) {
+        r->upfull = alloc_floats(T * (size_t)r->inter, &rc);
+        if (rc == VLLM_OK)
+            rc = lora_batch_init(&r->lora, m, cfg->max_num_batched_tokens,
+                                 cfg->max_lora_rank > 0 ? cfg->max_lora_rank : 16, r->nth);
+    }
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c, c->rope_theta, true);
     if (r->has_sliding) rope_init_inv_freq(r->inv_freq_local, c, c->rope_local_theta, false);
@@ -350,6 +367,8 @@ void runner_free(runner *r) {
     free(r->xa);
     free(r->att_scratch);
     free(r->token_seq);
+    free(r->upfull);
+    lora_batch_deinit(&r->lora);
     free(r);
 }
 
@@ -761,6 +780,21 @@ static void run_attention(runner *r) {
     threadpool_run(r->pool, stage_attention, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }
 
+/* ---- LoRA ------------------------------------------------------------------ */
+
+/* y += the step's adapter deltas of module mod in the current layer. */
+static void lora_stage(runner *r, lora_module mod, const float *x, int64_t ldx, float *y, int64_t ldy) {
+    if (r->lora.num_runs && lora_batch_has(&r->lora, r->layer, mod))
+        lora_apply(&r->lora, r->layer, mod, x, ldx, y, ldy, r->pool);
+}
+
+/* hb[t] = act(hb[t]) * upfull[t]: the GLU of the unfused gate/up stage. */
+static void stage_glu(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    for (int64_t t = lo; t < hi; t++) r->glu(r->hb + t * r->inter, r->upfull + t * r->inter, r->inter);
+}
+
 /* ---- the forward pass ---------------------------------------------------- */
 
 vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
@@ -775,6 +809,21 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
     r->b = b;
     for (int32_t s = 0; s < b->num_seqs; s++)
         for (int32_t t = b->query_start_loc[s]; t < b->query_start_loc[s + 1]; t++) r->token_seq[t] = s;
+    r->lora.num_runs = 0;
+    if (b->lora_ids) {
+        if (!r->cfg.lora) {
+            for (int32_t s = 0; s < b->num_seqs; s++)
+                if (b->lora_ids[s]) {
+                    r->b = NULL;
+                    return vllm_error(VLLM_ERR_INVALID, "runner: sequence %d has LoRA id %d, LoRA is not enabled",
+                                      s, b->lora_ids[s]);
+                }
+        } else if ((rc = lora_batch_build(&r->lora, r->cfg.lora, b->lora_ids, b->num_seqs, r->token_seq,
+                                          b->num_tokens)) != VLLM_OK) {
+            r->b = NULL;
+            return rc;
+        }
+    }
 
     run_rows(r, stage_embed, T);
     for (int32_t l = 0; l < r->n_layers; l++) {
@@ -787,6 +836,9 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         r->mm.part[1] = mm_args(r->k, r->kv_dim, r->xb, r->dim, &lw->k_proj, lw->k_bias.data ? &lw->k_bias : NULL, false);
         r->mm.part[2] = mm_args(r->v, r->kv_dim, r->xb, r->dim, &lw->v_proj, lw->v_bias.data ? &lw->v_bias : NULL, false);
         run_matmul(r, T);
+        lora_stage(r, LORA_Q, r->xb, r->dim, r->q, r->q_dim);
+        lora_stage(r, LORA_K, r->xb, r->dim, r->k, r->kv_dim);
+        lora_stage(r, LORA_V, r->xb, r->dim, r->v, r->kv_dim);
 
         run_rows(r, stage_rope_store, T);
         run_attention(r);
@@ -798,18 +850,30 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->att, r->q_dim, &lw->o_proj,
                                 lw->o_bias.data ? &lw->o_bias : NULL, !post);
         run_matmul(r, T);
+        lora_stage(r, LORA_O, r->att, r->q_dim, post ? r->xb : r->x, r->dim);
         if (post) run_rows(r, stage_attn_post_norm, T);
 
         run_rows(r, stage_post_norm, T);
 
-        r->mm = (mm_op){.nparts = 2, .swiglu = true};
-        r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
-        r->mm.part[1] = mm_args(NULL, 0, r->xb, r->dim, &lw->up_proj, NULL, false);
-        run_matmul(r, T);
+        if (r->lora.num_runs && (lora_batch_has(&r->lora, l, LORA_GATE) || lora_batch_has(&r->lora, l, LORA_UP))) {
+            r->mm = (mm_op){.nparts = 2};
+            r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
+            r->mm.part[1] = mm_args(r->upfull, r->inter, r->xb, r->dim, &lw->up_proj, NULL, false);
+            run_matmul(r, T);
+            lora_stage(r, LORA_GATE, r->xb, r->dim, r->hb, r->inter);
+            lora_stage(r, LORA_UP, r->xb, r->dim, r->upfull, r->inter);
+            run_rows(r, stage_glu, T);
+        } else {
+            r->mm = (mm_op){.nparts = 2, .swiglu = true};
+            r->mm.part[0] = mm_args(r->hb, r->inter, r->xb, r->dim, &lw->gate_proj, NULL, false);
+            r->mm.part[1] = mm_args(NULL, 0, r->xb, r->dim, &lw->up_proj, NULL, false);
+            run_matmul(r, T);
+        }
 
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, !post);
         run_matmul(r, T);
+        lora_stage(r, LORA_DOWN, r->hb, r->inter, post ? r->xb : r->x, r->dim);
         if (post) run_rows(r, stage_ffn_post_norm, T);
     }
     if (b->num_scored) {

@@ -35,6 +35,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/kv_dtype.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 
@@ -45,6 +46,10 @@ typedef struct runner_config {
     int32_t max_num_seqs;            /* sequences per forward */
     int32_t num_threads;             /* 0 = number of online CPUs */
     kv_dtype kv_cache_dtype;         /* element type of the KV pool; 0 = F32 */
+    /* LoRA (model/lora.h): the engine's adapter table (borrowed; NULL = no
+     * LoRA, lora_ids must then be absent or 0) and the largest rank */
+    lora_table *lora;
+    int32_t max_lora_rank;
 } runner_config;
 
 typedef struct runner runner;

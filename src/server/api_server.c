@@ -147,6 +147,7 @@ static void h_models(api_server *s, http_request *r) {
         json_object_set_new(card, "permission", perms);
         json_array_append_new(data, card);
     }
+    serving_lora_models(c, data, now); /* adapters, parent = the base model */
     json_t *j = json_object();
     json_object_set_new(j, "object", json_string("list"));
     json_object_set_new(j, "data", data);
@@ -320,6 +321,8 @@ static void h_generate(api_server *s, http_request *r, bool chat) {
 static void h_completions(api_server *s, http_request *r) { h_generate(s, r, false); }
 static void h_responses(api_server *s, http_request *r) { serving_responses_create(s->ctx, r); }
 static void h_chat(api_server *s, http_request *r) { h_generate(s, r, true); }
+static void h_load_lora(api_server *s, http_request *r) { serving_load_lora_adapter(s->ctx, r); }
+static void h_unload_lora(api_server *s, http_request *r) { serving_unload_lora_adapter(s->ctx, r); }
 
 static const route routes[] = {
     {"/health", "GET", h_health, false},
@@ -333,6 +336,8 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", h_chat, true},
     {"/v1/completions", "POST", h_completions, true},
     {"/v1/responses", "POST", h_responses, true},
+    {"/v1/load_lora_adapter", "POST", h_load_lora, true},
+    {"/v1/unload_lora_adapter", "POST", h_unload_lora, true},
 };
 
 /* Routes with a path parameter: /v1/responses/{response_id}[/cancel]. */

@@ -47,6 +47,7 @@ typedef struct fe_req {
     vllm_sampling_params sp;
     int32_t priority;
     char *cache_salt;
+    char *lora_name;             /* NULL = the base model */
     vllm_structured_outputs so;  /* text and whitespace_pattern owned */
     char **stop;
     int32_t num_stop;
@@ -121,6 +122,7 @@ static void req_free(fe_req *r) {
     free(r->id);
     free(r->prompt_ids);
     free(r->cache_salt);
+    free(r->lora_name);
     free((char *)r->so.text);
     free((char *)r->so.whitespace_pattern);
     free(r);
@@ -292,7 +294,8 @@ static void apply_cmd(frontend *f, fe_batch *b, cmd *c, bool dead) {
             note_added(b, r, VLLM_ERR_INVALID, "The engine is not running (a step failed); see the server log.");
             break;
         }
-        vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt, .structured_outputs = r->so};
+        vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt, .structured_outputs = r->so,
+                                  .lora_name = r->lora_name};
         rc = vllm_engine_add_request(f->engine, r->id, r->prompt_ids, r->num_prompt, &r->sp, &opts);
         note_added(b, r, rc, rc == VLLM_OK ? NULL : vllm_errmsg());
         break;
@@ -645,6 +648,7 @@ vllm_status frontend_add_request(frontend *f, const frontend_request *q, const f
     r->sp = q->sp;
     r->priority = q->priority;
     if (q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
+    if (q->lora_name && !(r->lora_name = strdup(q->lora_name))) goto nomem;
     r->so = q->structured_outputs;
     r->so.text = NULL;
     r->so.whitespace_pattern = NULL;

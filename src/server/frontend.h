@@ -63,6 +63,7 @@ typedef struct frontend_request {
     vllm_sampling_params sp;             /* validated by the engine on add */
     int32_t priority;
     const char *cache_salt;              /* NULL = none; copied */
+    const char *lora_name;               /* NULL = the base model, else a LoRA adapter; copied */
     vllm_structured_outputs structured_outputs; /* kind NONE = unconstrained; strings copied */
     const char *const *stop;             /* stop strings; copied */
     int32_t num_stop;

@@ -63,8 +63,16 @@ const char *serving_check_model(serving_ctx *ctx, const char *model, openai_erro
     if (!model) return ctx->served_names[0];
     for (int i = 0; i < ctx->num_served_names; i++)
         if (!strcmp(model, ctx->served_names[i])) return ctx->served_names[i];
+    if (ctx->lora_engine && vllm_engine_has_lora(ctx->lora_engine, model)) return model;
     openai_fail(e, 404, "NotFoundError", "model", "The model `%s` does not exist.", model);
     return NULL;
+}
+
+const char *serving_lora_name(const serving_ctx *ctx, const char *model) {
+    if (!ctx->lora_engine || !model) return NULL;
+    for (int i = 0; i < ctx->num_served_names; i++)
+        if (!strcmp(model, ctx->served_names[i])) return NULL;
+    return model;
 }
 
 serving_call *serving_call_new(serving_ctx *ctx, http_request *http, openai_request *req,
@@ -665,6 +673,7 @@ void serving_submit(serving_call *c) {
             .sp = c->prompts[i].sp,
             .priority = c->req.priority,
             .cache_salt = c->req.cache_salt,
+            .lora_name = serving_lora_name(ctx, c->model_name),
             .structured_outputs = c->req.structured,
             .stop = (const char *const *)c->req.stop,
             .num_stop = c->req.num_stop,

@@ -74,6 +74,15 @@ typedef struct serving_ctx {
      * NULL: constrained requests get a 400. */
     grammar_cache *grammars;
     double compile_timeout;
+    /* LoRA (docs/lora.md): the engine, for its thread-safe adapter calls
+     * (vllm_engine_load_lora ...; nothing else), NULL when LoRA is off; a
+     * request's "model" naming an adapter runs it; /v1/load_lora_adapter
+     * and /v1/unload_lora_adapter answer only with allow_runtime_lora
+     * (VLLM_ALLOW_RUNTIME_LORA_UPDATING). lora_parent: an adapter's
+     * base_model_name from --lora-modules, or NULL. */
+    vllm_engine *lora_engine;
+    bool allow_runtime_lora;
+    const char *(*lora_parent)(const char *name);
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
@@ -90,6 +99,12 @@ void serving_responses_free(serving_ctx *ctx);
 void serving_responses_create(serving_ctx *ctx, http_request *http);
 void serving_responses_get(serving_ctx *ctx, http_request *http, const char *rest);
 
+/* LoRA (serving_lora.c): the adapters' /v1/models cards appended to data;
+ * POST /v1/load_lora_adapter and /v1/unload_lora_adapter. */
+void serving_lora_models(serving_ctx *ctx, json_t *data, int64_t now);
+void serving_load_lora_adapter(serving_ctx *ctx, http_request *r);
+void serving_unload_lora_adapter(serving_ctx *ctx, http_request *r);
+
 /* The token ids of a chat request's prompt (template rendered, then
  * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */
 bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, int32_t *n,
@@ -99,6 +114,9 @@ bool serving_chat_prompt(serving_ctx *ctx, openai_request *req, int32_t **ids, i
 void serving_respond_error(http_request *http, const openai_error *e);
 /* The served name a request's `model` refers to, or NULL (404 with e set). */
 const char *serving_check_model(serving_ctx *ctx, const char *model, openai_error *e);
+/* The LoRA adapter a call's checked model name selects, or NULL (a served
+ * name of the base model, or LoRA off). */
+const char *serving_lora_name(const serving_ctx *ctx, const char *model);
 
 /* ---- shared by serving.c, serving_completion.c, serving_chat.c ------------ */
 

@@ -14,11 +14,12 @@
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
-/* checks: 19 */
+/* checks: 21 */
 /* tags: tsan */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -423,6 +424,81 @@ static st_matcher *replay(st_grammar *g, const int32_t *ids, int n) {
     return m;
 }
 
+/* A bounded repetition with a huge bound: X{0,32767} used to become a chain
+ * of 32,767 nested rules (a completion chain as long as the text at every
+ * byte, minutes of work); the counted production takes each byte in
+ * constant work. Verdicts from the bound itself. */
+TEST(test_long_repetition) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t n = 32767;
+    char *text = malloc(n + 4);
+    text[0] = '"';
+    memset(text + 1, 'a', n + 1);
+    text[n + 1] = '"';
+    const char *g = "root ::= \"\\\"\" [a-z]{0,32767} \"\\\"\"\n";
+    int at_max = verdict(g, text, n + 2);
+    text[n + 2] = '"';
+    int over = verdict(g, text, n + 3); /* 32,768 letters */
+    free(text);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK(at_max == 1 && over == 0, "32767 letters: %d (want 1), 32768: %d (want 0)", at_max, over);
+    CHECK_CASES("root ::= [a-z]{3,32767} \"!\"\n", {"ab!", 0}, {"abc!", 1}, {"abcdefgh!", 1}, {"!", 0});
+    CHECK(s < 30, "two walks of 32,768 bytes took %.1f s", s);
+}
+
+/* The mask cache keys the positions of a long repetition far from its end
+ * by one position (g->canon): every mask along random walks that run into
+ * the bound must equal both the direct walk and a fork-and-accept of every
+ * token (near the end, the tokens longer than what is left must go). */
+TEST(test_repetition_masks) {
+    char gbnf[256];
+    uint32_t n = 2 * sv->max_depth + 12; /* a zone of shared positions, then the end */
+    snprintf(gbnf, sizeof gbnf, "root ::= \"<\" ( [a-z ] | \"\\\\\" [nt] | \"é\" ){0,%u} \">\"\n", n);
+    st_grammar *g;
+    CHECK(st_compile_gbnf(gbnf, strlen(gbnf), sv, &g) == VLLM_OK, "%s", vllm_errmsg());
+    int32_t words = st_mask_words(sv), eos = tokenizer_eos_id(stories);
+    uint32_t *mask = calloc((size_t)words, 4), *direct = calloc((size_t)words, 4);
+    char why[200] = "";
+    bool ok = true, reached_end = false;
+    for (int walk = 0; walk < 3 && ok; walk++) {
+        st_matcher *m;
+        CHECK(st_matcher_new(g, &m) == VLLM_OK);
+        for (int step = 0; step < 4 * (int)n && ok; step++) {
+            st_matcher_fill_mask(m, mask);
+            st_matcher_fill_mask_direct(m, direct);
+            if (memcmp(mask, direct, (size_t)words * 4))
+                ok = false, snprintf(why, sizeof why, "walk %d step %d: cached mask differs from the direct walk", walk, step);
+            for (int32_t id = 0; id < sv->n_ids && ok; id++) {
+                st_matcher *f;
+                if (st_matcher_fork(m, &f) != VLLM_OK) break;
+                bool acc = st_matcher_accept_token(f, id);
+                if (acc != mask_has(mask, id))
+                    ok = false, snprintf(why, sizeof why, "walk %d step %d id %d: mask %d, accept %d", walk, step, id,
+                                         mask_has(mask, id), acc);
+                st_matcher_free(f);
+            }
+            /* prefer to stay inside: the closing '>' only when nothing else is left */
+            int32_t id = -1, gt = byte_tok['>'];
+            for (int tries = 0; tries < 8 && (id < 0 || id == gt); tries++) id = pick(sv, mask, eos);
+            if (id < 0) break;
+            bool only_gt = true; /* the bound is reached: nothing but '>' may come */
+            for (int32_t k = 0; k < sv->n_ids && only_gt; k++)
+                if (mask_has(mask, k) && k != eos) only_gt = sv->off[k + 1] > sv->off[k] && sv->bytes[sv->off[k]] == '>';
+            reached_end = reached_end || only_gt;
+            if (!st_matcher_accept_token(m, id)) break;
+            if (id == gt) break;
+        }
+        st_matcher_free(m);
+    }
+    free(mask);
+    free(direct);
+    st_grammar_unref(g);
+    CHECK(ok, "%s", why);
+    CHECK(reached_end, "no walk ran into the bound (%u)", n);
+}
+
 TEST(test_rollback_fork) {
     st_grammar *g;
     CHECK(st_compile_gbnf(json_gbnf, strlen(json_gbnf), sv, &g) == VLLM_OK, "%s", vllm_errmsg());
@@ -670,6 +746,8 @@ int main(void) {
     RUN(test_left_recursion);
     RUN(test_nullable);
     RUN(test_repetition);
+    RUN(test_long_repetition);
+    RUN(test_repetition_masks);
     RUN(test_utf8_classes);
     RUN(test_regex);
     RUN(test_regex_errors);

@@ -9,7 +9,8 @@
  *     X*      R ::= "" | R X        (left recursion: cheap in Earley)
  *     X+      R ::= X | R X
  *     X?      R ::= "" | X
- *     X{m,n}  X ... X (m times) O(n-m), O(k) ::= "" | X O(k-1), O(1) ::= "" | X
+ *     X{m,n}  X ... X (m times) O, O ::= "" | X EXIT X EXIT ... X (n-m X's;
+ *             EXIT: the production may end there, st_internal.h)
  *     X{m,}   X ... X (m times) X*
  *
  * Text is UTF-8 code points; a character class is a set of code point
@@ -521,26 +522,28 @@ static vllm_status parse_uint(gb *b, uint32_t *out) {
     return VLLM_OK;
 }
 
-/* Appends to seq: x repeated min..max times (max UINT32_MAX = unbounded). */
+/* Appends to seq: x repeated min..max times (max UINT32_MAX = unbounded).
+ * The bounded tail is one production with an optional end (EXIT) before
+ * each further x, so the parser's position in it is the count. */
 static vllm_status repeat(gb *b, symv *seq, uint32_t x, uint32_t min, uint32_t max) {
     vllm_status rc = VLLM_OK;
     for (uint32_t k = 0; k < min && !rc; k++) rc = symv_push(seq, x);
     if (rc || max == min) return rc;
     uint32_t r, s[2];
+    if ((rc = gb_new_rule(b, NULL, 0, b->i, &r)) || (rc = gb_add_prod(b, r, NULL, 0))) return rc;
     if (max == UINT32_MAX) { /* R ::= "" | R x */
-        if ((rc = gb_new_rule(b, NULL, 0, b->i, &r)) || (rc = gb_add_prod(b, r, NULL, 0))) return rc;
         s[0] = ST_SYM(ST_SYM_NT, r), s[1] = x;
         if ((rc = gb_add_prod(b, r, s, 2))) return rc;
         return symv_push(seq, ST_SYM(ST_SYM_NT, r));
     }
-    uint32_t inner = 0;
-    for (uint32_t k = 0; k < max - min; k++) { /* O(k+1) ::= "" | x O(k) */
-        if ((rc = gb_new_rule(b, NULL, 0, b->i, &r)) || (rc = gb_add_prod(b, r, NULL, 0))) return rc;
-        s[0] = x, s[1] = ST_SYM(ST_SYM_NT, inner);
-        if ((rc = gb_add_prod(b, r, s, k ? 2 : 1))) return rc;
-        inner = r;
-    }
-    return symv_push(seq, ST_SYM(ST_SYM_NT, inner));
+    /* R ::= "" | x EXIT x EXIT ... x   (max - min x's) */
+    size_t n = 2 * (size_t)(max - min) - 1;
+    uint32_t *p = malloc(n * sizeof *p);
+    if (!p) return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+    for (size_t k = 0; k < n; k++) p[k] = k % 2 ? ST_SYM(ST_SYM_EXIT, r) : x;
+    rc = gb_add_prod(b, r, p, n);
+    free(p);
+    return rc ? rc : symv_push(seq, ST_SYM(ST_SYM_NT, r));
 }
 
 /* One item and its postfix operators, appended to seq. */
@@ -762,16 +765,26 @@ static vllm_status inline_groups(gb *b) {
  * mask cache sees a loop that returns to the same state. */
 static vllm_status unroll_tail_recursion(gb *b) {
     size_t n_rules = b->n_rules, n_prods = b->n_prods;
+    uint32_t *count = calloc(n_rules + 1, sizeof *count), *first = calloc(n_rules + 1, sizeof *first);
+    uint32_t *list = malloc((n_prods + 1) * sizeof *list);
     vllm_status rc = VLLM_OK;
+    if (!count || !first || !list) rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+    if (!rc) { /* each rule's productions, so the pass is linear */
+        for (size_t p = 0; p < n_prods; p++) count[b->prods[p].rule]++;
+        for (size_t r = 0, sum = 0; r < n_rules; r++) first[r] = (uint32_t)sum, sum += count[r], count[r] = 0;
+        for (size_t p = 0; p < n_prods; p++) list[first[b->prods[p].rule] + count[b->prods[p].rule]++] = (uint32_t)p;
+    }
     for (size_t a = 0; a < n_rules && !rc; a++) {
         uint32_t self = ST_SYM(ST_SYM_NT, a);
         size_t tails = 0, exits = 0;
         bool ok = true;
-        for (size_t p = 0; p < n_prods && ok; p++) {
-            const gb_prod *pr = &b->prods[p];
-            if (pr->rule != a) continue;
+        for (uint32_t j = 0; j < count[a] && ok; j++) {
+            const gb_prod *pr = &b->prods[list[first[a] + j]];
             size_t uses = 0;
-            for (uint32_t k = 0; k < pr->len; k++) uses += b->pool[pr->start + k] == self;
+            for (uint32_t k = 0; k < pr->len; k++) {
+                uses += b->pool[pr->start + k] == self;
+                if (ST_SYM_KIND(b->pool[pr->start + k]) == ST_SYM_EXIT) ok = false; /* ends of its own */
+            }
             if (uses == 0) exits++;
             else if (uses == 1 && pr->len > 1 && b->pool[pr->start + pr->len - 1] == self) tails++;
             else ok = false;
@@ -779,11 +792,14 @@ static vllm_status unroll_tail_recursion(gb *b) {
         if (!ok || !tails || !exits) continue;
         uint32_t l;
         if ((rc = gb_new_rule(b, NULL, 0, 0, &l)) || (rc = gb_add_prod(b, l, NULL, 0))) break;
-        for (size_t p = 0; p < n_prods && !rc; p++) {
+        for (uint32_t j = 0; j < count[a] && !rc; j++) {
+            size_t p = list[first[a] + j];
             gb_prod pr = b->prods[p];
-            if (pr.rule != a) continue;
             uint32_t *tmp = malloc(((size_t)pr.len + 1) * sizeof *tmp);
-            if (!tmp) return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+            if (!tmp) {
+                rc = vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+                break;
+            }
             tmp[0] = ST_SYM(ST_SYM_NT, l);
             bool tail = pr.len > 1 && b->pool[pr.start + pr.len - 1] == self;
             memcpy(tmp + 1, b->pool + pr.start, (tail ? pr.len - 1 : pr.len) * sizeof *tmp);
@@ -792,6 +808,9 @@ static vllm_status unroll_tail_recursion(gb *b) {
             b->prods[p].rule = UINT32_MAX; /* replaced */
         }
     }
+    free(count);
+    free(first);
+    free(list);
     /* drop the replaced productions */
     size_t w = 0;
     for (size_t p = 0; p < b->n_prods; p++)
@@ -815,10 +834,12 @@ static vllm_status finish(gb *b, st_grammar *g) {
         changed = false;
         for (size_t p = 0; p < b->n_prods; p++) {
             const gb_prod *pr = &b->prods[p];
-            bool nul = true, prod = true;
+            bool nul = true, prod = true, exited = false;
             for (uint32_t k = 0; k < pr->len; k++) {
                 uint32_t s = b->pool[pr->start + k];
-                if (ST_SYM_KIND(s) == ST_SYM_T) {
+                if (ST_SYM_KIND(s) == ST_SYM_EXIT) {
+                    exited = exited || nul; /* derives "" up to an end: nullable */
+                } else if (ST_SYM_KIND(s) == ST_SYM_T) {
                     nul = false;
                     if (st_bset_empty(&b->terms[ST_SYM_ID(s)])) prod = false;
                 } else {
@@ -826,6 +847,7 @@ static vllm_status finish(gb *b, st_grammar *g) {
                     prod = prod && productive[ST_SYM_ID(s)];
                 }
             }
+            nul = nul || exited;
             if (nul && !nullable[pr->rule]) nullable[pr->rule] = 1, changed = true;
             if (prod && !productive[pr->rule]) productive[pr->rule] = 1, changed = true;
         }
@@ -841,6 +863,7 @@ static vllm_status finish(gb *b, st_grammar *g) {
         bool ok = true;
         for (uint32_t k = 0; k < pr->len && ok; k++) {
             uint32_t s = b->pool[pr->start + k];
+            if (ST_SYM_KIND(s) == ST_SYM_EXIT) continue;
             ok = ST_SYM_KIND(s) == ST_SYM_T ? !st_bset_empty(&b->terms[ST_SYM_ID(s)]) : productive[ST_SYM_ID(s)];
         }
         if (ok) {
@@ -878,6 +901,8 @@ static vllm_status finish(gb *b, st_grammar *g) {
         const gb_prod *pr = &b->prods[p];
         g->prods[count[pr->rule]++] = (uint32_t)at;
         memcpy(g->syms + at, b->pool + pr->start, pr->len * sizeof *g->syms);
+        for (uint32_t k = 0; k < pr->len; k++) /* an EXIT ends the production's rule (after inlining too) */
+            if (ST_SYM_KIND(g->syms[at + k]) == ST_SYM_EXIT) g->syms[at + k] = ST_SYM(ST_SYM_EXIT, pr->rule);
         at += pr->len;
         g->syms[at++] = ST_SYM(ST_SYM_END, pr->rule);
     }

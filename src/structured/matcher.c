@@ -115,6 +115,37 @@ struct st_mask_cache {
 
 /* ---- grammars -------------------------------------------------------------------- */
 
+/* The position the mask cache keys each grammar position by: itself, but
+ * inside a long counted repetition (gbnf.c: x EXIT x EXIT ... x END, x not
+ * nullable) every position with more than max_depth + 1 x's still to go
+ * and at least one done stands for the first such position of its parity.
+ * A token has at most max_depth bytes and each x takes one at least, so no
+ * token can tell those positions apart: the local walk of one serves them
+ * all, and a string with maxLength 32767 is one cached state, not 32767. */
+static uint32_t *canon_positions(const st_grammar *g) {
+    uint32_t *c = malloc(((size_t)g->n_syms + 1) * sizeof *c);
+    if (!c) return NULL;
+    for (uint32_t p = 0; p < g->n_syms; p++) c[p] = p;
+    uint32_t margin = g->v->max_depth + 2;
+    for (uint32_t p0 = 0; p0 < g->n_syms;) {
+        uint32_t x = g->syms[p0], end = p0;
+        while (ST_SYM_KIND(g->syms[end]) != ST_SYM_END) end++;
+        bool rep = end - p0 >= 3 && ST_SYM_KIND(x) != ST_SYM_EXIT &&
+                   !(ST_SYM_KIND(x) == ST_SYM_NT && g->nullable[ST_SYM_ID(x)]);
+        for (uint32_t j = 0; rep && p0 + j < end; j++)
+            rep = j % 2 ? ST_SYM_KIND(g->syms[p0 + j]) == ST_SYM_EXIT : g->syms[p0 + j] == x;
+        uint32_t n_x = (end - p0 + 1) / 2; /* the x's of the production */
+        if (rep && n_x > margin + 2)
+            for (uint32_t j = 2; p0 + j < end; j++) {
+                uint32_t done = (j + 1) / 2; /* before the x at j = 2c: c; at the EXIT j = 2c + 1: c + 1 */
+                if (n_x - done <= margin) break;
+                c[p0 + j] = p0 + 2 + (j & 1);
+            }
+        p0 = end + 1;
+    }
+    return c;
+}
+
 vllm_status st_compile_gbnf(const char *gbnf, size_t len, const st_vocab *v, st_grammar **out) {
     *out = NULL;
     st_grammar *g = calloc(1, sizeof *g);
@@ -126,14 +157,16 @@ vllm_status st_compile_gbnf(const char *gbnf, size_t len, const st_vocab *v, st_
     }
     atomic_init(&g->refs, 1);
     g->v = v;
+    g->canon = canon_positions(g);
     g->cache = calloc(1, sizeof *g->cache);
     if (g->cache) {
         g->cache->n_buckets = 256;
         g->cache->buckets = calloc(g->cache->n_buckets, sizeof *g->cache->buckets);
     }
-    if (!g->cache || !g->cache->buckets || pthread_mutex_init(&g->cache->lock, NULL)) {
+    if (!g->canon || !g->cache || !g->cache->buckets || pthread_mutex_init(&g->cache->lock, NULL)) {
         if (g->cache) free(g->cache->buckets);
         free(g->cache);
+        free(g->canon);
         st_grammar_deinit(g);
         free(g);
         return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
@@ -165,6 +198,7 @@ void st_grammar_unref(st_grammar *g) {
     pthread_mutex_destroy(&g->cache->lock);
     free(g->cache->buckets);
     free(g->cache);
+    free(g->canon);
     st_grammar_deinit(g);
     free(g);
 }
@@ -236,7 +270,8 @@ static bool closure(st_matcher *m, uint32_t cur, size_t set_from) {
                     if (!add_item(m, set_from, g->prods[p], cur)) return false;
             }
             if (g->nullable[id] && !add_item(m, set_from, it.pos + 1, it.origin)) return false;
-        } else if (kind == ST_SYM_END && it.origin != cur) {
+        } else if (kind != ST_SYM_T && it.origin != cur) { /* END or EXIT: complete the rule */
+            if (kind == ST_SYM_EXIT && !add_item(m, set_from, it.pos + 1, it.origin)) return false;
             if (it.origin == ST_OUT) {
                 m->ctx_hit = true;
                 continue;
@@ -246,6 +281,8 @@ static bool closure(st_matcher *m, uint32_t cur, size_t set_from) {
                 st_item o = m->items[q];
                 if (g->syms[o.pos] == want && !add_item(m, set_from, o.pos + 1, o.origin)) return false;
             }
+        } else if (kind == ST_SYM_EXIT && !add_item(m, set_from, it.pos + 1, it.origin)) {
+            return false; /* an EXIT of an empty prefix: Aycock-Horspool made the completion */
         }
     }
     return true;
@@ -304,10 +341,11 @@ oom:
 
 static bool top_can_end(const st_matcher *m) {
     const st_grammar *g = m->g;
-    uint32_t want = ST_SYM(ST_SYM_END, g->root);
+    uint32_t end = ST_SYM(ST_SYM_END, g->root), exit = ST_SYM(ST_SYM_EXIT, g->root);
     size_t top = m->n_sets - 1;
     for (uint32_t j = m->set_start[top]; j < m->set_start[top + 1]; j++)
-        if (m->items[j].origin == 0 && g->syms[m->items[j].pos] == want) return true;
+        if (m->items[j].origin == 0 && (g->syms[m->items[j].pos] == end || g->syms[m->items[j].pos] == exit))
+            return true;
     return false;
 }
 
@@ -441,7 +479,7 @@ static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
     for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
         st_item it = m->items[j];
         if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
-        out[n++] = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        out[n++] = ((uint64_t)m->g->canon[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
     }
     qsort(out, n, sizeof *out, cmp_u64);
     return n;
@@ -474,7 +512,7 @@ static uint64_t live_hash(const st_matcher *m, size_t k) {
     for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
         st_item it = m->items[j];
         if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
-        uint64_t x = ((uint64_t)it.pos << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        uint64_t x = ((uint64_t)m->g->canon[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
         x *= 0x9e3779b97f4a7c15ull;
         h += x ^ (x >> 29);
     }
@@ -482,7 +520,8 @@ static uint64_t live_hash(const st_matcher *m, size_t k) {
 }
 
 /* Are sets a and b the same state (equal live items, each its own origin
- * for itself)? */
+ * for itself, positions by g->canon: a counted repetition's positions far
+ * from its end are one state for any token)? */
 static bool same_live(local_walk *w, size_t a, size_t b) {
     st_matcher *lm = w->lm;
     size_t na = lm->set_start[a + 1] - lm->set_start[a], nb = lm->set_start[b + 1] - lm->set_start[b];
@@ -641,7 +680,7 @@ static uint32_t local_key(st_matcher *m, uint64_t *hash) {
             else
                 for (uint32_t k = 0; k < n_lv; k++)
                     if (lv[k] == o) label = k + 1;
-            m->key[u++] = ST_KEY(sec, m->items[j].pos, label);
+            m->key[u++] = ST_KEY(sec, m->g->canon[m->items[j].pos], label);
         }
     }
     qsort(m->key, u, sizeof *m->key, cmp_u64);

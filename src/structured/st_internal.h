@@ -11,7 +11,13 @@
  *                 ^ a production of `object` starts here
  *
  * A symbol is a uint32_t: the kind in the top two bits (ST_SYM_NT, ST_SYM_T,
- * ST_SYM_END), the rule or terminal index below. A terminal is a set of
+ * ST_SYM_END, ST_SYM_EXIT), the rule or terminal index below. An EXIT
+ * (id = its production's rule) is an optional end inside a production: the
+ * item both completes its rule and moves on. A bounded repetition
+ * x{m,n} is one production x..x EXIT x EXIT .. x END, so the parser
+ * counts with its position in it: one item per count instead of a chain
+ * of n nested rules (X{0,32767} would make a completion chain as long as
+ * the text so far at every byte). A terminal is a set of
  * bytes (st_bset, 256 bits); the UTF-8 of a character class is spelled out
  * as productions of byte sets, so the parser never sees code points.
  * Every production left after compile is productive (derives some string),
@@ -71,6 +77,7 @@ enum { ST_TOK_NORMAL = 0, ST_TOK_EXCLUDED = 1, ST_TOK_EOS = 2 };
 #define ST_SYM_NT 0u
 #define ST_SYM_T 1u
 #define ST_SYM_END 2u
+#define ST_SYM_EXIT 3u  /* the production may end here (its rule completes) and also go on */
 #define ST_SYM_KIND(s) ((s) >> 30)
 #define ST_SYM_ID(s) ((s) & 0x3fffffffu)
 #define ST_SYM(kind, id) (((uint32_t)(kind) << 30) | (uint32_t)(id))
@@ -87,6 +94,7 @@ struct st_grammar {
     uint32_t n_terms;
     uint32_t n_rules;
     uint32_t root;
+    uint32_t *canon;      /* per position: the position the mask cache keys it by (matcher.c) */
     struct st_mask_cache *cache;  /* matcher.c: the masks of local states, shared by every matcher */
 };
 

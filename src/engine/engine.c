@@ -767,6 +767,12 @@ grammar_cache *engine_grammar_cache(vllm_engine *e) {
     return c;
 }
 
+const char *engine_kv_engine_id(const vllm_engine *e) {
+    if (!e->conn) return NULL;
+    const kv_connector_config *c = kv_connector_get_config(e->conn);
+    return c->role & KV_CONNECTOR_PRODUCER ? c->engine_id : NULL;
+}
+
 double engine_compile_timeout(const vllm_engine *e) { return e->args.structured_outputs_compile_timeout; }
 
 /* The scratch a mask row needs when the tokenizer's mask is wider than the

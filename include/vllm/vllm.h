@@ -145,6 +145,12 @@ typedef struct vllm_engine_args {
     int32_t max_loras;
     int32_t max_lora_rank;
     int32_t max_cpu_loras;
+    /* KV connector (docs/disagg.md): vLLM's --kv-transfer-config JSON
+     * (kv_connector SharedStorageConnector | OffloadingConnector, kv_role,
+     * kv_connector_extra_config), NULL = none; and --kv-offloading-size, GiB
+     * of host RAM for evicted prefix blocks (0 = off). */
+    const char *kv_transfer_config;
+    double kv_offloading_size;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);
@@ -287,6 +293,9 @@ typedef struct vllm_scheduler_stats {
     int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
     /* by value, like every field here, so the stats can be copied across threads */
     int32_t spec_num_accepted_tokens_per_pos[VLLM_MAX_SPEC_TOKENS];
+    /* KV connector lookups this step (tokens): asked, and supplied from
+     * outside the pool (vLLM 0.11.1's external prefix cache); 0 without one */
+    int64_t external_prefix_cache_queries, external_prefix_cache_hits;
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {

@@ -189,7 +189,8 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--model", "--tokenizer", "--max-model-len", "--block-size", "--kv-cache-memory-bytes",
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
-        "--kv-cache-dtype", "--threads", "--speculative-config", "--structured-outputs-compile-timeout", NULL};
+        "--kv-cache-dtype", "--threads", "--speculative-config", "--structured-outputs-compile-timeout",
+        "--kv-transfer-config", "--kv-offloading-size", NULL};
     bool known = false;
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
@@ -214,6 +215,14 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         kv_dtype t;
         if (strcmp(v, "auto") && !kv_dtype_from_name(v, &t)) return bad(name, v, "choose from " KV_DTYPE_CHOICES);
         a->kv_cache_dtype = v;
+    }
+    else if (!strcmp(name, "--kv-transfer-config")) a->kv_transfer_config = v; /* checked by the engine */
+    else if (!strcmp(name, "--kv-offloading-size")) {
+        char *end;
+        errno = 0;
+        double g = strtod(v, &end);
+        if (errno || end == v || *end || !(g >= 0) || g > 1e6) return bad(name, v, "expected GiB >= 0 such as 0.5");
+        a->kv_offloading_size = g;
     }
     else if (!strcmp(name, "--structured-outputs-compile-timeout")) {
         char *end;
@@ -289,6 +298,11 @@ void engine_args_usage(FILE *f) {
             "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"
             "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"
             "                                  method (ngram), num_speculative_tokens (1..128),\n"
-            "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n");
+            "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n"
+            "  --kv-transfer-config JSON       KV connector (docs/disagg.md), e.g. '{\"kv_connector\":\n"
+            "                                  \"SharedStorageConnector\",\"kv_role\":\"kv_both\",\n"
+            "                                  \"kv_connector_extra_config\":{\"shared_storage_path\":\"/tmp/kv\"}}'\n"
+            "  --kv-offloading-size GiB        keep prefix blocks in host RAM beyond the pool (0 = off;\n"
+            "                                  disk tier: VLLM_KV_OFFLOADING_DISK_PATH, _SIZE in GiB)\n");
     lora_args_usage(f);
 }

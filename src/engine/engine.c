@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -56,6 +57,7 @@
 #include "engine/grammar_cache.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
+#include "engine/kv_connector.h"
 #include "engine/scheduler.h"
 #include "model/kv_layout.h"
 #include "model/lora.h"
@@ -100,6 +102,7 @@ struct vllm_engine {
     ngram *ngram;                    /* the proposer of args.speculative_config "ngram", or NULL */
     draft_model *draft;              /* the proposer of "draft_model", or NULL */
     lora_table *loras;               /* args.enable_lora: the adapters (model/lora.h), else NULL */
+    kv_connector *conn;              /* args.kv_transfer_config / kv_offloading_size, or NULL */
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
@@ -445,6 +448,23 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     return rc;
 }
 
+/* The KV connector the args ask for (none: e->conn stays NULL). Its blocks
+ * are tagged with the model's shape and the pool's layout, so a block file
+ * written for another model or KV dtype is never loaded. */
+static vllm_status create_kv_connector(vllm_engine *e) {
+    kv_connector_config cfg;
+    bool enabled;
+    vllm_status rc = kv_connector_config_parse(e->args.kv_transfer_config, e->args.kv_offloading_size, &cfg, &enabled);
+    if (rc != VLLM_OK || !enabled) return rc;
+    const model_config *mc = &e->model->config;
+    int64_t shape[] = {mc->num_hidden_layers, mc->num_key_value_heads, mc->head_dim, mc->vocab_size,
+                       mc->hidden_size, e->kv_type, e->args.block_size, (int64_t)executor_kv_block_bytes(e->exec)};
+    uint64_t tag = XXH3_64bits_withSeed(shape, sizeof shape, XXH3_64bits(mc->architecture, strlen(mc->architecture)));
+    if ((rc = kv_connector_create(&cfg, e->exec, e->kv, tag, &e->conn)) != VLLM_OK) return rc;
+    scheduler_set_kv_connector(e->sched, e->conn);
+    return VLLM_OK;
+}
+
 vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) {
     *out = NULL;
     vllm_status rc = check_args(args);
@@ -455,6 +475,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     e->args.model = dup_or_null(args->model, &rc);
     e->args.tokenizer = dup_or_null(args->tokenizer, &rc);
     e->args.generation_config = dup_or_null(args->generation_config ? args->generation_config : "auto", &rc);
+    e->args.kv_transfer_config = dup_or_null(args->kv_transfer_config, &rc);
     e->args.kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype); /* static */
     if (e->args.structured_outputs_compile_timeout <= 0)
         e->args.structured_outputs_compile_timeout = DEFAULT_COMPILE_TIMEOUT;
@@ -547,6 +568,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                            .max_loras = args->enable_lora ? args->max_loras : 0};
     memcpy(sc.eos_ids, mc->eos_token_ids, sizeof sc.eos_ids);
     if ((rc = scheduler_create(&sc, e->kv, &e->sched)) != VLLM_OK) goto fail;
+    if ((rc = create_kv_connector(e)) != VLLM_OK) goto fail;
     if ((rc = sampler_create(e->vocab, mc->eos_token_ids, mc->num_eos_token_ids, executor_threadpool(e->exec),
                              &e->sampler)) != VLLM_OK)
         goto fail;
@@ -641,6 +663,7 @@ void vllm_engine_free(vllm_engine *e) {
     draft_model_free(e->draft);
     sampler_free(e->sampler);
     scheduler_free(e->sched);
+    kv_connector_free(e->conn);
     kv_cache_manager_free(e->kv);
     executor_free(e->exec);
     lora_table_free(e->loras); /* after the requests and the runner: both used it */
@@ -649,6 +672,7 @@ void vllm_engine_free(vllm_engine *e) {
     free((char *)e->args.model);
     free((char *)e->args.tokenizer);
     free((char *)e->args.generation_config);
+    free((char *)e->args.kv_transfer_config);
     free(e->outs);
     free(e->events);
     free(e);
@@ -757,6 +781,12 @@ grammar_cache *engine_grammar_cache(vllm_engine *e) {
     }
     e->grammars = c;
     return c;
+}
+
+const char *engine_kv_engine_id(const vllm_engine *e) {
+    if (!e->conn) return NULL;
+    const kv_connector_config *c = kv_connector_get_config(e->conn);
+    return c->role & KV_CONNECTOR_PRODUCER ? c->engine_id : NULL;
 }
 
 double engine_compile_timeout(const vllm_engine *e) { return e->args.structured_outputs_compile_timeout; }
@@ -1304,6 +1334,8 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .spec_num_drafts = e->spec_num_drafts,
         .spec_num_draft_tokens = e->spec_num_draft_tokens,
         .spec_num_accepted_tokens = e->spec_num_accepted,
+        .external_prefix_cache_queries = so ? so->external_prefix_cache_queries : 0,
+        .external_prefix_cache_hits = so ? so->external_prefix_cache_hits : 0,
     };
     if (e->spec.num_speculative_tokens > 0)
         memcpy(out->stats.spec_num_accepted_tokens_per_pos, e->spec_per_pos,
@@ -1321,6 +1353,25 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         }
     }
     return VLLM_OK;
+}
+
+/* The connector's loads, into the blocks the scheduler gave them, before the forward. */
+static vllm_status connector_load(vllm_engine *e, const scheduler_output *so, const kv_connector_meta **meta) {
+    vllm_status rc = kv_connector_build_connector_meta(e->conn, so, meta);
+    if (rc != VLLM_OK || (rc = kv_connector_start_load_kv(e->conn, *meta)) != VLLM_OK) return rc;
+    for (int32_t l = 0; l < executor_num_layers(e->exec); l++)
+        if ((rc = kv_connector_wait_for_layer_load(e->conn, l)) != VLLM_OK) return rc;
+    return VLLM_OK;
+}
+
+/* The blocks this step filled, out of the pool after the forward (before
+ * scheduler_update frees finished sequences' blocks). */
+static vllm_status connector_save(vllm_engine *e, const kv_connector_meta *meta) {
+    if (meta->num_saves == 0) return VLLM_OK;
+    vllm_status rc;
+    for (int32_t l = 0; l < executor_num_layers(e->exec); l++)
+        if ((rc = kv_connector_save_kv_layer(e->conn, meta, l)) != VLLM_OK) return rc;
+    return kv_connector_wait_for_save(e->conn, meta);
 }
 
 static vllm_status step_failed(vllm_engine *e, vllm_status rc) {
@@ -1353,7 +1404,11 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
         double now = vllm_monotonic_time();
         so = scheduler_schedule(e->sched, now);
         vllm_status rc;
+        const kv_connector_meta *meta = NULL;
+        if (e->conn && so->num_seqs > 0 && (rc = connector_load(e, so, &meta)) != VLLM_OK)
+            return step_failed(e, rc);
         if (so->num_seqs > 0 && (rc = execute(e, so)) != VLLM_OK) return step_failed(e, rc);
+        if (meta && (rc = connector_save(e, meta)) != VLLM_OK) return step_failed(e, rc);
         if ((rc = scheduler_update(e->sched, e->committed, e->num_committed, now)) != VLLM_OK)
             return step_failed(e, rc);
         if (e->grammars && so->num_seqs > 0) accept_committed(e);

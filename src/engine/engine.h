@@ -36,6 +36,9 @@ const model *engine_model(const vllm_engine *e);
 grammar_cache *engine_grammar_cache(vllm_engine *e);
 /* args.structured_outputs_compile_timeout with its default applied (seconds). */
 double engine_compile_timeout(const vllm_engine *e);
+/* The KV connector's engine_id when it saves KV (kv_producer, kv_both),
+ * else NULL (no connector, or a consumer). Valid while the engine lives. */
+const char *engine_kv_engine_id(const vllm_engine *e);
 
 /* What --kv-cache-dtype auto stores for a model with config c, loaded from a
  * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/kv_connector.h"
 
 struct scheduler {
     scheduler_config cfg;
@@ -30,6 +31,7 @@ struct scheduler {
     seq *news_head, **news_tail;
     scheduler_output out;
     seq **copy_owner;                 /* (max_copies) which sequence each copy belongs to */
+    kv_connector *conn;               /* NULL = none */
 };
 
 vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, scheduler **out) {
@@ -91,6 +93,7 @@ int64_t scheduler_num_empty_slots(const scheduler *s) {
     return empty;
 }
 const list_node *scheduler_waiting(const scheduler *s) { return &s->waiting; }
+void scheduler_set_kv_connector(scheduler *s, kv_connector *c) { s->conn = c; }
 
 static void add_news(scheduler *s, seq *q) {
     if (q->in_news) return;
@@ -304,6 +307,7 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
     o->num_seqs = o->num_tokens = o->num_scored = o->num_out = o->num_prompt_rows = 0;
     o->num_copies = o->num_preemptions = 0;
     o->prefix_cache_queries = o->prefix_cache_hits = 0;
+    o->external_prefix_cache_queries = o->external_prefix_cache_hits = 0;
     int32_t budget = s->cfg.max_num_batched_tokens;
 
     /* 1. running sequences: decodes (with their drafts) and partial prefills */
@@ -356,17 +360,30 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         int32_t num_hits = prompt_rows ? 0 : kv_cache_manager_find_longest_cache_hit(s->kv, q);
         if (!prompt_rows && prefix_in_flight(s, q, num_hits)) break;
         int32_t computed = kv_cache_manager_hit_tokens(s->kv, q, num_hits);
-        int32_t num_new = cap_new_tokens(s, q->num_tokens - computed, budget);
+        /* the connector's blocks follow the hits: allocated with the new tokens, counted as computed */
+        int32_t external = s->conn && !prompt_rows ? kv_connector_get_num_new_matched_tokens(s->conn, q, num_hits) : 0;
+        int32_t num_new = cap_new_tokens(s, q->num_tokens - computed - external, budget);
         if (prompt_rows) { /* no hits: computed and num_computed_tokens are 0 */
             num_new = cap_prompt_rows(s, q, num_new);
             if (num_new <= 0) break;
         }
-        if (allocate(s, q, num_new, num_hits) != VLLM_OK) break;
+        if (allocate(s, q, external + num_new, num_hits) != VLLM_OK) break;
+        if (external > 0 && kv_connector_update_state_after_alloc(s->conn, q, num_hits,
+                                                                  external / kv_cache_manager_block_size(s->kv)) !=
+                                VLLM_OK) {
+            kv_cache_manager_free_blocks(s->kv, q); /* out of memory: admit it later */
+            break;
+        }
         /* a lookup counts once, when its sequence is admitted */
         if (kv_cache_manager_caching_enabled(s->kv)) {
             o->prefix_cache_queries += q->num_tokens;
             o->prefix_cache_hits += computed;
         }
+        if (s->conn && !prompt_rows) {
+            o->external_prefix_cache_queries += q->num_tokens;
+            o->external_prefix_cache_hits += external;
+        }
+        computed += external;
         list_remove(&q->node);
         s->num_waiting--;
         list_push_back(&s->running, &q->node);

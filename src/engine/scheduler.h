@@ -107,15 +107,25 @@ typedef struct scheduler_output {
     int32_t num_preemptions;         /* this step */
     int64_t prefix_cache_queries;    /* tokens, this step */
     int64_t prefix_cache_hits;
+    int64_t external_prefix_cache_queries; /* tokens asked of the KV connector, this step */
+    int64_t external_prefix_cache_hits;    /* tokens it supplied (loaded before the forward) */
 } scheduler_output;
 
 typedef struct scheduler scheduler;
+typedef struct kv_connector kv_connector;
 
 /* The KV cache manager is borrowed and must outlive the scheduler. Checks
  * the config (max_num_batched_tokens >= max_num_seqs, as vLLM does). */
 vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, scheduler **out);
 /* Frees the scheduler only; requests belong to the caller. */
 void scheduler_free(scheduler *s);
+
+/* A KV connector (engine/kv_connector.h; borrowed, NULL = none): at
+ * admission, after the prefix-cache lookup, the blocks it can supply are
+ * allocated and counted as computed (they are loaded before the forward). A
+ * prompt_logprobs request does not use it (as it does not use the prefix
+ * cache). */
+void scheduler_set_kv_connector(scheduler *s, kv_connector *c);
 
 /* Queues a new request's first sequence (records QUEUED at now). */
 void scheduler_add_request(scheduler *s, request *r, double now);

@@ -91,6 +91,9 @@ struct metrics {
     prom_series **spec_per_pos;      /* (num_speculative_tokens) position "0".."k-1" */
     /* vllm.c additions */
     prom_series *kv_capacity, *kv_headroom, *queue_delay;
+    /* KV connector (vLLM 0.11.1's external prefix cache) */
+    prom_series *ext_queries, *ext_hits;
+    int64_t ext_total_queries, ext_total_hits; /* under the registry lock: the log line's rate */
     /* HTTP */
     prom_family *f_http_total, *f_http_req_size, *f_http_resp_size, *f_http_lowr;
     prom_series *http_highr;
@@ -324,6 +327,12 @@ static void add_families(builder *b) {
     m->prefix_hits = add_std(b, "vllm:prefix_cache_hits",
                              "Prefix cache hits, in terms of number of cached tokens.", PROM_COUNTER,
                              NULL, 0);
+    m->ext_queries = add_std(b, "vllm:external_prefix_cache_queries",
+                             "External prefix cache queries from KV connector cross-instance cache sharing, in "
+                             "terms of number of queried tokens.", PROM_COUNTER, NULL, 0);
+    m->ext_hits = add_std(b, "vllm:external_prefix_cache_hits",
+                          "External prefix cache hits from KV connector cross-instance cache sharing, in terms "
+                          "of number of cached tokens.", PROM_COUNTER, NULL, 0);
     m->preemptions = add_std(b, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                              PROM_COUNTER, NULL, 0);
     m->prompt_tokens = add_std(b, "vllm:prompt_tokens", "Number of prefill tokens processed.",
@@ -641,6 +650,10 @@ static void record_scheduler_locked(metrics *m, const vllm_step_output *out, con
     prom_gauge_set(m->kv_usage, ss->kv_cache_usage);
     prom_counter_add(m->prefix_queries, (double)ss->prefix_cache_queries);
     prom_counter_add(m->prefix_hits, (double)ss->prefix_cache_hits);
+    prom_counter_add(m->ext_queries, (double)ss->external_prefix_cache_queries);
+    prom_counter_add(m->ext_hits, (double)ss->external_prefix_cache_hits);
+    m->ext_total_queries += ss->external_prefix_cache_queries;
+    m->ext_total_hits += ss->external_prefix_cache_hits;
     if (m->show_hidden) {
         prom_gauge_set(m->gpu_cache_usage, ss->kv_cache_usage);
         prom_counter_add(m->gpu_prefix_queries, (double)ss->prefix_cache_queries);
@@ -814,6 +827,11 @@ void metrics_log_stats(metrics *m, double now) {
     m->last_generation_tp = gen_tp;
     int32_t running = m->last_running, waiting = m->last_waiting;
     double kv = m->last_kv_usage, hit = prefix_hit_rate_locked(m);
+    /* vLLM adds the external rate when a KV connector answered lookups (ours: since start) */
+    char ext[64] = "";
+    if (m->ext_total_queries > 0)
+        snprintf(ext, sizeof ext, ", External prefix cache hit rate: %.1f%%",
+                 100.0 * (double)m->ext_total_hits / (double)m->ext_total_queries);
     /* vLLM's SpecDecodingLogging: the interval's drafts, rates per position */
     int64_t drafts = m->log_spec_drafts, drafted = m->log_spec_draft_tokens, accepted = m->log_spec_accepted;
     char rates[VLLM_MAX_SPEC_TOKENS * 8 + 8];
@@ -828,8 +846,8 @@ void metrics_log_stats(metrics *m, double now) {
     log_write(active ? LOG_INFO : LOG_DEBUG, __FILE__, __LINE__,
               "Engine %03d: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f "
               "tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache "
-              "hit rate: %.1f%%",
-              m->cfg.engine_index, prompt_tp, gen_tp, running, waiting, kv * 100, hit * 100);
+              "hit rate: %.1f%%%s",
+              m->cfg.engine_index, prompt_tp, gen_tp, running, waiting, kv * 100, hit * 100, ext);
     if (drafts > 0)
         log_write(LOG_INFO, __FILE__, __LINE__,
                   "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "

@@ -878,6 +878,11 @@ static bool parse_fields(pctx *c, openai_request *r) {
     if (!get_str(c, "request_id", false, &s)) return false;
     if (s) r->request_id = strdup(s);
     if (!parse_logit_bias(c, r)) return false;
+    json_t *kvt = json_object_get(o, "kv_transfer_params");
+    if (kvt && !json_is_null(kvt)) {
+        if (!json_is_object(kvt)) return type_error(c, "kv_transfer_params", "a valid dictionary", "dict_type", kvt);
+        r->kv_transfer_params = kvt;
+    }
     int32_t truncate = 0;
     if (!get_i32(c, "truncate_prompt_tokens", true, &truncate, &set)) return false;
     if (set && (truncate < -1 || truncate == 0)) /* Field(ge=-1); 0 would leave no prompt */

@@ -85,6 +85,7 @@ typedef struct openai_request {
     int32_t *allowed_token_ids;  /* owned; NULL when unset (an empty list is an error later) */
     int32_t num_allowed_token_ids;
     bool has_allowed_token_ids;
+    json_t *kv_transfer_params;  /* borrowed from body: an object, or NULL (docs/disagg.md) */
     json_t *bad_words;           /* borrowed from body: a list of strings, or NULL */
     int32_t *bad_words_ids, *bad_words_lens; /* owned: serving_check_sampling tokenizes them */
     int32_t num_bad_words;

@@ -83,7 +83,16 @@ typedef struct serving_ctx {
     vllm_engine *lora_engine;
     bool allow_runtime_lora;
     const char *(*lora_parent)(const char *name);
+    /* KV connector (docs/disagg.md): engine_id when the engine saves KV
+     * (kv_producer, kv_both), else NULL; answers do_remote_decode */
+    const char *kv_engine_id;
 } serving_ctx;
+
+/* A response's kv_transfer_params (serving_kv.c): for a request with
+ * kv_transfer_params.do_remote_decode on an engine that saves its KV, what
+ * the decode instance needs (do_remote_prefill, remote_engine_id,
+ * remote_request_id); else JSON null. New reference. */
+json_t *serving_kv_transfer_params(const serving_ctx *ctx, const openai_request *req, const char *request_id);
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
  * handler). Takes ownership of req. */

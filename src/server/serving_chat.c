@@ -504,7 +504,7 @@ static json_t *chat_final(serving_call *c) {
                         c->prompts[0].prompt_logprobs ? json_incref(c->prompts[0].prompt_logprobs) : json_null());
     if (c->req.return_token_ids)
         json_object_set_new(j, "prompt_token_ids", ids_json(c->prompts[0].ids, c->prompts[0].num_ids));
-    json_object_set_new(j, "kv_transfer_params", json_null());
+    json_object_set_new(j, "kv_transfer_params", serving_kv_transfer_params(c->ctx, &c->req, c->id));
     return j;
 }
 

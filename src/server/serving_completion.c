@@ -204,7 +204,7 @@ static json_t *completion_final(serving_call *c) {
         json_array_append_new(choices, o);
     }
     json_t *j = serving_response_new(c, "text_completion", choices);
-    json_object_set_new(j, "kv_transfer_params", json_null());
+    json_object_set_new(j, "kv_transfer_params", serving_kv_transfer_params(c->ctx, &c->req, c->id));
     return j;
 }
 

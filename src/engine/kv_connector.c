@@ -1,0 +1,360 @@
+/*
+ * kv_connector.c - the connector's two sides over a kv_store; see
+ * kv_connector.h.
+ *
+ * Staging: a lookup reads the matched blocks into `pending` (the one
+ * sequence being admitted); update_state_after_alloc appends them to this
+ * step's loads, which start_load_kv writes into the pool. Saves are read out
+ * of the pool layer by layer into `saving`, then stored. The buffers grow to
+ * the largest step seen (a lookup can stage a whole prompt's blocks), so
+ * steady state allocates nothing.
+ *
+ * A block's payload is, for each layer l, K then V of executor_kv_block_bytes
+ * each: [l][K|V][kv_block_bytes].
+ */
+#include "engine/kv_connector.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/error.h"
+#include "base/log.h"
+
+struct kv_connector {
+    kv_connector_config cfg;
+    executor *ex;
+    kv_cache_manager *kvm;
+    kv_store *store;
+    int32_t num_layers, block_size;
+    size_t half_bytes, block_bytes;  /* one layer's K (or V); a whole block */
+
+    const seq *pending_seq;          /* the sequence the staged blocks belong to */
+    int32_t num_pending;
+    unsigned char *pending;          /* (num_pending, block_bytes) */
+    size_t cap_pending;              /* in blocks */
+
+    int32_t num_loads;               /* this step */
+    int32_t *load_blocks;
+    unsigned char *loads;            /* (num_loads, block_bytes) */
+    size_t cap_load_blocks, cap_loads;
+
+    int32_t num_saves;
+    int32_t *save_blocks;
+    block_hash *save_hashes;
+    unsigned char *saving;           /* (num_saves, block_bytes) */
+    size_t cap_save_blocks, cap_save_hashes, cap_saving;
+
+    kv_connector_meta meta;
+};
+
+static bool loads_kv(const kv_connector *c) { return c->cfg.role & KV_CONNECTOR_CONSUMER; }
+static bool saves_kv(const kv_connector *c) { return c->cfg.role & KV_CONNECTOR_PRODUCER; }
+
+/* ---- configuration ---- */
+
+static vllm_status extra_bytes(json_t *extra, const char *key, double unit, int64_t *out) {
+    json_t *v = json_object_get(extra, key);
+    if (!v || json_is_null(v)) return VLLM_OK;
+    if (!json_is_number(v) || json_number_value(v) < 0)
+        return vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_connector_extra_config.%s must be a "
+                          "non-negative number", key);
+    *out = (int64_t)(json_number_value(v) * unit);
+    return VLLM_OK;
+}
+
+static vllm_status extra_string(json_t *extra, const char *key, char *out, size_t n) {
+    json_t *v = json_object_get(extra, key);
+    if (!v || json_is_null(v)) return VLLM_OK;
+    if (!json_is_string(v) || !json_string_value(v)[0] || strlen(json_string_value(v)) >= n)
+        return vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_connector_extra_config.%s must be a "
+                          "non-empty string shorter than %zu bytes", key, n);
+    strcpy(out, json_string_value(v));
+    return VLLM_OK;
+}
+
+/* The disk tier from the environment, when the JSON gave none. */
+static vllm_status disk_from_env(kv_connector_config *c) {
+    const char *p = getenv("VLLM_KV_OFFLOADING_DISK_PATH"), *sz = getenv("VLLM_KV_OFFLOADING_DISK_SIZE");
+    if (!c->path[0] && p && p[0]) {
+        if (strlen(p) >= sizeof c->path)
+            return vllm_error(VLLM_ERR_INVALID, "VLLM_KV_OFFLOADING_DISK_PATH is too long");
+        strcpy(c->path, p);
+    }
+    if (!c->disk_bytes && sz && sz[0]) {
+        char *end;
+        double g = strtod(sz, &end);
+        if (*end || g < 0)
+            return vllm_error(VLLM_ERR_INVALID, "VLLM_KV_OFFLOADING_DISK_SIZE '%s': expect GiB (a number >= 0)", sz);
+        c->disk_bytes = (int64_t)(g * 1073741824.0);
+    }
+    if (c->path[0] && !c->disk_bytes)
+        return vllm_error(VLLM_ERR_INVALID, "the offloading disk tier %s needs a size (disk_bytes_to_use, or "
+                          "VLLM_KV_OFFLOADING_DISK_SIZE in GiB)", c->path);
+    return VLLM_OK;
+}
+
+vllm_status kv_connector_config_parse(const char *text, double offloading_gib, kv_connector_config *out,
+                                      bool *enabled) {
+    *out = (kv_connector_config){0};
+    *enabled = false;
+    if (offloading_gib < 0)
+        return vllm_error(VLLM_ERR_INVALID, "kv_offloading_size %g: expect GiB >= 0", offloading_gib);
+    if (!text || !text[0]) {
+        if (offloading_gib == 0) return VLLM_OK;
+        out->kind = KV_CONNECTOR_OFFLOADING;
+        out->role = KV_CONNECTOR_BOTH;
+        out->cpu_bytes = (int64_t)(offloading_gib * 1073741824.0);
+        strcpy(out->engine_id, "vllmc");
+        *enabled = true;
+        return disk_from_env(out);
+    }
+    json_error_t jerr;
+    json_t *o = json_loads(text, 0, &jerr);
+    vllm_status rc = VLLM_OK;
+    if (!o || !json_is_object(o)) {
+        rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: not a JSON object (%s)", o ? "" : jerr.text);
+        goto done;
+    }
+    json_t *name = json_object_get(o, "kv_connector"), *role = json_object_get(o, "kv_role");
+    json_t *extra = json_object_get(o, "kv_connector_extra_config"), *eid = json_object_get(o, "engine_id");
+    if (!name || json_is_null(name)) goto done; /* vLLM: no connector named, no transfer */
+    const char *n = json_is_string(name) ? json_string_value(name) : "";
+    if (!strcmp(n, "SharedStorageConnector")) out->kind = KV_CONNECTOR_SHARED_STORAGE;
+    else if (!strcmp(n, "OffloadingConnector")) out->kind = KV_CONNECTOR_OFFLOADING;
+    else {
+        rc = vllm_error(VLLM_ERR_UNSUPPORTED, "kv_transfer_config: kv_connector '%s' is not supported (vllm.c has "
+                        "SharedStorageConnector and OffloadingConnector)", n);
+        goto done;
+    }
+    const char *r = role && json_is_string(role) ? json_string_value(role) : NULL;
+    if (!r) {
+        rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_role is required with kv_connector "
+                        "(kv_producer, kv_consumer or kv_both)");
+        goto done;
+    }
+    if (!strcmp(r, "kv_producer")) out->role = KV_CONNECTOR_PRODUCER;
+    else if (!strcmp(r, "kv_consumer")) out->role = KV_CONNECTOR_CONSUMER;
+    else if (!strcmp(r, "kv_both")) out->role = KV_CONNECTOR_BOTH;
+    else {
+        rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_role '%s' must be one of kv_producer, "
+                        "kv_consumer, kv_both", r);
+        goto done;
+    }
+    if (eid && json_is_string(eid) && strlen(json_string_value(eid)) < sizeof out->engine_id)
+        strcpy(out->engine_id, json_string_value(eid));
+    else strcpy(out->engine_id, "vllmc");
+    if (extra && !json_is_null(extra) && !json_is_object(extra)) {
+        rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_connector_extra_config must be an object");
+        goto done;
+    }
+    if (out->kind == KV_CONNECTOR_SHARED_STORAGE) {
+        strcpy(out->path, "local_storage"); /* vLLM's default */
+        if ((rc = extra_string(extra, "shared_storage_path", out->path, sizeof out->path)) != VLLM_OK) goto done;
+    } else {
+        out->cpu_bytes = (int64_t)(offloading_gib * 1073741824.0);
+        json_t *nb = json_object_get(extra, "num_cpu_blocks");
+        if (nb && !json_is_null(nb)) {
+            rc = vllm_error(VLLM_ERR_UNSUPPORTED, "kv_transfer_config: num_cpu_blocks: give cpu_bytes_to_use "
+                            "(bytes) or --kv-offloading-size (GiB) instead");
+            goto done;
+        }
+        if ((rc = extra_bytes(extra, "cpu_bytes_to_use", 1.0, &out->cpu_bytes)) != VLLM_OK ||
+            (rc = extra_string(extra, "disk_path", out->path, sizeof out->path)) != VLLM_OK ||
+            (rc = extra_bytes(extra, "disk_bytes_to_use", 1.0, &out->disk_bytes)) != VLLM_OK ||
+            (rc = disk_from_env(out)) != VLLM_OK)
+            goto done;
+        if (out->cpu_bytes <= 0) {
+            rc = vllm_error(VLLM_ERR_INVALID, "OffloadingConnector needs a RAM budget: --kv-offloading-size GiB "
+                            "or kv_connector_extra_config.cpu_bytes_to_use");
+            goto done;
+        }
+    }
+    *enabled = true;
+done:
+    json_decref(o);
+    return rc;
+}
+
+/* ---- lifetime ---- */
+
+vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv_cache_manager *kvm, uint64_t tag,
+                                kv_connector **out) {
+    *out = NULL;
+    if (kv_cache_manager_num_groups(kvm) != 1)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "kv_transfer_config: KV connectors need a model with one KV cache "
+                          "group (this one has %d: sliding-window layers)", kv_cache_manager_num_groups(kvm));
+    kv_connector *c = calloc(1, sizeof *c);
+    if (!c) return vllm_error(VLLM_ERR_NOMEM, "kv_connector: out of memory");
+    c->cfg = *cfg;
+    c->ex = ex;
+    c->kvm = kvm;
+    c->num_layers = executor_num_layers(ex);
+    c->block_size = kv_cache_manager_block_size(kvm);
+    c->half_bytes = executor_kv_block_bytes(ex);
+    c->block_bytes = 2 * (size_t)c->num_layers * c->half_bytes;
+    kv_store_config sc = {.dir = cfg->path[0] ? cfg->path : NULL,
+                          .block_bytes = c->block_bytes,
+                          .tag = tag};
+    if (cfg->kind == KV_CONNECTOR_OFFLOADING) {
+        sc.ram_budget = cfg->cpu_bytes;
+        sc.dir_budget = cfg->disk_bytes;
+    }
+    vllm_status rc = kv_store_create(&sc, &c->store);
+    if (rc != VLLM_OK) {
+        free(c);
+        return rc;
+    }
+    if (cfg->kind == KV_CONNECTOR_SHARED_STORAGE)
+        log_info("KV connector: SharedStorageConnector, %s, path %s, %zu bytes per block",
+                 cfg->role == KV_CONNECTOR_PRODUCER ? "kv_producer" : cfg->role == KV_CONNECTOR_CONSUMER ? "kv_consumer"
+                                                                                                    : "kv_both",
+                 cfg->path, c->block_bytes);
+    else
+        log_info("KV offloading: %.3f GiB of host RAM (%lld blocks of %zu bytes)%s%s%s", cfg->cpu_bytes / 1073741824.0,
+                 (long long)(cfg->cpu_bytes / (int64_t)c->block_bytes), c->block_bytes,
+                 cfg->path[0] ? ", then disk " : "", cfg->path, cfg->path[0] ? "" : " (no disk tier)");
+    *out = c;
+    return VLLM_OK;
+}
+
+void kv_connector_free(kv_connector *c) {
+    if (!c) return;
+    kv_store_free(c->store);
+    free(c->pending);
+    free(c->load_blocks);
+    free(c->loads);
+    free(c->save_blocks);
+    free(c->save_hashes);
+    free(c->saving);
+    free(c);
+}
+
+const kv_connector_config *kv_connector_get_config(const kv_connector *c) { return &c->cfg; }
+void kv_connector_get_store_stats(const kv_connector *c, kv_store_stats *out) { kv_store_get_stats(c->store, out); }
+
+/* ---- scheduler side ---- */
+
+int32_t kv_connector_get_num_new_matched_tokens(kv_connector *c, seq *q, int32_t num_hits) {
+    c->pending_seq = q;
+    c->num_pending = 0;
+    if (!loads_kv(c)) return 0;
+    int32_t bs = c->block_size, limit = (q->num_tokens - 1) / bs;
+    for (int32_t i = num_hits; i < limit; i++) {
+        block_hash h;
+        if (!kv_cache_manager_block_hash(c->kvm, q, i, &h) || !kv_store_contains(c->store, h)) break;
+        if (buf_grow((void **)&c->pending, &c->cap_pending, (size_t)c->num_pending + 1, c->block_bytes) != VLLM_OK)
+            break;
+        if (!kv_store_get(c->store, h, c->pending + (size_t)c->num_pending * c->block_bytes)) break;
+        c->num_pending++;
+    }
+    return c->num_pending * bs;
+}
+
+vllm_status kv_connector_update_state_after_alloc(kv_connector *c, seq *q, int32_t first_block, int32_t num_blocks) {
+    if (num_blocks <= 0) return VLLM_OK;
+    if (q != c->pending_seq || num_blocks > c->num_pending)
+        return vllm_error(VLLM_ERR_INVALID, "kv_connector: %d blocks allocated for a lookup that staged %d",
+                          num_blocks, q == c->pending_seq ? c->num_pending : 0);
+    size_t need = (size_t)c->num_loads + (size_t)num_blocks;
+    vllm_status rc;
+    if ((rc = buf_grow((void **)&c->load_blocks, &c->cap_load_blocks, need, sizeof *c->load_blocks)) != VLLM_OK ||
+        (rc = buf_grow((void **)&c->loads, &c->cap_loads, need, c->block_bytes)) != VLLM_OK)
+        return rc;
+    const int32_t *table = seq_block_table(q, 0);
+    for (int32_t i = 0; i < num_blocks; i++) c->load_blocks[c->num_loads + i] = table[first_block + i];
+    memcpy(c->loads + (size_t)c->num_loads * c->block_bytes, c->pending, (size_t)num_blocks * c->block_bytes);
+    c->num_loads += num_blocks;
+    c->pending_seq = NULL;
+    c->num_pending = 0;
+    return VLLM_OK;
+}
+
+vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_output *so,
+                                              const kv_connector_meta **out) {
+    c->num_saves = 0;
+    c->pending_seq = NULL;
+    vllm_status rc = VLLM_OK;
+    int32_t bs = c->block_size;
+    for (int32_t i = 0; saves_kv(c) && i < so->num_seqs; i++) {
+        const scheduled_seq *e = &so->seqs[i];
+        seq *q = e->seq;
+        int32_t end = e->num_computed + e->num_new_tokens - e->num_drafts; /* committed tokens fed */
+        if (end > q->num_tokens) end = q->num_tokens;
+        const int32_t *table = seq_block_table(q, 0);
+        for (int32_t b = e->num_computed / bs; b < end / bs; b++) {
+            block_hash h;
+            if (!kv_cache_manager_block_hash(c->kvm, q, b, &h) || kv_store_contains(c->store, h)) continue;
+            size_t need = (size_t)c->num_saves + 1;
+            if ((rc = buf_grow((void **)&c->save_blocks, &c->cap_save_blocks, need, sizeof *c->save_blocks)) !=
+                    VLLM_OK ||
+                (rc = buf_grow((void **)&c->save_hashes, &c->cap_save_hashes, need, sizeof *c->save_hashes)) !=
+                    VLLM_OK ||
+                (rc = buf_grow((void **)&c->saving, &c->cap_saving, need, c->block_bytes)) != VLLM_OK)
+                return rc;
+            c->save_blocks[c->num_saves] = table[b];
+            c->save_hashes[c->num_saves] = h;
+            c->num_saves++;
+        }
+    }
+    c->meta = (kv_connector_meta){.num_loads = c->num_loads,
+                                  .load_blocks = c->load_blocks,
+                                  .num_saves = c->num_saves,
+                                  .save_blocks = c->save_blocks};
+    *out = &c->meta;
+    return rc;
+}
+
+bool kv_connector_request_finished(kv_connector *c, const request *r) {
+    (void)c;
+    (void)r;
+    return false;
+}
+
+/* ---- worker side ---- */
+
+vllm_status kv_connector_start_load_kv(kv_connector *c, const kv_connector_meta *m) {
+    vllm_status rc = VLLM_OK;
+    for (int32_t i = 0; i < m->num_loads && rc == VLLM_OK; i++) {
+        const unsigned char *blk = c->loads + (size_t)i * c->block_bytes;
+        for (int32_t l = 0; l < c->num_layers && rc == VLLM_OK; l++)
+            rc = executor_write_kv(c->ex, l, m->load_blocks[i], blk + (size_t)(2 * l) * c->half_bytes,
+                                   blk + (size_t)(2 * l + 1) * c->half_bytes);
+    }
+    c->num_loads = 0; /* the loads of the next step start afresh */
+    return rc;
+}
+
+vllm_status kv_connector_wait_for_layer_load(kv_connector *c, int32_t layer) {
+    (void)c;
+    (void)layer; /* start_load_kv wrote every layer already */
+    return VLLM_OK;
+}
+
+vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta *m, int32_t layer) {
+    vllm_status rc = VLLM_OK;
+    for (int32_t i = 0; i < m->num_saves && rc == VLLM_OK; i++) {
+        unsigned char *blk = c->saving + (size_t)i * c->block_bytes;
+        rc = executor_read_kv(c->ex, layer, m->save_blocks[i], blk + (size_t)(2 * layer) * c->half_bytes,
+                              blk + (size_t)(2 * layer + 1) * c->half_bytes);
+    }
+    return rc;
+}
+
+vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m) {
+    for (int32_t i = 0; i < m->num_saves; i++) {
+        vllm_status rc = kv_store_put(c->store, c->save_hashes[i], c->saving + (size_t)i * c->block_bytes);
+        if (rc == VLLM_ERR_NOMEM) return rc;
+        if (rc != VLLM_OK) {
+            log_warn("KV connector: a block was not saved: %s", vllm_errmsg());
+            break;
+        }
+    }
+    return VLLM_OK;
+}
+
+int32_t kv_connector_get_finished(kv_connector *c) {
+    (void)c;
+    return 0;
+}

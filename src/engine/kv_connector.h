@@ -1,0 +1,135 @@
+/*
+ * kv_connector.h - moving KV blocks between the pool and somewhere else
+ * (vLLM's kv_connector/v1): disaggregated prefill (a producer instance
+ * computes a prompt's KV, a consumer loads it and only decodes) and the
+ * offloading tier (blocks kept in host RAM and on disk beyond the pool).
+ *
+ * Two roles in one object, as vLLM splits KVConnectorBase_V1:
+ *
+ *   scheduler side (the scheduler, at admission):
+ *     get_num_new_matched_tokens  after the prefix-cache lookup: how many
+ *                                 more tokens of the prompt the connector
+ *                                 can supply (whole blocks, consecutive from
+ *                                 the first local miss)
+ *     update_state_after_alloc    the scheduler gave those blocks pool ids:
+ *                                 they are to be loaded this step
+ *     build_connector_meta        (the engine, after scheduling) this step's
+ *                                 loads and saves
+ *     request_finished            a request is done: whether the connector
+ *                                 still needs its blocks (never, here: every
+ *                                 transfer completes within its step)
+ *   worker side (the engine around the forward):
+ *     start_load_kv, wait_for_layer_load, save_kv_layer, wait_for_save,
+ *     get_finished (which requests' asynchronous transfers completed: none,
+ *     since ours are synchronous)
+ *
+ * Blocks are named by their chained block hash (kv_cache_manager.h, fixed
+ * seed), which covers every token before them, the LoRA id and the cache
+ * salt, so a hit anywhere is the KV of exactly this prefix. Only whole
+ * blocks move; the last prompt token is always computed (its logits are
+ * needed), so a consumer computes at most one block of a prompt itself.
+ *
+ * Safety: get_num_new_matched_tokens reads and checks each block it counts
+ * (kv_store.h: tag, hash, size, checksum) into a staging buffer; the first
+ * missing or bad block ends the match, and the rest is computed locally. So
+ * a block the pool receives was verified, and a failure shows as a shorter
+ * match, never as wrong KV or a stuck request. Loads are written into the
+ * pool before the step's forward (no overlap with compute); saves are read
+ * out of the pool after it.
+ *
+ * Connectors (kv_transfer_config.kv_connector):
+ *   SharedStorageConnector  block files under
+ *                           kv_connector_extra_config.shared_storage_path
+ *   OffloadingConnector     host RAM (cpu_bytes_to_use, or --kv-offloading-size
+ *                           GiB), then a disk directory (disk_path, disk_bytes_to_use;
+ *                           or VLLM_KV_OFFLOADING_DISK_PATH / _SIZE in GiB)
+ * kv_role: kv_producer saves, kv_consumer loads, kv_both does both.
+ * Models with sliding-window KV groups are refused (one group only).
+ */
+#ifndef VLLM_ENGINE_KV_CONNECTOR_H
+#define VLLM_ENGINE_KV_CONNECTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/executor.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/kv_store.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+
+typedef enum kv_connector_role {
+    KV_CONNECTOR_PRODUCER = 1,       /* saves */
+    KV_CONNECTOR_CONSUMER = 2,       /* loads */
+    KV_CONNECTOR_BOTH = 3,
+} kv_connector_role;
+
+typedef enum kv_connector_kind {
+    KV_CONNECTOR_SHARED_STORAGE = 1,
+    KV_CONNECTOR_OFFLOADING,
+} kv_connector_kind;
+
+typedef struct kv_connector_config {
+    kv_connector_kind kind;
+    kv_connector_role role;
+    char engine_id[128];
+    char path[1024];                 /* shared storage path, or the disk tier ("" = none) */
+    int64_t cpu_bytes;               /* offloading: RAM budget */
+    int64_t disk_bytes;              /* offloading: disk budget */
+} kv_connector_config;
+
+/* Parses vLLM's --kv-transfer-config JSON (NULL = none) and
+ * --kv-offloading-size (GiB, 0 = off) into *out; *enabled is false when
+ * neither asks for a connector. Errors name the key that is wrong. */
+vllm_status kv_connector_config_parse(const char *json, double offloading_gib, kv_connector_config *out,
+                                      bool *enabled);
+
+typedef struct kv_connector kv_connector;
+
+/* This step's transfers (build_connector_meta); borrowed until the next build. */
+typedef struct kv_connector_meta {
+    int32_t num_loads;
+    const int32_t *load_blocks;      /* (num_loads) pool block ids */
+    int32_t num_saves;
+    const int32_t *save_blocks;      /* (num_saves) */
+} kv_connector_meta;
+
+/* ex and kvm are borrowed and must outlive the connector; tag names the
+ * model and KV layout (block files with another tag are not used). */
+vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv_cache_manager *kvm, uint64_t tag,
+                                kv_connector **out);
+void kv_connector_free(kv_connector *c);
+const kv_connector_config *kv_connector_get_config(const kv_connector *c);
+void kv_connector_get_store_stats(const kv_connector *c, kv_store_stats *out);
+
+/* ---- scheduler side ---- */
+
+/* Tokens after q's num_hits prefix-cache blocks that the connector can
+ * supply (a multiple of block_size, 0 if it loads nothing), read, checked
+ * and staged for update_state_after_alloc. Every block counted ends at or
+ * before position q->num_tokens - 1, so the last token is computed. */
+int32_t kv_connector_get_num_new_matched_tokens(kv_connector *c, seq *q, int32_t num_hits);
+/* q got pool blocks for its staged match: table entries [first_block,
+ * first_block + num_blocks) of group 0 are loaded this step. Fails only on
+ * VLLM_ERR_NOMEM. */
+vllm_status kv_connector_update_state_after_alloc(kv_connector *c, seq *q, int32_t first_block, int32_t num_blocks);
+/* The step's loads (from update_state_after_alloc) and saves (every block
+ * the step fills with committed tokens, producer roles, unless the store
+ * has it). */
+vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_output *so,
+                                              const kv_connector_meta **out);
+/* True if the connector still holds r's blocks (never: transfers are synchronous). */
+bool kv_connector_request_finished(kv_connector *c, const request *r);
+
+/* ---- worker side ---- */
+
+vllm_status kv_connector_start_load_kv(kv_connector *c, const kv_connector_meta *m);
+vllm_status kv_connector_wait_for_layer_load(kv_connector *c, int32_t layer);
+/* After the forward: copies layer's K/V of the blocks to save. */
+vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta *m, int32_t layer);
+/* Stores the saved blocks (a store that cannot write is logged, not fatal). */
+vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m);
+/* Requests whose asynchronous transfers finished: always 0 here. */
+int32_t kv_connector_get_finished(kv_connector *c);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * serving_kv.c - kv_transfer_params in responses (vLLM's P/D handshake).
+ *
+ * A disaggregation proxy sends a prompt to a prefill instance with
+ * kv_transfer_params {"do_remote_decode": true} and max_tokens 1, then the
+ * same request to a decode instance with the kv_transfer_params the prefill
+ * response returned. vLLM's NixlConnector fills them with where the blocks
+ * are (remote_host, remote_port, remote_block_ids); our connectors name
+ * blocks by their chained hash in a shared store, so the decode side finds
+ * them by the prompt alone and the parameters only say that a remote
+ * prefill happened and which engine did it. A request without
+ * do_remote_decode, or an engine that saves nothing, gets null, as vLLM
+ * answers without a connector.
+ */
+#include "server/serving.h"
+
+json_t *serving_kv_transfer_params(const serving_ctx *ctx, const openai_request *req, const char *request_id) {
+    json_t *in = req->kv_transfer_params;
+    if (!ctx->kv_engine_id || !in || !json_is_true(json_object_get(in, "do_remote_decode"))) return json_null();
+    json_t *o = json_object();
+    if (!o) return json_null();
+    json_object_set_new(o, "do_remote_prefill", json_true());
+    json_object_set_new(o, "do_remote_decode", json_false());
+    json_object_set_new(o, "remote_engine_id", json_string(ctx->kv_engine_id));
+    json_object_set_new(o, "remote_request_id", json_string(request_id));
+    json_object_set_new(o, "remote_block_ids", json_array());
+    return o;
+}

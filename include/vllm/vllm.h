@@ -136,6 +136,11 @@ typedef struct vllm_engine_args {
      * seconds after it was added finishes with VLLM_FINISH_ERROR (the
      * compile goes on and its result is cached). 0 = 5 s. */
     double structured_outputs_compile_timeout;
+    /* Tensor / pipeline parallel ranks (vLLM's -tp / -pp); 0 or 1 = one. More
+     * than one needs the MPI executor that `vllmc serve` installs (dist/);
+     * vllm_engine_create refuses it otherwise. */
+    int32_t tensor_parallel_size;
+    int32_t pipeline_parallel_size;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);

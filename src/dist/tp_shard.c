@@ -1,0 +1,164 @@
+/*
+ * tp_shard.c - one tensor-parallel rank's part of a model (see tp_shard.h).
+ */
+#include "dist/tp_shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+
+typedef struct shard {
+    model m;                         /* first: a shard is passed around as its model */
+    void **copies;                   /* (num_copies) row-parallel slices, owned */
+    int32_t num_copies;
+} shard;
+
+vllm_status tp_shard_check(const model_config *c, int32_t tp) {
+    if (tp < 1) return vllm_error(VLLM_ERR_INVALID, "tensor_parallel_size %d must be >= 1", tp);
+    if (c->num_attention_heads % tp)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "Total number of attention heads (%d) must be divisible by tensor parallel size (%d).",
+                          c->num_attention_heads, tp);
+    if (c->num_key_value_heads % tp)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "Total number of key/value heads (%d) must be divisible by tensor parallel size (%d) "
+                          "(vllm.c does not replicate KV heads).",
+                          c->num_key_value_heads, tp);
+    if (c->intermediate_size % tp)
+        return vllm_error(VLLM_ERR_INVALID, "intermediate_size (%d) must be divisible by tensor parallel size (%d).",
+                          c->intermediate_size, tp);
+    return VLLM_OK;
+}
+
+/* Rows [r0, r0 + n) of t (a 2-D weight or a 1-D bias): a view. */
+static tensor rows_view(const tensor *t, int64_t r0, int64_t n) {
+    tensor v = *t;
+    v.x16 = NULL, v.x16_bytes = 0;
+    if (!t->data) return v;
+    if (t->ndim == 1) {
+        v.data = (const char *)t->data + dtype_row_bytes(t->type, r0);
+        v.shape[0] = n;
+    } else {
+        v.data = (const char *)t->data + (size_t)r0 * dtype_row_bytes(t->type, t->shape[1]);
+        v.shape[0] = n;
+    }
+    return v;
+}
+
+/* Columns [c0, c0 + n) of every row of t, copied into memory the shard owns. */
+static vllm_status cols_copy(shard *s, const char *name, int32_t layer, const tensor *t, int64_t c0, int64_t n,
+                             tensor *out) {
+    *out = *t;
+    out->x16 = NULL, out->x16_bytes = 0;
+    if (!t->data) return VLLM_OK;
+    int64_t be = dtype_block_elems(t->type);
+    if (c0 % be || n % be)
+        return vllm_error(VLLM_ERR_INVALID,
+                          "layer %d %s: a tensor-parallel slice of %lld columns at %lld is not whole %s blocks "
+                          "of %lld; choose a tensor_parallel_size that divides it into multiples of %lld",
+                          layer, name, (long long)n, (long long)c0, dtype_name(t->type), (long long)be,
+                          (long long)be);
+    size_t row = dtype_row_bytes(t->type, t->shape[1]), off = dtype_row_bytes(t->type, c0),
+           len = dtype_row_bytes(t->type, n);
+    char *p = aligned_alloc(64, ((size_t)t->shape[0] * len + 63) & ~(size_t)63);
+    void **grown = realloc(s->copies, (size_t)(s->num_copies + 1) * sizeof *grown);
+    if (!p || !grown) {
+        free(p);
+        if (grown) s->copies = grown;
+        return vllm_error(VLLM_ERR_NOMEM, "tp shard: out of memory copying layer %d %s", layer, name);
+    }
+    s->copies = grown;
+    s->copies[s->num_copies++] = p;
+    for (int64_t r = 0; r < t->shape[0]; r++)
+        memcpy(p + (size_t)r * len, (const char *)t->data + (size_t)r * row + off, len);
+    out->data = p;
+    out->shape[1] = n;
+    return VLLM_OK;
+}
+
+/* Drops m's file pages from this process's resident set: they stay in the
+ * page cache, and what the shard reads later faults back in. */
+static void release_file_pages(model *m) {
+    for (int32_t i = 0; i < m->num_files; i++)
+        if (m->files[i]->map) madvise(m->files[i]->map, m->files[i]->map_size, MADV_DONTNEED);
+    if (m->gguf && m->gguf->map) madvise(m->gguf->map, m->gguf->map_size, MADV_DONTNEED);
+}
+
+vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out) {
+    *out = NULL;
+    const model_config *c = &m->config;
+    vllm_status rc = tp_shard_check(c, tp);
+    if (rc != VLLM_OK) return rc;
+    if (rank < 0 || rank >= tp) return vllm_error(VLLM_ERR_INVALID, "tp shard: rank %d of %d", rank, tp);
+    shard *s = calloc(1, sizeof *s);
+    if (!s) return vllm_error(VLLM_ERR_NOMEM, "tp shard: out of memory");
+    model *d = &s->m;
+    d->dir = m->dir; /* borrowed, for messages */
+    d->config = m->config;
+    d->gen = m->gen;
+    d->config.num_attention_heads = c->num_attention_heads / tp;
+    d->config.num_key_value_heads = c->num_key_value_heads / tp;
+    d->config.intermediate_size = c->intermediate_size / tp;
+    int64_t hd = c->head_dim, qh = d->config.num_attention_heads, kh = d->config.num_key_value_heads,
+            in = d->config.intermediate_size;
+    d->w.embed_tokens = m->w.embed_tokens;
+    d->w.norm = m->w.norm;
+    d->w.lm_head = m->w.lm_head;
+    d->w.lm_head.x16 = NULL, d->w.lm_head.x16_bytes = 0;
+    if (rank != 0) d->w.lm_head.data = NULL; /* rank 0 computes the logits */
+    if (!(d->w.layers = calloc((size_t)c->num_hidden_layers, sizeof *d->w.layers))) {
+        rc = vllm_error(VLLM_ERR_NOMEM, "tp shard: out of memory");
+        goto fail;
+    }
+    for (int32_t l = 0; l < c->num_hidden_layers && rc == VLLM_OK; l++) {
+        const layer_weights *a = &m->w.layers[l];
+        layer_weights *b = &d->w.layers[l];
+        *b = *a;
+        b->q_proj = rows_view(&a->q_proj, rank * qh * hd, qh * hd);
+        b->k_proj = rows_view(&a->k_proj, rank * kh * hd, kh * hd);
+        b->v_proj = rows_view(&a->v_proj, rank * kh * hd, kh * hd);
+        b->q_bias = rows_view(&a->q_bias, rank * qh * hd, qh * hd);
+        b->k_bias = rows_view(&a->k_bias, rank * kh * hd, kh * hd);
+        b->v_bias = rows_view(&a->v_bias, rank * kh * hd, kh * hd);
+        b->gate_proj = rows_view(&a->gate_proj, rank * in, in);
+        b->up_proj = rows_view(&a->up_proj, rank * in, in);
+        if (rank != 0) b->o_bias.data = NULL;
+        rc = cols_copy(s, "o_proj", l, &a->o_proj, rank * qh * hd, qh * hd, &b->o_proj);
+        if (rc == VLLM_OK) rc = cols_copy(s, "down_proj", l, &a->down_proj, rank * in, in, &b->down_proj);
+    }
+    if (rc != VLLM_OK) goto fail;
+    model_free_x16(m);
+    release_file_pages(m);
+    model_make_x16(d);
+    *out = d;
+    return VLLM_OK;
+fail:
+    tp_shard_free(d);
+    return rc;
+}
+
+void tp_shard_free(model *d) {
+    if (!d) return;
+    shard *s = (shard *)d;
+    model_free_x16(d);
+    for (int32_t i = 0; i < s->num_copies; i++) free(s->copies[i]);
+    free(s->copies);
+    free(d->w.layers);
+    free(s);
+}
+
+size_t tp_shard_weight_bytes(const model *d) {
+    size_t total = 0;
+    for (int32_t l = 0; l < d->config.num_hidden_layers; l++) {
+        const layer_weights *w = &d->w.layers[l];
+        const tensor *t[] = {&w->q_proj, &w->k_proj, &w->v_proj, &w->o_proj, &w->gate_proj, &w->up_proj, &w->down_proj};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            if (t[i]->data) total += (size_t)t[i]->shape[0] * dtype_row_bytes(t[i]->type, t[i]->shape[1]);
+    }
+    return total;
+}

@@ -333,7 +333,7 @@ int cmd_serve(int argc, char **argv) {
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
 
-    /* -tp / -pp: join (or start, under mpirun) the MPI group; a worker rank ends here */
+    /* -tp / -pp: join the MPI group (or start it under mpirun and wait); a worker rank ends here */
     mpi_group *group = NULL;
     if (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1) {
         int worker_status = 0;
@@ -542,6 +542,6 @@ out:
     for (int k = 0; k < 3; k++) json_decref(cors_json[k]);
     free(template_src);
     tokenizer_free(tok);
-    tp_executor_finish(group); /* after the engine: its executor talks to the group until freed */
+    tp_executor_finish(group, status); /* after the engine: its executor talks to the group until freed */
     return status;
 }

@@ -365,8 +365,13 @@ vllm_status tp_executor_start(const vllm_engine_args *args, int argc, char **arg
         return vllm_error(VLLM_ERR_UNSUPPORTED, "pipeline_parallel_size %d: pipeline parallelism is not implemented yet",
                           args->pipeline_parallel_size);
     mpi_group *g;
-    vllm_status rc = mpi_group_start(args->tensor_parallel_size, args->pipeline_parallel_size, argc, argv, &g);
-    if (rc != VLLM_OK) return rc;
+    vllm_status rc = mpi_group_start(args->tensor_parallel_size, args->pipeline_parallel_size, argc, argv, &g,
+                                     worker_status);
+    if (rc != VLLM_OK) {
+        mpi_group_write_status(NULL, 1);
+        return rc;
+    }
+    if (!g) return VLLM_OK; /* the launcher: the group ran under mpirun and is over */
     if (mpi_group_rank(g) != 0) {
         /* a worker follows rank 0: the signals mpirun forwards must not kill it first */
         signal(SIGINT, SIG_IGN);
@@ -375,13 +380,19 @@ vllm_status tp_executor_start(const vllm_engine_args *args, int argc, char **arg
         mpi_group_finish(g);
         return VLLM_OK;
     }
+    if ((rc = mpi_group_monitor_start(g)) != VLLM_OK) {
+        mpi_group_finish(g);
+        return rc;
+    }
     engine_set_executor_factory(factory, g);
     *group = g;
     return VLLM_OK;
 }
 
-void tp_executor_finish(mpi_group *g) {
+void tp_executor_finish(mpi_group *g, int status) {
     if (!g) return;
+    /* a rank lost is a failure, however cleanly rank 0 shut down */
+    mpi_group_write_status(g, status == 0 && mpi_group_broken(g) ? 1 : status);
     if (!started && !mpi_group_broken(g)) {
         tp_node t = {.g = g};
         tp_start s = {.cmd = TP_CMD_STOP};

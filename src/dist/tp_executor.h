@@ -35,16 +35,19 @@
 #include "vllm/vllm.h"
 
 /* For `vllmc serve` with tp (or pp) > 1, before anything else starts:
- * joins the MPI group (re-executing under mpirun if needed, see
- * mpi_group.h). On rank 0, installs the factory and sets *group (finish it
+ * joins the MPI group (or, outside mpirun, runs it under mpirun and
+ * waits: see mpi_group.h; then *group is NULL and *worker_status the
+ * status to exit with). On rank 0, installs the factory and sets *group (finish it
  * with tp_executor_finish after the engine is freed). On a worker rank,
  * runs the worker until rank 0 says stop or is gone, sets *group NULL and
  * *worker_status to the process's exit status. argv[0] is the subcommand. */
 vllm_status tp_executor_start(const vllm_engine_args *args, int argc, char **argv, mpi_group **group,
                               int *worker_status);
 
-/* Rank 0's end: releases workers still waiting for a model (the engine
- * failed before its executor existed), then mpi_group_finish. NULL: no-op. */
-void tp_executor_finish(mpi_group *group);
+/* Rank 0's end, status its exit status: releases workers still waiting
+ * for a model (the engine failed before its executor existed), tells the
+ * launcher the status (1 if a rank was lost), then mpi_group_finish.
+ * NULL: no-op. */
+void tp_executor_finish(mpi_group *group, int status);
 
 #endif

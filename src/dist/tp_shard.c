@@ -35,50 +35,50 @@ vllm_status tp_shard_check(const model_config *c, int32_t tp) {
     return VLLM_OK;
 }
 
-/* Rows [r0, r0 + n) of t (a 2-D weight or a 1-D bias): a view. */
-static tensor rows_view(const tensor *t, int64_t r0, int64_t n) {
-    tensor v = *t;
-    v.x16 = NULL, v.x16_bytes = 0;
-    if (!t->data) return v;
-    if (t->ndim == 1) {
-        v.data = (const char *)t->data + dtype_row_bytes(t->type, r0);
-        v.shape[0] = n;
-    } else {
-        v.data = (const char *)t->data + (size_t)r0 * dtype_row_bytes(t->type, t->shape[1]);
-        v.shape[0] = n;
-    }
-    return v;
-}
-
-/* Columns [c0, c0 + n) of every row of t, copied into memory the shard owns. */
-static vllm_status cols_copy(shard *s, const char *name, int32_t layer, const tensor *t, int64_t c0, int64_t n,
-                             tensor *out) {
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of t (a 1-D bias: its
+ * elements [c0, c0 + nc), r0 0 and nr 1), copied into memory the shard
+ * owns; t unchanged (no data) when t has none. */
+static vllm_status slice_copy(shard *s, const char *name, int32_t layer, const tensor *t, int64_t r0, int64_t nr,
+                              int64_t c0, int64_t nc, tensor *out) {
     *out = *t;
     out->x16 = NULL, out->x16_bytes = 0;
     if (!t->data) return VLLM_OK;
     int64_t be = dtype_block_elems(t->type);
-    if (c0 % be || n % be)
+    if (c0 % be || nc % be)
         return vllm_error(VLLM_ERR_INVALID,
                           "layer %d %s: a tensor-parallel slice of %lld columns at %lld is not whole %s blocks "
                           "of %lld; choose a tensor_parallel_size that divides it into multiples of %lld",
-                          layer, name, (long long)n, (long long)c0, dtype_name(t->type), (long long)be,
+                          layer, name, (long long)nc, (long long)c0, dtype_name(t->type), (long long)be,
                           (long long)be);
-    size_t row = dtype_row_bytes(t->type, t->shape[1]), off = dtype_row_bytes(t->type, c0),
-           len = dtype_row_bytes(t->type, n);
-    char *p = aligned_alloc(64, ((size_t)t->shape[0] * len + 63) & ~(size_t)63);
+    int64_t cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
+    size_t row = dtype_row_bytes(t->type, cols), off = dtype_row_bytes(t->type, c0), len = dtype_row_bytes(t->type, nc);
+    char *p = aligned_alloc(64, ((size_t)nr * len + 63) & ~(size_t)63);
     void **grown = realloc(s->copies, (size_t)(s->num_copies + 1) * sizeof *grown);
+    if (grown) s->copies = grown;
     if (!p || !grown) {
         free(p);
-        if (grown) s->copies = grown;
         return vllm_error(VLLM_ERR_NOMEM, "tp shard: out of memory copying layer %d %s", layer, name);
     }
-    s->copies = grown;
     s->copies[s->num_copies++] = p;
-    for (int64_t r = 0; r < t->shape[0]; r++)
-        memcpy(p + (size_t)r * len, (const char *)t->data + (size_t)r * row + off, len);
+    for (int64_t r = 0; r < nr; r++)
+        memcpy(p + (size_t)r * len, (const char *)t->data + (size_t)(r0 + r) * row + off, len);
     out->data = p;
-    out->shape[1] = n;
+    if (t->ndim == 1) out->shape[0] = nc;
+    else out->shape[0] = nr, out->shape[1] = nc;
     return VLLM_OK;
+}
+
+/* Rows [r0, r0 + n) of t (column-parallel; a bias: its elements). */
+static vllm_status rows_copy(shard *s, const char *name, int32_t layer, const tensor *t, int64_t r0, int64_t n,
+                             tensor *out) {
+    if (t->ndim == 1) return slice_copy(s, name, layer, t, 0, 1, r0, n, out);
+    return slice_copy(s, name, layer, t, r0, n, 0, t->shape[1], out);
+}
+
+/* Columns [c0, c0 + n) of every row of t (row-parallel). */
+static vllm_status cols_copy(shard *s, const char *name, int32_t layer, const tensor *t, int64_t c0, int64_t n,
+                             tensor *out) {
+    return slice_copy(s, name, layer, t, 0, t->shape[0], c0, n, out);
 }
 
 /* Drops m's file pages from this process's resident set: they stay in the
@@ -119,16 +119,25 @@ vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out) {
         const layer_weights *a = &m->w.layers[l];
         layer_weights *b = &d->w.layers[l];
         *b = *a;
-        b->q_proj = rows_view(&a->q_proj, rank * qh * hd, qh * hd);
-        b->k_proj = rows_view(&a->k_proj, rank * kh * hd, kh * hd);
-        b->v_proj = rows_view(&a->v_proj, rank * kh * hd, kh * hd);
-        b->q_bias = rows_view(&a->q_bias, rank * qh * hd, qh * hd);
-        b->k_bias = rows_view(&a->k_bias, rank * kh * hd, kh * hd);
-        b->v_bias = rows_view(&a->v_bias, rank * kh * hd, kh * hd);
-        b->gate_proj = rows_view(&a->gate_proj, rank * in, in);
-        b->up_proj = rows_view(&a->up_proj, rank * in, in);
+        struct {
+            const char *name;
+            const tensor *src;
+            tensor *dst;
+            int64_t r0, n;
+        } rows[] = {
+            {"q_proj", &a->q_proj, &b->q_proj, rank * qh * hd, qh * hd},
+            {"k_proj", &a->k_proj, &b->k_proj, rank * kh * hd, kh * hd},
+            {"v_proj", &a->v_proj, &b->v_proj, rank * kh * hd, kh * hd},
+            {"q_bias", &a->q_bias, &b->q_bias, rank * qh * hd, qh * hd},
+            {"k_bias", &a->k_bias, &b->k_bias, rank * kh * hd, kh * hd},
+            {"v_bias", &a->v_bias, &b->v_bias, rank * kh * hd, kh * hd},
+            {"gate_proj", &a->gate_proj, &b->gate_proj, rank * in, in},
+            {"up_proj", &a->up_proj, &b->up_proj, rank * in, in},
+        };
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0] && rc == VLLM_OK; i++)
+            rc = rows_copy(s, rows[i].name, l, rows[i].src, rows[i].r0, rows[i].n, rows[i].dst);
         if (rank != 0) b->o_bias.data = NULL;
-        rc = cols_copy(s, "o_proj", l, &a->o_proj, rank * qh * hd, qh * hd, &b->o_proj);
+        if (rc == VLLM_OK) rc = cols_copy(s, "o_proj", l, &a->o_proj, rank * qh * hd, qh * hd, &b->o_proj);
         if (rc == VLLM_OK) rc = cols_copy(s, "down_proj", l, &a->down_proj, rank * in, in, &b->down_proj);
     }
     if (rc != VLLM_OK) goto fail;

@@ -20,20 +20,21 @@
  *
  * The shard is a model whose config says H/tp heads, KV/tp KV heads and
  * I/tp intermediate, so the runner runs it unchanged and its KV pool holds
- * only this rank's KV heads. Column-parallel weights are views into the
- * full model's mapping (contiguous rows; whole quant blocks, since a GGUF
- * row is whole blocks). Row-parallel weights are strided: each row's slice
- * is copied once into memory the shard owns; for a quantized type each
- * slice must be whole blocks (I/tp and H*head_dim/tp multiples of the
- * type's block: 32, or 256 for K-quants), else tp_shard_create fails
- * naming the tensor.
+ * only this rank's KV heads. Every split weight is copied once into
+ * memory the shard owns (rows for column-parallel, each row's slice for
+ * row-parallel; a quantized slice must be whole blocks: I/tp and
+ * H*head_dim/tp multiples of the type's block, 32 or 256 for K-quants,
+ * else tp_shard_create fails naming the tensor). Views into the file would
+ * save the copy, but the kernel maps file pages in whole folios (up to
+ * 2 MiB on ext4 with large folios), so a rank reading its rows also maps
+ * its neighbours' and its resident set stops showing the split.
  *
  * Memory: tp_shard_create ends by dropping the full model's file pages
  * from this process (madvise DONTNEED on its mappings; they stay in the
  * page cache), and the x16 copies of the full model (model.h) are replaced
  * by copies of the shard's weights, so a rank's resident set is its shard:
  * about 1/tp of the layers' weights, plus the embedding rows it reads and,
- * on rank 0, lm_head.
+ * on rank 0, lm_head (still a view into the file).
  *
  * Lifetime: tp_shard_create / tp_shard_free. The full model is borrowed
  * and must outlive the shard; its x16 copies are freed by the call.
@@ -54,7 +55,7 @@ vllm_status tp_shard_check(const model_config *cfg, int32_t tp);
 vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out);
 void tp_shard_free(model *shard);
 
-/* Bytes of matmul weights the shard holds (views and copies), for the log. */
+/* Bytes of matmul weights the shard holds, for the log. */
 size_t tp_shard_weight_bytes(const model *shard);
 
 #endif

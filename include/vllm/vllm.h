@@ -151,6 +151,11 @@ typedef struct vllm_engine_args {
      * of host RAM for evicted prefix blocks (0 = off). */
     const char *kv_transfer_config;
     double kv_offloading_size;
+    /* Tensor / pipeline parallel ranks (vLLM's -tp / -pp); 0 or 1 = one. More
+     * than one needs the MPI executor that `vllmc serve` installs (dist/);
+     * vllm_engine_create refuses it otherwise. */
+    int32_t tensor_parallel_size;
+    int32_t pipeline_parallel_size;
 } vllm_engine_args;
 
 void vllm_engine_args_init(vllm_engine_args *a);

@@ -27,6 +27,7 @@
 #include "cli/engine_args.h"
 #include "cli/lora_args.h"
 #include "cli/model_alias.h"
+#include "dist/tp_executor.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
@@ -334,6 +335,17 @@ int cmd_serve(int argc, char **argv) {
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
 
+    /* -tp / -pp: join the MPI group (or start it under mpirun and wait); a worker rank ends here */
+    mpi_group *group = NULL;
+    if (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1) {
+        int worker_status = 0;
+        if (tp_executor_start(&ea, argc, argv, &group, &worker_status) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            return 1;
+        }
+        if (!group) return worker_status;
+    }
+
     /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -537,5 +549,6 @@ out:
     for (int k = 0; k < 3; k++) json_decref(cors_json[k]);
     free(template_src);
     tokenizer_free(tok);
+    tp_executor_finish(group, status); /* after the engine: its executor talks to the group until freed */
     return status;
 }

@@ -191,7 +191,9 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
         "--kv-cache-dtype", "--threads", "--speculative-config", "--structured-outputs-compile-timeout",
         "--kv-transfer-config", "--kv-offloading-size", NULL};
-    bool known = false;
+    if (!strcmp(name, "-tp")) strcpy(name, "--tensor-parallel-size"); /* vLLM's short forms */
+    if (!strcmp(name, "-pp")) strcpy(name, "--pipeline-parallel-size");
+    bool known = !strcmp(name, "--tensor-parallel-size") || !strcmp(name, "--pipeline-parallel-size");
     for (const char *const *f = with_value; *f; f++) known |= !strcmp(name, *f);
     if (!known) return 0;
     const char *v = inline_val;
@@ -252,6 +254,10 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
     } else if (!strcmp(name, "--long-prefill-token-threshold")) {
         if (!parse_i32(v, &a->long_prefill_token_threshold, false) || a->long_prefill_token_threshold < 0)
             return bad(name, v, "expected a non-negative integer");
+    } else if (!strcmp(name, "--tensor-parallel-size") || !strcmp(name, "--pipeline-parallel-size")) {
+        int32_t n;
+        if (!parse_i32(v, &n, false) || n < 1 || n > 1024) return bad(name, v, "expected an integer in 1..1024");
+        *(name[2] == 't' ? &a->tensor_parallel_size : &a->pipeline_parallel_size) = n;
     } else if (!strcmp(name, "--threads")) {
         if (!parse_i32(v, &a->num_threads, false) || a->num_threads < 0)
             return bad(name, v, "expected a non-negative integer (0 = every online CPU)");
@@ -294,6 +300,8 @@ void engine_args_usage(FILE *f) {
             "  --structured-outputs-compile-timeout S  seconds a structured-outputs grammar may take\n"
             "                                  to compile before its request fails (vllm.c only) (5)\n"
             "  --threads N                     compute threads (0 = every online CPU)\n"
+            "  -tp, --tensor-parallel-size N   ranks splitting every layer (vllmc serve, MPI; docs/deploy.md)\n"
+            "  -pp, --pipeline-parallel-size M ranks splitting the layers into stages (vllmc serve, MPI)\n"
             "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n"
             "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"
             "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"

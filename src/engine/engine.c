@@ -271,6 +271,14 @@ static void log_kv_scales(const model *m, kv_dtype t) {
         log_info("the checkpoint's k_scale/v_scale (%d layers) apply only to an fp8 KV cache; unused", n);
 }
 
+static engine_executor_factory executor_factory; /* engine_set_executor_factory */
+static void *executor_factory_ctx;
+
+void engine_set_executor_factory(engine_executor_factory fn, void *ctx) {
+    executor_factory = fn;
+    executor_factory_ctx = ctx;
+}
+
 static vllm_status check_args(const vllm_engine_args *a) {
     if (!a->model || !a->model[0]) return vllm_error(VLLM_ERR_INVALID, "engine args: model is not set");
     if (a->block_size < 1 || a->block_size > 1024)
@@ -301,6 +309,18 @@ static vllm_status check_args(const vllm_engine_args *a) {
         return vllm_error(VLLM_ERR_INVALID,
                           "LoRA: max_loras %d must be >= 1, max_lora_rank %d in 1..1024, max_cpu_loras %d "
                           "0 or >= max_loras", a->max_loras, a->max_lora_rank, a->max_cpu_loras);
+    if (a->tensor_parallel_size < 0 || a->pipeline_parallel_size < 0)
+        return vllm_error(VLLM_ERR_INVALID, "tensor_parallel_size %d and pipeline_parallel_size %d must be >= 1",
+                          a->tensor_parallel_size, a->pipeline_parallel_size);
+    if ((a->tensor_parallel_size > 1 || a->pipeline_parallel_size > 1) && !executor_factory)
+        return vllm_error(VLLM_ERR_UNSUPPORTED,
+                          "tensor_parallel_size %d x pipeline_parallel_size %d needs the MPI executor of "
+                          "`vllmc serve` (this process has none)",
+                          a->tensor_parallel_size, a->pipeline_parallel_size);
+    if (a->enable_lora && (a->tensor_parallel_size > 1 || a->pipeline_parallel_size > 1))
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "LoRA with tensor_parallel_size %d x pipeline_parallel_size %d: "
+                          "adapters are not sharded yet; use one rank", a->tensor_parallel_size,
+                          a->pipeline_parallel_size);
     vllm_speculative_config spc;
     vllm_status rc = resolve_spec_config(&a->speculative_config, &spc);
     if (rc != VLLM_OK) return rc;
@@ -553,7 +573,15 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         rcfg.lora = e->loras;
         rcfg.max_lora_rank = args->max_lora_rank;
     }
-    if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
+    if (executor_factory) {
+        if ((rc = executor_factory(executor_factory_ctx, args, e->model, &rcfg, &e->exec)) != VLLM_OK) goto fail;
+        if (rcfg.num_blocks < num_blocks) { /* the ranks agreed on a smaller pool */
+            e->info.kv_cache_memory_bytes = e->info.kv_cache_memory_bytes / num_blocks * rcfg.num_blocks;
+            num_blocks = info->num_gpu_blocks = rcfg.num_blocks;
+        }
+    } else if ((rc = executor_create_local(e->model, &rcfg, &e->exec)) != VLLM_OK) {
+        goto fail;
+    }
     info->num_threads = args->num_threads > 0 ? args->num_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if ((rc = kv_cache_manager_create_groups(num_blocks, args->block_size, args->enable_prefix_caching,
                                              e->layout->window, e->layout->num_groups, &e->kv)) != VLLM_OK)

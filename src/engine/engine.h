@@ -18,6 +18,17 @@
  * proposer's and verifier's ud are borrowed. */
 vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg);
 
+/* An executor other than the local one (dist/tp_executor.c: tensor and
+ * pipeline parallel over MPI). Called by vllm_engine_create with the loaded
+ * model and the runner config it sized; it may lower cfg->num_blocks (the
+ * ranks agree on a pool size) and the engine uses what it leaves there. */
+typedef vllm_status (*engine_executor_factory)(void *ctx, const vllm_engine_args *args, const model *m,
+                                               runner_config *cfg, executor **out);
+/* Installs fn for the engines this process creates from now on (NULL: the
+ * local executor). Process-wide, as the MPI group it stands for; set it
+ * before any engine exists. */
+void engine_set_executor_factory(engine_executor_factory fn, void *ctx);
+
 /* Where the engine's steps run and its KV lives (a KV connector's way in). */
 executor *engine_executor(vllm_engine *e);
 /* The engine's block tables and prefix cache, for statistics and tests. */

@@ -797,10 +797,29 @@ static void stage_glu(void *arg, int64_t lo, int64_t hi, int ith) {
 
 /* ---- the forward pass ---------------------------------------------------- */
 
+/* x[t] += xb[t]: a summed partial output joins the residual stream. */
+static void stage_add_xb(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = r->x + t * r->dim;
+        const float *y = r->xb + t * r->dim;
+        for (int32_t i = 0; i < r->dim; i++) x[i] += y[i];
+    }
+}
+
+/* Tensor parallel: xb holds this rank's partial o_proj / down_proj rows;
+ * sums them across the ranks, then adds them to x (unless post: Gemma's
+ * post-norm does that from xb). */
+static vllm_status reduce_residual(runner *r, int64_t T, bool post) {
+    vllm_status rc = r->cfg.all_reduce(r->cfg.reduce_ctx, r->xb, T * r->dim);
+    if (rc == VLLM_OK && !post) run_rows(r, stage_add_xb, T);
+    return rc;
+}
+
 vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
     vllm_status rc = check_batch(r, b);
     if (rc == VLLM_OK) rc = check_copies(r, b);
-    if (rc == VLLM_OK && b->num_scored && !logits) rc = vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
+    if (rc == VLLM_OK && b->num_scored && !logits && !r->cfg.skip_logits) rc = vllm_error(VLLM_ERR_INVALID, "runner: logits buffer is NULL");
     if (rc != VLLM_OK) return rc;
     for (int32_t c = 0; c < b->num_copies; c++) runner_copy_block(r, b->copies[2 * c], b->copies[2 * c + 1]);
     if (b->num_tokens == 0) return VLLM_OK;
@@ -846,11 +865,13 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         /* o_proj adds into the residual stream, or (Gemma) goes through
          * its post-norm first */
         bool post = r->m->config.post_norms;
+        bool split = r->cfg.all_reduce != NULL; /* tensor parallel: partial sums into xb, summed, added */
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->att, r->q_dim, &lw->o_proj,
-                                lw->o_bias.data ? &lw->o_bias : NULL, !post);
+        r->mm.part[0] = mm_args(post || split ? r->xb : r->x, r->dim, r->att, r->q_dim, &lw->o_proj,
+                                lw->o_bias.data ? &lw->o_bias : NULL, !post && !split);
         run_matmul(r, T);
-        lora_stage(r, LORA_O, r->att, r->q_dim, post ? r->xb : r->x, r->dim);
+        lora_stage(r, LORA_O, r->att, r->q_dim, post || split ? r->xb : r->x, r->dim);
+        if (split && (rc = reduce_residual(r, T, post)) != VLLM_OK) break;
         if (post) run_rows(r, stage_attn_post_norm, T);
 
         run_rows(r, stage_post_norm, T);
@@ -871,12 +892,18 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         }
 
         r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(post ? r->xb : r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL, !post);
+        r->mm.part[0] = mm_args(post || split ? r->xb : r->x, r->dim, r->hb, r->inter, &lw->down_proj, NULL,
+                                !post && !split);
         run_matmul(r, T);
-        lora_stage(r, LORA_DOWN, r->hb, r->inter, post ? r->xb : r->x, r->dim);
+        lora_stage(r, LORA_DOWN, r->hb, r->inter, post || split ? r->xb : r->x, r->dim);
+        if (split && (rc = reduce_residual(r, T, post)) != VLLM_OK) break;
         if (post) run_rows(r, stage_ffn_post_norm, T);
     }
-    if (b->num_scored) {
+    if (rc != VLLM_OK) {
+        r->b = NULL;
+        return rc;
+    }
+    if (b->num_scored && !r->cfg.skip_logits) {
         run_rows(r, stage_final_norm, b->num_scored);
         r->mm = (mm_op){.nparts = 1};
         r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);

@@ -50,6 +50,14 @@ typedef struct runner_config {
      * LoRA, lora_ids must then be absent or 0) and the largest rank */
     lora_table *lora;
     int32_t max_lora_rank;
+    /* Tensor parallel (dist/tp_executor.c): the model is this rank's shard
+     * (dist/tp_shard.h); o_proj and down_proj give partial sums, which
+     * all_reduce(reduce_ctx, rows, n) sums in place across the ranks before
+     * they join the residual stream. NULL: one rank, the partial sums are the
+     * sums. A non-OK return ends the forward with that status. */
+    vllm_status (*all_reduce)(void *reduce_ctx, float *rows, int64_t n);
+    void *reduce_ctx;
+    bool skip_logits;                /* a worker rank: no final norm, no lm_head (logits may be NULL) */
 } runner_config;
 
 typedef struct runner runner;

@@ -1,0 +1,403 @@
+/*
+ * tp_executor.c - the tensor-parallel executor over MPI (see tp_executor.h).
+ *
+ * Messages, all MPI_Ibcast from rank 0 on the group's communicator:
+ *
+ *   start   tp_start: TP_CMD_START with the model path and runner config, or
+ *           TP_CMD_STOP when rank 0 failed before it had an executor
+ *   step    int32 header[TP_HDR_LEN] (TP_CMD_STEP, the batch's counts, the
+ *           payload's bytes), then the payload: slot_mapping (int64), then
+ *           token_ids, positions, query_start_loc, seq_lens, block_tables,
+ *           scored_start (if any), scored_indices, copies, lora_ids (if any)
+ *   stop    a header with TP_CMD_STOP: the workers finalize and exit
+ *
+ * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats, from
+ * inside runner_forward (runner_config.all_reduce).
+ */
+#include "dist/tp_executor.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "dist/tp_shard.h"
+#include "engine/engine.h"
+#include "model/runner.h"
+
+enum {
+    TP_CMD_START = 1,
+    TP_CMD_STEP = 2,
+    TP_CMD_STOP = 3,
+    TP_PATH_CAP = 4096,
+};
+
+enum { H_CMD, H_TOKENS, H_GROUPS, H_SEQS, H_MAX_BLOCKS, H_SCORED, H_COPIES, H_HAS_SCORED_START, H_HAS_LORA, H_BYTES,
+       TP_HDR_LEN };
+
+typedef struct tp_start {
+    int32_t cmd;
+    int32_t num_blocks, block_size, max_num_batched_tokens, max_num_seqs, num_threads, kv_cache_dtype;
+    int32_t sized;                   /* the pool was sized explicitly: no memory check on the workers */
+    char model[TP_PATH_CAP];
+} tp_start;
+
+/* One rank's side: its shard, its runner, the message buffer. */
+typedef struct tp_node {
+    executor base;                   /* rank 0: the engine's executor */
+    mpi_group *g;
+    model *full;                     /* workers: the model they loaded (rank 0: the engine's) */
+    model *shard;
+    runner *runner;
+    uint8_t *buf;                    /* step payload */
+    size_t buf_cap;
+    bool signalled;                  /* rank 0 sent itself SIGTERM */
+    /* all-reduce statistics (logged at the end; docs/deploy.md) */
+    int64_t reduces, reduce_bytes;
+    double reduce_seconds;
+} tp_node;
+
+static bool started;                 /* rank 0: the start message went out */
+
+/* ---- messages ----------------------------------------------------------- */
+
+static vllm_status bcast(tp_node *t, void *p, int64_t bytes, bool idle) {
+    if (bytes > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "tensor parallel: a message of %lld bytes", (long long)bytes);
+    MPI_Request q;
+    if (MPI_Ibcast(p, (int)bytes, MPI_BYTE, 0, mpi_group_comm(t->g), &q) != MPI_SUCCESS)
+        return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Ibcast failed");
+    return mpi_group_wait(t->g, &q, idle);
+}
+
+static vllm_status all_reduce(void *ctx, float *x, int64_t n) {
+    tp_node *t = ctx;
+    if (n > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "tensor parallel: all-reduce of %lld floats", (long long)n);
+    double t0 = clock_now();
+    MPI_Request q;
+    if (MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, mpi_group_comm(t->g), &q) != MPI_SUCCESS)
+        return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Iallreduce failed");
+    vllm_status rc = mpi_group_wait(t->g, &q, false);
+    t->reduces++;
+    t->reduce_bytes += n * (int64_t)sizeof(float);
+    t->reduce_seconds += clock_now() - t0;
+    return rc;
+}
+
+static vllm_status reserve(tp_node *t, size_t bytes) {
+    if (bytes <= t->buf_cap) return VLLM_OK;
+    size_t cap = bytes + bytes / 2 + 4096;
+    uint8_t *p = realloc(t->buf, cap);
+    if (!p) return vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory for a %zu-byte step", bytes);
+    t->buf = p, t->buf_cap = cap;
+    return VLLM_OK;
+}
+
+/* The payload's arrays in order: (pointer into b, count of int32 or int64). */
+typedef struct field {
+    const void **p;
+    int64_t n;
+    size_t size;
+} field;
+
+static int fields_of(step_batch *b, const int32_t *h, field *f) {
+    int64_t T = h[H_TOKENS], G = h[H_GROUPS] ? h[H_GROUPS] : 1, S = h[H_SEQS];
+    int k = 0;
+    f[k++] = (field){(const void **)&b->slot_mapping, T * G, sizeof(int64_t)};
+    f[k++] = (field){(const void **)&b->token_ids, T, sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->positions, T, sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->query_start_loc, S + 1, sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->seq_lens, S, sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->block_tables, S * G * h[H_MAX_BLOCKS], sizeof(int32_t)};
+    if (h[H_HAS_SCORED_START]) f[k++] = (field){(const void **)&b->scored_start, S + 1, sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->scored_indices, h[H_SCORED], sizeof(int32_t)};
+    f[k++] = (field){(const void **)&b->copies, 2 * (int64_t)h[H_COPIES], sizeof(int32_t)};
+    if (h[H_HAS_LORA]) f[k++] = (field){(const void **)&b->lora_ids, S, sizeof(int32_t)};
+    return k;
+}
+
+static int64_t payload_bytes(const field *f, int k) {
+    int64_t bytes = 0;
+    for (int i = 0; i < k; i++) bytes += f[i].n * (int64_t)f[i].size;
+    return bytes;
+}
+
+/* ---- rank 0: the executor ------------------------------------------------ */
+
+static tp_node *node_of(const executor *ex) { return (tp_node *)ex; }
+
+/* A wait failed: say which rank is gone, once, and stop the server. */
+static vllm_status lost(tp_node *t, vllm_status rc) {
+    if (mpi_group_broken(t->g) && !t->signalled) {
+        log_error("tensor parallel: %s; the engine stops and the server shuts down", vllm_errmsg());
+        t->signalled = true;
+        kill(getpid(), SIGTERM); /* vllmc serve's main thread takes it with sigwait */
+    }
+    return rc;
+}
+
+static vllm_status tp_execute(executor *ex, const step_batch *b, float *logits) {
+    tp_node *t = node_of(ex);
+    int32_t h[TP_HDR_LEN] = {
+        [H_CMD] = TP_CMD_STEP, [H_TOKENS] = b->num_tokens, [H_GROUPS] = b->num_kv_groups, [H_SEQS] = b->num_seqs,
+        [H_MAX_BLOCKS] = b->max_blocks_per_seq, [H_SCORED] = b->num_scored, [H_COPIES] = b->num_copies,
+        [H_HAS_SCORED_START] = b->scored_start != NULL, [H_HAS_LORA] = b->lora_ids != NULL,
+    };
+    step_batch view = *b;
+    field f[10];
+    int k = fields_of(&view, h, f);
+    int64_t bytes = payload_bytes(f, k);
+    if (bytes > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "tensor parallel: a step of %lld bytes", (long long)bytes);
+    h[H_BYTES] = (int32_t)bytes;
+    vllm_status rc = reserve(t, (size_t)bytes);
+    if (rc != VLLM_OK) return rc;
+    size_t off = 0;
+    for (int i = 0; i < k; i++) {
+        size_t n = (size_t)f[i].n * f[i].size;
+        if (n) memcpy(t->buf + off, *f[i].p, n);
+        off += n;
+    }
+    if ((rc = bcast(t, h, sizeof h, false)) != VLLM_OK || (rc = bcast(t, t->buf, bytes, false)) != VLLM_OK)
+        return lost(t, rc);
+    rc = runner_forward(t->runner, b, logits);
+    return rc == VLLM_OK ? rc : lost(t, rc);
+}
+
+static size_t tp_kv_block_bytes(const executor *ex) { return runner_kv_block_bytes(node_of(ex)->runner); }
+static int32_t tp_num_layers(const executor *ex) { return runner_num_layers(node_of(ex)->runner); }
+
+static vllm_status tp_read_kv(executor *ex, int32_t layer, int32_t block, void *k, void *v) {
+    return vllm_error(VLLM_ERR_UNSUPPORTED, "KV connectors are not supported with tensor parallelism");
+}
+
+static vllm_status tp_write_kv(executor *ex, int32_t layer, int32_t block, const void *k, const void *v) {
+    return vllm_error(VLLM_ERR_UNSUPPORTED, "KV connectors are not supported with tensor parallelism");
+}
+
+static threadpool *tp_threadpool(executor *ex) { return runner_threadpool(node_of(ex)->runner); }
+
+static void node_log_stats(const tp_node *t) {
+    if (t->reduces)
+        log_info("tensor parallel rank %d: %lld all-reduces, %.1f MiB, %.3f s (%.1f us each)", mpi_group_rank(t->g),
+                 (long long)t->reduces, (double)t->reduce_bytes / 1048576.0, t->reduce_seconds,
+                 t->reduce_seconds * 1e6 / (double)t->reduces);
+}
+
+static void node_free(tp_node *t) {
+    runner_free(t->runner);
+    tp_shard_free(t->shard);
+    free(t->buf);
+    free(t);
+}
+
+static void tp_free(executor *ex) {
+    tp_node *t = node_of(ex);
+    node_log_stats(t);
+    if (!mpi_group_broken(t->g)) {
+        int32_t h[TP_HDR_LEN] = {[H_CMD] = TP_CMD_STOP};
+        if (bcast(t, h, sizeof h, false) != VLLM_OK) log_warn("tensor parallel: %s", vllm_errmsg());
+    }
+    node_free(t);
+}
+
+static const executor_ops tp_ops = {
+    .name = "mpi-tp",
+    .execute = tp_execute,
+    .kv_block_bytes = tp_kv_block_bytes,
+    .num_layers = tp_num_layers,
+    .read_kv = tp_read_kv,
+    .write_kv = tp_write_kv,
+    .threadpool = tp_threadpool,
+    .free = tp_free,
+};
+
+/* ---- every rank: shard, pool agreement, runner ------------------------------ */
+
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[256];
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+/* Cuts this rank's shard of t->full, agrees on the pool size with the other
+ * ranks (*num_blocks in: rank 0's proposal; out: the agreed size) and
+ * creates the runner. Every rank calls it and takes part in its two
+ * all-reduces, whatever fails. */
+static vllm_status node_setup(tp_node *t, const tp_start *s, vllm_status rc, int32_t *num_blocks) {
+    int32_t rank = mpi_group_rank(t->g), tp = mpi_group_tp(t->g);
+    int32_t mine = 0, agreed = 0;
+    if (rc == VLLM_OK) rc = tp_shard_create(t->full, rank, tp, &t->shard);
+    if (rc == VLLM_OK) {
+        mine = s->num_blocks;
+        size_t per_block = runner_kv_bytes_per_block(&t->shard->config, s->block_size, (kv_dtype)s->kv_cache_dtype);
+        int64_t avail = mem_available(), fit = per_block ? (int64_t)(0.4 * (double)avail) / (int64_t)per_block : 0;
+        if (!s->sized && avail > 0 && fit < mine) mine = fit > 0 ? (int32_t)fit : 1;
+        log_info("tensor parallel rank %d/%d: %d of %d heads, %d of %d KV heads, %d of %d intermediate, "
+                 "%.1f MiB of layer weights; KV pool: up to %d blocks of %zu bytes", rank, tp,
+                 t->shard->config.num_attention_heads, t->full->config.num_attention_heads,
+                 t->shard->config.num_key_value_heads, t->full->config.num_key_value_heads,
+                 t->shard->config.intermediate_size, t->full->config.intermediate_size,
+                 (double)tp_shard_weight_bytes(t->shard) / 1048576.0, mine, per_block);
+    } else {
+        log_error("tensor parallel rank %d: %s", rank, vllm_errmsg());
+    }
+    if (MPI_Allreduce(&mine, &agreed, 1, MPI_INT32_T, MPI_MIN, mpi_group_comm(t->g)) != MPI_SUCCESS)
+        return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Allreduce of the KV pool size failed");
+    if (rc == VLLM_OK && agreed < 1)
+        rc = vllm_error(VLLM_ERR_INVALID, "tensor parallel: another rank could not load its shard (its log says why)");
+    if (rc == VLLM_OK) {
+        runner_config cfg = {.num_blocks = agreed,
+                             .block_size = s->block_size,
+                             .max_num_batched_tokens = s->max_num_batched_tokens,
+                             .max_num_seqs = s->max_num_seqs,
+                             .num_threads = s->num_threads,
+                             .kv_cache_dtype = (kv_dtype)s->kv_cache_dtype,
+                             .all_reduce = all_reduce,
+                             .reduce_ctx = t,
+                             .skip_logits = rank != 0};
+        rc = runner_create(t->shard, &cfg, &t->runner);
+        if (rc != VLLM_OK) log_error("tensor parallel rank %d: %s", rank, vllm_errmsg());
+    }
+    int32_t ok = rc == VLLM_OK, all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT32_T, MPI_MIN, mpi_group_comm(t->g)) != MPI_SUCCESS)
+        return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Allreduce of the start-up status failed");
+    if (rc == VLLM_OK && !all_ok)
+        rc = vllm_error(VLLM_ERR_INVALID, "tensor parallel: another rank could not create its runner (its log says why)");
+    *num_blocks = agreed;
+    return rc;
+}
+
+static vllm_status factory(void *ctx, const vllm_engine_args *args, const model *m, runner_config *cfg,
+                           executor **out) {
+    *out = NULL;
+    mpi_group *g = ctx;
+    tp_start s = {.cmd = TP_CMD_START,
+                  .num_blocks = cfg->num_blocks,
+                  .block_size = cfg->block_size,
+                  .max_num_batched_tokens = cfg->max_num_batched_tokens,
+                  .max_num_seqs = cfg->max_num_seqs,
+                  .num_threads = cfg->num_threads,
+                  .kv_cache_dtype = (int32_t)cfg->kv_cache_dtype,
+                  .sized = args->kv_cache_memory_bytes > 0 || args->num_gpu_blocks_override > 0};
+    if (strlen(args->model) >= sizeof s.model)
+        return vllm_error(VLLM_ERR_INVALID, "tensor parallel: model path longer than %d bytes", TP_PATH_CAP - 1);
+    strcpy(s.model, args->model);
+    tp_node *t = calloc(1, sizeof *t);
+    if (!t) return vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory");
+    t->g = g;
+    t->full = (model *)m; /* the engine's: the shard's views point into it (its x16 copies are dropped) */
+    started = true;
+    vllm_status rc = bcast(t, &s, sizeof s, false);
+    if (rc == VLLM_OK) rc = node_setup(t, &s, VLLM_OK, &cfg->num_blocks);
+    if (rc != VLLM_OK) {
+        node_free(t);
+        return rc;
+    }
+    t->base.ops = &tp_ops;
+    *out = &t->base;
+    return VLLM_OK;
+}
+
+/* ---- workers --------------------------------------------------------------- */
+
+static int worker_main(mpi_group *g) {
+    int32_t rank = mpi_group_rank(g);
+    tp_node *t = calloc(1, sizeof *t);
+    tp_start s;
+    if (!t) return 1;
+    t->g = g;
+    vllm_status rc = bcast(t, &s, sizeof s, true);
+    if (rc != VLLM_OK || s.cmd != TP_CMD_START) {
+        if (rc != VLLM_OK) log_error("tensor parallel rank %d: %s", rank, vllm_errmsg());
+        free(t);
+        return rc == VLLM_OK ? 0 : 1;
+    }
+    s.model[sizeof s.model - 1] = 0;
+    vllm_status load = model_load(s.model, &t->full);
+    int32_t agreed = 0;
+    if ((rc = node_setup(t, &s, load, &agreed)) == VLLM_OK) {
+        log_info("tensor parallel rank %d: ready, KV pool of %d blocks", rank, agreed);
+        for (;;) {
+            int32_t h[TP_HDR_LEN];
+            if ((rc = bcast(t, h, sizeof h, true)) != VLLM_OK || h[H_CMD] != TP_CMD_STEP) break;
+            step_batch b = {.num_tokens = h[H_TOKENS], .num_kv_groups = h[H_GROUPS], .num_seqs = h[H_SEQS],
+                            .max_blocks_per_seq = h[H_MAX_BLOCKS], .num_scored = h[H_SCORED],
+                            .num_copies = h[H_COPIES]};
+            field f[10];
+            int k = fields_of(&b, h, f);
+            int64_t bytes = payload_bytes(f, k);
+            if (bytes != h[H_BYTES]) {
+                rc = vllm_error(VLLM_ERR_FORMAT, "tensor parallel: step of %d bytes, its counts say %lld", h[H_BYTES],
+                                (long long)bytes);
+                break;
+            }
+            if ((rc = reserve(t, (size_t)bytes)) != VLLM_OK || (rc = bcast(t, t->buf, bytes, false)) != VLLM_OK) break;
+            size_t off = 0;
+            for (int i = 0; i < k; i++) {
+                *f[i].p = t->buf + off;
+                off += (size_t)f[i].n * f[i].size;
+            }
+            if ((rc = runner_forward(t->runner, &b, NULL)) != VLLM_OK) break;
+        }
+        node_log_stats(t);
+    }
+    if (rc != VLLM_OK) log_error("tensor parallel rank %d: %s; exiting", rank, vllm_errmsg());
+    model *full = t->full;
+    node_free(t); /* the shard's views point into full */
+    model_free(full);
+    return rc == VLLM_OK ? 0 : 1;
+}
+
+vllm_status tp_executor_start(const vllm_engine_args *args, int argc, char **argv, mpi_group **group,
+                              int *worker_status) {
+    *group = NULL;
+    *worker_status = 0;
+    if (args->pipeline_parallel_size > 1)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "pipeline_parallel_size %d: pipeline parallelism is not implemented yet",
+                          args->pipeline_parallel_size);
+    mpi_group *g;
+    vllm_status rc = mpi_group_start(args->tensor_parallel_size, args->pipeline_parallel_size, argc, argv, &g,
+                                     worker_status);
+    if (rc != VLLM_OK) {
+        mpi_group_write_status(NULL, 1);
+        return rc;
+    }
+    if (!g) return VLLM_OK; /* the launcher: the group ran under mpirun and is over */
+    if (mpi_group_rank(g) != 0) {
+        /* a worker follows rank 0: the signals mpirun forwards must not kill it first */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        *worker_status = worker_main(g);
+        mpi_group_finish(g);
+        return VLLM_OK;
+    }
+    if ((rc = mpi_group_monitor_start(g)) != VLLM_OK) {
+        mpi_group_finish(g);
+        return rc;
+    }
+    engine_set_executor_factory(factory, g);
+    *group = g;
+    return VLLM_OK;
+}
+
+void tp_executor_finish(mpi_group *g, int status) {
+    if (!g) return;
+    /* a rank lost is a failure, however cleanly rank 0 shut down */
+    mpi_group_write_status(g, status == 0 && mpi_group_broken(g) ? 1 : status);
+    if (!started && !mpi_group_broken(g)) {
+        tp_node t = {.g = g};
+        tp_start s = {.cmd = TP_CMD_STOP};
+        if (bcast(&t, &s, sizeof s, false) != VLLM_OK) log_warn("tensor parallel: %s", vllm_errmsg());
+    }
+    engine_set_executor_factory(NULL, NULL);
+    mpi_group_finish(g);
+}

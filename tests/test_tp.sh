@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# test_tp.sh - tensor parallelism over MPI (src/dist/, docs/deploy.md):
+#  - greedy tokens with -tp 2 equal -tp 1 for 32 tokens on 8 prompts sent at
+#    once, and are identical from run to run, on stories260K (8 heads, 4 KV
+#    heads), a random Llama (tools/make_random_model.py: 8 / 4 heads, F32)
+#    and its Q8_0 GGUF (tools/make_gguf.py: the quantized o_proj/down_proj
+#    split along whole blocks); stories260K is launched by an explicit
+#    `mpirun -np 2 vllmc serve -tp 2`, the others by `vllmc serve -tp 2`
+#    alone (it re-executes itself under mpirun). The all-reduce sums the
+#    partial products in another order than one rank's dot product, so
+#    tokens (not logits) must agree; the largest logprob difference is
+#    printed with the result;
+#  - each rank's VmRSS holds about half the weights of a 240 MB random model;
+#  - bad splits are start-up errors: 8 heads over 3 ranks, a Q4_K GGUF whose
+#    o_proj slices would cut 256-element blocks, mpirun -np 2 for -tp 4;
+#  - a worker rank killed (SIGKILL) while a request runs: rank 0 logs which
+#    rank is gone, the request ends, the server exits within 20 s.
+# tp=1 is the reference: it is checked against transformers elsewhere
+# (test_forward_ref.sh, test_gguf_ref.sh). Needs mpirun (openmpi-bin) and
+# /usr/bin/python3 with numpy; SKIPPED otherwise.
+# Under ASan, Open MPI's own allocations that live until exit are suppressed
+# for LeakSanitizer by tests/lsan_mpi.supp (library frames only: a leak of
+# ours in the same run is still reported).
+# checks: 13
+set -u
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+VLLMC_BIN=$(cd "$BUILD_DIR" && pwd)/vllmc
+names="tp2_equals_tp1_stories tp2_run_to_run_stories tp2_equals_tp1_random tp2_run_to_run_random
+       tp2_equals_tp1_q8_0 tp2_run_to_run_q8_0 tp2_rss_split tp_bad_heads tp_bad_quant_blocks tp_bad_np
+       tp_kill_logged tp_kill_request_ended tp_kill_clean_exit"
+skip_all() { for n in $names; do echo "skip $n: $1"; done; exit 0; }
+command -v mpirun >/dev/null || skip_all "mpirun is missing (openmpi-bin, scripts/setup.sh)"
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip_all "/usr/bin/python3 lacks numpy"
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan_mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export VLLM_LOGGING_LEVEL=INFO
+source tests/server_helpers.sh
+PY=/usr/bin/python3
+tmp=$(mktemp -d /tmp/vllmc-tp-XXXXXX)
+trap 'server_stop_all; rm -rf "$tmp"' EXIT
+
+root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+cat > "$tmp/mpirun2" <<EOF
+#!/bin/sh
+exec mpirun ${root[*]} --oversubscribe --bind-to none -np 2 "$VLLMC_BIN" "\$@"
+EOF
+chmod +x "$tmp/mpirun2"
+
+$PY tools/make_random_model.py "$tmp/rand" --arch llama --dtype f32 --hidden-size 256 --intermediate-size 768 \
+  --layers 2 --heads 8 --kv-heads 4 --tokenizer stories260K --max-pos 512 >/dev/null &&
+$PY tools/make_gguf.py "$tmp/rand" "$tmp/rand-q8_0.gguf" --type q8_0 >/dev/null &&
+$PY tools/make_gguf.py "$tmp/rand" "$tmp/rand-q4_k.gguf" --type q4_k >/dev/null &&
+$PY tools/make_random_model.py "$tmp/big" --arch llama --dtype f32 --hidden-size 1024 --intermediate-size 4096 \
+  --layers 4 --heads 16 --kv-heads 8 --tokenizer stories260K --max-pos 512 >/dev/null ||
+  { for n in $names; do echo "FAIL $n: cannot write the random models"; done; exit 0; }
+
+common=(--threads 1 --kv-cache-memory-bytes 8M --max-model-len 512)
+
+# serve_tokens NAME MODEL OUT TP LAUNCHER: greedy tokens of 8 prompts into OUT(.json, and .2.json for tp 2)
+serve_tokens() {
+  local name=$1 model=$2 out=$3 tp=$4 launcher=$5
+  VLLMC=$launcher server_start S "$model" "${common[@]}" -tp "$tp" || return 1
+  $PY tests/tp_client.py "$S_URL" "$model" "$out.json" || return 1
+  if [ "$tp" != 1 ]; then $PY tests/tp_client.py "$S_URL" "$model" "$out.2.json" || return 1; fi
+  server_stop_all
+}
+
+# compare NAME_SUFFIX: tp2 vs tp1, and tp2 run 1 vs run 2
+compare() {
+  local sfx=$1 a b
+  a=$($PY tests/tp_client.py compare "$tmp/$sfx.tp1.json" "$tmp/$sfx.tp2.json")
+  if [ "$(echo "$a" | head -1)" = "same 8 32" ]; then echo "ok tp2_equals_tp1_$sfx ($(echo "$a" | tail -1))"
+  else echo "FAIL tp2_equals_tp1_$sfx: $a"; fi
+  b=$($PY tests/tp_client.py compare "$tmp/$sfx.tp2.json" "$tmp/$sfx.tp2.2.json")
+  if [ "$b" = "$(printf 'same 8 32\nmaxdiff 0')" ]; then echo "ok tp2_run_to_run_$sfx"
+  else echo "FAIL tp2_run_to_run_$sfx: $b"; fi
+}
+
+stories=$PWD/models/stories260K
+for spec in "stories:$stories:$tmp/mpirun2" "random:$tmp/rand:$VLLMC_BIN" "q8_0:$tmp/rand-q8_0.gguf:$VLLMC_BIN"; do
+  IFS=: read -r sfx model launcher <<< "$spec"
+  if serve_tokens "$sfx" "$model" "$tmp/$sfx.tp1" 1 "$VLLMC_BIN" &&
+     serve_tokens "$sfx" "$model" "$tmp/$sfx.tp2" 2 "$launcher"; then
+    compare "$sfx"
+  else
+    echo "FAIL tp2_equals_tp1_$sfx: a server or a request failed"
+    echo "FAIL tp2_run_to_run_$sfx: a server or a request failed"
+    server_stop_all
+  fi
+done
+
+# rank_pids PID: "RANK PID" of each MPI rank among PID's descendants
+rank_pids() {
+  local p r
+  for p in $(pgrep -P "$1"); do
+    r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    if [ -n "$r" ]; then echo "$r $p"; else rank_pids "$p"; fi
+  done
+}
+rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+
+# resident memory: one request touches every weight the rank reads
+body='{"model":"'$tmp/big'","prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+small=(--max-num-batched-tokens 256 --max-num-seqs 16) # little scratch: the weights dominate
+if server_start B "$tmp/big" "${common[@]}" "${small[@]}"; then
+  req POST "$B_URL/v1/completions" "$body"
+  rss1=$(rss_kb "$B_PID")
+  server_stop_all
+fi
+if server_start T "$tmp/big" "${common[@]}" "${small[@]}" -tp 2; then
+  req POST "$T_URL/v1/completions" "$body"
+  worst=0 all=""
+  while read -r r p; do
+    k=$(rss_kb "$p"); all="$all rank$r=${k}kB"
+    [ "$k" -gt "$worst" ] && worst=$k
+  done < <(rank_pids "$T_PID")
+  # the layers are 240 MB of the 241 MB of weights: half of them plus the rest is < 0.65 of tp=1
+  if [ -n "${rss1:-}" ] && [ "$STATUS" = 200 ] && [ "$(echo "$all" | wc -w)" = 2 ] && [ "$worst" -lt $((rss1 * 65 / 100)) ]; then
+    echo "ok tp2_rss_split (tp=1 ${rss1}kB;$all)"
+  else
+    echo "FAIL tp2_rss_split: tp=1 ${rss1:-?}kB, tp=2:$all (status $STATUS)"
+  fi
+
+  # a worker killed mid-request
+  out=$tmp/kill.out
+  ( curl -s --max-time 60 "$T_URL/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"model":"'$tmp/big'","prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true}' > "$out"
+    echo "curl_rc=$?" >> "$out" ) &
+  curl_pid=$!
+  sleep 1
+  w=$(rank_pids "$T_PID" | awk '$1 == 1 { print $2 }')
+  [ -n "$w" ] && kill -KILL "$w"
+  for _ in $(seq 200); do kill -0 "$T_PID" 2>/dev/null || break; sleep 0.1; done
+  if grep -q "rank 1 (pid $w) of the tensor/pipeline-parallel group is gone" "$T_LOG"; then echo "ok tp_kill_logged"
+  else echo "FAIL tp_kill_logged: no line naming rank 1 (pid ${w:-none}) in the log"; tail -5 "$T_LOG" >&2; fi
+  wait "$curl_pid"
+  if grep -q "curl_rc=0" "$out" && grep -q '"finish_reason":"abort"\|"error"' "$out"; then echo "ok tp_kill_request_ended"
+  else echo "FAIL tp_kill_request_ended: $(head -c 300 "$out")"; fi
+  if ! kill -0 "$T_PID" 2>/dev/null && grep -q "Application shutdown complete" "$T_LOG"; then echo "ok tp_kill_clean_exit"
+  else echo "FAIL tp_kill_clean_exit: the server still runs 20 s after, or did not shut down cleanly"; fi
+  server_stop_all
+else
+  for n in tp2_rss_split tp_kill_logged tp_kill_request_ended tp_kill_clean_exit; do echo "FAIL $n: no tp=2 server"; done
+fi
+
+# start-up errors: the server exits with a message naming the problem
+# bad_start NAME PATTERN ARGS...
+bad_start() {
+  local name=$1 pat=$2 log=$tmp/$1.log; shift 2
+  timeout 60 "$@" --port 0 "${common[@]}" > "$log" 2>&1
+  local rc=$?
+  if [ $rc != 0 ] && [ $rc != 124 ] && grep -qF "$pat" "$log"; then echo "ok $name"
+  else echo "FAIL $name: exit $rc, want an error matching '$pat': $(grep -v '^INFO' "$log" | head -3)"; fi
+}
+bad_start tp_bad_heads "attention heads (8) must be divisible by tensor parallel size (3)" \
+  "$VLLMC_BIN" serve "$stories" -tp 3
+bad_start tp_bad_quant_blocks "o_proj: a tensor-parallel slice of 128 columns at 0 is not whole Q4_K blocks of 256" \
+  "$VLLMC_BIN" serve "$tmp/rand-q4_k.gguf" -tp 2
+bad_start tp_bad_np "mpirun started 2 ranks, but tensor_parallel_size 4" "$tmp/mpirun2" serve "$stories" -tp 4

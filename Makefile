@@ -58,7 +58,7 @@ OBJCOPY ?= objcopy
 # What a program linking libvllm.a needs after it; vllmc adds libmicrohttpd and GnuTLS (serve, --ssl-*)
 # and libcurl (bench serve).
 LIB_LDLIBS := -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
-LDLIBS  += -lmicrohttpd -lgnutls -lcurl $(LIB_LDLIBS)
+LDLIBS  += -lmicrohttpd -lgnutls -lcurl -lzmq $(LIB_LDLIBS)
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif

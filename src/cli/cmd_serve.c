@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "cli/engine_args.h"
 #include "cli/model_alias.h"
+#include "dist/dp_client.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
@@ -82,6 +83,7 @@ static void usage(FILE *f) {
             "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n"
             "  --collect-detailed-traces LIST  accepted (needs --otlp-traces-endpoint); adds nothing\n");
     engine_args_usage(f);
+    fputs(dp_client_usage(), f);
 }
 
 /* Flags vLLM has that change nothing here; accepted so scripts keep working. */
@@ -120,6 +122,12 @@ bad:
             "e.g. '[\"*\"]')\n", flag, val, MAX_NAMES);
     json_decref(j);
     return false;
+}
+
+/* The same for data-parallel engines: each engine's steps into its metrics. */
+static void observe_engine_step(void *ud, int32_t engine_index, const vllm_step_output *out) {
+    (void)engine_index;
+    metrics_on_step(ud, out, vllm_monotonic_time());
 }
 
 /* The frontend's step observer (output thread): one engine step into the metrics. */
@@ -173,6 +181,8 @@ int cmd_serve(int argc, char **argv) {
     int cors_num[3] = {0, 0, 0};
     const char *hidden_version = NULL;
     const char *otlp_endpoint = NULL, *detailed_traces = NULL;
+    dp_config dpc;
+    dp_config_init(&dpc);
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -183,6 +193,10 @@ int cmd_serve(int argc, char **argv) {
         int rc = engine_args_parse(&ea, argc, argv, &i);
         if (rc < 0) return 2;
         if (rc > 0) continue;
+        if ((rc = dp_client_parse_flag(&dpc, argc, argv, &i)) != 0) {
+            if (rc < 0) return 2;
+            continue;
+        }
         char name[64];
         const char *val = engine_args_flag_name(a, name, sizeof name);
         bool takes;
@@ -332,6 +346,8 @@ int cmd_serve(int argc, char **argv) {
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
 
+    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv); /* engines only */
+
     /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -346,6 +362,7 @@ int cmd_serve(int argc, char **argv) {
     int status = 1;
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
+    dp_client *dpcl = NULL; /* -dp N > 1: engine processes instead of engine */
     frontend *fe = NULL;
     metrics *mets = NULL;
     tracing *tracer = NULL;
@@ -359,14 +376,24 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
-    if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK) {
-        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
-        goto out;
-    }
     vllm_engine_info info;
-    vllm_engine_get_info(engine, &info);
     vllm_sampling_params dsp;
-    vllm_engine_default_sampling_params(engine, &dsp);
+    dp_hello hello;
+    if (dpc.size > 1) { /* data parallel: engine 0 tells what the engines were built with */
+        if ((rc = dp_client_create(&dpc, argc, argv, &dpcl, &hello)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        info = hello.info;
+        dsp = hello.defaults;
+    } else {
+        if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        vllm_engine_get_info(engine, &info);
+        vllm_engine_default_sampling_params(engine, &dsp);
+    }
 
     metrics_config mc;
     metrics_config_init(&mc);
@@ -402,9 +429,10 @@ int cmd_serve(int argc, char **argv) {
     ctx.num_eos_ids = info.num_eos_token_ids < 8 ? info.num_eos_token_ids : 8;
     memcpy(ctx.eos_ids, info.eos_token_ids, (size_t)ctx.num_eos_ids * sizeof *ctx.eos_ids);
     /* before the engine moves to its thread: the cache is thread-safe */
-    ctx.grammars = engine_grammar_cache(engine);
-    ctx.compile_timeout = engine_compile_timeout(engine);
-    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
+    ctx.grammars = engine ? engine_grammar_cache(engine) : NULL;
+    ctx.compile_timeout = engine ? engine_compile_timeout(engine) : 5.0;
+    if (!ctx.grammars && dpcl) log_warn("structured outputs are not available with data parallel engines yet");
+    else if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "
@@ -439,14 +467,23 @@ int cmd_serve(int argc, char **argv) {
                  chat_template_content_format(tmpl) == CHAT_CONTENT_OPENAI ? "openai" : "string");
     }
 
-    vllm_engine *eng = engine;
-    engine = NULL; /* the frontend's engine thread owns it now */
-    if ((rc = frontend_create(eng, tok, &fe)) != VLLM_OK) {
-        engine = eng;
-        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
-        goto out;
+    if (dpcl) {
+        if ((rc = frontend_create_ops(dp_client_ops(), dpcl, tok, &fe)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        dpcl = NULL; /* the frontend's engine thread owns it now */
+        frontend_set_engine_step_observer(fe, observe_engine_step, mets);
+    } else {
+        vllm_engine *eng = engine;
+        engine = NULL; /* the frontend's engine thread owns it now */
+        if ((rc = frontend_create(eng, tok, &fe)) != VLLM_OK) {
+            engine = eng;
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        frontend_set_step_observer(fe, observe_step, mets);
     }
-    frontend_set_step_observer(fe, observe_step, mets);
     ctx.fe = fe;
     ctx.metrics = mets;
     ctx.tracing = tracer;
@@ -525,6 +562,7 @@ out:
     metrics_free(mets); /* after everything that feeds it */
     tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);
+    dp_client_free(dpcl);
     chat_template_free(tmpl);
     json_decref(tok_config);
     for (int k = 0; k < 3; k++) json_decref(cors_json[k]);

@@ -126,8 +126,7 @@ bad:
 
 /* The same for data-parallel engines: each engine's steps into its metrics. */
 static void observe_engine_step(void *ud, int32_t engine_index, const vllm_step_output *out) {
-    (void)engine_index;
-    metrics_on_step(ud, out, vllm_monotonic_time());
+    metrics_on_engine_step(ud, engine_index, out, vllm_monotonic_time());
 }
 
 /* The frontend's step observer (output thread): one engine step into the metrics. */
@@ -413,6 +412,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
+    for (int32_t k = 1; dpcl && k < dp_client_size(dpcl); k++) /* engine="k" series beside engine 0's */
+        if ((rc = metrics_add_engine(mets, k, dp_client_num_gpu_blocks(dpcl, k))) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
     metrics_log_engine_initialized(mets);
     if (otlp_endpoint) { /* spans from the metrics' records: the observer hears every finish */
         tracing_config tc;

@@ -53,7 +53,7 @@ typedef struct dp_eng {
     pid_t pid;                       /* a spawned engine; 0 = remote */
     char rid[32];
     size_t rid_len;
-    int32_t waiting, running;
+    int32_t waiting, running, num_gpu_blocks;
     int64_t adds_sent, adds_acked, routed, live;
     vllm_scheduler_stats stats;
     prefix_set cur, prev;            /* block hashes sent to it, newest and previous generation */
@@ -351,8 +351,13 @@ static vllm_status take_hello(dp_client *c, int32_t k, const void *data, size_t 
                           "engine 0: vocab %d, max_model_len %d)", k, h.info.vocab_size, h.info.max_model_len,
                           h0->info.vocab_size, h0->info.max_model_len);
     e->hello = e->alive = true;
+    e->num_gpu_blocks = h.info.num_gpu_blocks;
     c->num_alive++;
-    if (k == 0 && h0) *h0 = h;
+    if (k == 0 && h0) {
+        *h0 = h;
+        h0->info.kv_cache_dtype = h0->kv_cache_dtype;
+        h0->info.kv_cache_storage_dtype = h0->kv_cache_storage_dtype;
+    }
     if (!c->block_size) c->block_size = h.info.block_size;
     log_info("data parallel engine %d is ready (pid %d%s, %d KV blocks)", k, h.pid, e->pid ? "" : ", remote",
              h.info.num_gpu_blocks);
@@ -500,6 +505,12 @@ void dp_client_free(dp_client *c) {
 }
 
 int64_t dp_client_num_routed(dp_client *c, int32_t k) { return k >= 0 && k < c->n ? c->eng[k].routed : 0; }
+
+int32_t dp_client_size(const dp_client *c) { return c->n; }
+
+int32_t dp_client_num_gpu_blocks(const dp_client *c, int32_t k) {
+    return k >= 0 && k < c->n ? c->eng[k].num_gpu_blocks : 0;
+}
 
 /* ---- the frontend's engine ops -------------------------------------------------------- */
 

@@ -75,8 +75,11 @@ const frontend_engine_ops *dp_client_ops(void);
 /* Frees without a frontend (start-up failed): stops the local engines. */
 void dp_client_free(dp_client *c);
 
-/* Requests each engine was sent so far (for tests and logs). */
+/* Requests each engine was sent so far (for tests and logs); the engine
+ * count; an engine's KV pool in blocks (from its HELLO). */
 int64_t dp_client_num_routed(dp_client *c, int32_t engine_index);
+int32_t dp_client_size(const dp_client *c);
+int32_t dp_client_num_gpu_blocks(const dp_client *c, int32_t engine_index);
 
 /* Headless: runs this node's engines (size_local of them from start_rank)
  * until they end; returns the exit status. */

@@ -65,6 +65,8 @@ int dp_engine_run(const vllm_engine_args *ea, const char *endpoint, int32_t engi
     int64_t num_adds = 0;
     vllm_scheduler_stats last_stats = {0};
 
+    const char *delay = getenv("VLLMC_DEBUG_STEP_DELAY_US"); /* as frontend.h's: a slow engine, for tests */
+    long step_delay_us = delay && *delay ? atol(delay) : 0;
     log_info("data parallel engine %d: loading the model, then connecting to %s", engine_index, endpoint);
     if (vllm_engine_create(ea, &engine) != VLLM_OK) {
         log_error("data parallel engine %d: %s", engine_index, vllm_errmsg());
@@ -166,6 +168,7 @@ int dp_engine_run(const vllm_engine_args *ea, const char *endpoint, int32_t engi
             }
             stepped = true;
             last_stats = out->stats;
+            if (step_delay_us > 0) usleep((useconds_t)step_delay_us);
         } else if (num_ref) {
             none.timestamp = vllm_monotonic_time();
             none.stats.num_running = last_stats.num_running;

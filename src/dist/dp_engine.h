@@ -19,6 +19,9 @@
  * within DP_HEARTBEAT_TIMEOUT_MS), logging why. A failed step exits with
  * status 1 after logging the engine's error; the front end fails that
  * engine's requests and keeps serving on the others.
+ *
+ * Testing hook: VLLMC_DEBUG_STEP_DELAY_US=N slows every step by N
+ * microseconds, as in the frontend (server/frontend.h).
  */
 #ifndef VLLM_DIST_DP_ENGINE_H
 #define VLLM_DIST_DP_ENGINE_H

@@ -58,7 +58,7 @@ OBJCOPY ?= objcopy
 # What a program linking libvllm.a needs after it; vllmc adds libmicrohttpd and GnuTLS (serve, --ssl-*)
 # and libcurl (bench serve).
 LIB_LDLIBS := -lpcre2-8 -ljansson -lxxhash -lutf8proc -lm -pthread
-LDLIBS  += -lmicrohttpd -lgnutls -lcurl $(LIB_LDLIBS)
+LDLIBS  += -lmicrohttpd -lgnutls -lcurl -lzmq $(LIB_LDLIBS)
 # Open MPI (libopenmpi-dev) for tensor/pipeline parallelism (src/dist/tp_*, mpi_*; docs/deploy.md)
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)

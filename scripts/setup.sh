@@ -17,7 +17,8 @@ debs=(build-essential pkg-config libpcre2-dev libjansson-dev libxxhash-dev curl 
       libmicrohttpd-dev libgnutls28-dev openssl libcurl4-openssl-dev python3 python3-numpy python3-torch python3-sentencepiece
       python3-prometheus-client prometheus python3-venv unzip
       nodejs npm chromium  # chromium: the CORS test's headless browser
-      libopenmpi-dev openmpi-bin)  # tensor/pipeline parallelism (src/dist/, docs/deploy.md)
+      libopenmpi-dev openmpi-bin  # tensor/pipeline parallelism (src/dist/, docs/deploy.md)
+      libzmq3-dev iproute2)  # ZeroMQ: data-parallel engines (src/dist/dp_*); iproute2: the netns test
 [ $fuzz -eq 1 ] && debs+=(clang-16 libclang-rt-16-dev)  # clang 14 rejects _Float16 (src/base/dtype.h) on x86
 missing=()
 for p in "${debs[@]}"; do

@@ -28,6 +28,7 @@
 #include "cli/lora_args.h"
 #include "cli/model_alias.h"
 #include "dist/tp_executor.h"
+#include "dist/dp_client.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
@@ -85,6 +86,7 @@ static void usage(FILE *f) {
             "                                  OTEL_* variables as the OpenTelemetry SDK (docs/tracing.md)\n"
             "  --collect-detailed-traces LIST  accepted (needs --otlp-traces-endpoint); adds nothing\n");
     engine_args_usage(f);
+    fputs(dp_client_usage(), f);
 }
 
 /* Flags vLLM has that change nothing here; accepted so scripts keep working. */
@@ -123,6 +125,11 @@ bad:
             "e.g. '[\"*\"]')\n", flag, val, MAX_NAMES);
     json_decref(j);
     return false;
+}
+
+/* The same for data-parallel engines: each engine's steps into its metrics. */
+static void observe_engine_step(void *ud, int32_t engine_index, const vllm_step_output *out) {
+    metrics_on_engine_step(ud, engine_index, out, vllm_monotonic_time());
 }
 
 /* The frontend's step observer (output thread): one engine step into the metrics. */
@@ -176,6 +183,8 @@ int cmd_serve(int argc, char **argv) {
     int cors_num[3] = {0, 0, 0};
     const char *hidden_version = NULL;
     const char *otlp_endpoint = NULL, *detailed_traces = NULL;
+    dp_config dpc;
+    dp_config_init(&dpc);
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];
@@ -186,6 +195,10 @@ int cmd_serve(int argc, char **argv) {
         int rc = engine_args_parse(&ea, argc, argv, &i);
         if (rc < 0) return 2;
         if (rc > 0) continue;
+        if ((rc = dp_client_parse_flag(&dpc, argc, argv, &i)) != 0) {
+            if (rc < 0) return 2;
+            continue;
+        }
         char name[64];
         const char *val = engine_args_flag_name(a, name, sizeof name);
         bool takes;
@@ -345,6 +358,7 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!group) return worker_status;
     }
+    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv); /* engines only */
 
     /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
     sigset_t sigs;
@@ -360,6 +374,7 @@ int cmd_serve(int argc, char **argv) {
     int status = 1;
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
+    dp_client *dpcl = NULL; /* -dp N > 1: engine processes instead of engine */
     frontend *fe = NULL;
     metrics *mets = NULL;
     tracing *tracer = NULL;
@@ -373,14 +388,30 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
-    if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK || (rc = lora_args_load(engine, &ea)) != VLLM_OK) {
-        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+    vllm_engine_info info;
+    vllm_sampling_params dsp;
+    dp_hello hello;
+    if (dpc.size > 1 && ea.enable_lora) {
+        fprintf(stderr, "vllmc serve: --enable-lora with --data-parallel-size %d: adapters are not sent to "
+                        "data-parallel engines yet; use one engine\n", dpc.size);
+        rc = VLLM_ERR_UNSUPPORTED;
         goto out;
     }
-    vllm_engine_info info;
-    vllm_engine_get_info(engine, &info);
-    vllm_sampling_params dsp;
-    vllm_engine_default_sampling_params(engine, &dsp);
+    if (dpc.size > 1) { /* data parallel: engine 0 tells what the engines were built with */
+        if ((rc = dp_client_create(&dpc, argc, argv, &dpcl, &hello)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        info = hello.info;
+        dsp = hello.defaults;
+    } else {
+        if ((rc = vllm_engine_create(&ea, &engine)) != VLLM_OK || (rc = lora_args_load(engine, &ea)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        vllm_engine_get_info(engine, &info);
+        vllm_engine_default_sampling_params(engine, &dsp);
+    }
 
     metrics_config mc;
     metrics_config_init(&mc);
@@ -400,6 +431,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
+    for (int32_t k = 1; dpcl && k < dp_client_size(dpcl); k++) /* engine="k" series beside engine 0's */
+        if ((rc = metrics_add_engine(mets, k, dp_client_num_gpu_blocks(dpcl, k))) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
     metrics_log_engine_initialized(mets);
     if (otlp_endpoint) { /* spans from the metrics' records: the observer hears every finish */
         tracing_config tc;
@@ -416,10 +452,11 @@ int cmd_serve(int argc, char **argv) {
     ctx.num_eos_ids = info.num_eos_token_ids < 8 ? info.num_eos_token_ids : 8;
     memcpy(ctx.eos_ids, info.eos_token_ids, (size_t)ctx.num_eos_ids * sizeof *ctx.eos_ids);
     /* before the engine moves to its thread: the cache is thread-safe */
-    ctx.grammars = engine_grammar_cache(engine);
-    ctx.compile_timeout = engine_compile_timeout(engine);
-    ctx.kv_engine_id = engine_kv_engine_id(engine);
-    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
+    ctx.grammars = engine ? engine_grammar_cache(engine) : NULL;
+    ctx.compile_timeout = engine ? engine_compile_timeout(engine) : 5.0;
+    ctx.kv_engine_id = engine ? engine_kv_engine_id(engine) : NULL;
+    if (!ctx.grammars && dpcl) log_warn("structured outputs are not available with data parallel engines yet");
+    else if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "
@@ -454,14 +491,24 @@ int cmd_serve(int argc, char **argv) {
                  chat_template_content_format(tmpl) == CHAT_CONTENT_OPENAI ? "openai" : "string");
     }
 
-    vllm_engine *eng = engine;
-    engine = NULL; /* the frontend's engine thread owns it now */
-    if ((rc = frontend_create(eng, tok, &fe)) != VLLM_OK) {
-        engine = eng;
-        fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
-        goto out;
+    vllm_engine *local_engine = engine; /* NULL with data-parallel engines; its LoRA calls are thread-safe */
+    if (dpcl) {
+        if ((rc = frontend_create_ops(dp_client_ops(), dpcl, tok, &fe)) != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        dpcl = NULL; /* the frontend's engine thread owns it now */
+        frontend_set_engine_step_observer(fe, observe_engine_step, mets);
+    } else {
+        vllm_engine *eng = engine;
+        engine = NULL; /* the frontend's engine thread owns it now */
+        if ((rc = frontend_create(eng, tok, &fe)) != VLLM_OK) {
+            engine = eng;
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        frontend_set_step_observer(fe, observe_step, mets);
     }
-    frontend_set_step_observer(fe, observe_step, mets);
     ctx.fe = fe;
     ctx.metrics = mets;
     ctx.tracing = tracer;
@@ -471,7 +518,7 @@ int cmd_serve(int argc, char **argv) {
     ctx.served_names = names;
     ctx.num_served_names = num_names;
     ctx.model_root = ea.model;
-    ctx.lora_engine = ea.enable_lora ? eng : NULL; /* its adapter calls are thread-safe */
+    ctx.lora_engine = ea.enable_lora ? local_engine : NULL;
     ctx.lora_parent = lora_args_base_model_name;
     const char *rt_lora = getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
     ctx.allow_runtime_lora = rt_lora && (!strcmp(rt_lora, "1") || !strcasecmp(rt_lora, "true"));
@@ -544,6 +591,7 @@ out:
     metrics_free(mets); /* after everything that feeds it */
     tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);
+    dp_client_free(dpcl);
     chat_template_free(tmpl);
     json_decref(tok_config);
     for (int k = 0; k < 3; k++) json_decref(cors_json[k]);

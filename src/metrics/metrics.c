@@ -120,6 +120,11 @@ struct metrics {
     double start_time, last_finish_time; /* front-end clock; start: first step or scrape */
     bool has_start, any_finish;
 
+    /* data parallel: engines 1.. (metrics_add_engine); an engine's own points at m */
+    metrics *owner;
+    metrics **engines;               /* (num_engines), by add order */
+    int32_t num_engines;
+
     /* logger thread */
     pthread_t logger;
     bool logger_running, logger_stop;
@@ -525,6 +530,13 @@ vllm_status metrics_create(const metrics_config *c, metrics **out) {
 
 void metrics_free(metrics *m) {
     if (!m) return;
+    for (int32_t i = 0; i < m->num_engines; i++) {
+        metrics *e = m->engines[i];
+        free(e->spec_per_pos);
+        free(e->log_spec_per_pos);
+        free(e);
+    }
+    free(m->engines);
     if (m->logger_running) {
         pthread_mutex_lock(&m->log_mu);
         m->logger_stop = true;
@@ -547,7 +559,52 @@ void metrics_free(metrics *m) {
     free(m);
 }
 
+vllm_status metrics_add_engine(metrics *m, int32_t engine_index, int64_t num_gpu_blocks) {
+    if (engine_index <= 0 || m->owner)
+        return vllm_error(VLLM_ERR_INVALID, "metrics: engine %d cannot be added here", engine_index);
+    metrics **grown = realloc(m->engines, ((size_t)m->num_engines + 1) * sizeof *grown);
+    metrics *e = calloc(1, sizeof *e);
+    size_t k = (size_t)m->cfg.num_speculative_tokens;
+    if (grown) m->engines = grown;
+    if (!grown || !e || !(e->spec_per_pos = calloc(k ? k : 1, sizeof *e->spec_per_pos)) ||
+        !(e->log_spec_per_pos = calloc(k ? k : 1, sizeof *e->log_spec_per_pos))) {
+        if (e) free(e->spec_per_pos);
+        free(e);
+        return vllm_error(VLLM_ERR_NOMEM, "metrics: engine %d", engine_index);
+    }
+    /* the owner's strings, registry and request table; its own series and log state */
+    e->cfg = m->cfg;
+    e->cfg.engine_index = engine_index;
+    e->cfg.num_gpu_blocks = num_gpu_blocks;
+    e->model_name = m->model_name;
+    e->hidden_version = m->hidden_version;
+    e->cache_dtype = m->cache_dtype;
+    e->hash_algo = m->hash_algo;
+    e->show_hidden = m->show_hidden;
+    snprintf(e->engine, sizeof e->engine, "%d", engine_index);
+    e->reg = m->reg;
+    e->owner = m;
+    e->last_log_time = m->last_log_time;
+    builder b = {e, VLLM_OK};
+    add_families(&b);
+    if (b.rc != VLLM_OK) {
+        free(e->spec_per_pos);
+        free(e->log_spec_per_pos);
+        free(e);
+        return b.rc;
+    }
+    m->engines[m->num_engines++] = e;
+    return VLLM_OK;
+}
+
+static metrics *engine_of(metrics *m, int32_t engine_index) {
+    for (int32_t i = 0; i < m->num_engines; i++)
+        if (m->engines[i]->cfg.engine_index == engine_index) return m->engines[i];
+    return m;
+}
+
 void metrics_log_engine_initialized(metrics *m) {
+    for (int32_t i = 0; i < m->num_engines; i++) metrics_log_engine_initialized(m->engines[i]);
     if (m->cfg.num_gpu_blocks > 0)
         log_info("Engine %03d: vllm cache_config_info with initialization after num_gpu_blocks is: %lld",
                  m->cfg.engine_index, (long long)m->cfg.num_gpu_blocks);
@@ -723,7 +780,12 @@ static void iteration_clear(stats_iteration *it) {
 }
 
 void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
+    metrics_on_engine_step(m, 0, out, now);
+}
+
+void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_output *out, double now) {
     if (!out) return;
+    metrics *e = engine_index ? engine_of(m, engine_index) : m;
     pthread_mutex_lock(&m->req_mu);
     if (stats_update(m->st, out, now, &m->it) != VLLM_OK) {
         /* out of memory for the scratch: keep the scheduler stats at least */
@@ -731,8 +793,8 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
         iteration_clear(&m->it);
     }
     prom_lock(m->reg);
-    record_scheduler_locked(m, out, &m->it, now);
-    record_iteration_locked(m, &m->it, now);
+    record_scheduler_locked(e, out, &m->it, now);
+    record_iteration_locked(e, &m->it, now);
     prom_unlock(m->reg);
     notify_finished(m, &m->it);
     pthread_mutex_unlock(&m->req_mu);
@@ -787,9 +849,12 @@ vllm_status metrics_render(metrics *m, double now, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
     prom_lock(m->reg);
-    note_time(m, now);
-    prom_gauge_set(m->queue_delay, queue_delay_locked(m, now));
-    if (m->gpu_prefix_hit_rate) prom_gauge_set(m->gpu_prefix_hit_rate, prefix_hit_rate_locked(m));
+    for (int32_t i = -1; i < m->num_engines; i++) {
+        metrics *e = i < 0 ? m : m->engines[i];
+        note_time(e, now);
+        prom_gauge_set(e->queue_delay, queue_delay_locked(e, now));
+        if (e->gpu_prefix_hit_rate) prom_gauge_set(e->gpu_prefix_hit_rate, prefix_hit_rate_locked(e));
+    }
     prom_unlock(m->reg);
 
     prom_buf b = {0};
@@ -871,6 +936,7 @@ static void *logger_main(void *arg) {
         if (rc != ETIMEDOUT && clock_now() < next) continue; /* spurious wake-up */
         pthread_mutex_unlock(&m->log_mu);
         metrics_log_stats(m, clock_now());
+        for (int32_t i = 0; i < m->num_engines; i++) metrics_log_stats(m->engines[i], clock_now());
         pthread_mutex_lock(&m->log_mu);
         next += interval;
         double now = clock_now();

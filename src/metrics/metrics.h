@@ -90,6 +90,17 @@ vllm_status metrics_create(const metrics_config *c, metrics **out);
 /* Stops the logger thread, frees everything. NULL is a no-op. */
 void metrics_free(metrics *m);
 
+/* Data parallel (dist/dp_client.h): m is engine 0 (cfg.engine_index 0);
+ * this adds engine engine_index (> 0) with its pool of num_gpu_blocks, whose
+ * vllm:* series carry engine="<index>" in the same families, so one
+ * metrics_render serves every engine. The request table, HTTP and process
+ * metrics stay m's; each engine's steps go to metrics_on_engine_step, and
+ * the stats logger writes one "Engine NNN" line per engine. Call before the
+ * first request; m frees the engines. */
+vllm_status metrics_add_engine(metrics *m, int32_t engine_index, int64_t num_gpu_blocks);
+/* metrics_on_step for the step engine_index made (0: m's own). */
+void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_output *out, double now);
+
 /* vLLM's "Engine 000: vllm cache_config_info with initialization after
  * num_gpu_blocks is: N" (INFO), once at start-up. */
 void metrics_log_engine_initialized(metrics *m);

@@ -261,6 +261,19 @@ vllm_status prom_family_add(prom_registry *r, const char *name, const char *help
                                   buckets[i]);
     } else num_buckets = 0;
 
+    size_t base = strlen(name);
+    if (type == PROM_COUNTER && base > 6 && !strcmp(name + base - 6, "_total")) base -= 6;
+    pthread_mutex_lock(&r->mu);
+    for (prom_family *g = r->head; g; g = g->next) /* registered before: the same family */
+        if (strlen(g->name) == base && !strncmp(g->name, name, base)) {
+            pthread_mutex_unlock(&r->mu);
+            if (g->type != type || g->num_labels != num_labels)
+                return vllm_error(VLLM_ERR_INVALID, "prom: %s registered twice with different types or labels", name);
+            *out = g;
+            return VLLM_OK;
+        }
+    pthread_mutex_unlock(&r->mu);
+
     prom_family *f = calloc(1, sizeof *f);
     if (!f) return vllm_error(VLLM_ERR_NOMEM, "prom: family %s", name);
     size_t nlen = strlen(name);

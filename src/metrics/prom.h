@@ -77,7 +77,9 @@ void prom_registry_free(prom_registry *r);
  * not starting with "__", and not "le" on a histogram. buckets: histograms
  * only, ascending finite upper bounds (+Inf is implicit). Families are written
  * in registration order. Not thread-safe with respect to other registrations;
- * register everything at start-up. */
+ * register everything at start-up. A name registered again (with the same
+ * type and label count) returns the first family: several engines' series
+ * share one family (metrics_add_engine). */
 vllm_status prom_family_add(prom_registry *r, const char *name, const char *help, prom_type type,
                             const char *const *label_names, int32_t num_labels,
                             const double *buckets, int32_t num_buckets, prom_family **out);

@@ -71,6 +71,7 @@ typedef struct fe_added { fe_req *req; vllm_status rc; size_t err_off; } fe_adde
 typedef struct fe_batch {
     struct fe_batch *next;
     bool has_step, fatal;
+    int32_t engine_index;
     double timestamp;
     vllm_scheduler_stats stats;
     fe_added *added;
@@ -91,7 +92,8 @@ typedef struct fe_batch {
 } fe_batch;
 
 struct frontend {
-    vllm_engine *engine; /* engine thread only */
+    frontend_engine_ops ops;
+    void *engine; /* engine thread only (ops.wake: any thread, under mu) */
     pthread_t engine_thread, output_thread;
     bool threads_started;
 
@@ -103,6 +105,7 @@ struct frontend {
     bool stop_engine, stop_output, shutting_down, abort_all, dead;
     long step_delay_us; /* VLLMC_DEBUG_STEP_DELAY_US: a slow engine, for tests */
     frontend_step_fn observer; /* set before any request; output thread */
+    frontend_engine_step_fn engine_observer;
     void *observer_ud;
     int64_t num_live;
     vllm_scheduler_stats stats;
@@ -134,6 +137,7 @@ static void push_cmd(frontend *f, cmd *c) {
     else f->cmd_head = c;
     f->cmd_tail = c;
     pthread_cond_signal(&f->engine_cv);
+    if (f->ops.wake) f->ops.wake(f->engine);
 }
 
 static cmd *cmd_new(cmd_kind kind, const char *id, int32_t index) {
@@ -296,15 +300,15 @@ static void apply_cmd(frontend *f, fe_batch *b, cmd *c, bool dead) {
         }
         vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt, .structured_outputs = r->so,
                                   .lora_name = r->lora_name};
-        rc = vllm_engine_add_request(f->engine, r->id, r->prompt_ids, r->num_prompt, &r->sp, &opts);
+        rc = f->ops.add(f->engine, r->id, r->prompt_ids, r->num_prompt, &r->sp, &opts);
         note_added(b, r, rc, rc == VLLM_OK ? NULL : vllm_errmsg());
         break;
     }
     case CMD_ABORT:
-        if (!dead) vllm_engine_abort_request(f->engine, c->id); /* NOT_FOUND: already finished */
+        if (!dead) f->ops.abort(f->engine, c->id); /* NOT_FOUND: already finished */
         break;
     case CMD_STOP_SEQ:
-        if (!dead) vllm_engine_stop_sequence(f->engine, c->id, c->index);
+        if (!dead) f->ops.stop_sequence(f->engine, c->id, c->index);
         break;
     }
 }
@@ -356,10 +360,12 @@ static void *engine_main(void *arg) {
             else batch_put(f, b);
             break;
         }
-        busy = !dead && vllm_engine_has_unfinished(f->engine);
+        busy = !dead && f->ops.has_unfinished(f->engine);
         if (busy) {
             const vllm_step_output *out = NULL;
-            vllm_status rc = vllm_engine_step(f->engine, &out);
+            int32_t engine_index = 0;
+            vllm_status rc = f->ops.step(f->engine, &out, &engine_index);
+            b->engine_index = engine_index;
             if (rc != VLLM_OK) {
                 log_error("engine step failed, the engine is dead: %s", vllm_errmsg());
                 dead = true;
@@ -368,7 +374,7 @@ static void *engine_main(void *arg) {
                 pthread_mutex_lock(&f->mu);
                 f->dead = true;
                 pthread_mutex_unlock(&f->mu);
-            } else if (!batch_copy_step(b, out)) {
+            } else if (out && !batch_copy_step(b, out)) {
                 log_error("frontend: out of memory copying a step's outputs; the engine is stopped");
                 dead = true;
                 busy = false;
@@ -377,7 +383,7 @@ static void *engine_main(void *arg) {
                 f->dead = true;
                 pthread_mutex_unlock(&f->mu);
             }
-            if (!dead) busy = vllm_engine_has_unfinished(f->engine);
+            if (!dead) busy = f->ops.has_unfinished(f->engine);
             if (f->step_delay_us > 0) {
                 struct timespec ts = {f->step_delay_us / 1000000, (f->step_delay_us % 1000000) * 1000};
                 nanosleep(&ts, NULL);
@@ -482,7 +488,7 @@ static void handle_step(frontend *f, fe_batch *b) {
         log_error("frontend: out of memory handling a step; its outputs are lost: %s", vllm_errmsg());
         return;
     }
-    if (b->has_step && f->observer) {
+    if (b->has_step && (f->observer || f->engine_observer)) {
         bool saved = buf_grow((void **)&f->engine_finish, &f->cap_engine_finish, b->n_outs,
                               sizeof *f->engine_finish) == VLLM_OK;
         for (int32_t i = 0; saved && i < res->num_deltas; i++) {
@@ -491,7 +497,8 @@ static void handle_step(frontend *f, fe_batch *b) {
             f->engine_finish[d->output_index] = b->outs[d->output_index].finish_reason;
             b->outs[d->output_index].finish_reason = d->finish_reason;
         }
-        f->observer(f->observer_ud, &view);
+        if (f->observer) f->observer(f->observer_ud, &view);
+        else f->engine_observer(f->observer_ud, b->engine_index, &view);
         for (int32_t i = 0; saved && i < res->num_deltas; i++) {
             const output_delta *d = &res->deltas[i];
             if (d->output_index >= 0 && d->finish_reason != VLLM_FINISH_NONE)
@@ -556,7 +563,26 @@ static void *output_main(void *arg) {
 
 /* ---- public -------------------------------------------------------------------- */
 
+static vllm_status local_add(void *e, const char *id, const int32_t *p, int32_t n, const vllm_sampling_params *sp,
+                             const vllm_request_opts *opts) {
+    return vllm_engine_add_request(e, id, p, n, sp, opts);
+}
+static vllm_status local_abort(void *e, const char *id) { return vllm_engine_abort_request(e, id); }
+static vllm_status local_stop(void *e, const char *id, int32_t index) { return vllm_engine_stop_sequence(e, id, index); }
+static bool local_has_unfinished(void *e) { return vllm_engine_has_unfinished(e); }
+static vllm_status local_step(void *e, const vllm_step_output **out, int32_t *engine_index) {
+    *engine_index = 0;
+    return vllm_engine_step(e, out);
+}
+static void local_free(void *e) { vllm_engine_free(e); }
+
 vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend **out) {
+    static const frontend_engine_ops local = {local_add, local_abort, local_stop, local_has_unfinished,
+                                              local_step, NULL, local_free};
+    return frontend_create_ops(&local, engine, tok, out);
+}
+
+vllm_status frontend_create_ops(const frontend_engine_ops *ops, void *engine, const tokenizer *tok, frontend **out) {
     *out = NULL;
     frontend *f = calloc(1, sizeof *f);
     if (!f) return vllm_error(VLLM_ERR_NOMEM, "frontend: out of memory");
@@ -565,6 +591,7 @@ vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend 
         free(f);
         return rc;
     }
+    f->ops = *ops;
     f->engine = engine;
     const char *delay = getenv("VLLMC_DEBUG_STEP_DELAY_US");
     if (delay && *delay) {
@@ -624,7 +651,7 @@ void frontend_free(frontend *f) {
         next = b->next;
         batch_destroy(b);
     }
-    vllm_engine_free(f->engine);
+    if (f->engine) f->ops.free(f->engine);
     output_processor_free(f->op);
     free(f->engine_finish);
     pthread_mutex_destroy(&f->mu);
@@ -714,6 +741,13 @@ bool frontend_wait_idle(frontend *f, double seconds) {
 void frontend_set_step_observer(frontend *f, frontend_step_fn fn, void *ud) {
     pthread_mutex_lock(&f->mu);
     f->observer = fn;
+    f->observer_ud = ud;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void frontend_set_engine_step_observer(frontend *f, frontend_engine_step_fn fn, void *ud) {
+    pthread_mutex_lock(&f->mu);
+    f->engine_observer = fn;
     f->observer_ud = ud;
     pthread_mutex_unlock(&f->mu);
 }

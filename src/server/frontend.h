@@ -38,6 +38,28 @@ typedef struct frontend frontend;
  * thread (nothing else may touch it; frontend_free frees it). tok is
  * borrowed and must outlive f. */
 vllm_status frontend_create(vllm_engine *engine, const tokenizer *tok, frontend **out);
+/* The engine behind a frontend: the local vllm_engine (frontend_create), or
+ * something that acts like one, such as the data-parallel client that talks
+ * to engine processes (dist/dp_client.h). Called on the engine thread only,
+ * except wake. step may set *out to NULL: nothing arrived (a remote engine
+ * had nothing to report within its wait); *engine_index says which engine
+ * produced a step (0 for a local one). wake (may be NULL) is called, under
+ * the frontend's lock, whenever a command is queued, so a step waiting on
+ * sockets can return early. */
+typedef struct frontend_engine_ops {
+    vllm_status (*add)(void *e, const char *request_id, const int32_t *prompt_ids, int32_t num_prompt_ids,
+                       const vllm_sampling_params *sp, const vllm_request_opts *opts);
+    vllm_status (*abort)(void *e, const char *request_id);
+    vllm_status (*stop_sequence)(void *e, const char *request_id, int32_t index);
+    bool (*has_unfinished)(void *e);
+    vllm_status (*step)(void *e, const vllm_step_output **out, int32_t *engine_index);
+    void (*wake)(void *e);
+    void (*free)(void *e);
+} frontend_engine_ops;
+
+/* frontend_create over any engine; ops is copied, e moves to the frontend. */
+vllm_status frontend_create_ops(const frontend_engine_ops *ops, void *e, const tokenizer *tok, frontend **out);
+
 /* Aborts what is left, joins both threads, frees the engine. NULL: no-op. */
 void frontend_free(frontend *f);
 
@@ -91,6 +113,9 @@ bool frontend_wait_idle(frontend *f, double seconds);
  * before the first request. */
 typedef void (*frontend_step_fn)(void *ud, const vllm_step_output *out);
 void frontend_set_step_observer(frontend *f, frontend_step_fn fn, void *ud);
+/* The same with the index of the engine that made the step (data parallel). */
+typedef void (*frontend_engine_step_fn)(void *ud, int32_t engine_index, const vllm_step_output *out);
+void frontend_set_engine_step_observer(frontend *f, frontend_engine_step_fn fn, void *ud);
 
 typedef struct frontend_stats {
     vllm_scheduler_stats sched;          /* of the latest step */

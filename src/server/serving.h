@@ -74,6 +74,11 @@ typedef struct serving_ctx {
      * NULL: constrained requests get a 400. */
     grammar_cache *grammars;
     double compile_timeout;
+    /* --enable-auto-tool-choice, --tool-call-parser, --reasoning-parser
+     * (server/tool_parser.h's kinds; 0 = none) */
+    bool enable_auto_tool_choice;
+    int tool_call_parser;
+    int reasoning_parser;
 } serving_ctx;
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
@@ -136,6 +141,8 @@ typedef struct serving_choice {
     vllm_finish_reason finish_reason;
     char *stop_str;              /* stop_reason when a string */
     int32_t stop_token_id;       /* stop_reason when a token id, else -1 */
+    void *parse;                 /* stream: chat's tool / reasoning parser state, freed with parse_free */
+    void (*parse_free)(void *parse);
 } serving_choice;
 
 typedef struct serving_prompt {

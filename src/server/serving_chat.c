@@ -41,6 +41,7 @@
 #include "sample/sampler.h"
 #include "server/serving.h"
 #include "server/tool_parser.h"
+#include "structured/structured.h"
 #include "template/chat_template.h"
 
 static json_t *ids_json(const int32_t *ids, int32_t n) {
@@ -596,6 +597,37 @@ static json_t *chat_final(serving_call *c) {
     return j;
 }
 
+/* --reasoning-parser: a constraint applies once the reasoning has ended,
+ * as vLLM starts the grammar after the parser's end token. The prompt
+ * holding "</think>" already (vLLM: the end token among the prompt's ids)
+ * means it has; otherwise the constraint becomes GBNF behind free text
+ * that ends with "</think>" (st_gbnf_after_text). */
+static bool constrain_after_reasoning(serving_ctx *ctx, openai_request *req, const int32_t *ids, int32_t n,
+                                      openai_error *e) {
+    if (!ctx->reasoning_parser || req->structured.kind == VLLM_STRUCTURED_NONE) return true;
+    char *text = NULL;
+    size_t len = 0;
+    bool ended = tokenizer_decode(ctx->tok, ids, n, false, &text, &len) == VLLM_OK && strstr(text, "</think>");
+    free(text);
+    if (ended) return true;
+    const char *field = req->structured_field ? req->structured_field : "structured_outputs";
+    st_spec spec;
+    strbuf g = {0}, w = {0};
+    vllm_status rc = grammar_cache_spec(&req->structured, &spec);
+    if (!rc) rc = st_spec_to_gbnf(&spec, &g);
+    if (!rc) rc = st_gbnf_after_text(g.s ? g.s : "", g.len, "</think>", &w);
+    free(g.s);
+    if (rc) {
+        free(w.s);
+        return openai_fail(e, 400, "BadRequestError", field, "%s: %s", field, vllm_errmsg());
+    }
+    free((char *)req->structured.text);
+    req->structured.kind = VLLM_STRUCTURED_GRAMMAR;
+    req->structured.text = w.s;
+    req->structured.len = w.len;
+    return true;
+}
+
 static const serving_format chat_format = {chat_begin, chat_delta, chat_final, NULL, NULL, NULL};
 
 void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req) {
@@ -640,6 +672,7 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
     }
     if (!serving_chat_prompt(ctx, req, &prompt->ids, &prompt->num_ids, &e)) goto fail;
     serving_truncate_prompt(ctx, req, prompt->ids, &prompt->num_ids);
+    if (!constrain_after_reasoning(ctx, req, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!serving_check_prompt_ids(ctx, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, prompt->num_ids,
                                         ctx->max_logprobs, &prompt->sp, &e))

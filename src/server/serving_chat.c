@@ -25,12 +25,18 @@
  * required -> one call per array item, arguments json.dumps(parameters) as
  * Python writes it, finish_reason "tool_calls" (vLLM's stream says that,
  * its non-stream response "stop"; we say "tool_calls" in both, as OpenAI
- * does). Streaming: named streams argument deltas (the first with the
- * call's id, type and name), as vLLM; required sends its calls whole in the
- * choice's last chunk (vLLM parses partial JSON to stream them piecewise).
- * "auto" needs a tool parser vLLM enables with flags we do not have and gets
- * vLLM's own refusal. Tools are shown to the template either way, as vLLM's
- * model_dump() of them.
+ * does). "auto" with --enable-auto-tool-choice --tool-call-parser NAME
+ * parses the model's own format (tool_parser.c: hermes, llama3_json) into
+ * tool_calls and content, finish_reason "tool_calls" when it made calls;
+ * without the flags it gets vLLM's refusal. Streaming: named streams
+ * argument deltas (the first with the call's id, type and name), as vLLM;
+ * required and auto stream each call when it is complete, as
+ * {index, id, type, function.name} then {index, function.arguments}.
+ * --reasoning-parser splits <think>...</think> off as reasoning_content
+ * (streamed as delta.reasoning_content) before the tool parser sees the
+ * rest, and makes a constraint wait for the reasoning's end
+ * (constrain_after_reasoning). Tools are shown to the template either way,
+ * as vLLM's model_dump() of them.
  */
 #include <stdlib.h>
 #include <string.h>

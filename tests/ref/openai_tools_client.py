@@ -2,11 +2,11 @@
 `vllmc serve` (stories260K served as "tiny"), driven by the official openai
 Python client: tests/test_server_tools_py.sh.
 
-    .venv/bin/python tests/ref/openai_tools_client.py TOOLS_URL REASONING_URL
+    .venv/bin/python tests/ref/openai_tools_client.py TOOLS_URL REASONING_URL LLAMA_URL
 
 TOOLS_URL: a server with --enable-auto-tool-choice --tool-call-parser
 hermes; REASONING_URL: one with --reasoning-parser deepseek_r1 (and no tool
-parser). stories260K never writes a tool call by itself, so the auto checks
+parser); LLAMA_URL: one with --tool-call-parser llama3_json. stories260K never writes a tool call by itself, so the auto checks
 force the model's text with a regex (structured outputs apply with
 tool_choice auto, as in vLLM) and then check what the hermes parser made of
 it against this file's own reading of vLLM's rules (its regex, json.loads,
@@ -21,7 +21,8 @@ import sys
 import jsonschema
 import openai
 
-tools_url, reasoning_url = sys.argv[1], sys.argv[2]
+tools_url, reasoning_url, llama_url = sys.argv[1], sys.argv[2], sys.argv[3]
+L = openai.OpenAI(base_url=llama_url + "/v1", api_key="unused", max_retries=0, timeout=120)
 T = openai.OpenAI(base_url=tools_url + "/v1", api_key="unused", max_retries=0, timeout=120)
 R = openai.OpenAI(base_url=reasoning_url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
@@ -55,6 +56,21 @@ def hermes_expected(text):
         calls.append((obj["name"], json.dumps(obj["arguments"], ensure_ascii=False)))
     content = text[:text.find("<tool_call>")]
     return calls, content or None
+
+
+def llama3_expected(text):
+    """vLLM 0.11's Llama3JsonToolParser.extract_tool_calls, read from its source."""
+    if not ("<|python_tag|>" in text or "{" in text):
+        return [], text
+    m = re.search(r'{[^{}]*(?:{[^{}]*}[^{}]*)*}(?:\s*;\s*{[^{}]*(?:{[^{}]*}[^{}]*)*})*', text, re.DOTALL)
+    if not m:
+        return [], text
+    calls = []
+    for part in (p.strip() for p in m.group(0).split(";")):
+        if part:
+            obj = json.loads(part)
+            calls.append((obj["name"], json.dumps(obj["arguments"] if "arguments" in obj else obj["parameters"])))
+    return calls, None
 
 
 def accumulate(stream):
@@ -113,6 +129,23 @@ def auto_hermes_stream():
     if not all(shapes) or any(not x["id"].startswith("chatcmpl-tool-") for x in calls):
         return "a call's first delta lacks its id, type or name"
     return None if finish == "tool_calls" else f"finish_reason {finish}"
+
+
+def auto_llama3_json():
+    force = (r'\{"name": "get_weather", "parameters": \{"city": "Z\u00fcrich", "days": [1-7]\}\}; '
+             r'\{"name": "get_time", "arguments": \{\}\}')
+    kw = dict(model="tiny", messages=MSGS, tools=TOOLS, temperature=0, max_tokens=200,
+              extra_body={"structured_outputs": {"regex": force}})
+    text = L.chat.completions.create(tool_choice="none", **kw).choices[0].message.content
+    want_calls, want_content = llama3_expected(text)
+    c = L.chat.completions.create(tool_choice="auto", **kw).choices[0]
+    if msg_calls(c.message) != want_calls or len(want_calls) != 2 or c.message.content != want_content:
+        return f"{msg_calls(c.message)} / {c.message.content!r} != {want_calls} / {want_content!r} (text {text!r})"
+    content, _, calls, finish, shapes = accumulate(L.chat.completions.create(tool_choice="auto", stream=True, **kw))
+    got = [(x["name"], x["arguments"]) for x in calls]
+    if got != want_calls or content or not all(shapes):
+        return f"streamed {got} / {content!r}"
+    return None if finish == c.finish_reason == "tool_calls" else f"finish {finish} / {c.finish_reason}"
 
 
 def auto_no_call():
@@ -231,6 +264,7 @@ def structural_tag_bad():
 
 check("py_tools_auto_hermes", auto_hermes)
 check("py_tools_auto_hermes_stream", auto_hermes_stream)
+check("py_tools_auto_llama3_json", auto_llama3_json)
 check("py_tools_auto_no_call", auto_no_call)
 check("py_tools_required_stream", required_stream)
 check("py_tools_named_stream", named_stream)

@@ -146,11 +146,16 @@ TEST(test_whitespace_pattern) {
 }
 
 TEST(test_whitespace_bounded) {
-    /* at most 20 whitespace characters between two tokens (ST_SCHEMA_MAX_WS) */
-    char ok[64], bad[64];
+    /* a pretty-printer's whitespace between two tokens: at most one line
+     * break, then at most 20 spaces or tabs (ST_SCHEMA_MAX_WS) */
+    char ok[64], bad[64], ok_nl[64], bad_nl[64];
     snprintf(ok, sizeof ok, "+[1,%20s2]", "");
     snprintf(bad, sizeof bad, "-[1,%21s2]", "");
-    expect("{\"type\": \"array\"}", NULL, (const char *const[]){ok, bad, "-[1, 2] ", "- [1, 2]", NULL});
+    snprintf(ok_nl, sizeof ok_nl, "+[\n%20s1,\r\n\t2\n]", "");
+    snprintf(bad_nl, sizeof bad_nl, "-[1,\n%21s2]", "");
+    expect("{\"type\": \"array\"}", NULL,
+           (const char *const[]){ok, bad, ok_nl, bad_nl, "+[\n  [\n    1\n  ],\n  2\n]", "-[1,\n\n2]", "-[1, \n2]",
+                                 "-[1,\r2]", "-[1, 2] ", "- [1, 2]", NULL});
 }
 
 TEST(test_json_object_kind) {

@@ -143,8 +143,9 @@ print("ok" if xs and not errs else "; ".join(errs[:3]) or "no outputs")' "$2")
   validate tools_named_stream "$PARAMS" '.[]'
   STREAM=$(curl -s -N --max-time 60 $U$CH -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"weather"}],"max_tokens":100,"seed":1,"stream":true,"logit_bias":{"509":30,"96":30},"tools":'"$TOOLS"',"tool_choice":"required","structured_outputs":{"disable_any_whitespace":true}}')
-  BODY=$(printf '%s' "$STREAM" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -s -c '.[-1].choices[0]')
-  check tools_required_stream '.finish_reason == "tool_calls" and (.delta.tool_calls | length) >= 1 and (.delta.tool_calls[0].index == 0) and (.delta.tool_calls[0].function.arguments | fromjson | type) == "object"'
+  # each call streams as its array item closes: {index, id, type, function.name}, then its arguments
+  BODY=$(printf '%s' "$STREAM" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -s -c '{fr: .[-1].choices[0].finish_reason, tcs: [.[] | .choices[0].delta.tool_calls // empty | .[]]}')
+  check tools_required_stream '.fr == "tool_calls" and (.tcs | length) >= 2 and .tcs[0].index == 0 and (.tcs[0].id | startswith("chatcmpl-tool-")) and ([.tcs[] | select(.index == 0) | .function.arguments // ""] | add | fromjson | type) == "object"'
 fi
 
 # ---- bad input: 400 naming the problem --------------------------------------------

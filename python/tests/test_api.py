@@ -132,6 +132,27 @@ def test_engine_checks_as_vllm(llm):
     assert llm.generate("Once", SamplingParams(max_tokens=3), use_tqdm=False)[0].outputs[0].token_ids
 
 
+def test_structural_tag(llm):
+    """structured_outputs.structural_tag (vLLM's JSON string): free text until a
+    trigger, then the structure's begin, JSON per its schema and its end; a
+    structure whose begin starts with no trigger is refused with that message."""
+    import json as _json
+    import re
+    from vllmc import SamplingParams, StructuredOutputsParams
+    tag = {"structures": [{"begin": "<f>", "schema": {"enum": [1, 2]}, "end": "</f>"}], "triggers": ["<f"]}
+    for seed in range(3):
+        sp = SamplingParams(max_tokens=40, temperature=1, seed=seed,
+                            structured_outputs=StructuredOutputsParams(structural_tag=_json.dumps(tag)))
+        text = llm.generate("Once upon a time", sp, use_tqdm=False)[0].outputs[0].text
+        rest = re.sub(r"<f>[12]</f>", "", text)
+        cut = rest[rest.find("<f"):] if "<f" in rest else ""  # a structure cut short by max_tokens
+        assert not cut or "<f>1</f>".startswith(cut) or "<f>2</f>".startswith(cut), text
+    bad = dict(tag, triggers=["<g"])
+    sp = SamplingParams(max_tokens=5, structured_outputs=StructuredOutputsParams(structural_tag=_json.dumps(bad)))
+    with pytest.raises(Exception, match="does not start with any of the triggers"):
+        llm.generate("x", sp, use_tqdm=False)
+
+
 def test_not_implemented_features(llm):
     from vllmc import LLM, BeamSearchParams, LoRARequest, SamplingParams, StructuredOutputsParams
     cases = [
@@ -140,8 +161,6 @@ def test_not_implemented_features(llm):
         (lambda: llm.generate("x", SamplingParams(), lora_request=LoRARequest("a", 1, "/tmp")), "LoRA"),
         (lambda: LLM(STORIES, tensor_parallel_size=2), "tensor parallelism"),
         (lambda: LLM(STORIES, enable_lora=True), "LoRA"),
-        (lambda: llm.generate("x", SamplingParams(structured_outputs=StructuredOutputsParams(structural_tag="{}")),
-                              use_tqdm=False), "structural_tag"),
         (lambda: llm.generate("x", SamplingParams(prompt_logprobs=1), use_tqdm=False), "prompt logprobs"),
         (lambda: LLM(STORIES, speculative_config={"method": "eagle", "num_speculative_tokens": 2}), "eagle"),
         (lambda: llm.embed("x"), "pooling"),

@@ -7,7 +7,7 @@ engine). generate() hands every prompt to the engine at once and returns
 one RequestOutput per prompt in input order; chat() renders each
 conversation with the model's chat template and generates from it. What
 vllm.c does not implement yet in the package raises NotImplementedError
-naming it: LoRA, tensor/pipeline parallelism, structural_tag, prompt
+naming it: LoRA, tensor/pipeline parallelism, prompt
 logprobs, pooling (encode/embed/classify/score/reward), sleep mode,
 profiling. Arguments vLLM takes that mean nothing on this CPU engine
 (gpu_memory_utilization, swap_space, enforce_eager, cpu_offload_gb,

@@ -6,7 +6,7 @@ _verify_greedy_sampling). The ranges our engine checks again when a
 request is added (src/sample/sampling_params.c) carry the same messages.
 
 Every field exists; what the package does not pass to the engine yet
-(structural_tag, prompt_logprobs, allowed_token_ids, bad_words,
+(prompt_logprobs, allowed_token_ids, bad_words,
 logits_processors, spaces_between_special_tokens=False) is accepted here
 and refused by LLM.generate with NotImplementedError naming the field,
 never dropped silently.
@@ -240,9 +240,6 @@ class SamplingParams:
         """The first field set to something the engine does not implement, as a message."""
         if self.best_of is not None and self.best_of != (self._real_n or self.n):
             return None  # vLLM's own ValueError, raised by LLM
-        so = self.structured_outputs
-        if so is not None and so.structural_tag is not None:
-            return "structured outputs' structural_tag"
         if self.prompt_logprobs is not None:
             return "prompt logprobs (SamplingParams.prompt_logprobs)"
         if self.allowed_token_ids is not None:
@@ -287,9 +284,11 @@ class SamplingParams:
             kind, text = 4, _json.dumps(list(so.choice))
         elif so.grammar is not None:
             kind, text = 5, so.grammar
+        elif so.structural_tag is not None:  # vLLM's JSON string {structures: [{begin, schema, end}], triggers}
+            kind, text = 6, so.structural_tag
         else:
-            raise ValueError("StructuredOutputsParams: no constraint is set (json, regex, choice, grammar or "
-                             "json_object)")
+            raise ValueError("StructuredOutputsParams: no constraint is set (json, regex, choice, grammar, "
+                             "json_object or structural_tag)")
         return (kind, text, bool(so.disable_any_whitespace), so.whitespace_pattern)
 
 

@@ -34,6 +34,7 @@
 #include "metrics/tracing.h"
 #include "server/api_server.h"
 #include "server/serving.h"
+#include "server/tool_parser.h"
 #include "template/chat_template.h"
 
 #define MAX_NAMES 16
@@ -60,6 +61,10 @@ static void usage(FILE *f) {
             "                                  tokenizer_config.json or the GGUF metadata)\n"
             "  --trust-request-chat-template   allow chat_template in requests\n"
             "  --response-role ROLE            role of generated chat messages (assistant)\n"
+            "  --enable-auto-tool-choice       tool_choice \"auto\": parse the model's own tool calls\n"
+            "  --tool-call-parser NAME         their format: hermes | llama3_json (docs/tool_calling.md)\n"
+            "  --reasoning-parser NAME         split <think>...</think> into reasoning_content:\n"
+            "                                  qwen3 | deepseek_r1\n"
             "  --max-logprobs N                most logprobs a request may ask for (20)\n"
             "  --enable-force-include-usage    usage chunk on every stream\n"
             "  --enable-log-requests           log each request's parameters\n"
@@ -172,6 +177,8 @@ int cmd_serve(int argc, char **argv) {
     int32_t max_logprobs = VLLM_MAX_LOGPROBS;
     int64_t max_body = 32 << 20;
     int64_t max_queued = 1024;
+    bool auto_tools = false;
+    const char *tool_parser_name = NULL, *reasoning_parser_name = NULL;
     bool trust_template = false, force_usage = false, log_requests = false, access_log = true;
     bool log_stats = true;
     bool allow_credentials = false, request_id_headers = false, log_outputs = false;
@@ -234,6 +241,11 @@ int cmd_serve(int argc, char **argv) {
                          !strcmp(name, "--return-tokens-as-token-ids") ||
                          !strcmp(name, "--enable-prompt-tokens-details") ||
                          !strcmp(name, "--enable-request-id-headers");
+        if (!strcmp(name, "--enable-auto-tool-choice")) {
+            auto_tools = true;
+            i++;
+            continue;
+        }
         if (flag_only) {
             if (name[2] == 't') trust_template = true;
             else if (!strcmp(name, "--allow-credentials")) allow_credentials = true;
@@ -260,7 +272,7 @@ int cmd_serve(int argc, char **argv) {
                                              "--show-hidden-metrics-for-version", "--max-num-queued-reqs",
                                              "--otlp-traces-endpoint", "--collect-detailed-traces",
                                              "--allowed-origins", "--allowed-methods", "--allowed-headers",
-                                             "--max-log-len", NULL};
+                                             "--max-log-len", "--tool-call-parser", "--reasoning-parser", NULL};
         bool known = false;
         for (const char *const *f = valued; *f; f++) known |= !strcmp(name, *f);
         if (!known) {
@@ -284,6 +296,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "--ssl-ca-certs")) ssl_ca_certs = val;
         else if (!strcmp(name, "--chat-template")) chat_template_arg = val;
         else if (!strcmp(name, "--response-role")) role = val;
+        else if (!strcmp(name, "--tool-call-parser")) tool_parser_name = val;
+        else if (!strcmp(name, "--reasoning-parser")) reasoning_parser_name = val;
         else if (!strcmp(name, "--otlp-traces-endpoint")) otlp_endpoint = val;
         else if (!strcmp(name, "--collect-detailed-traces")) detailed_traces = val;
         else if (!strncmp(name, "--allowed-", 10)) {
@@ -325,6 +339,23 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(name, "--max-log-len")) {
             max_log_len = num > INT32_MAX ? INT32_MAX : (int32_t)num;
         }
+    }
+    /* vLLM's validate_parsed_serve_args and --reasoning-parser's choices */
+    tool_parser_kind tool_parser = TOOL_PARSER_NONE;
+    reasoning_parser_kind reasoning_parser = REASONING_PARSER_NONE;
+    if (auto_tools && !tool_parser_name) {
+        fprintf(stderr, "vllmc serve: Error: --enable-auto-tool-choice requires --tool-call-parser\n");
+        return 2;
+    }
+    if (tool_parser_name && !tool_parser_kind_from_name(tool_parser_name, &tool_parser)) {
+        fprintf(stderr, "vllmc serve: invalid tool call parser: %s (chose from { hermes,llama3_json,llama4_json })\n",
+                tool_parser_name);
+        return 2;
+    }
+    if (reasoning_parser_name && !tool_parser_reasoning_from_name(reasoning_parser_name, &reasoning_parser)) {
+        fprintf(stderr, "vllmc serve: argument --reasoning-parser: invalid choice: '%s' (choose from 'deepseek_r1', "
+                        "'qwen3')\n", reasoning_parser_name);
+        return 2;
     }
     if (detailed_traces) { /* vLLM's ObservabilityConfig check; the per-worker spans are V0's */
         if (!otlp_endpoint) {
@@ -530,6 +561,9 @@ int cmd_serve(int argc, char **argv) {
     ctx.trust_request_chat_template = trust_template;
     ctx.enable_force_include_usage = force_usage;
     ctx.response_role = role;
+    ctx.enable_auto_tool_choice = auto_tools;
+    ctx.tool_call_parser = (int)tool_parser;
+    ctx.reasoning_parser = (int)reasoning_parser;
     ctx.log_requests = log_requests;
     ctx.log_outputs = log_requests && log_outputs; /* vLLM logs outputs through the request logger */
     ctx.max_log_len = max_log_len;

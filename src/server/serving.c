@@ -117,6 +117,7 @@ void serving_call_release(serving_call *c) {
         free(c->choices[i].text);
         free(c->choices[i].token_ids);
         free(c->choices[i].stop_str);
+        if (c->choices[i].parse_free) c->choices[i].parse_free(c->choices[i].parse);
         json_decref(c->choices[i].logprobs);
     }
     free(c->choices);

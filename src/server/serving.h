@@ -86,6 +86,11 @@ typedef struct serving_ctx {
     /* KV connector (docs/disagg.md): engine_id when the engine saves KV
      * (kv_producer, kv_both), else NULL; answers do_remote_decode */
     const char *kv_engine_id;
+    /* --enable-auto-tool-choice, --tool-call-parser, --reasoning-parser
+     * (server/tool_parser.h's kinds; 0 = none) */
+    bool enable_auto_tool_choice;
+    int tool_call_parser;
+    int reasoning_parser;
 } serving_ctx;
 
 /* A response's kv_transfer_params (serving_kv.c): for a request with
@@ -163,6 +168,8 @@ typedef struct serving_choice {
     vllm_finish_reason finish_reason;
     char *stop_str;              /* stop_reason when a string */
     int32_t stop_token_id;       /* stop_reason when a token id, else -1 */
+    void *parse;                 /* stream: chat's tool / reasoning parser state, freed with parse_free */
+    void (*parse_free)(void *parse);
 } serving_choice;
 
 typedef struct serving_prompt {

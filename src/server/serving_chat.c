@@ -25,12 +25,18 @@
  * required -> one call per array item, arguments json.dumps(parameters) as
  * Python writes it, finish_reason "tool_calls" (vLLM's stream says that,
  * its non-stream response "stop"; we say "tool_calls" in both, as OpenAI
- * does). Streaming: named streams argument deltas (the first with the
- * call's id, type and name), as vLLM; required sends its calls whole in the
- * choice's last chunk (vLLM parses partial JSON to stream them piecewise).
- * "auto" needs a tool parser vLLM enables with flags we do not have and gets
- * vLLM's own refusal. Tools are shown to the template either way, as vLLM's
- * model_dump() of them.
+ * does). "auto" with --enable-auto-tool-choice --tool-call-parser NAME
+ * parses the model's own format (tool_parser.c: hermes, llama3_json) into
+ * tool_calls and content, finish_reason "tool_calls" when it made calls;
+ * without the flags it gets vLLM's refusal. Streaming: named streams
+ * argument deltas (the first with the call's id, type and name), as vLLM;
+ * required and auto stream each call when it is complete, as
+ * {index, id, type, function.name} then {index, function.arguments}.
+ * --reasoning-parser splits <think>...</think> off as reasoning_content
+ * (streamed as delta.reasoning_content) before the tool parser sees the
+ * rest, and makes a constraint wait for the reasoning's end
+ * (constrain_after_reasoning). Tools are shown to the template either way,
+ * as vLLM's model_dump() of them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +46,8 @@
 #include "base/log.h"
 #include "sample/sampler.h"
 #include "server/serving.h"
+#include "server/tool_parser.h"
+#include "structured/structured.h"
 #include "template/chat_template.h"
 
 static json_t *ids_json(const int32_t *ids, int32_t n) {
@@ -251,9 +259,10 @@ static bool continuous_usage(const serving_call *c) {
 
 /* ---- tool calls (required / named) ---------------------------------------------- */
 
-static int tool_mode(const serving_call *c) { /* 0 none, 1 named, 2 required */
+static int tool_mode(const serving_call *c) { /* 0 none, 1 named, 2 required, 3 auto (with a parser) */
     const char *tc = c->req.tool_choice;
     if (!tc || !c->req.tools) return 0;
+    if (!strcmp(tc, "auto")) return c->ctx->enable_auto_tool_choice && c->ctx->tool_call_parser ? 3 : 0;
     return !strcmp(tc, "named") ? 1 : !strcmp(tc, "required") ? 2 : 0;
 }
 
@@ -328,37 +337,39 @@ static json_t *tool_call_json(const char *name, json_t *arguments) {
     return call;
 }
 
-/* The calls a choice's text makes: named, the text is the arguments;
- * required, the array of {name, parameters}. NULL when the text is not
- * such an array (cut short by max_tokens): the text stays the content. */
-static json_t *tool_calls_of(serving_call *c, const char *text, size_t len) {
-    json_t *calls = json_array();
-    if (tool_mode(c) == 1) {
-        json_array_append_new(calls, tool_call_json(c->req.tool_choice_name, openai_json_text(text, len)));
-        return calls;
-    }
-    json_error_t je;
-    json_t *arr = json_loadb(text, len, 0, &je);
-    size_t i;
-    json_t *x;
-    bool ok = json_is_array(arr);
-    json_array_foreach(arr, i, x) {
-        json_t *name = json_object_get(x, "name"), *params = json_object_get(x, "parameters");
-        if (!json_is_string(name) || !params) {
-            ok = false;
-            break;
+/* A choice's whole text -> its message's reasoning, content and calls
+ * (tool_parser.c's rules): named, the content is the arguments; required,
+ * the array of {name, parameters}; auto, the --tool-call-parser's format.
+ * *calls NULL when none were made (required cut short by max_tokens: the
+ * text stays the content). *content / *reasoning NULL = JSON null. */
+static void parse_message(serving_call *c, const char *text, size_t len, char **reasoning, char **content,
+                          json_t **calls) {
+    *reasoning = NULL;
+    *calls = NULL;
+    if (c->ctx->reasoning_parser)
+        tool_parser_reasoning_split((reasoning_parser_kind)c->ctx->reasoning_parser, text, len, reasoning, content);
+    else
+        *content = strndup(text, len);
+    int mode = tool_mode(c);
+    if (mode == 1) {
+        const char *a = *content ? *content : "";
+        *calls = json_array();
+        json_array_append_new(*calls, tool_call_json(c->req.tool_choice_name, openai_json_text(a, strlen(a))));
+        free(*content);
+        *content = strdup("");
+    } else if (mode >= 2) {
+        char *rest = NULL;
+        const char *a = *content ? *content : "";
+        *calls = tool_parser_extract(mode == 2 ? TOOL_PARSER_REQUIRED : (tool_parser_kind)c->ctx->tool_call_parser, a,
+                                     strlen(a), &rest);
+        if (*calls) {
+            free(*content);
+            *content = mode == 2 ? strdup("") : rest;
+            if (mode == 2) free(rest);
+        } else {
+            free(rest);
         }
-        /* Python's json.dumps(parameters, ensure_ascii=False): ", " and ": " */
-        char *args = json_dumps(params, JSON_ENCODE_ANY);
-        json_array_append_new(calls, tool_call_json(json_string_value(name), json_string(args ? args : "{}")));
-        free(args);
     }
-    json_decref(arr);
-    if (!ok) {
-        json_decref(calls);
-        return NULL;
-    }
-    return calls;
 }
 
 static void chat_begin(serving_call *c) {
@@ -405,12 +416,108 @@ static void merge_logprobs(json_t **into, json_t *from) {
     json_decref(from);
 }
 
+/* A choice's parsers while streaming (reasoning first, then tool calls on
+ * what is content, as vLLM chains them). */
+typedef struct chat_parse {
+    reasoning_stream rs;
+    tool_parser_stream ts;
+} chat_parse;
+
+static void chat_parse_free(void *p) {
+    chat_parse *ps = p;
+    if (!ps) return;
+    tool_parser_reasoning_stream_free(&ps->rs);
+    tool_parser_stream_free(&ps->ts);
+    free(ps);
+}
+
+/* Streaming through the parsers: one chunk for the text (reasoning_content
+ * and/or content; named: an arguments delta), then one per tool-call delta;
+ * the logprobs and token ids ride on the first, finish_reason and
+ * stop_reason on the last. Text the parsers hold back sends nothing yet. */
+static void stream_parsed(serving_call *c, int32_t ci, const output_delta *d, const char *text, size_t len,
+                          json_t *lp) {
+    serving_choice *ch = &c->choices[ci];
+    int mode = tool_mode(c);
+    chat_parse *ps = ch->parse;
+    if (!ps) {
+        ps = calloc(1, sizeof *ps);
+        if (!ps) {
+            json_decref(lp);
+            return;
+        }
+        tool_parser_reasoning_stream_init(&ps->rs, (reasoning_parser_kind)c->ctx->reasoning_parser);
+        tool_parser_stream_init(&ps->ts, mode == 3   ? (tool_parser_kind)c->ctx->tool_call_parser
+                                         : mode == 2 ? TOOL_PARSER_REQUIRED
+                                                     : TOOL_PARSER_NONE);
+        ch->parse = ps;
+        ch->parse_free = chat_parse_free;
+    }
+    strbuf reasoning = {0}, content = {0}, rest = {0};
+    tool_parser_reasoning_stream_feed(&ps->rs, text, len, ch->finished, &reasoning, &content);
+    json_t *tds = json_array();
+    tool_parser_stream_feed(&ps->ts, content.s ? content.s : "", content.len, ch->finished, &rest, tds);
+    json_t *deltas = json_array();
+    if (reasoning.len || rest.len) {
+        json_t *delta = json_object();
+        if (reasoning.len) json_object_set_new(delta, "reasoning_content", openai_json_text(reasoning.s, reasoning.len));
+        if (rest.len && mode == 1) { /* named: argument deltas, the first with the call's id, type and name */
+            json_t *tc = json_object(), *fn = json_object();
+            if (!ch->first_sent) {
+                char id[80];
+                openai_random_id("chatcmpl-tool-", id, sizeof id);
+                json_object_set_new(tc, "id", json_string(id));
+                json_object_set_new(tc, "type", json_string("function"));
+                json_object_set_new(fn, "name", json_string(c->req.tool_choice_name));
+                ch->first_sent = true;
+            }
+            json_object_set_new(fn, "arguments", openai_json_text(rest.s, rest.len));
+            json_object_set_new(tc, "function", fn);
+            json_object_set_new(tc, "index", json_integer(ci));
+            json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
+        } else if (rest.len) {
+            json_object_set_new(delta, "content", openai_json_text(rest.s, rest.len));
+        }
+        json_array_append_new(deltas, delta);
+    }
+    size_t k;
+    json_t *td;
+    json_array_foreach(tds, k, td) json_array_append_new(deltas, json_pack("{s:[O]}", "tool_calls", td));
+    json_decref(tds);
+    free(reasoning.s);
+    free(content.s);
+    free(rest.s);
+    if (!json_array_size(deltas) && (ch->finished || c->req.return_token_ids)) json_array_append_new(deltas, json_object());
+    const char *fr = vllm_finish_reason_str(ch->finish_reason);
+    if (ps->ts.num_calls && (mode == 3 || (mode == 2 && ch->finish_reason == VLLM_FINISH_STOP))) fr = "tool_calls";
+    size_t n = json_array_size(deltas);
+    json_t *delta;
+    json_array_foreach(deltas, k, delta) {
+        bool last = k + 1 == n;
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(ci));
+        json_object_set_new(choice, "delta", json_incref(delta));
+        json_object_set_new(choice, "logprobs", k == 0 && lp ? json_incref(lp) : json_null());
+        json_object_set_new(choice, "finish_reason", last && ch->finished && fr ? json_string(fr) : json_null());
+        if (last && ch->finished) json_object_set_new(choice, "stop_reason", serving_stop_reason(ch));
+        if (k == 0 && c->req.return_token_ids)
+            json_object_set_new(choice, "token_ids", ids_json(d->token_ids, d->num_tokens));
+        send_choice(c, choice, continuous_usage(c) ? running_usage(c, ch->num_tokens) : NULL);
+    }
+    json_decref(deltas);
+    json_decref(lp);
+}
+
 static void chat_delta(serving_call *c, int32_t ci, const output_delta *d, const char *text,
                        size_t text_len) {
     serving_choice *ch = &c->choices[ci];
     json_t *lp = c->logprobs >= 0 && d->logprobs && d->num_tokens > 0 ? chat_logprobs(c, d) : NULL;
     if (!c->streaming) {
         if (lp) merge_logprobs(&ch->logprobs, lp);
+        return;
+    }
+    if (tool_mode(c) >= 2 || c->ctx->reasoning_parser) {
+        stream_parsed(c, ci, d, text, text_len, lp);
         return;
     }
     json_t *delta = json_object();
@@ -430,26 +537,6 @@ static void chat_delta(serving_call *c, int32_t ci, const output_delta *d, const
         json_object_set_new(tc, "function", fn);
         json_object_set_new(tc, "index", json_integer(ci));
         json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
-    } else if (mode == 2) { /* required: the calls whole when the choice ends */
-        if (text_len && buf_grow((void **)&ch->text, &ch->text_cap, ch->text_len + text_len + 1, 1) == VLLM_OK) {
-            memcpy(ch->text + ch->text_len, text, text_len);
-            ch->text_len += text_len;
-        }
-        if (!ch->finished) {
-            json_decref(delta);
-            json_decref(lp);
-            return;
-        }
-        json_t *calls = tool_calls_of(c, ch->text ? ch->text : "", ch->text_len);
-        if (calls) {
-            size_t k;
-            json_t *x;
-            json_array_foreach(calls, k, x) json_object_set_new(x, "index", json_integer((json_int_t)k));
-            json_object_set_new(delta, "tool_calls", calls);
-            fr = ch->finish_reason == VLLM_FINISH_STOP ? "tool_calls" : fr;
-        } else {
-            json_object_set_new(delta, "content", openai_json_text(ch->text, ch->text_len));
-        }
     } else {
         json_object_set_new(delta, "content", openai_json_text(text, text_len));
     }
@@ -470,26 +557,34 @@ static json_t *chat_final(serving_call *c) {
         serving_choice *ch = &c->choices[i];
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string(role));
-        size_t elen = c->echo_text ? strlen(c->echo_text) : 0;
-        char *full = malloc(elen + ch->text_len + 1);
-        if (full) {
-            if (elen) memcpy(full, c->echo_text, elen);
-            if (ch->text_len) memcpy(full + elen, ch->text, ch->text_len);
-            json_object_set_new(msg, "content", openai_json_text(full, elen + ch->text_len));
-            free(full);
+        /* the parsers see the generated text only; echo then prefixes the content (vLLM) */
+        char *reasoning = NULL, *content = NULL;
+        json_t *calls = NULL;
+        parse_message(c, ch->text ? ch->text : "", ch->text_len, &reasoning, &content, &calls);
+        if (c->echo_text) {
+            size_t elen = strlen(c->echo_text), clen = content ? strlen(content) : 0;
+            char *full = malloc(elen + clen + 1);
+            if (full) {
+                memcpy(full, c->echo_text, elen);
+                if (clen) memcpy(full + elen, content, clen);
+                full[elen + clen] = 0;
+            }
+            free(content);
+            content = full;
         }
+        json_object_set_new(msg, "content", content ? openai_json_text(content, strlen(content)) : json_null());
         json_object_set_new(msg, "refusal", json_null());
         json_object_set_new(msg, "annotations", json_null());
         json_object_set_new(msg, "audio", json_null());
         json_object_set_new(msg, "function_call", json_null());
         const char *fr = vllm_finish_reason_str(ch->finish_reason);
-        json_t *calls = tool_mode(c) ? tool_calls_of(c, ch->text ? ch->text : "", ch->text_len) : NULL;
-        if (calls) {
-            json_object_set_new(msg, "content", json_string(""));
-            if (tool_mode(c) == 2 && ch->finish_reason == VLLM_FINISH_STOP) fr = "tool_calls";
-        }
+        int mode = tool_mode(c);
+        if (calls && (mode == 3 || (mode == 2 && ch->finish_reason == VLLM_FINISH_STOP))) fr = "tool_calls";
         json_object_set_new(msg, "tool_calls", calls ? calls : json_array());
-        json_object_set_new(msg, "reasoning_content", json_null());
+        json_object_set_new(msg, "reasoning_content",
+                            reasoning ? openai_json_text(reasoning, strlen(reasoning)) : json_null());
+        free(reasoning);
+        free(content);
         json_t *o = json_object();
         json_object_set_new(o, "index", json_integer(i));
         json_object_set_new(o, "message", msg);
@@ -508,6 +603,37 @@ static json_t *chat_final(serving_call *c) {
     return j;
 }
 
+/* --reasoning-parser: a constraint applies once the reasoning has ended,
+ * as vLLM starts the grammar after the parser's end token. The prompt
+ * holding "</think>" already (vLLM: the end token among the prompt's ids)
+ * means it has; otherwise the constraint becomes GBNF behind free text
+ * that ends with "</think>" (st_gbnf_after_text). */
+static bool constrain_after_reasoning(serving_ctx *ctx, openai_request *req, const int32_t *ids, int32_t n,
+                                      openai_error *e) {
+    if (!ctx->reasoning_parser || req->structured.kind == VLLM_STRUCTURED_NONE) return true;
+    char *text = NULL;
+    size_t len = 0;
+    bool ended = tokenizer_decode(ctx->tok, ids, n, false, &text, &len) == VLLM_OK && strstr(text, "</think>");
+    free(text);
+    if (ended) return true;
+    const char *field = req->structured_field ? req->structured_field : "structured_outputs";
+    st_spec spec;
+    strbuf g = {0}, w = {0};
+    vllm_status rc = grammar_cache_spec(&req->structured, &spec);
+    if (!rc) rc = st_spec_to_gbnf(&spec, &g);
+    if (!rc) rc = st_gbnf_after_text(g.s ? g.s : "", g.len, "</think>", &w);
+    free(g.s);
+    if (rc) {
+        free(w.s);
+        return openai_fail(e, 400, "BadRequestError", field, "%s: %s", field, vllm_errmsg());
+    }
+    free((char *)req->structured.text);
+    req->structured.kind = VLLM_STRUCTURED_GRAMMAR;
+    req->structured.text = w.s;
+    req->structured.len = w.len;
+    return true;
+}
+
 static const serving_format chat_format = {chat_begin, chat_delta, chat_final, NULL, NULL, NULL};
 
 void serving_chat_completions(serving_ctx *ctx, http_request *http, openai_request *req) {
@@ -521,7 +647,7 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
     char *echo = NULL;
     const char *model = serving_check_model(ctx, req->model, &e);
     if (!model) goto fail;
-    if (req->tool_choice && !strcmp(req->tool_choice, "auto")) {
+    if (req->tool_choice && !strcmp(req->tool_choice, "auto") && !(ctx->enable_auto_tool_choice && ctx->tool_call_parser)) {
         openai_fail(&e, 400, "BadRequestError", "tool_choice",
                     "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser "
                     "to be set");
@@ -552,6 +678,7 @@ void serving_chat_run(serving_ctx *ctx, http_request *http, openai_request *req,
     }
     if (!serving_chat_prompt(ctx, req, &prompt->ids, &prompt->num_ids, &e)) goto fail;
     serving_truncate_prompt(ctx, req, prompt->ids, &prompt->num_ids);
+    if (!constrain_after_reasoning(ctx, req, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!serving_check_prompt_ids(ctx, prompt->ids, prompt->num_ids, &e)) goto fail;
     if (!openai_request_sampling_params(req, &ctx->defaults, ctx->max_model_len, prompt->num_ids,
                                         ctx->max_logprobs, &prompt->sp, &e))

@@ -15,11 +15,16 @@
  * instances, never admits invalid ones.
  *
  * Choices, as XGrammar and llguidance make them (and where we differ):
- *   - Whitespace: JSON's, bounded: at most ST_SCHEMA_MAX_WS characters of
- *     [ \t\n\r] between two tokens (enough for pretty-printing 10 levels
- *     deep), so a model cannot loop on whitespace forever; none with
- *     disable_any_whitespace; whitespace_pattern's regex otherwise. No
- *     whitespace before or after the top-level value.
+ *   - Whitespace: what a JSON pretty-printer writes between two tokens: at
+ *     most one line break ("\n" or "\r\n") then at most ST_SCHEMA_MAX_WS
+ *     spaces or tabs (indentation 10 levels deep), so compact JSON,
+ *     json.dumps's ", " / ": " and indented JSON all pass, and a model that
+ *     likes whitespace gets one newline and its indentation per gap, never a
+ *     run of blank lines (XGrammar's default [ \n\r\t]* lets a small model
+ *     loop on newlines until max_tokens; its max_whitespace_cnt bounds the
+ *     count, not the runs of newlines). None with disable_any_whitespace;
+ *     whitespace_pattern's regex otherwise (e.g. "[ \n\r\t]*" for
+ *     XGrammar's). No whitespace before or after the top-level value.
  *   - Property order: the schema's `properties` order; each required one
  *     must come, each optional one may; keys that `required` names without a
  *     `properties` entry follow, then additional properties (when
@@ -937,7 +942,7 @@ static vllm_status emit_shared(sc *c) {
             rc = rc ? rc : st_regex_to_gbnf(c->opts->whitespace_pattern, strlen(c->opts->whitespace_pattern), name, o);
             if (rc) vllm_error_prefix("whitespace_pattern");
         } else {
-            rc = rc ? rc : sb_printf(o, "%s_ws ::= [ \\t\\n\\r]{0,%d}\n", r, ST_SCHEMA_MAX_WS);
+            rc = rc ? rc : sb_printf(o, "%s_ws ::= (\"\\n\" | \"\\r\\n\")? [ \\t]{0,%d}\n", r, ST_SCHEMA_MAX_WS);
         }
     }
     return rc;

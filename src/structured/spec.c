@@ -7,7 +7,7 @@
  *   ST_GRAMMAR      the text itself
  *   ST_JSON_SCHEMA  st_schema_to_gbnf (schema.c)
  *   ST_JSON_OBJECT  st_schema_to_gbnf of {"type": "object"}
- *   ST_STRUCTURAL_TAG  not yet: VLLM_ERR_UNSUPPORTED
+ *   ST_STRUCTURAL_TAG  st_structural_tag_to_gbnf (tagged.c)
  */
 #include <jansson.h>
 #include <string.h>
@@ -53,8 +53,7 @@ vllm_status st_spec_to_gbnf(const st_spec *spec, strbuf *out) {
         static const char obj[] = "{\"type\": \"object\"}";
         return st_schema_to_gbnf(obj, sizeof obj - 1, spec, "root", out);
     }
-    case ST_STRUCTURAL_TAG:
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "structural_tag is not supported yet");
+    case ST_STRUCTURAL_TAG: return st_structural_tag_to_gbnf(spec->text, spec->len, spec, out);
     }
     return vllm_error(VLLM_ERR_INVALID, "structured outputs: unknown constraint kind %d", (int)spec->kind);
 }

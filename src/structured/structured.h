@@ -112,6 +112,17 @@ vllm_status st_regex_to_gbnf(const char *re, size_t len, const char *root, strbu
 vllm_status st_schema_to_gbnf(const char *json, size_t len, const st_spec *opts, const char *root,
                               strbuf *out);
 
+/* vLLM 0.11's structural_tag JSON ({structures: [{begin, schema, end}],
+ * triggers: [...]}): free text until a trigger, then one of the structures
+ * beginning with it (begin, JSON per schema, end), then free text again
+ * (tagged.c). */
+vllm_status st_structural_tag_to_gbnf(const char *json, size_t len, const st_spec *opts, strbuf *out);
+
+/* A grammar that starts after free text ends with `end` (e.g. "</think>":
+ * vLLM applies a constraint only once the reasoning has ended): root ::=
+ * text-without-end end <gbnf's root, renamed> (tagged.c). */
+vllm_status st_gbnf_after_text(const char *gbnf, size_t len, const char *end, strbuf *out);
+
 /* Any of the kinds above, root named "root": the text st_compile compiles. */
 vllm_status st_spec_to_gbnf(const st_spec *spec, strbuf *out);
 

@@ -105,13 +105,14 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
     json_t *v;
     json_object_foreach(o, key, v) {
         static const char *const ours[] = {"method", "num_speculative_tokens", "prompt_lookup_min",
-                                           "prompt_lookup_max", "disable_by_batch_size", NULL};
+                                           "prompt_lookup_max", "disable_by_batch_size",
+                                           "draft_token_acceptance_method", NULL};
         bool known = false;
         for (const char *const *k = ours; *k && !known; k++) known = !strcmp(key, *k);
         for (const char *const *k = ignored; *k && !known; k++) known = !strcmp(key, *k);
         if (!known) {
             fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, model, num_speculative_tokens, "
-                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size)\n", flag, key);
+                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, draft_token_acceptance_method)\n", flag, key);
             goto done;
         }
     }
@@ -145,6 +146,14 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
             goto done;
         }
         memcpy(r.model, json_string_value(model), json_string_length(model) + 1);
+        json_t *acc = json_object_get(o, "draft_token_acceptance_method");
+        const char *am = json_is_string(acc) ? json_string_value(acc) : NULL;
+        if (acc && !json_is_null(acc) && (!am || (strcmp(am, "rejection_sampler") && strcmp(am, "exact")))) {
+            fprintf(stderr, "vllmc: argument %s: draft_token_acceptance_method must be 'rejection_sampler' "
+                    "(vLLM's) or 'exact'\n", flag);
+            goto done;
+        }
+        r.exact_acceptance = am && !strcmp(am, "exact");
         if (json_object_get(o, "prompt_lookup_min") || json_object_get(o, "prompt_lookup_max")) {
             fprintf(stderr, "vllmc: argument %s: prompt_lookup_min/max belong to method 'ngram'\n", flag);
             goto done;
@@ -285,6 +294,8 @@ void engine_args_usage(FILE *f) {
             "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n"
             "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"
             "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"
-            "                                  method (ngram), num_speculative_tokens (1..128),\n"
-            "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n");
+            "                                  method (ngram, draft_model), model (draft_model's path),\n"
+            "                                  num_speculative_tokens (1..128), prompt_lookup_min/\n"
+            "                                  prompt_lookup_max (5), disable_by_batch_size,\n"
+            "                                  draft_token_acceptance_method (rejection_sampler, exact)\n");
 }

@@ -556,7 +556,8 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                                  .block_size = args->block_size,
                                  .num_blocks = info->num_gpu_blocks,
                                  .kv_cache_dtype = e->kv_type,
-                                 .num_threads = args->num_threads};
+                                 .num_threads = args->num_threads,
+                                 .sample = !spc->exact_acceptance};
         if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
@@ -1088,6 +1089,10 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
                 .logits = rows,
                 .shared_logits = en->num_samples > 1,
                 .allowed = allowed,
+                .draft_probs = en->num_drafts > 0 && e->spec.proposer.draft_probs
+                                   ? e->spec.proposer.draft_probs(e->spec.proposer.ud, r->id, q->index,
+                                                                  q->tokens + q->num_tokens, en->num_drafts)
+                                   : NULL,
                 .out_tokens = e->committed + slot,
                 .out_results = want_lps ? e->results + slot : NULL,
             };
@@ -1184,7 +1189,9 @@ static void propose(vllm_engine *e) {
                               .index = q->index,
                               .tokens = q->tokens,
                               .num_tokens = q->num_tokens,
-                              .num_prompt = r->num_prompt_tokens};
+                              .num_prompt = r->num_prompt_tokens,
+                              .params = &r->params,
+                              .rng = &q->rng};
         int32_t got = e->spec.proposer.propose(e->spec.proposer.ud, &view, m, e->drafts);
         if (got > m) got = m;
         int32_t ok = 0;

@@ -26,6 +26,10 @@ typedef struct dseq {
     int32_t *blocks;                 /* (num_blocks) */
     int32_t num_blocks;
     size_t cap_blocks;
+    float *q;                        /* (num_q, vocab): the last sampled proposal's distributions */
+    int32_t *q_drafts;               /* (num_q) and its drafts */
+    int32_t num_q;                   /* 0: the last proposal was greedy */
+    size_t cap_q, cap_q_drafts;
 } dseq;
 
 struct draft_model {
@@ -38,6 +42,7 @@ struct draft_model {
     int32_t num_free;
     map seqs;
     int32_t *scratch;                /* (max_model_len) tokens to feed */
+    void *sample_scratch;            /* sampler_scratch_bytes(vocab) */
 };
 
 vllm_status draft_model_create(const draft_model_config *cfg, draft_model **out) {
@@ -84,7 +89,8 @@ vllm_status draft_model_create(const draft_model_config *cfg, draft_model **out)
     d->logits = malloc((size_t)mc->vocab_size * sizeof *d->logits);
     d->free_blocks = malloc((size_t)cfg->num_blocks * sizeof *d->free_blocks);
     d->scratch = malloc((size_t)cfg->max_model_len * sizeof *d->scratch);
-    if (!d->logits || !d->free_blocks || !d->scratch) {
+    d->sample_scratch = malloc(sampler_scratch_bytes(mc->vocab_size));
+    if (!d->logits || !d->free_blocks || !d->scratch || !d->sample_scratch) {
         rc = vllm_error(VLLM_ERR_NOMEM, "draft model: out of memory");
         goto fail;
     }
@@ -104,6 +110,8 @@ static void dseq_free(draft_model *d, dseq *s) {
     free(s->key);
     free(s->tokens);
     free(s->blocks);
+    free(s->q);
+    free(s->q_drafts);
     free(s);
 }
 
@@ -121,6 +129,7 @@ void draft_model_free(draft_model *d) {
     free(d->logits);
     free(d->free_blocks);
     free(d->scratch);
+    free(d->sample_scratch);
     free(d);
 }
 
@@ -153,47 +162,107 @@ static bool ensure_blocks(draft_model *d, dseq *s, int32_t len) {
 }
 
 /* Runs the draft on n tokens at positions first.. (K/V into the sequence's
- * blocks) and returns the argmax after the last, or -1. */
-static int32_t forward(draft_model *d, dseq *s, const int32_t *toks, int32_t n, int32_t first) {
+ * blocks), leaving the logits after the last in d->logits; false on error. */
+static bool forward(draft_model *d, dseq *s, const int32_t *toks, int32_t n, int32_t first) {
     step_builder_reset(d->sb);
     if (step_builder_add_seq(d->sb, toks, n, first, s->blocks, s->num_blocks, s->num_blocks, 1, 0) ||
         runner_forward(d->r, step_builder_batch(d->sb), d->logits)) {
         log_warn("draft model: %s", vllm_errmsg());
-        return -1;
+        return false;
     }
+    return true;
+}
+
+static int32_t argmax(const float *x, int32_t n) {
     int32_t best = 0;
-    for (int32_t v = 1; v < d->cfg.vocab_size; v++)
-        if (d->logits[v] > d->logits[best]) best = v;
+    for (int32_t v = 1; v < n; v++)
+        if (x[v] > x[best]) best = v;
     return best;
+}
+
+/* The next draft after tokens[0, n) from d->logits: the argmax, or (sampling
+ * a request that is not greedy) a draw from q, the draft's distribution
+ * under the request's sampling parameters, kept in s->q row j. -1 if the
+ * parameters leave no token. */
+static int32_t next_draft(draft_model *d, dseq *s, const spec_seq_view *v, const int32_t *tokens, int32_t n,
+                          int32_t j, sampler_rng *rng) {
+    int32_t V = d->cfg.vocab_size;
+    if (!d->cfg.sample || !v->params || sampler_is_greedy(v->params)) return argmax(d->logits, V);
+    float *q = s->q + (size_t)j * (size_t)V;
+    sample_history h = {.prompt_ids = tokens,
+                        .num_prompt = v->num_prompt,
+                        .output_ids = tokens + v->num_prompt,
+                        .num_output = n - v->num_prompt};
+    if (sampler_probs(v->params, &h, NULL, 0, d->logits, V, d->sample_scratch, q) != VLLM_OK) return -1;
+    double u = sampler_rng_uniform(rng), acc = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < V; i++) {
+        if (q[i] <= 0.0f) continue;
+        acc += q[i];
+        last = i;
+        if (u < acc) break;
+    }
+    if (last >= 0) {
+        s->q_drafts[j] = last;
+        s->num_q = j + 1;
+    }
+    return last;
 }
 
 static int32_t propose(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts) {
     draft_model *d = ud;
+    int32_t V = d->cfg.vocab_size;
     if (q->num_tokens + max_drafts > d->cfg.max_model_len) max_drafts = d->cfg.max_model_len - q->num_tokens;
     if (max_drafts <= 0 || q->num_tokens < 1) return 0;
     dseq *s = find_or_add(d, q->request_id, q->index);
     if (!s) return 0;
+    s->num_q = 0;
     /* what the draft's cache still holds of this sequence */
     int32_t keep = 0, lim = s->computed < q->num_tokens - 1 ? s->computed : q->num_tokens - 1;
     while (keep < lim && s->tokens[keep] == q->tokens[keep]) keep++;
-    int32_t total = q->num_tokens + max_drafts - 1; /* positions with K/V after this call */
-    if (!ensure_blocks(d, s, total) ||
-        buf_grow((void **)&s->tokens, &s->cap_tokens, (size_t)total, sizeof *s->tokens)) {
+    int32_t total = q->num_tokens + max_drafts; /* tokens (and drafts) this call sees */
+    if (!ensure_blocks(d, s, total - 1) ||
+        buf_grow((void **)&s->tokens, &s->cap_tokens, (size_t)total, sizeof *s->tokens) ||
+        (d->cfg.sample && (buf_grow((void **)&s->q, &s->cap_q, (size_t)max_drafts * (size_t)V, sizeof *s->q) ||
+                           buf_grow((void **)&s->q_drafts, &s->cap_q_drafts, (size_t)max_drafts,
+                                    sizeof *s->q_drafts)))) {
         s->computed = keep;
         return 0;
     }
+    /* the draft's own generator: a function of the sequence's (its seed and
+     * its draws so far) and the position, so seeded requests repeat */
+    sampler_rng rng = {{0}};
+    if (q->rng) {
+        uint64_t x = (uint64_t)q->num_tokens * 0x9e3779b97f4a7c15ull;
+        for (int i = 0; i < 4; i++) x = (x ^ q->rng->s[i]) * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+        sampler_rng_seed(&rng, x);
+    }
     memcpy(s->tokens + keep, q->tokens + keep, (size_t)(q->num_tokens - keep) * sizeof *s->tokens);
-    int32_t t = forward(d, s, q->tokens + keep, q->num_tokens - keep, keep);
-    s->computed = t < 0 ? keep : q->num_tokens;
+    bool ok = forward(d, s, q->tokens + keep, q->num_tokens - keep, keep);
+    s->computed = ok ? q->num_tokens : keep;
     int32_t n = 0;
-    while (t >= 0) {
+    while (ok) {
+        int32_t t = next_draft(d, s, q, s->tokens, s->computed, n, &rng);
+        if (t < 0) break;
         drafts[n++] = t;
-        if (n == max_drafts) break;
         s->tokens[s->computed] = t;
-        t = forward(d, s, &t, 1, s->computed);
-        if (t >= 0) s->computed++;
+        if (n == max_drafts) break;
+        if (!(ok = forward(d, s, &t, 1, s->computed))) break;
+        s->computed++;
     }
     return n;
+}
+
+static const float *draft_probs(void *ud, const char *request_id, int32_t index, const int32_t *drafts,
+                                int32_t num_drafts) {
+    draft_model *d = ud;
+    char key[320];
+    seq_key(request_id, index, key, sizeof key);
+    map_node *n = map_find(&d->seqs, key);
+    if (!n || num_drafts <= 0) return NULL;
+    dseq *s = map_entry(n, dseq, by_key);
+    if (s->num_q < num_drafts || memcmp(s->q_drafts, drafts, (size_t)num_drafts * sizeof *drafts)) return NULL;
+    return s->q;
 }
 
 static void release(void *ud, const char *request_id, int32_t index) {
@@ -207,5 +276,5 @@ static void release(void *ud, const char *request_id, int32_t index) {
 }
 
 spec_proposer draft_model_as_proposer(draft_model *d) {
-    return (spec_proposer){.propose = propose, .release = release, .ud = d};
+    return (spec_proposer){.propose = propose, .release = release, .draft_probs = draft_probs, .ud = d};
 }

@@ -31,6 +31,9 @@ typedef struct spec_seq_view {
     const int32_t *tokens;           /* (num_tokens): prompt then outputs */
     int32_t num_tokens;
     int32_t num_prompt;
+    const vllm_sampling_params *params; /* the request's (a sampling draft uses them for its q) */
+    const sampler_rng *rng;          /* the sequence's generator, read only: a sampling draft
+                                        seeds its own from it, so seeded requests repeat */
 } spec_seq_view;
 
 typedef struct spec_proposer {
@@ -41,6 +44,13 @@ typedef struct spec_proposer {
     /* Optional: the sequence ended (finished or aborted); a proposer that
      * keeps per-sequence state (a draft model's KV) frees it here. */
     void (*release)(void *ud, const char *request_id, int32_t index);
+    /* Optional: the distributions q the sequence's drafts were sampled from
+     * ((num_drafts, vocab) rows, row j = q of draft j), valid until the next
+     * propose or release; NULL when the drafts are one-hot (n-gram, greedy)
+     * or are not the last ones proposed. With q, the verifier is vLLM's
+     * rejection sampler (sample_seq.draft_probs); without, it is exact. */
+    const float *(*draft_probs)(void *ud, const char *request_id, int32_t index, const int32_t *drafts,
+                                int32_t num_drafts);
     void *ud;
 } spec_proposer;
 

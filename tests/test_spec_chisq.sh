@@ -10,7 +10,8 @@
 # transformers' softmax at the first position and at the second after the
 # most frequent first token (tests/ref/spec_chisq.py: p-value >= 1e-3, cells
 # under 5 expected pooled; the seeds are fixed, so the verdict is the same
-# every run). The test has power: sampling at temperature 1.3 instead fails
+# every run). "adaptive": false: 4,000 requests at once would turn the
+# adaptive k off (spec/policy.h). The test has power: sampling at temperature 1.3 instead fails
 # both positions with p-values of 1e-5 and 1e-29.
 #   plain_pos1/2, ngram_pos1/2, draft_pos1/2, draftx_pos1/2   the chi-square checks
 #   ngram_drafted, draft_drafted, draftx_drafted  drafts were scored (else the checks say nothing)
@@ -48,10 +49,10 @@ gen() { # out err [spec]
   "$VLLMC" generate --model $M --prompts-file "$tmp/req.jsonl" --json --stats ${3:+--speculative-config "$3"} > "$1" 2> "$2"
 }
 gen "$tmp/plain.json" "$tmp/plain.err"
-gen "$tmp/ngram.json" "$tmp/ngram.err" '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"prompt_lookup_max":2}'
-gen "$tmp/draft.json" "$tmp/draft.err" "{\"method\":\"draft_model\",\"model\":\"$tmp/bad\",\"num_speculative_tokens\":2}"
+gen "$tmp/ngram.json" "$tmp/ngram.err" '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"prompt_lookup_max":2,"adaptive":false}'
+gen "$tmp/draft.json" "$tmp/draft.err" "{\"method\":\"draft_model\",\"model\":\"$tmp/bad\",\"num_speculative_tokens\":2,\"adaptive\":false}"
 gen "$tmp/draftx.json" "$tmp/draftx.err" \
-  "{\"method\":\"draft_model\",\"model\":\"$tmp/bad\",\"num_speculative_tokens\":2,\"draft_token_acceptance_method\":\"exact\"}"
+  "{\"method\":\"draft_model\",\"model\":\"$tmp/bad\",\"num_speculative_tokens\":2,\"draft_token_acceptance_method\":\"exact\",\"adaptive\":false}"
 "$py" tests/ref/spec_chisq.py $M "$P" 1.5 plain="$tmp/plain.json" ngram="$tmp/ngram.json" draft="$tmp/draft.json" draftx="$tmp/draftx.json" \
   2> "$tmp/chi.err" || echo "spec_chisq.py: $(tail -1 "$tmp/chi.err")" >&2
 for m in ngram draft draftx; do

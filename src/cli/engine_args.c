@@ -106,13 +106,13 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
     json_object_foreach(o, key, v) {
         static const char *const ours[] = {"method", "num_speculative_tokens", "prompt_lookup_min",
                                            "prompt_lookup_max", "disable_by_batch_size",
-                                           "draft_token_acceptance_method", NULL};
+                                           "draft_token_acceptance_method", "adaptive", NULL};
         bool known = false;
         for (const char *const *k = ours; *k && !known; k++) known = !strcmp(key, *k);
         for (const char *const *k = ignored; *k && !known; k++) known = !strcmp(key, *k);
         if (!known) {
             fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, model, num_speculative_tokens, "
-                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, draft_token_acceptance_method)\n", flag, key);
+                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, draft_token_acceptance_method, adaptive)\n", flag, key);
             goto done;
         }
     }
@@ -169,6 +169,12 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
         !spec_int(o, "prompt_lookup_max", 1, INT32_MAX, &r.prompt_lookup_max, flag) ||
         !spec_int(o, "disable_by_batch_size", 2, INT32_MAX, &r.disable_by_batch_size, flag))
         goto done;
+    json_t *ad = json_object_get(o, "adaptive");
+    if (ad && !json_is_null(ad) && !json_is_boolean(ad)) {
+        fprintf(stderr, "vllmc: argument %s: adaptive must be true or false\n", flag);
+        goto done;
+    }
+    r.adaptive = !json_is_false(ad);
     if (r.prompt_lookup_min && r.prompt_lookup_max && r.prompt_lookup_min > r.prompt_lookup_max) {
         fprintf(stderr, "vllmc: argument %s: prompt_lookup_min=%d must be <= prompt_lookup_max=%d\n", flag,
                 r.prompt_lookup_min, r.prompt_lookup_max);
@@ -297,5 +303,7 @@ void engine_args_usage(FILE *f) {
             "                                  method (ngram, draft_model), model (draft_model's path),\n"
             "                                  num_speculative_tokens (1..128), prompt_lookup_min/\n"
             "                                  prompt_lookup_max (5), disable_by_batch_size,\n"
-            "                                  draft_token_acceptance_method (rejection_sampler, exact)\n");
+            "                                  draft_token_acceptance_method (rejection_sampler, exact),\n"
+            "                                  adaptive (true: fewer drafts for sequences that miss and in\n"
+            "                                  big batches; vllm.c only)\n");
 }

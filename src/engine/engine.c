@@ -543,11 +543,13 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         if ((rc = ngram_create(spc->prompt_lookup_min, spc->prompt_lookup_max, &e->ngram)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
+                           .adaptive = spc->adaptive,
                            .proposer = ngram_as_proposer(e->ngram)};
         if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
         log_info("speculative decoding: ngram, num_speculative_tokens %d, prompt_lookup_min %d, "
-                 "prompt_lookup_max %d, disable_by_batch_size %d", spc->num_speculative_tokens,
-                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
+                 "prompt_lookup_max %d, disable_by_batch_size %d, adaptive %s", spc->num_speculative_tokens,
+                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size,
+                 spc->adaptive ? "true" : "false");
     } else if (spc->method == VLLM_SPEC_METHOD_DRAFT_MODEL) {
         /* the draft's pool holds as many tokens as the target's (its blocks are smaller) */
         draft_model_config dc = {.path = spc->model,
@@ -561,10 +563,13 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
+                           .adaptive = spc->adaptive,
                            .proposer = draft_model_as_proposer(e->draft)};
         if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
-        log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d",
-                 spc->model, spc->num_speculative_tokens, spc->disable_by_batch_size);
+        log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d, "
+                 "adaptive %s, draft_token_acceptance_method %s", spc->model, spc->num_speculative_tokens,
+                 spc->disable_by_batch_size, spc->adaptive ? "true" : "false",
+                 spc->exact_acceptance ? "exact" : "rejection_sampler");
     }
 
     int64_t per_seq = kv_layout_blocks_per_seq(e->layout, args->block_size, L, info->max_num_batched_tokens);
@@ -1124,6 +1129,7 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
                 e->spec_num_draft_tokens += x->num_drafts;
                 e->spec_num_accepted += acc;
                 for (int32_t j = 0; j < acc; j++) e->spec_per_pos[j]++;
+                spec_policy_update(&e->sampled_seqs[ns]->spec, x->num_drafts, acc);
             }
             for (int32_t j = 0; x->out_results && j < x->num_out; j++) {
                 const sample_result *res = &x->out_results[j];
@@ -1180,6 +1186,9 @@ static void propose(vllm_engine *e) {
         if (e->spec.disable_by_batch_size > 0 && scheduler_num_running(e->sched) >= e->spec.disable_by_batch_size)
             return;
         int32_t m = e->spec.num_speculative_tokens;
+        if (e->spec.adaptive &&
+            (m = spec_policy_num_drafts(&q->spec, m, scheduler_num_running(e->sched), seq_num_output_tokens(q))) <= 0)
+            continue;
         int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
         int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
         if (m > room_out) m = room_out;

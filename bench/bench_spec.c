@@ -193,10 +193,10 @@ int main(int argc, char **argv) {
     qsort(tp, (size_t)rounds, sizeof *tp, cmp_double);
     qsort(ts, (size_t)rounds, sizeof *ts, cmp_double);
     double mp = tp[rounds / 2], ms = ts[rounds / 2];
-    printf("median decode tokens/s: plain %.1f, n-gram %.1f, ratio %.2fx; mean acceptance length %.2f "
+    printf("median decode tokens/s: plain %.1f, %s %.1f, ratio %.2fx; mean acceptance length %.2f "
            "(%lld of %lld draft tokens accepted, %lld drafts)\n",
-           mp, ms, ms / mp, drafts ? 1.0 + (double)accepted / (double)drafts : 0.0, (long long)accepted,
-           (long long)draft_tokens, (long long)drafts);
+           mp, draft ? "draft model" : "n-gram", ms, ms / mp, drafts ? 1.0 + (double)accepted / (double)drafts : 0.0,
+           (long long)accepted, (long long)draft_tokens, (long long)drafts);
     free(prompt);
     vllm_engine_free(plain);
     vllm_engine_free(spec);

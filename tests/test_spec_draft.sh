@@ -26,6 +26,8 @@
 # probability min(1, p/q)):
 #   self_rejection_all   self-drafted, greedy and seeded requests: q = p, so every draft is
 #                        accepted (p/q = 1 >= u); the greedy outputs are the ones without speculation
+#                        (the 8 sequences share each draft forward: a row given to the wrong
+#                        sequence, or a wrong position, would show as a rejection)
 #   random_repeats       the random draft: the same outputs twice (seeded requests repeat), the
 #                        greedy ones without speculation, every KV block back in the pool
 #

@@ -29,9 +29,14 @@
  * draft gives, sample for sample, at a lower acceptance for sampled
  * requests.
  *
- * Cost: every step the draft runs one forward per sequence per draft token,
- * on the engine thread between target steps, with its own thread pool; a
- * draft model is worth it when it is many times cheaper than the target.
+ * Batching: the engine asks for every decoding sequence at once
+ * (spec_proposer.propose_batch), and the draft runs one forward per draft
+ * position for all of them (up to 64 sequences per forward): the first
+ * catches each cache up with its sequence, each later one feeds every
+ * sequence's last draft. A sequence's drafts do not depend on the batch
+ * (the runner's logits are batch invariant). Each forward runs on the
+ * engine thread between target steps, with the draft's own thread pool; a
+ * draft model is worth it when it is several times cheaper than the target.
  */
 #ifndef VLLM_SPEC_DRAFT_MODEL_H
 #define VLLM_SPEC_DRAFT_MODEL_H

@@ -37,11 +37,24 @@ typedef struct spec_seq_view {
                                         seeds its own from it, so seeded requests repeat */
 } spec_seq_view;
 
+/* One sequence's part of a batched proposal (spec_proposer.propose_batch). */
+typedef struct spec_request {
+    spec_seq_view view;
+    int32_t max_drafts;              /* >= 1 */
+    int32_t *drafts;                 /* (max_drafts) out */
+    int32_t num_drafts;              /* out: how many (0: none) */
+    void *owner;                     /* the caller's */
+} spec_request;
+
 typedef struct spec_proposer {
     /* Writes up to max_drafts token ids (>= 1) that may follow the
      * sequence's tokens to drafts and returns how many (0: none). Ids must
      * be in the vocabulary. */
     int32_t (*propose)(void *ud, const spec_seq_view *q, int32_t max_drafts, int32_t *drafts);
+    /* Optional: propose for n sequences at once (a draft model runs one
+     * forward per draft position for all of them), the same drafts each
+     * would get from propose alone. */
+    void (*propose_batch)(void *ud, spec_request *reqs, int32_t n);
     /* Optional: the sequence ended (finished or aborted); a proposer that
      * keeps per-sequence state (a draft model's KV) frees it here. */
     void (*release)(void *ud, const char *request_id, int32_t index);

@@ -6,6 +6,7 @@
  *   build/bench/bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1]
  *                          [--lookup-max 3] [--max-tokens 128] [--rounds 5]
  *                          [--threads 2] [--prompt TEXT] [--draft DIR|GGUF]
+ *                          [--adaptive] [--exact]
  *
  * Two engines over the same weights, one plain and one with
  * speculative_config {method ngram, num_speculative_tokens k,
@@ -13,10 +14,12 @@
  * max_tokens) once on each, alternately, so both see the same machine noise.
  * Decode tokens/s = (output tokens - 1) / time from the first output token
  * to the last (the prefill step excluded); the medians over the rounds are
- * compared. Mean acceptance length is vLLM's: 1 + accepted / drafts. The
+ * compared. --adaptive: the adaptive k of spec/policy.h (the CLI's default);
+ * --exact: a draft model's draft_token_acceptance_method "exact". Mean acceptance length is vLLM's: 1 + accepted / drafts. The
  * outputs of the two engines must be equal (exact verification): a
  * difference is reported and the exit status is 1.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +79,25 @@ static int run_once(vllm_engine *e, const int32_t *prompt, int32_t len, const vl
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1] [--lookup-max 3] "
-                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT] [--draft DIR|GGUF]\n");
+                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT] [--draft DIR|GGUF] "
+                    "[--adaptive] [--exact]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     const char *model = NULL, *text = default_prompt, *draft = NULL;
     int k = 4, lmin = 1, lmax = 3, max_tokens = 128, rounds = 5, threads = 2;
+    bool adaptive = false, exact = false;
+    int nargs = 1; /* argv with the flags --adaptive / --exact taken out */
+    char *args[64] = {argv[0]};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--adaptive")) adaptive = true;
+        else if (!strcmp(argv[i], "--exact")) exact = true;
+        else if (nargs < 64) args[nargs++] = argv[i];
+        else return usage();
+    }
+    argc = nargs;
+    argv = args;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--k")) k = atoi(argv[i + 1]);
@@ -118,7 +133,8 @@ int main(int argc, char **argv) {
     }
     if (draft) {
         a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_DRAFT_MODEL,
-                                                         .num_speculative_tokens = k};
+                                                         .num_speculative_tokens = k,
+                                                         .exact_acceptance = exact};
         snprintf(a.speculative_config.model, sizeof a.speculative_config.model, "%s", draft);
     } else {
         a.speculative_config = (vllm_speculative_config){.method = VLLM_SPEC_METHOD_NGRAM,
@@ -126,6 +142,7 @@ int main(int argc, char **argv) {
                                                          .prompt_lookup_min = lmin,
                                                          .prompt_lookup_max = lmax};
     }
+    a.speculative_config.adaptive = adaptive;
     if (vllm_engine_create(&a, &spec) != VLLM_OK) {
         fprintf(stderr, "bench_spec: %s\n", vllm_errmsg());
         return 1;
@@ -176,10 +193,10 @@ int main(int argc, char **argv) {
     qsort(tp, (size_t)rounds, sizeof *tp, cmp_double);
     qsort(ts, (size_t)rounds, sizeof *ts, cmp_double);
     double mp = tp[rounds / 2], ms = ts[rounds / 2];
-    printf("median decode tokens/s: plain %.1f, n-gram %.1f, ratio %.2fx; mean acceptance length %.2f "
+    printf("median decode tokens/s: plain %.1f, %s %.1f, ratio %.2fx; mean acceptance length %.2f "
            "(%lld of %lld draft tokens accepted, %lld drafts)\n",
-           mp, ms, ms / mp, drafts ? 1.0 + (double)accepted / (double)drafts : 0.0, (long long)accepted,
-           (long long)draft_tokens, (long long)drafts);
+           mp, draft ? "draft model" : "n-gram", ms, ms / mp, drafts ? 1.0 + (double)accepted / (double)drafts : 0.0,
+           (long long)accepted, (long long)draft_tokens, (long long)drafts);
     free(prompt);
     vllm_engine_free(plain);
     vllm_engine_free(spec);

@@ -4,7 +4,7 @@
 # requests without the flag (speculation must not change a token, greedy or
 # seeded), and the key each bad configuration names. Prints "ok NAME" /
 # "FAIL NAME: why".
-# checks: 5
+# checks: 6
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -35,6 +35,9 @@ check_bad '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"p
 check_bad '{"method":"ngram","num_speculative_tokens":2,"disable_by_batch_size":1}' "disable_by_batch_size=1"
 check_bad '{"method":"ngram","num_speculative_tokens":2,"foo":1}' "unknown key 'foo'"
 check_bad 'ngram' "expected a JSON object"
+check_bad '{"method":"ngram","num_speculative_tokens":2,"adaptive":1}' "adaptive must be true or false"
+check_bad '{"method":"draft_model","model":"m","num_speculative_tokens":2,"draft_token_acceptance_method":"typical_acceptance_sampler"}' \
+  "draft_token_acceptance_method must be 'rejection_sampler' (vLLM's) or 'exact'"
 if [ $bad_ok = 1 ]; then ok spec_config_errors; else fail spec_config_errors "$why"; fi
 
 # 2. serve refuses a bad configuration before it listens
@@ -95,7 +98,26 @@ assert d9["spec_decode_num_drafts"] > d2["spec_decode_num_drafts"], (d9, d2)
 EOF
 then ok generate_disable_by_batch_size; else fail generate_disable_by_batch_size "$(tail -3 "$tmp/d2.err")"; fi
 
-# 5. serve: the completion equals generate's without speculation; /metrics has
+# 5. the adaptive k (spec/policy.h, the default): one greedy request whose
+#    n-gram drafts mostly miss drafts fewer tokens than with "adaptive": false
+#    (k every step), and the output is the same
+P1='{"prompt":"Once upon a time","max_tokens":96,"temperature":0,"ignore_eos":true}'
+echo "$P1" > "$tmp/one.jsonl"
+if "$VLLMC" generate --prompts-file "$tmp/one.jsonl" --json --stats \
+     --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1}' >"$tmp/ad.json" 2>"$tmp/ad.err" &&
+   "$VLLMC" generate --prompts-file "$tmp/one.jsonl" --json --stats \
+     --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"adaptive":false}' \
+     >"$tmp/fx.json" 2>"$tmp/fx.err" && cmp -s "$tmp/ad.json" "$tmp/fx.json" &&
+   $PY - "$tmp/ad.err" "$tmp/fx.err" <<'EOF2'
+import json, sys
+last = lambda p: json.loads([l for l in open(p) if l.startswith("{")][-1])
+a, f = last(sys.argv[1]), last(sys.argv[2])
+assert f["spec_decode_num_accepted_tokens"] * 3 < f["spec_decode_num_draft_tokens"], f   # mostly misses
+assert 0 < a["spec_decode_num_draft_tokens"] * 2 < f["spec_decode_num_draft_tokens"], (a, f)
+EOF2
+then ok generate_adaptive_k; else fail generate_adaptive_k "$(grep '^{' "$tmp/ad.err" | tail -1) vs $(grep '^{' "$tmp/fx.err" | tail -1)"; fi
+
+# 6. serve: the completion equals generate's without speculation; /metrics has
 #    vLLM's counters (accepted = the per-position sum, <= drafted); the log
 #    has the SpecDecoding line
 P="Lily and Tom went to the park. Lily and Tom went to the park. Lily and Tom"

@@ -2,8 +2,9 @@
 # test_spec_draft.sh - speculative decoding with a draft model
 # (--speculative-config '{"method":"draft_model","model":...}') on the bundled
 # stories260K. Expected values: the same requests without speculation (exact
-# verification must not change a token, whatever the drafts), and two drafts
-# whose acceptance follows from what they are:
+# verification, draft_token_acceptance_method "exact", must not change a
+# token, whatever the drafts), and two drafts whose acceptance follows from
+# what they are:
 #   - stories260K as its own draft: its greedy drafts are the target's own
 #     greedy tokens (the same weights, and logits that do not depend on the
 #     batch), so on greedy requests every draft is accepted; a draft cache
@@ -20,8 +21,17 @@
 #   vocab_mismatch       a draft with another vocabulary: a start-up error naming both sizes
 #   serve_draft          vllmc serve with the self draft: the completion is generate's, every
 #                        draft accepted in /metrics
+# and with vLLM's rejection sampler (the default: sampled requests' drafts drawn
+# from the draft's q under the request's temperature, accepted with
+# probability min(1, p/q)):
+#   self_rejection_all   self-drafted, greedy and seeded requests: q = p, so every draft is
+#                        accepted (p/q = 1 >= u); the greedy outputs are the ones without speculation
+#                        (the 8 sequences share each draft forward: a row given to the wrong
+#                        sequence, or a wrong position, would show as a rejection)
+#   random_repeats       the random draft: the same outputs twice (seeded requests repeat), the
+#                        greedy ones without speculation, every KV block back in the pool
 #
-# checks: 6
+# checks: 8
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -50,7 +60,8 @@ run() { # out err [spec]
   if [ -n "${3:-}" ]; then "$VLLMC" generate --model $M --prompts-file "$PF" --json --stats --speculative-config "$3" >"$1" 2>"$2"
   else "$VLLMC" generate --model $M --prompts-file "$PF" --json --stats >"$1" 2>"$2"; fi
 }
-SELF="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4}"
+SELF="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4,\"draft_token_acceptance_method\":\"exact\"}"
+SELFR="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4}"
 
 PF=$tmp/prompts.jsonl
 run "$tmp/ref.json" "$tmp/ref.err"
@@ -76,12 +87,27 @@ $PY tools/make_random_model.py --arch llama --dtype f32 --hidden-size 32 --inter
   --heads 4 --kv-heads 2 --vocab-size 600 --max-pos 512 --seed 4 "$tmp/rand600" >/dev/null 2>>"$tmp/mk.err" ||
   echo "make_random_model.py: $(tail -2 "$tmp/mk.err")" >&2
 PF=$tmp/prompts.jsonl
-RAND="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3}"
+RAND="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3,\"draft_token_acceptance_method\":\"exact\"}"
+RANDR="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3}"
 if run "$tmp/rnd.json" "$tmp/rnd.err" "$RAND" && cmp -s "$tmp/ref.json" "$tmp/rnd.json"; then echo "ok random_same"
 else echo "FAIL random_same: $(tail -2 "$tmp/rnd.err")"; fi
 if $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] and s["spec_decode_num_accepted_tokens"] < s["spec_decode_num_draft_tokens"] and s["num_blocks_free_at_end"] == s["num_blocks_total"], s' "$(stats "$tmp/rnd.err")" 2>/dev/null
 then echo "ok random_rejects  # $(stats "$tmp/rnd.err" | $PY -c 'import json,sys; s=json.load(sys.stdin); print(s["spec_decode_num_accepted_tokens"], "of", s["spec_decode_num_draft_tokens"])')"
 else echo "FAIL random_rejects: $(stats "$tmp/rnd.err")"; fi
+
+# the rejection sampler: greedy lines (the first 4) as without speculation
+greedy4() { head -4 "$1"; }
+run "$tmp/selfr.json" "$tmp/selfr.err" "$SELFR"
+if [ "$(greedy4 "$tmp/selfr.json")" = "$(greedy4 "$tmp/ref.json")" ] && ! cmp -s "$tmp/selfr.json" "$tmp/ref.json" &&
+   $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] == s["spec_decode_num_accepted_tokens"], s' "$(stats "$tmp/selfr.err")" 2>/dev/null
+then echo "ok self_rejection_all  # $(stats "$tmp/selfr.err" | $PY -c 'import json,sys; s=json.load(sys.stdin); print(s["spec_decode_num_accepted_tokens"], "of", s["spec_decode_num_draft_tokens"])')"
+else echo "FAIL self_rejection_all: $(stats "$tmp/selfr.err")"; fi
+run "$tmp/rr1.json" "$tmp/rr1.err" "$RANDR"
+run "$tmp/rr2.json" "$tmp/rr2.err" "$RANDR"
+if cmp -s "$tmp/rr1.json" "$tmp/rr2.json" && [ "$(greedy4 "$tmp/rr1.json")" = "$(greedy4 "$tmp/ref.json")" ] &&
+   $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] and s["num_blocks_free_at_end"] == s["num_blocks_total"], s' "$(stats "$tmp/rr1.err")" 2>/dev/null
+then echo "ok random_repeats  # $(stats "$tmp/rr1.err" | $PY -c 'import json,sys; s=json.load(sys.stdin); print(s["spec_decode_num_accepted_tokens"], "of", s["spec_decode_num_draft_tokens"])')"
+else echo "FAIL random_repeats: $(stats "$tmp/rr1.err")"; fi
 
 if "$VLLMC" generate --model $M --max-tokens 4 --speculative-config \
      "{\"method\":\"draft_model\",\"model\":\"$tmp/rand600\",\"num_speculative_tokens\":2}" >/dev/null 2>"$tmp/vm.err"; then

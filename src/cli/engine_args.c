@@ -106,13 +106,14 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
     json_t *v;
     json_object_foreach(o, key, v) {
         static const char *const ours[] = {"method", "num_speculative_tokens", "prompt_lookup_min",
-                                           "prompt_lookup_max", "disable_by_batch_size", NULL};
+                                           "prompt_lookup_max", "disable_by_batch_size",
+                                           "draft_token_acceptance_method", "adaptive", NULL};
         bool known = false;
         for (const char *const *k = ours; *k && !known; k++) known = !strcmp(key, *k);
         for (const char *const *k = ignored; *k && !known; k++) known = !strcmp(key, *k);
         if (!known) {
             fprintf(stderr, "vllmc: argument %s: unknown key '%s' (accepted: method, model, num_speculative_tokens, "
-                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size)\n", flag, key);
+                    "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, draft_token_acceptance_method, adaptive)\n", flag, key);
             goto done;
         }
     }
@@ -146,6 +147,14 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
             goto done;
         }
         memcpy(r.model, json_string_value(model), json_string_length(model) + 1);
+        json_t *acc = json_object_get(o, "draft_token_acceptance_method");
+        const char *am = json_is_string(acc) ? json_string_value(acc) : NULL;
+        if (acc && !json_is_null(acc) && (!am || (strcmp(am, "rejection_sampler") && strcmp(am, "exact")))) {
+            fprintf(stderr, "vllmc: argument %s: draft_token_acceptance_method must be 'rejection_sampler' "
+                    "(vLLM's) or 'exact'\n", flag);
+            goto done;
+        }
+        r.exact_acceptance = am && !strcmp(am, "exact");
         if (json_object_get(o, "prompt_lookup_min") || json_object_get(o, "prompt_lookup_max")) {
             fprintf(stderr, "vllmc: argument %s: prompt_lookup_min/max belong to method 'ngram'\n", flag);
             goto done;
@@ -161,6 +170,12 @@ int engine_args_parse_speculative_config(vllm_speculative_config *c, const char 
         !spec_int(o, "prompt_lookup_max", 1, INT32_MAX, &r.prompt_lookup_max, flag) ||
         !spec_int(o, "disable_by_batch_size", 2, INT32_MAX, &r.disable_by_batch_size, flag))
         goto done;
+    json_t *ad = json_object_get(o, "adaptive");
+    if (ad && !json_is_null(ad) && !json_is_boolean(ad)) {
+        fprintf(stderr, "vllmc: argument %s: adaptive must be true or false\n", flag);
+        goto done;
+    }
+    r.adaptive = !json_is_false(ad);
     if (r.prompt_lookup_min && r.prompt_lookup_max && r.prompt_lookup_min > r.prompt_lookup_max) {
         fprintf(stderr, "vllmc: argument %s: prompt_lookup_min=%d must be <= prompt_lookup_max=%d\n", flag,
                 r.prompt_lookup_min, r.prompt_lookup_max);
@@ -305,8 +320,12 @@ void engine_args_usage(FILE *f) {
             "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (auto)\n"
             "  --speculative-config JSON       speculative decoding, e.g. '{\"method\":\"ngram\",\n"
             "                                  \"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'; keys:\n"
-            "                                  method (ngram), num_speculative_tokens (1..128),\n"
-            "                                  prompt_lookup_min/prompt_lookup_max (5), disable_by_batch_size\n"
+            "                                  method (ngram, draft_model), model (draft_model's path),\n"
+            "                                  num_speculative_tokens (1..128), prompt_lookup_min/\n"
+            "                                  prompt_lookup_max (5), disable_by_batch_size,\n"
+            "                                  draft_token_acceptance_method (rejection_sampler, exact),\n"
+            "                                  adaptive (true: fewer drafts for sequences that miss and in\n"
+            "                                  big batches; vllm.c only)\n"
             "  --kv-transfer-config JSON       KV connector (docs/disagg.md), e.g. '{\"kv_connector\":\n"
             "                                  \"SharedStorageConnector\",\"kv_role\":\"kv_both\",\n"
             "                                  \"kv_connector_extra_config\":{\"shared_storage_path\":\"/tmp/kv\"}}'\n"

@@ -139,7 +139,8 @@ struct vllm_engine {
     vllm_token_logprobs *lps;        /* (max_out) the same, as the public API has them */
     int32_t *top_ids;                /* (max_out, VLLM_MAX_LOGPROBS) */
     float *top_lps;
-    int32_t *drafts;                 /* (num_speculative_tokens) a proposer's answer */
+    int32_t *drafts;                 /* (max_num_seqs, num_speculative_tokens) the proposer's answers */
+    spec_request *spec_reqs;         /* (max_num_seqs) this step's asks */
     int32_t *spec_per_pos;           /* (num_speculative_tokens) this step's accepted drafts by position */
     int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted; /* this step */
 
@@ -393,6 +394,7 @@ static void free_step_scratch(vllm_engine *e) {
     free(e->top_ids);
     free(e->top_lps);
     free(e->drafts);
+    free(e->spec_reqs);
     free(e->spec_per_pos);
     free(e->masks);
     free(e->mask_jobs);
@@ -406,6 +408,7 @@ static void free_step_scratch(vllm_engine *e) {
     free(e->prompt_top);
     e->plps = NULL, e->prompt_top_ids = NULL, e->prompt_top_lps = NULL, e->prompt_top = NULL;
     e->logits = NULL, e->committed = e->num_committed = e->top_ids = e->drafts = e->spec_per_pos = NULL;
+    e->spec_reqs = NULL;
     e->samples = NULL, e->sampled_seqs = NULL, e->results = NULL, e->tops = NULL, e->lps = NULL, e->top_lps = NULL;
 }
 
@@ -458,7 +461,8 @@ static vllm_status alloc_step_scratch(vllm_engine *e) {
     e->lps = alloc_array(O, sizeof *e->lps, &rc);
     e->top_ids = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(int32_t), &rc);
     e->top_lps = alloc_array(O * VLLM_MAX_LOGPROBS, sizeof(float), &rc);
-    e->drafts = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    e->drafts = alloc_array((size_t)S * (size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
+    e->spec_reqs = alloc_array((size_t)S, sizeof *e->spec_reqs, &rc);
     e->spec_per_pos = alloc_array((size_t)e->spec.num_speculative_tokens, sizeof(int32_t), &rc);
     e->prior_tokens = alloc_array((size_t)S, sizeof(int32_t), &rc);
     if (e->grammars) {
@@ -608,11 +612,13 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         if ((rc = ngram_create(spc->prompt_lookup_min, spc->prompt_lookup_max, &e->ngram)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
+                           .adaptive = spc->adaptive,
                            .proposer = ngram_as_proposer(e->ngram)};
         if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
         log_info("speculative decoding: ngram, num_speculative_tokens %d, prompt_lookup_min %d, "
-                 "prompt_lookup_max %d, disable_by_batch_size %d", spc->num_speculative_tokens,
-                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size);
+                 "prompt_lookup_max %d, disable_by_batch_size %d, adaptive %s", spc->num_speculative_tokens,
+                 spc->prompt_lookup_min, spc->prompt_lookup_max, spc->disable_by_batch_size,
+                 spc->adaptive ? "true" : "false");
     } else if (spc->method == VLLM_SPEC_METHOD_DRAFT_MODEL) {
         /* the draft's pool holds as many tokens as the target's (its blocks are smaller) */
         draft_model_config dc = {.path = spc->model,
@@ -621,14 +627,18 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                                  .block_size = args->block_size,
                                  .num_blocks = info->num_gpu_blocks,
                                  .kv_cache_dtype = e->kv_type,
-                                 .num_threads = args->num_threads};
+                                 .num_threads = args->num_threads,
+                                 .sample = !spc->exact_acceptance};
         if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
+                           .adaptive = spc->adaptive,
                            .proposer = draft_model_as_proposer(e->draft)};
         if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
-        log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d",
-                 spc->model, spc->num_speculative_tokens, spc->disable_by_batch_size);
+        log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d, "
+                 "adaptive %s, draft_token_acceptance_method %s", spc->model, spc->num_speculative_tokens,
+                 spc->disable_by_batch_size, spc->adaptive ? "true" : "false",
+                 spc->exact_acceptance ? "exact" : "rejection_sampler");
     }
 
     int64_t per_seq = kv_layout_blocks_per_seq(e->layout, args->block_size, L, info->max_num_batched_tokens);
@@ -1177,6 +1187,10 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
                 .logits = rows,
                 .shared_logits = en->num_samples > 1,
                 .allowed = allowed,
+                .draft_probs = en->num_drafts > 0 && e->spec.proposer.draft_probs
+                                   ? e->spec.proposer.draft_probs(e->spec.proposer.ud, r->id, q->index,
+                                                                  q->tokens + q->num_tokens, en->num_drafts)
+                                   : NULL,
                 .out_tokens = e->committed + slot,
                 .out_results = want_lps ? e->results + slot : NULL,
             };
@@ -1208,6 +1222,7 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
                 e->spec_num_draft_tokens += x->num_drafts;
                 e->spec_num_accepted += acc;
                 for (int32_t j = 0; j < acc; j++) e->spec_per_pos[j]++;
+                spec_policy_update(&e->sampled_seqs[ns]->spec, x->num_drafts, acc);
             }
             for (int32_t j = 0; x->out_results && j < x->num_out; j++) {
                 const sample_result *res = &x->out_results[j];
@@ -1257,29 +1272,50 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
  * the vocabulary ends its drafts there. */
 static void propose(vllm_engine *e) {
     const list_node *running = scheduler_running(e->sched);
-    for (const list_node *n = running->next; n != running; n = n->next) {
+    int32_t num = 0, K = e->spec.num_speculative_tokens;
+    for (const list_node *n = running->next; n != running && num < e->info.max_num_seqs; n = n->next) {
         seq *q = list_entry(n, seq, node);
         const request *r = q->req;
         if (!r->forked || q->num_drafts || q->num_computed_tokens != q->num_tokens - 1) continue;
         if (e->spec.disable_by_batch_size > 0 && scheduler_num_running(e->sched) >= e->spec.disable_by_batch_size)
             return;
-        int32_t m = e->spec.num_speculative_tokens;
+        int32_t m = K;
+        if (e->spec.adaptive &&
+            (m = spec_policy_num_drafts(&q->spec, m, scheduler_num_running(e->sched), seq_num_output_tokens(q))) <= 0)
+            continue;
         int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
         int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
         if (m > room_out) m = room_out;
         if (m > room_len) m = room_len;
         if (m <= 0) continue;
-        spec_seq_view view = {.request_id = r->id,
-                              .index = q->index,
-                              .tokens = q->tokens,
-                              .num_tokens = q->num_tokens,
-                              .num_prompt = r->num_prompt_tokens};
-        int32_t got = e->spec.proposer.propose(e->spec.proposer.ud, &view, m, e->drafts);
-        if (got > m) got = m;
-        int32_t ok = 0;
-        while (ok < got && e->drafts[ok] >= 0 && e->drafts[ok] < e->vocab) ok++;
+        e->spec_reqs[num] = (spec_request){.view = {.request_id = r->id,
+                                                    .index = q->index,
+                                                    .tokens = q->tokens,
+                                                    .num_tokens = q->num_tokens,
+                                                    .num_prompt = r->num_prompt_tokens,
+                                                    .params = &r->params,
+                                                    .rng = &q->rng},
+                                           .max_drafts = m,
+                                           .drafts = e->drafts + (size_t)num * (size_t)K,
+                                           .owner = q};
+        num++;
+    }
+    if (num == 0) return;
+    if (e->spec.proposer.propose_batch) {
+        e->spec.proposer.propose_batch(e->spec.proposer.ud, e->spec_reqs, num);
+    } else {
+        for (int32_t i = 0; i < num; i++) {
+            spec_request *x = &e->spec_reqs[i];
+            x->num_drafts = e->spec.proposer.propose(e->spec.proposer.ud, &x->view, x->max_drafts, x->drafts);
+        }
+    }
+    for (int32_t i = 0; i < num; i++) {
+        spec_request *x = &e->spec_reqs[i];
+        seq *q = x->owner;
+        int32_t got = x->num_drafts > x->max_drafts ? x->max_drafts : x->num_drafts, ok = 0;
+        while (ok < got && x->drafts[ok] >= 0 && x->drafts[ok] < e->vocab) ok++;
         if (ok <= 0 || seq_reserve(q, q->num_tokens + ok) != VLLM_OK) continue;
-        memcpy(q->tokens + q->num_tokens, e->drafts, (size_t)ok * sizeof *e->drafts);
+        memcpy(q->tokens + q->num_tokens, x->drafts, (size_t)ok * sizeof *x->drafts);
         q->num_drafts = ok;
     }
 }

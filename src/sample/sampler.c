@@ -42,7 +42,10 @@
  * draft (sampler.h). The sequences are independent -- own rows, generator,
  * history, output -- so a large batch is split over the engine's idle
  * worker threads, each with its own scratch, and the result does not depend
- * on which thread took which sequence.
+ * on which thread took which sequence. A sequence whose drafts come with
+ * their distributions q (draft_probs) and whose request samples goes through
+ * vLLM's rejection sampler instead (rejection_seq_rows, sampler.h): p from
+ * sampler_probs, one uniform per draft, a second one at a rejection.
  */
 #include "sample/sampler.h"
 
@@ -730,6 +733,7 @@ struct sampler {
     size_t scratch_bytes;            /* per thread, 8-byte multiple */
     char *scratch;                   /* (nth, scratch_bytes) */
     float *rows;                     /* (nth, vocab): a shared row's private copy */
+    float *probs;                    /* (nth, vocab): the rejection sampler's p, then its residual */
 };
 
 vllm_status sampler_create(int32_t vocab_size, const int32_t *eos_ids, int32_t num_eos, threadpool *pool,
@@ -747,7 +751,8 @@ vllm_status sampler_create(int32_t vocab_size, const int32_t *eos_ids, int32_t n
     s->scratch_bytes = (sampler_scratch_bytes(vocab_size) + 7) & ~(size_t)7;
     s->scratch = malloc((size_t)s->nth * s->scratch_bytes);
     s->rows = malloc((size_t)s->nth * (size_t)vocab_size * sizeof *s->rows);
-    if (!s->scratch || !s->rows) {
+    s->probs = malloc((size_t)s->nth * (size_t)vocab_size * sizeof *s->probs);
+    if (!s->scratch || !s->rows || !s->probs) {
         int nth = s->nth;
         sampler_free(s);
         return vllm_error(VLLM_ERR_NOMEM, "sampler: out of memory for %d threads' scratch", nth);
@@ -760,6 +765,7 @@ void sampler_free(sampler *s) {
     if (!s) return;
     free(s->scratch);
     free(s->rows);
+    free(s->probs);
     free(s);
 }
 
@@ -774,11 +780,88 @@ static void apply_allowed(float *logits, const uint32_t *mask, int32_t vocab_siz
     }
 }
 
+/* Inverse-CDF draw from unnormalised weights w (n, mass > 0) with uniform u;
+ * the last positive weight if rounding runs past the end. */
+static int32_t draw_dense(const float *w, int32_t n, double mass, double u) {
+    double t = u * mass, acc = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (w[i] <= 0.0f) continue;
+        acc += w[i];
+        last = i;
+        if (t < acc) return i;
+    }
+    return last;
+}
+
+/* vLLM's rejection sampler over one sequence's rows (sampler.h): p_j from
+ * sampler_probs, accept x_j iff q_j(x_j) > 0 and p_j(x_j) >= u q_j(x_j), the
+ * first rejection drawn from max(0, p_j - q_j), the bonus row sampled as
+ * usual. The raw logits for logprobs go to the scratch's raw area, which
+ * sampler_probs leaves alone. */
+static void rejection_seq_rows(sampler *s, sample_seq *q, int ith) {
+    int32_t V = s->vocab, words = (V + 31) / 32;
+    void *scratch = s->scratch + (size_t)ith * s->scratch_bytes;
+    float *p = s->probs + (size_t)ith * (size_t)V, *raw = scratch; /* raw: sampler_probs leaves it alone */
+    bool want_lps = q->out_results != NULL && q->params->logprobs >= 0;
+    for (int32_t j = 0; j <= q->num_drafts; j++) {
+        float *x = q->logits + (size_t)j * (size_t)V;
+        if (q->shared_logits) {
+            float *copy = s->rows + (size_t)ith * (size_t)V;
+            memcpy(copy, x, (size_t)V * sizeof *x);
+            x = copy;
+        }
+        if (q->allowed) apply_allowed(x, q->allowed + (size_t)j * (size_t)words, V);
+        sample_history h = {.prompt_ids = q->tokens,
+                            .num_prompt = q->num_prompt,
+                            .output_ids = q->tokens + q->num_prompt,
+                            .num_output = q->num_tokens + j - q->num_prompt};
+        sample_result none = {.top = NULL}, *res = q->out_results ? &q->out_results[j] : &none;
+        if (j == q->num_drafts) { /* every draft accepted: the bonus token */
+            if ((q->rc = sampler_sample(q->params, &h, s->eos, s->num_eos, x, V, q->rng, scratch, res)) != VLLM_OK)
+                return;
+            q->out_tokens[j] = res->token_id;
+            q->num_out = j + 1;
+            return;
+        }
+        memcpy(raw, x, (size_t)V * sizeof *raw);
+        if ((q->rc = sampler_probs(q->params, &h, s->eos, s->num_eos, x, V, scratch, p)) != VLLM_OK) return;
+        const float *qj = q->draft_probs + (size_t)j * (size_t)V;
+        int32_t d = q->tokens[q->num_tokens + j], tok = d;
+        double u = sampler_rng_uniform(q->rng);
+        bool accept = qj[d] > 0.0f && (double)p[d] >= u * (double)qj[d];
+        if (!accept) {
+            double mass = 0.0;
+            for (int32_t i = 0; i < V; i++) mass += (p[i] = p[i] > qj[i] ? p[i] - qj[i] : 0.0f);
+            if (!(mass > 0.0)) { /* p <= q everywhere (p == q up to rounding): draw from p itself */
+                memcpy(x, raw, (size_t)V * sizeof *x);
+                sampler_probs(q->params, &h, s->eos, s->num_eos, x, V, scratch, p);
+                mass = 1.0;
+            }
+            double u2 = sampler_rng_uniform(q->rng);
+            tok = draw_dense(p, V, mass, u2);
+            if (tok < 0) tok = d;
+        }
+        res->token_id = tok;
+        res->logprob = 0.0f;
+        res->rank = 0;
+        res->num_top = 0;
+        if (want_lps) sampler_logprobs(raw, V, tok, q->params->logprobs, res);
+        q->out_tokens[j] = tok;
+        q->num_out = j + 1;
+        if (!accept) return;
+    }
+}
+
 static void sample_seq_rows(sampler *s, sample_seq *q, int ith) {
     int32_t V = s->vocab, words = (V + 31) / 32;
     void *scratch = s->scratch + (size_t)ith * s->scratch_bytes;
     q->num_out = 0;
     q->rc = VLLM_OK;
+    if (q->draft_probs && q->num_drafts > 0 && !sampler_is_greedy(q->params)) {
+        rejection_seq_rows(s, q, ith);
+        return;
+    }
     for (int32_t j = 0; j <= q->num_drafts; j++) {
         float *x = q->logits + (size_t)j * (size_t)V;
         if (q->shared_logits) {

@@ -137,6 +137,8 @@ typedef struct sample_seq {
     float *logits;                   /* (num_drafts + 1, vocab); rows are scratch unless shared_logits */
     bool shared_logits;              /* another sample_seq samples the same rows (n > 1): work on a copy */
     const uint32_t *allowed;         /* (num_drafts + 1, (vocab + 31) / 32) or NULL */
+    const float *draft_probs;        /* (num_drafts, vocab): q each draft was sampled from, or NULL
+                                        (exact verification, above); see below */
     /* out */
     int32_t *out_tokens;             /* (num_drafts + 1): accepted drafts, then the sampled token */
     sample_result *out_results;      /* (num_drafts + 1) or NULL; each .top caller-provided as in
@@ -144,6 +146,19 @@ typedef struct sample_seq {
     int32_t num_out;                 /* 1 .. num_drafts + 1 */
     vllm_status rc;
 } sample_seq;
+
+/* With draft_probs (a draft model that samples, spec/draft_model.h) and a
+ * request that is not greedy, the rows are verified by vLLM's rejection
+ * sampler instead: p_j is row j's distribution after every step above (the
+ * one sampler_probs gives, history including the drafts accepted so far);
+ * draft x_j is accepted iff q_j(x_j) > 0 and p_j(x_j) >= u q_j(x_j) for a
+ * uniform u from the sequence's generator; at the first rejection one token
+ * is drawn (a second uniform) from normalize(max(0, p_j - q_j)) (from p_j if
+ * that is all zero) and the turn ends; when every draft is accepted the
+ * last row gives the bonus token as sampler_sample does. The committed
+ * tokens follow the target's distribution (not sample for sample the
+ * tokens of one-token decoding); a seeded request gives the same tokens
+ * every time its drafts are the same. Greedy requests stay exact. */
 
 /* Per-engine sampling state: scratch per thread and the threads to share
  * the rows with (borrowed; NULL = the calling thread only). */

@@ -17,20 +17,31 @@
  * releases it (spec_proposer.release) or, if the pool runs dry, that
  * sequence gets no drafts this step (never an error).
  *
- * Verification stays exact (sampler_sample_batch): the committed tokens are
- * the ones decoding without a draft gives, greedy or seeded. For greedy
- * requests that is also what vLLM's rejection sampler does; for sampled
- * ones it accepts a draft only when the target's own draw equals it, a lower
- * acceptance than vLLM's probability-ratio test but the same output as no
- * speculation, sample for sample.
+ * Verification (draft_token_acceptance_method): "rejection_sampler", vLLM's
+ * and the default: for a request that samples, each draft is drawn from q,
+ * the draft's distribution under the request's sampling parameters
+ * (temperature, top-k/p, min-p, penalties, logit_bias; sampler_probs) with
+ * a generator seeded from the sequence's own (so a seeded request repeats),
+ * and q goes to the verifier (spec_proposer.draft_probs), which accepts with
+ * probability min(1, p/q) (sample/sampler.h); greedy requests get argmax
+ * drafts and exact verification. "exact": argmax drafts always, verified by
+ * sampler_sample_batch: the committed tokens are the ones decoding without a
+ * draft gives, sample for sample, at a lower acceptance for sampled
+ * requests.
  *
- * Cost: every step the draft runs one forward per sequence per draft token,
- * on the engine thread between target steps, with its own thread pool; a
- * draft model is worth it when it is many times cheaper than the target.
+ * Batching: the engine asks for every decoding sequence at once
+ * (spec_proposer.propose_batch), and the draft runs one forward per draft
+ * position for all of them (up to 64 sequences per forward): the first
+ * catches each cache up with its sequence, each later one feeds every
+ * sequence's last draft. A sequence's drafts do not depend on the batch
+ * (the runner's logits are batch invariant). Each forward runs on the
+ * engine thread between target steps, with the draft's own thread pool; a
+ * draft model is worth it when it is several times cheaper than the target.
  */
 #ifndef VLLM_SPEC_DRAFT_MODEL_H
 #define VLLM_SPEC_DRAFT_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/kv_dtype.h"
@@ -47,6 +58,8 @@ typedef struct draft_model_config {
     int32_t num_blocks;              /* the draft's KV pool */
     kv_dtype kv_cache_dtype;
     int32_t num_threads;             /* 0 = online CPUs */
+    bool sample;                     /* sampled requests: draw drafts from q (vLLM's rejection sampler
+                                        verifies them); false: argmax drafts, exact verification */
 } draft_model_config;
 
 /* Loads the draft model; the error names the path, a vocabulary that

@@ -287,6 +287,11 @@ typedef struct vllm_scheduler_stats {
     int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
     /* by value, like every field here, so the stats can be copied across threads */
     int32_t spec_num_accepted_tokens_per_pos[VLLM_MAX_SPEC_TOKENS];
+    /* LoRA (args.enable_lora; else ""): the adapters of the running and of
+     * the waiting sequences after this step, names comma-joined in order of
+     * first appearance (vllm:lora_requests_info's labels); cut at 255 bytes */
+    char running_lora_adapters[256];
+    char waiting_lora_adapters[256];
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {
@@ -400,6 +405,9 @@ typedef struct vllm_lora_info {
     int32_t id;                      /* > 0; never reused */
     int32_t rank;
 } vllm_lora_info;
+
+/* True if an adapter called name is loaded (false with LoRA off). */
+bool vllm_engine_has_lora(vllm_engine *e, const char *name);
 
 /* The loaded adapters in load order: fills up to cap, returns how many there are. */
 int32_t vllm_engine_list_loras(vllm_engine *e, vllm_lora_info *out, int32_t cap);

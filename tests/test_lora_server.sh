@@ -61,7 +61,7 @@ ta=$(comp a); tb=$(comp b); tbase=$(comp stories)
 printf '%s\n' "{\"prompt\":\"$P\",\"max_tokens\":24,\"temperature\":0}" \
   "{\"prompt\":\"$P\",\"max_tokens\":24,\"temperature\":0,\"lora\":\"b\"}" \
   "{\"prompt\":\"$P\",\"max_tokens\":24,\"temperature\":0,\"lora\":null}" > "$T/prompts.jsonl"
-off=$(build/vllmc generate --model $MODEL --lora a="$T/a" --lora-modules b="$T/b" --prompts-file "$T/prompts.jsonl" --json 2>"$T/gen.err")
+off=$("$VLLMC" generate --model $MODEL --lora a="$T/a" --lora-modules b="$T/b" --prompts-file "$T/prompts.jsonl" --json 2>"$T/gen.err")
 oa=$(jq -rs '.[0].outputs[0].text' <<<"$off" 2>/dev/null); ob=$(jq -rs '.[1].outputs[0].text' <<<"$off" 2>/dev/null)
 obase=$(jq -rs '.[2].outputs[0].text' <<<"$off" 2>/dev/null)
 [ -n "$ta" ] && [ "$ta" = "$oa" ] && echo "ok lora_greedy_a_offline" || echo "FAIL lora_greedy_a_offline: server '$ta' offline '$oa' $(head -c 300 "$T/gen.err")"
@@ -154,8 +154,8 @@ check lora_off_model_404 '.error.code == 404 and .error.message == "The model `a
 server_stop_all
 
 # start-up: a bad --lora-modules value and a bad adapter are errors naming them
-out=$(build/vllmc serve --model $MODEL --port 0 --enable-lora --lora-modules nopath 2>&1)
+out=$("$VLLMC" serve --model $MODEL --port 0 --enable-lora --lora-modules nopath 2>&1)
 [[ $out == *"--lora-modules"*"expected name=path or JSON"* ]] && echo "ok lora_cli_bad_module" || echo "FAIL lora_cli_bad_module: $out"
-out=$(build/vllmc serve --model $MODEL --port 0 --enable-lora --lora-modules big="$T/big" 2>&1)
+out=$("$VLLMC" serve --model $MODEL --port 0 --enable-lora --lora-modules big="$T/big" 2>&1)
 [[ $out == *"LoRA adapter 'big': rank 32 is greater than max_lora_rank 16"* ]] && echo "ok lora_cli_rank_error" || echo "FAIL lora_cli_rank_error: $(tail -2 <<<"$out")"
 exit 0

@@ -22,7 +22,6 @@
 #   - without the variable the routes are 404 Not Found; without
 #     --enable-lora an adapter's name is an unknown model.
 # checks: 26
-# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 MODEL=models/stories260K

@@ -308,6 +308,11 @@ typedef struct vllm_scheduler_stats {
     /* KV connector lookups this step (tokens): asked, and supplied from
      * outside the pool (vLLM 0.11.1's external prefix cache); 0 without one */
     int64_t external_prefix_cache_queries, external_prefix_cache_hits;
+    /* LoRA (args.enable_lora; else ""): the adapters of the running and of
+     * the waiting sequences after this step, names comma-joined in order of
+     * first appearance (vllm:lora_requests_info's labels); cut at 255 bytes */
+    char running_lora_adapters[256];
+    char waiting_lora_adapters[256];
 } vllm_scheduler_stats;
 
 typedef struct vllm_step_output {
@@ -421,6 +426,9 @@ typedef struct vllm_lora_info {
     int32_t id;                      /* > 0; never reused */
     int32_t rank;
 } vllm_lora_info;
+
+/* True if an adapter called name is loaded (false with LoRA off). */
+bool vllm_engine_has_lora(vllm_engine *e, const char *name);
 
 /* The loaded adapters in load order: fills up to cap, returns how many there are. */
 int32_t vllm_engine_list_loras(vllm_engine *e, vllm_lora_info *out, int32_t cap);

@@ -1322,6 +1322,29 @@ static void propose(vllm_engine *e) {
 
 /* Turns the scheduler's news into the step output and hands finished
  * requests to the reported list. */
+/* The adapters of the sequences on list head (scheduler_running/waiting),
+ * comma-joined into buf. */
+static void lora_names(vllm_engine *e, const list_node *head, char *buf, size_t cap) {
+    int32_t seen[64], n = 0;
+    size_t len = 0;
+    buf[0] = 0;
+    for (const list_node *it = head->next; it != head; it = it->next) {
+        int32_t id = list_entry(it, seq, node)->req->lora_id;
+        bool dup = id == 0;
+        for (int32_t i = 0; i < n && !dup; i++) dup = seen[i] == id;
+        if (dup || n == 64) continue;
+        seen[n++] = id;
+        char name[256];
+        if (!lora_table_name(e->loras, id, name, sizeof name)) continue;
+        int w = snprintf(buf + len, cap - len, "%s%s", len ? "," : "", name);
+        if (w < 0 || (size_t)w >= cap - len) { /* cut: keep whole names only */
+            buf[len] = 0;
+            break;
+        }
+        len += (size_t)w;
+    }
+}
+
 static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     size_t nouts = 0, nevents = 0;
     seq *news = scheduler_take_news(e->sched);
@@ -1401,6 +1424,12 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
         .external_prefix_cache_queries = so ? so->external_prefix_cache_queries : 0,
         .external_prefix_cache_hits = so ? so->external_prefix_cache_hits : 0,
     };
+    if (e->loras) {
+        lora_names(e, scheduler_running(e->sched), out->stats.running_lora_adapters,
+                   sizeof out->stats.running_lora_adapters);
+        lora_names(e, scheduler_waiting(e->sched), out->stats.waiting_lora_adapters,
+                   sizeof out->stats.waiting_lora_adapters);
+    }
     if (e->spec.num_speculative_tokens > 0)
         memcpy(out->stats.spec_num_accepted_tokens_per_pos, e->spec_per_pos,
                (size_t)e->spec.num_speculative_tokens * sizeof *e->spec_per_pos);

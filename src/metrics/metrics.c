@@ -75,6 +75,7 @@ struct metrics {
     bool show_hidden;
 
     prom_registry *reg;
+    prom_family *lora_info;          /* vllm:lora_requests_info, or NULL (LoRA off) */
     /* scheduler state */
     prom_series *running, *waiting, *kv_usage, *prefix_queries, *prefix_hits;
     prom_series *preemptions, *prompt_tokens, *generation_tokens;
@@ -442,6 +443,11 @@ static void add_families(builder *b) {
                              "extension.",
                              PROM_GAUGE, NULL, 0);
     add_cache_config_info(b);
+    if (m->cfg.max_loras > 0) { /* vLLM's labels, in its order; no model_name/engine */
+        static const char *const lora_labels[] = {"max_lora", "waiting_lora_adapters", "running_lora_adapters"};
+        m->lora_info = add_family(b, "vllm:lora_requests_info", "Running stats on lora requests.", PROM_GAUGE,
+                                  lora_labels, 3, NULL, 0);
+    }
 
     /* prometheus_fastapi_instrumentator's defaults, as vLLM's api_server mounts them */
     {
@@ -786,6 +792,13 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
 void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_output *out, double now) {
     if (!out) return;
     metrics *e = engine_index ? engine_of(m, engine_index) : m;
+    prom_series *lora = NULL;
+    if (m->lora_info) { /* a series per label set, each set to the wall time when seen (set_to_current_time) */
+        char max_lora[24];
+        snprintf(max_lora, sizeof max_lora, "%d", m->cfg.max_loras);
+        const char *values[] = {max_lora, out->stats.waiting_lora_adapters, out->stats.running_lora_adapters};
+        if (prom_series_get(m->reg, m->lora_info, values, &lora) != VLLM_OK) lora = NULL;
+    }
     pthread_mutex_lock(&m->req_mu);
     if (stats_update(m->st, out, now, &m->it) != VLLM_OK) {
         /* out of memory for the scratch: keep the scheduler stats at least */
@@ -793,6 +806,11 @@ void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_ou
         iteration_clear(&m->it);
     }
     prom_lock(m->reg);
+    if (lora) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        prom_gauge_set(lora, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    }
     record_scheduler_locked(e, out, &m->it, now);
     record_iteration_locked(e, &m->it, now);
     prom_unlock(m->reg);

@@ -73,6 +73,8 @@ typedef struct metrics_config {
     /* speculative decoding's k (vllm_engine_info.speculative_config); 0:
      * off, and no vllm:spec_decode_* families, as vLLM without the config */
     int32_t num_speculative_tokens;
+    /* LoRA's --max-loras; 0: LoRA off, and no vllm:lora_requests_info */
+    int32_t max_loras;
 } metrics_config;
 
 void metrics_config_init(metrics_config *c);

@@ -191,6 +191,7 @@ static vllm_status frontend_step(void *ud, const int32_t *const *seqs, const int
             .num_prompt_ids = lens[i],
             .priority = c->req.priority,
             .cache_salt = c->req.cache_salt,
+            .lora_name = serving_lora_name(ctx, c->model_name),
             .skip_special_tokens = true,
         };
         vllm_sampling_params_init(&q.sp);

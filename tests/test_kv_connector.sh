@@ -114,7 +114,8 @@ req POST "$C_URL/v1/completions" "$(body "$p" 8 ',"kv_transfer_params":{"do_remo
 p=$(prompt 1)
 curl -s -N --max-time 0.5 -H 'Content-Type: application/json' \
   -d "$(body "$p" 2000 ',"stream":true')" "$C_URL/v1/completions" >/dev/null 2>&1
-wait_for client_disconnect_kv_freed 10 usage0 "$C_URL"
+aborted() { usage0 "$C_URL" && grep -q "client disconnected; aborting the request" "$C_LOG"; }
+wait_for client_disconnect_kv_freed 10 aborted
 usage0 "$C_URL" && echo "ok kv_usage_zero_consumer" || echo "FAIL kv_usage_zero_consumer"
 req POST "$C_URL/v1/completions" "$(body '[5,6,7]' 1 ',"kv_transfer_params":[1]')"
 check kv_transfer_params_not_object '.error.message | test("kv_transfer_params")'

@@ -9,6 +9,7 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_structured(int argc, char **argv);
+int cmd_proxy(int argc, char **argv);
 
 /* The model used when no --model is given: the bundled stories260K, found
  * next to the binary (../models/stories260K) or via $VLLMC_MODEL_DIR. */

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "  tokenize     JSON strings on stdin -> JSON id arrays on stdout\n"
             "  detokenize   JSON id arrays on stdin -> JSON strings on stdout\n"
             "  serve        OpenAI-compatible API server (vllmc serve [MODEL] --port 8000 ...)\n"
+            "  proxy        disaggregated prefill/decode front (vllmc proxy --prefill URL --decode URL)\n"
             "  bench        latency | throughput | serve benchmarks (vllm bench ...)\n"
             "  structured   check a constraint against texts (structured check --tokenizer DIR ...)\n"
             "Run 'vllmc <command> --help' for its options.\n");
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "structured")) return cmd_structured(argc - 1, argv + 1);
+    if (!strcmp(cmd, "proxy")) return cmd_proxy(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

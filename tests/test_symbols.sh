@@ -5,7 +5,8 @@
 #     equals the functions include/vllm/*.h declare (a declared function
 #     missing from it is not defined, or is defined in a file that does not
 #     include its public header, so -fvisibility=hidden hid it).
-#  2. Every object of the library and of the CLI (src/<subsystem>/<file>.c)
+#  2. Every object of the library and of the CLI (src/<subsystem>/<file>.c;
+#     one check per subsystem)
 #     exports only its module's names: <file> or <file>_*, a public function
 #     (declared in include/vllm/), or what the table below allows it besides.
 #  3. examples/offline_inference, built against libvllm.a alone with include/
@@ -13,7 +14,7 @@
 #     llama2.c's (reference_bos_greedy200.json), and none of our internal names
 #     is global in it (so it did not link libvllm_internal.a).
 # Prints "ok NAME" / "FAIL NAME: why" lines for tests/run.sh.
-# checks: 15
+# checks: 16
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

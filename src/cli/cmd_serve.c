@@ -191,7 +191,7 @@ int cmd_serve(int argc, char **argv) {
     const char *hidden_version = NULL;
     const char *otlp_endpoint = NULL, *detailed_traces = NULL;
     dp_config dpc;
-    dp_config_init(&dpc);
+    dp_client_config_init(&dpc);
 
     for (int i = 1; i < argc;) {
         const char *a = argv[i];

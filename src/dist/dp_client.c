@@ -85,7 +85,7 @@ struct dp_client {
 
 /* ---- flags ------------------------------------------------------------------- */
 
-void dp_config_init(dp_config *c) {
+void dp_client_config_init(dp_config *c) {
     memset(c, 0, sizeof *c);
     c->size = 1;
     c->size_local = -1;
@@ -582,9 +582,13 @@ static vllm_status send_id(dp_client *c, dp_msg_type type, const char *id, int32
 static vllm_status op_abort(void *ud, const char *id) { return send_id(ud, DP_MSG_ABORT, id, 0); }
 static vllm_status op_stop(void *ud, const char *id, int32_t index) { return send_id(ud, DP_MSG_STOP, id, index); }
 
+/* Always: the engine thread keeps watching the engines (a poll of up to a
+ * second when idle), so an engine that dies while the server is idle is
+ * noticed too, and when the last one is gone step fails once and the
+ * frontend reports the engine dead (/health 503). */
 static bool op_has_unfinished(void *ud) {
-    dp_client *c = ud;
-    return map_size(&c->reqs) > 0 || c->n_synth > 0;
+    (void)ud;
+    return true;
 }
 
 static void op_wake(void *ud) {
@@ -641,7 +645,7 @@ static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engi
     if (probing) probe(c);
     zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0},
                                {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
-    int rcp = zmq_poll(items, 3, probing ? 100 : c->num_alive < c->n || c->eng[0].pid ? 500 : 1000);
+    int rcp = zmq_poll(items, 3, probing ? 100 : 1000);
     if (rcp < 0 && errno != EINTR) return vllm_error(VLLM_ERR_IO, "dp: zmq_poll: %s", zmq_strerror(errno));
     if (items[1].revents & ZMQ_POLLIN) drain_monitor(c);
     if (items[2].revents & ZMQ_POLLIN) {

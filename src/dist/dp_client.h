@@ -57,7 +57,7 @@ typedef struct dp_config {
                                         (VLLM_ENGINE_READY_TIMEOUT_S, 600) */
 } dp_config;
 
-void dp_config_init(dp_config *c);
+void dp_client_config_init(dp_config *c);
 /* Tries argv[*i] as one of the flags above: 1 (consumed, *i advanced), 0
  * (not one), -1 (bad value; message on stderr naming the flag). */
 int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i);

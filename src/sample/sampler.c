@@ -829,7 +829,7 @@ static void rejection_seq_rows(sampler *s, sample_seq *q, int ith) {
         const float *qj = q->draft_probs + (size_t)j * (size_t)V;
         int32_t d = q->tokens[q->num_tokens + j], tok = d;
         double u = sampler_rng_uniform(q->rng);
-        bool accept = qj[d] > 0.0f && (double)p[d] >= u * (double)qj[d];
+        bool accept = qj[d] > 0.0f && p[d] > 0.0f && (double)p[d] >= u * (double)qj[d];
         if (!accept) {
             double mass = 0.0;
             for (int32_t i = 0; i < V; i++) mass += (p[i] = p[i] > qj[i] ? p[i] - qj[i] : 0.0f);

@@ -151,7 +151,7 @@ typedef struct sample_seq {
  * request that is not greedy, the rows are verified by vLLM's rejection
  * sampler instead: p_j is row j's distribution after every step above (the
  * one sampler_probs gives, history including the drafts accepted so far);
- * draft x_j is accepted iff q_j(x_j) > 0 and p_j(x_j) >= u q_j(x_j) for a
+ * draft x_j is accepted iff q_j(x_j) > 0, p_j(x_j) > 0 and p_j(x_j) >= u q_j(x_j) for a
  * uniform u from the sequence's generator; at the first rejection one token
  * is drawn (a second uniform) from normalize(max(0, p_j - q_j)) (from p_j if
  * that is all zero) and the turn ends; when every draft is accepted the

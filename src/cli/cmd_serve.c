@@ -405,6 +405,7 @@ int cmd_serve(int argc, char **argv) {
     ctx.grammars = engine_grammar_cache(engine);
     ctx.compile_timeout = engine_compile_timeout(engine);
     ctx.kv_engine_id = engine_kv_engine_id(engine);
+    ctx.kv_host = engine_kv_server(engine, &ctx.kv_port);
     if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "

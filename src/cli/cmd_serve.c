@@ -381,6 +381,7 @@ int cmd_serve(int argc, char **argv) {
     mc.cache_dtype = info.kv_cache_dtype;                /* as configured: "auto", "fp8", ... */
     mc.num_gpu_blocks = info.num_gpu_blocks;
     mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
+    mc.kv_connector = engine_kv_connector_enabled(engine);
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
         (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());

@@ -775,6 +775,8 @@ const char *engine_kv_server(const vllm_engine *e, int32_t *port) {
     return e->conn ? kv_connector_server(e->conn, port) : NULL;
 }
 
+bool engine_kv_connector_enabled(const vllm_engine *e) { return e->conn != NULL; }
+
 const char *engine_kv_engine_id(const vllm_engine *e) {
     if (!e->conn) return NULL;
     const kv_connector_config *c = kv_connector_get_config(e->conn);

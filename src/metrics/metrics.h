@@ -73,6 +73,8 @@ typedef struct metrics_config {
     /* speculative decoding's k (vllm_engine_info.speculative_config); 0:
      * off, and no vllm:spec_decode_* families, as vLLM without the config */
     int32_t num_speculative_tokens;
+    /* a KV connector is configured: vllm:external_prefix_cache_* exist */
+    bool kv_connector;
 } metrics_config;
 
 void metrics_config_init(metrics_config *c);

@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,7 @@ struct kv_connector {
     int32_t port;                    /* its bound port */
     pthread_t server;
     bool server_running;
-    volatile int stop;
+    atomic_int stop;                 /* kv_connector_free tells the server thread to end */
 };
 
 #define KV_WIRE_MAGIC 0x4843544546564b56ull /* "VKVFETCH" */

@@ -9,13 +9,14 @@
 #     > 0, cached_tokens >= L - 16) with the greedy ids of R's cold run;
 #   - with a tiny RAM tier and a disk tier (VLLM_KV_OFFLOADING_DISK_PATH /
 #     _SIZE) the same from block files, which are deleted when the server stops;
+#     with a RAM budget below one block, blocks go straight to disk;
 #   - KV usage back to 0.
-# checks: 11
+# checks: 12
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=/usr/bin/python3
 names="evicted_without_offloading offload_cold_equal offload_hit_same_output offload_external_hits offload_cached_tokens
-offload_log_hit_rate disk_tier_same_output disk_tier_external_hits disk_tier_files disk_tier_cleanup kv_usage_zero_offload"
+offload_log_hit_rate disk_tier_same_output disk_tier_external_hits disk_tier_files disk_tier_cleanup kv_usage_zero_offload disk_only_tier"
 if ! $PY -c 'import numpy' 2>/dev/null; then
   for n in $names; do echo "skip $n: /usr/bin/python3 without numpy (tools/make_random_model.py)"; done
   exit 0
@@ -71,3 +72,11 @@ usage0 "$O_URL" && usage0 "$D_URL" && echo "ok kv_usage_zero_offload" || echo "F
 kill -TERM "$D_PID"; for _ in $(seq 100); do kill -0 "$D_PID" 2>/dev/null || break; sleep 0.1; done
 n=$(ls "$tmp/disk" | wc -l)
 [ "$n" = 0 ] && echo "ok disk_tier_cleanup" || echo "FAIL disk_tier_cleanup: $n files left"
+
+# a RAM budget below one block (8 KiB here): straight to disk
+VLLM_KV_OFFLOADING_DISK_PATH=$tmp/disk2 VLLM_KV_OFFLOADING_DISK_SIZE=0.01 \
+  server_start E "${common[@]}" --kv-offloading-size 0.000001 || exit 1
+run "$E_URL"
+h=$(val "$E_URL" vllm:external_prefix_cache_hits_total)
+[ "$again" = "$cold" ] && [ "$first" = "$cold" ] && [ "${h:-0}" -gt 0 ] && [ "$again_cached" -ge $((L - 16)) ] &&
+  echo "ok disk_only_tier" || echo "FAIL disk_only_tier: $h hits, $again_cached of $L cached, $again vs $cold"

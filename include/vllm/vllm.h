@@ -209,6 +209,12 @@ typedef struct vllm_request_opts {
     const char *cache_salt;          /* NULL = none; part of every block hash */
     vllm_structured_outputs structured_outputs; /* kind NONE (zeroed) = unconstrained */
     const char *lora_name;           /* NULL = the base model; else a loaded adapter's name */
+    /* kv_transfer_params do_remote_prefill (docs/disagg.md): the producer's
+     * KV server; with a TcpConnector consumer the request waits
+     * (WAITING_FOR_REMOTE_KVS) while its prompt's blocks are fetched from
+     * there. NULL = none. */
+    const char *kv_remote_host;
+    int32_t kv_remote_port;
 } vllm_request_opts;
 
 /* Adds a request (n sequences per sp->n). request_id is copied and must be

@@ -458,6 +458,7 @@ int cmd_serve(int argc, char **argv) {
     mc.num_gpu_blocks = info.num_gpu_blocks;
     mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
     mc.max_loras = ea.enable_lora ? ea.max_loras : 0;
+    mc.kv_connector = engine && engine_kv_connector_enabled(engine);
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
         (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -487,6 +488,7 @@ int cmd_serve(int argc, char **argv) {
     ctx.grammars = engine ? engine_grammar_cache(engine) : NULL;
     ctx.compile_timeout = engine ? engine_compile_timeout(engine) : 5.0;
     ctx.kv_engine_id = engine ? engine_kv_engine_id(engine) : NULL;
+    ctx.kv_host = engine ? engine_kv_server(engine, &ctx.kv_port) : NULL;
     if (!ctx.grammars && dpcl) log_warn("structured outputs are not available with data parallel engines yet");
     else if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))

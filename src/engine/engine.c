@@ -103,6 +103,8 @@ struct vllm_engine {
     draft_model *draft;              /* the proposer of "draft_model", or NULL */
     lora_table *loras;               /* args.enable_lora: the adapters (model/lora.h), else NULL */
     kv_connector *conn;              /* args.kv_transfer_config / kv_offloading_size, or NULL */
+    list_node kv_waiting;            /* requests WAITING_FOR_REMOTE_KVS, by request.node */
+    int32_t num_kv_waiting;
 
     map requests;                    /* id -> unfinished request (request.by_id) */
     list_node reported;              /* finished requests reported by the last step */
@@ -505,6 +507,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         e->args.structured_outputs_compile_timeout = DEFAULT_COMPILE_TIMEOUT;
     list_init(&e->reported);
     list_init(&e->fsm_waiting);
+    list_init(&e->kv_waiting);
     if (rc != VLLM_OK) goto fail;
     if ((rc = model_load(args->model, &e->model)) != VLLM_OK) goto fail;
 
@@ -821,6 +824,13 @@ grammar_cache *engine_grammar_cache(vllm_engine *e) {
     return c;
 }
 
+const char *engine_kv_server(const vllm_engine *e, int32_t *port) {
+    *port = 0;
+    return e->conn ? kv_connector_server(e->conn, port) : NULL;
+}
+
+bool engine_kv_connector_enabled(const vllm_engine *e) { return e->conn != NULL; }
+
 const char *engine_kv_engine_id(const vllm_engine *e) {
     if (!e->conn) return NULL;
     const kv_connector_config *c = kv_connector_get_config(e->conn);
@@ -844,10 +854,54 @@ static vllm_status ensure_mask_tmp(vllm_engine *e) {
 /* Takes r off the FSM list; its status stays WAITING_FOR_FSM (in no
  * scheduler queue) until scheduler_add_request or a finish. */
 static void fsm_remove(vllm_engine *e, request *r) {
+    if (r->seqs[0].status == SEQ_STATUS_WAITING_FOR_REMOTE_KVS) { /* the other engine-held wait */
+        if (list_empty(&r->node)) return;
+        list_remove(&r->node);
+        list_init(&r->node);
+        e->num_kv_waiting--;
+        kv_connector_fetch_release(r->kv_fetch);
+        r->kv_fetch = NULL;
+        return;
+    }
     if (r->seqs[0].status != SEQ_STATUS_WAITING_FOR_FSM || list_empty(&r->node)) return;
     list_remove(&r->node);
     list_init(&r->node);
     e->num_fsm_waiting--;
+}
+
+/* WAITING_FOR_REMOTE_KVS (TcpConnector): a request whose prompt's blocks are
+ * being fetched waits outside the scheduler; when the fetch ends (whatever
+ * it got) it is queued, and admission finds the fetched blocks in the
+ * connector's store. */
+static void promote_kv(vllm_engine *e, double now) {
+    for (list_node *n = e->kv_waiting.next, *next; n != &e->kv_waiting; n = next) {
+        next = n->next;
+        request *r = list_entry(n, request, node);
+        if (!kv_connector_fetch_done(r->kv_fetch)) continue;
+        fsm_remove(e, r);
+        scheduler_add_request(e->sched, r, now);
+    }
+}
+
+/* Starts r's fetch from the producer named by opts; false (r to be queued
+ * now) when there is nothing to fetch or the fetch cannot start. */
+static bool start_kv_fetch(vllm_engine *e, request *r, const vllm_request_opts *o) {
+    if (!e->conn || !o->kv_remote_host || !kv_connector_fetches(e->conn)) return false;
+    seq *q = &r->seqs[0];
+    int32_t n = (q->num_tokens - 1) / e->info.block_size;
+    block_hash *hs = n > 0 ? malloc((size_t)n * sizeof *hs) : NULL;
+    if (!hs) return false;
+    for (int32_t i = 0; i < n; i++) kv_cache_manager_block_hash(e->kv, q, i, &hs[i]);
+    vllm_status rc = kv_connector_start_fetch(e->conn, o->kv_remote_host, o->kv_remote_port, hs, n, &r->kv_fetch);
+    free(hs);
+    if (rc != VLLM_OK) {
+        log_warn("request '%s': %s; computing its prompt here", r->id, vllm_errmsg());
+        return false;
+    }
+    q->status = SEQ_STATUS_WAITING_FOR_REMOTE_KVS;
+    list_push_back(&e->kv_waiting, &r->node);
+    e->num_kv_waiting++;
+    return true;
 }
 
 /* Finishes every unfinished sequence of r with ERROR and msg (the first
@@ -1053,7 +1107,7 @@ vllm_status vllm_engine_add_request(vllm_engine *e, const char *request_id,
     r->in_map = true;
     e->next_serial++;
     if (ready) {
-        scheduler_add_request(e->sched, r, now);
+        if (!start_kv_fetch(e, r, &o)) scheduler_add_request(e->sched, r, now);
     } else {
         r->seqs[0].status = SEQ_STATUS_WAITING_FOR_FSM;
         list_push_back(&e->fsm_waiting, &r->node);
@@ -1085,7 +1139,8 @@ vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, in
 }
 
 bool vllm_engine_has_unfinished(const vllm_engine *e) {
-    return scheduler_has_unfinished(e->sched) || scheduler_has_news(e->sched) || e->num_fsm_waiting > 0;
+    return scheduler_has_unfinished(e->sched) || scheduler_has_news(e->sched) || e->num_fsm_waiting > 0 ||
+           e->num_kv_waiting > 0;
 }
 
 /* ---- one step ----------------------------------------------------------- */
@@ -1407,7 +1462,7 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     int32_t total = block_pool_num_blocks(pool), free_blocks = block_pool_num_free(pool);
     out->stats = (vllm_scheduler_stats){
         .num_running = scheduler_num_running(e->sched),
-        .num_waiting = scheduler_num_waiting(e->sched) + e->num_fsm_waiting,
+        .num_waiting = scheduler_num_waiting(e->sched) + e->num_fsm_waiting + e->num_kv_waiting,
         .kv_cache_usage = block_pool_usage(pool),
         .prefix_cache_queries = so ? so->prefix_cache_queries : 0,
         .prefix_cache_hits = so ? so->prefix_cache_hits : 0,
@@ -1490,6 +1545,13 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
         if (e->num_fsm_waiting > 0 && !scheduler_has_unfinished(e->sched) && !scheduler_has_news(e->sched)) {
             wait_fsm(e);
             promote_fsm(e, vllm_monotonic_time());
+        }
+    }
+    if (e->num_kv_waiting > 0) {
+        promote_kv(e, vllm_monotonic_time());
+        if (e->num_kv_waiting > 0 && !scheduler_has_unfinished(e->sched) && !scheduler_has_news(e->sched)) {
+            usleep(1000); /* only fetches pending: poll them, do not spin */
+            promote_kv(e, vllm_monotonic_time());
         }
     }
     e->num_sampled = 0;

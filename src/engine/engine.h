@@ -50,6 +50,10 @@ double engine_compile_timeout(const vllm_engine *e);
 /* The KV connector's engine_id when it saves KV (kv_producer, kv_both),
  * else NULL (no connector, or a consumer). Valid while the engine lives. */
 const char *engine_kv_engine_id(const vllm_engine *e);
+/* A KV connector (--kv-transfer-config, --kv-offloading-size) is on. */
+bool engine_kv_connector_enabled(const vllm_engine *e);
+/* Where the TcpConnector's KV server listens (host, *port), or NULL. */
+const char *engine_kv_server(const vllm_engine *e, int32_t *port);
 
 /* What --kv-cache-dtype auto stores for a model with config c, loaded from a
  * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */

@@ -11,12 +11,31 @@
  *
  * A block's payload is, for each layer l, K then V of executor_kv_block_bytes
  * each: [l][K|V][kv_block_bytes].
+ *
+ * TcpConnector threads: the KV server (producer) and fetches (consumer)
+ * reach the store under `mu`; everything else runs on the engine thread.
+ * Wire format (little-endian, one connection per fetch):
+ *   client: kv_wire_header {magic, tag, block_bytes, n}, then n 16-byte hashes
+ *   server: per hash, one byte (1 = found) and, if found, block_bytes of
+ *           payload and its XXH3-64; a header whose tag or block size differs
+ *           from the server's gets the connection closed.
  */
 #include "engine/kv_connector.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "base/buf.h"
 #include "base/error.h"
@@ -28,6 +47,7 @@ struct kv_connector {
     kv_cache_manager *kvm;
     kv_store *store;
     int32_t num_layers, block_size;
+    uint64_t meta_tag;               /* the model and layout tag (kv_store's) */
     size_t half_bytes, block_bytes;  /* one layer's K (or V); a whole block */
 
     const seq *pending_seq;          /* the sequence the staged blocks belong to */
@@ -47,6 +67,34 @@ struct kv_connector {
     size_t cap_save_blocks, cap_save_hashes, cap_saving;
 
     kv_connector_meta meta;
+
+    /* TcpConnector */
+    pthread_mutex_t mu;              /* the store, between the engine and the threads below */
+    pthread_cond_t cv;               /* num_fetches reached 0 */
+    int32_t num_fetches;             /* running fetch threads */
+    int listen_fd;                   /* KV server (producer), or -1 */
+    int32_t port;                    /* its bound port */
+    pthread_t server;
+    bool server_running;
+    atomic_int stop;                 /* kv_connector_free tells the server thread to end */
+};
+
+#define KV_WIRE_MAGIC 0x4843544546564b56ull /* "VKVFETCH" */
+#define KV_WIRE_MAX_BLOCKS (1 << 20)
+
+typedef struct kv_wire_header {
+    uint64_t magic, tag, block_bytes;
+    uint32_t n, pad;
+} kv_wire_header;
+
+struct kv_connector_fetch {
+    kv_connector *c;
+    char host[256];
+    int32_t port;
+    int32_t n;
+    block_hash *hashes;
+    int refs;                        /* the engine's and the thread's, under c->mu */
+    bool done;                       /* under c->mu */
 };
 
 static bool loads_kv(const kv_connector *c) { return c->cfg.role & KV_CONNECTOR_CONSUMER; }
@@ -123,9 +171,10 @@ vllm_status kv_connector_config_parse(const char *text, double offloading_gib, k
     const char *n = json_is_string(name) ? json_string_value(name) : "";
     if (!strcmp(n, "SharedStorageConnector")) out->kind = KV_CONNECTOR_SHARED_STORAGE;
     else if (!strcmp(n, "OffloadingConnector")) out->kind = KV_CONNECTOR_OFFLOADING;
+    else if (!strcmp(n, "TcpConnector")) out->kind = KV_CONNECTOR_TCP;
     else {
         rc = vllm_error(VLLM_ERR_UNSUPPORTED, "kv_transfer_config: kv_connector '%s' is not supported (vllm.c has "
-                        "SharedStorageConnector and OffloadingConnector)", n);
+                        "SharedStorageConnector, OffloadingConnector and TcpConnector)", n);
         goto done;
     }
     const char *r = role && json_is_string(role) ? json_string_value(role) : NULL;
@@ -149,7 +198,38 @@ vllm_status kv_connector_config_parse(const char *text, double offloading_gib, k
         rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_connector_extra_config must be an object");
         goto done;
     }
-    if (out->kind == KV_CONNECTOR_SHARED_STORAGE) {
+    if (out->kind == KV_CONNECTOR_TCP) {
+        json_t *ip = json_object_get(o, "kv_ip"), *port = json_object_get(o, "kv_port");
+        strcpy(out->kv_ip, "127.0.0.1");
+        out->kv_port = 14579; /* vLLM's default kv_port */
+        out->timeout_s = 5;
+        out->cpu_bytes = (int64_t)1 << 30;
+        if (ip && !json_is_null(ip)) {
+            if (!json_is_string(ip) || !json_string_value(ip)[0] || strlen(json_string_value(ip)) >= sizeof out->kv_ip) {
+                rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_ip must be a host name or address");
+                goto done;
+            }
+            strcpy(out->kv_ip, json_string_value(ip));
+        }
+        if (port && !json_is_null(port)) {
+            if (!json_is_integer(port) || json_integer_value(port) < 0 || json_integer_value(port) > 65535) {
+                rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: kv_port must be an integer in 0..65535");
+                goto done;
+            }
+            out->kv_port = (int32_t)json_integer_value(port);
+        }
+        double t = out->timeout_s * 1073741824.0;
+        int64_t tb = (int64_t)t;
+        if ((rc = extra_bytes(extra, "cpu_bytes_to_use", 1.0, &out->cpu_bytes)) != VLLM_OK ||
+            (rc = extra_bytes(extra, "timeout_s", 1073741824.0, &tb)) != VLLM_OK)
+            goto done;
+        out->timeout_s = (double)tb / 1073741824.0;
+        if (out->cpu_bytes <= 0 || out->timeout_s <= 0) {
+            rc = vllm_error(VLLM_ERR_INVALID, "kv_transfer_config: TcpConnector needs cpu_bytes_to_use > 0 and "
+                            "timeout_s > 0");
+            goto done;
+        }
+    } else if (out->kind == KV_CONNECTOR_SHARED_STORAGE) {
         strcpy(out->path, "local_storage"); /* vLLM's default */
         if ((rc = extra_string(extra, "shared_storage_path", out->path, sizeof out->path)) != VLLM_OK) goto done;
     } else {
@@ -177,6 +257,236 @@ done:
     return rc;
 }
 
+/* ---- TcpConnector: sockets ---- */
+
+static bool write_full(int fd, const void *p, size_t n) {
+    const char *s = p;
+    while (n > 0) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        s += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+static bool read_full(int fd, void *p, size_t n) {
+    char *s = p;
+    while (n > 0) {
+        ssize_t k = recv(fd, s, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        s += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+static void set_timeouts(int fd, double seconds) {
+    struct timeval tv = {.tv_sec = (time_t)seconds, .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* One client: its header, its hashes, the blocks the store has. */
+static void serve_client(kv_connector *c, int fd) {
+    kv_wire_header hd;
+    set_timeouts(fd, c->cfg.timeout_s);
+    if (!read_full(fd, &hd, sizeof hd) || hd.magic != KV_WIRE_MAGIC || hd.tag != c->meta_tag ||
+        hd.block_bytes != c->block_bytes || hd.n > KV_WIRE_MAX_BLOCKS) {
+        log_warn("TcpConnector: a fetch with a bad header (another model or KV layout?) was refused");
+        return;
+    }
+    block_hash *hs = malloc((size_t)(hd.n ? hd.n : 1) * sizeof *hs);
+    unsigned char *blk = malloc(c->block_bytes + 1 + sizeof(uint64_t));
+    if (hs && blk && read_full(fd, hs, (size_t)hd.n * sizeof *hs)) {
+        for (uint32_t i = 0; i < hd.n; i++) {
+            pthread_mutex_lock(&c->mu);
+            bool found = kv_store_get(c->store, hs[i], blk + 1);
+            pthread_mutex_unlock(&c->mu);
+            blk[0] = found;
+            size_t len = 1;
+            if (found) {
+                uint64_t sum = XXH3_64bits(blk + 1, c->block_bytes);
+                memcpy(blk + 1 + c->block_bytes, &sum, sizeof sum);
+                len += c->block_bytes + sizeof sum;
+            }
+            if (!write_full(fd, blk, len) || !found) break;
+        }
+    }
+    free(hs);
+    free(blk);
+}
+
+static void *server_main(void *arg) {
+    kv_connector *c = arg;
+    while (!c->stop) {
+        struct pollfd p = {.fd = c->listen_fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        int fd = accept(c->listen_fd, NULL, NULL);
+        if (fd < 0) continue;
+        serve_client(c, fd);
+        close(fd);
+    }
+    return NULL;
+}
+
+static vllm_status start_server(kv_connector *c) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", c->cfg.kv_port);
+    int e = getaddrinfo(c->cfg.kv_ip, port, &hints, &ai);
+    if (e != 0)
+        return vllm_error(VLLM_ERR_INVALID, "TcpConnector: kv_ip %s: %s", c->cfg.kv_ip, gai_strerror(e));
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0), one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+        vllm_status rc = vllm_error(VLLM_ERR_IO, "TcpConnector: cannot listen on %s:%s: %s", c->cfg.kv_ip, port,
+                                    strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        return rc;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    c->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                             : ((struct sockaddr_in *)&sa)->sin_port);
+    c->listen_fd = fd;
+    if (pthread_create(&c->server, NULL, server_main, c) != 0)
+        return vllm_error(VLLM_ERR_NOMEM, "TcpConnector: cannot start the KV server thread");
+    c->server_running = true;
+    return VLLM_OK;
+}
+
+/* Connects to host:port within the timeout; -1 if not. */
+static int dial(const char *host, int32_t port, double timeout_s) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host, ps, &hints, &ai) != 0) return -1;
+    int fd = -1;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM, 0);
+        if (fd < 0) continue;
+        set_timeouts(fd, timeout_s); /* SO_SNDTIMEO bounds connect too (Linux) */
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static void fetch_unref(kv_connector_fetch *f) { /* c->mu held */
+    if (--f->refs > 0) return;
+    free(f->hashes);
+    free(f);
+}
+
+static void *fetch_main(void *arg) {
+    kv_connector_fetch *f = arg;
+    kv_connector *c = f->c;
+    int32_t got = 0;
+    const char *why = NULL;
+    unsigned char *blk = malloc(c->block_bytes + sizeof(uint64_t));
+    int fd = blk ? dial(f->host, f->port, c->cfg.timeout_s) : -1;
+    kv_wire_header hd = {.magic = KV_WIRE_MAGIC, .tag = c->meta_tag, .block_bytes = c->block_bytes, .n = (uint32_t)f->n};
+    if (fd < 0) why = "cannot connect";
+    else if (!write_full(fd, &hd, sizeof hd) || !write_full(fd, f->hashes, (size_t)f->n * sizeof *f->hashes))
+        why = "cannot send the request";
+    for (int32_t i = 0; !why && i < f->n; i++) {
+        unsigned char found;
+        if (!read_full(fd, &found, 1)) why = "connection lost";
+        else if (!found) break;
+        else if (!read_full(fd, blk, c->block_bytes + sizeof(uint64_t))) why = "connection lost";
+        else {
+            uint64_t sum;
+            memcpy(&sum, blk + c->block_bytes, sizeof sum);
+            if (XXH3_64bits(blk, c->block_bytes) != sum) {
+                why = "a block's checksum does not match";
+                break;
+            }
+            pthread_mutex_lock(&c->mu);
+            vllm_status rc = kv_store_put(c->store, f->hashes[i], blk);
+            pthread_mutex_unlock(&c->mu);
+            if (rc != VLLM_OK) why = "out of memory";
+            else got++;
+        }
+    }
+    if (fd >= 0) close(fd);
+    free(blk);
+    if (why)
+        log_warn("TcpConnector: fetch from %s:%d: %s after %d of %d blocks; the rest is computed locally", f->host,
+                 f->port, why, got, f->n);
+    pthread_mutex_lock(&c->mu);
+    f->done = true;
+    fetch_unref(f);
+    if (--c->num_fetches == 0) pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+bool kv_connector_fetches(const kv_connector *c) { return c->cfg.kind == KV_CONNECTOR_TCP && loads_kv(c); }
+
+const char *kv_connector_server(const kv_connector *c, int32_t *port) {
+    *port = c->port;
+    return c->listen_fd >= 0 ? c->cfg.kv_ip : NULL;
+}
+
+vllm_status kv_connector_start_fetch(kv_connector *c, const char *host, int32_t port, const block_hash *hashes,
+                                     int32_t n, kv_connector_fetch **out) {
+    *out = NULL;
+    kv_connector_fetch *f = calloc(1, sizeof *f);
+    if (!f || !(f->hashes = malloc((size_t)(n > 0 ? n : 1) * sizeof *hashes))) {
+        free(f);
+        return vllm_error(VLLM_ERR_NOMEM, "TcpConnector: out of memory");
+    }
+    f->c = c;
+    snprintf(f->host, sizeof f->host, "%s", host);
+    f->port = port;
+    f->n = n;
+    memcpy(f->hashes, hashes, (size_t)n * sizeof *hashes);
+    f->refs = 2;
+    pthread_mutex_lock(&c->mu);
+    c->num_fetches++;
+    pthread_mutex_unlock(&c->mu);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &at, fetch_main, f);
+    pthread_attr_destroy(&at);
+    if (e != 0) {
+        pthread_mutex_lock(&c->mu);
+        c->num_fetches--;
+        pthread_mutex_unlock(&c->mu);
+        free(f->hashes);
+        free(f);
+        return vllm_error(VLLM_ERR_NOMEM, "TcpConnector: cannot start a fetch thread");
+    }
+    *out = f;
+    return VLLM_OK;
+}
+
+bool kv_connector_fetch_done(kv_connector_fetch *f) {
+    pthread_mutex_lock(&f->c->mu);
+    bool d = f->done;
+    pthread_mutex_unlock(&f->c->mu);
+    return d;
+}
+
+void kv_connector_fetch_release(kv_connector_fetch *f) {
+    if (!f) return;
+    kv_connector *c = f->c;
+    pthread_mutex_lock(&c->mu);
+    fetch_unref(f);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ---- lifetime ---- */
 
 vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv_cache_manager *kvm, uint64_t tag,
@@ -194,16 +504,23 @@ vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv
     c->block_size = kv_cache_manager_block_size(kvm);
     c->half_bytes = executor_kv_block_bytes(ex);
     c->block_bytes = 2 * (size_t)c->num_layers * c->half_bytes;
+    c->meta_tag = tag;
     kv_store_config sc = {.dir = cfg->path[0] ? cfg->path : NULL,
                           .block_bytes = c->block_bytes,
                           .tag = tag};
     if (cfg->kind == KV_CONNECTOR_OFFLOADING) {
         sc.ram_budget = cfg->cpu_bytes;
         sc.dir_budget = cfg->disk_bytes;
+    } else if (cfg->kind == KV_CONNECTOR_TCP) {
+        sc.ram_budget = cfg->cpu_bytes;
     }
+    c->listen_fd = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     vllm_status rc = kv_store_create(&sc, &c->store);
+    if (rc == VLLM_OK && cfg->kind == KV_CONNECTOR_TCP && saves_kv(c)) rc = start_server(c);
     if (rc != VLLM_OK) {
-        free(c);
+        kv_connector_free(c);
         return rc;
     }
     if (cfg->kind == KV_CONNECTOR_SHARED_STORAGE)
@@ -211,6 +528,12 @@ vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv
                  cfg->role == KV_CONNECTOR_PRODUCER ? "kv_producer" : cfg->role == KV_CONNECTOR_CONSUMER ? "kv_consumer"
                                                                                                     : "kv_both",
                  cfg->path, c->block_bytes);
+    else if (cfg->kind == KV_CONNECTOR_TCP) {
+        char where[300] = "";
+        if (c->listen_fd >= 0) snprintf(where, sizeof where, ", KV server on %s:%d", cfg->kv_ip, c->port);
+        log_info("KV connector: TcpConnector, %s, %zu bytes per block%s", cfg->role == KV_CONNECTOR_PRODUCER ?
+                 "kv_producer" : cfg->role == KV_CONNECTOR_CONSUMER ? "kv_consumer" : "kv_both", c->block_bytes, where);
+    }
     else
         log_info("KV offloading: %.3f GiB of host RAM (%lld blocks of %zu bytes)%s%s%s", cfg->cpu_bytes / 1073741824.0,
                  (long long)(cfg->cpu_bytes / (int64_t)c->block_bytes), c->block_bytes,
@@ -221,6 +544,14 @@ vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv
 
 void kv_connector_free(kv_connector *c) {
     if (!c) return;
+    c->stop = 1;
+    if (c->server_running) pthread_join(c->server, NULL);
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    pthread_mutex_lock(&c->mu); /* fetches end within their timeouts */
+    while (c->num_fetches > 0) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     kv_store_free(c->store);
     free(c->pending);
     free(c->load_blocks);
@@ -232,7 +563,11 @@ void kv_connector_free(kv_connector *c) {
 }
 
 const kv_connector_config *kv_connector_get_config(const kv_connector *c) { return &c->cfg; }
-void kv_connector_get_store_stats(const kv_connector *c, kv_store_stats *out) { kv_store_get_stats(c->store, out); }
+void kv_connector_get_store_stats(const kv_connector *c, kv_store_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    kv_store_get_stats(c->store, out);
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+}
 
 /* ---- scheduler side ---- */
 
@@ -243,10 +578,14 @@ int32_t kv_connector_get_num_new_matched_tokens(kv_connector *c, seq *q, int32_t
     int32_t bs = c->block_size, limit = (q->num_tokens - 1) / bs;
     for (int32_t i = num_hits; i < limit; i++) {
         block_hash h;
-        if (!kv_cache_manager_block_hash(c->kvm, q, i, &h) || !kv_store_contains(c->store, h)) break;
+        if (!kv_cache_manager_block_hash(c->kvm, q, i, &h)) break;
         if (buf_grow((void **)&c->pending, &c->cap_pending, (size_t)c->num_pending + 1, c->block_bytes) != VLLM_OK)
             break;
-        if (!kv_store_get(c->store, h, c->pending + (size_t)c->num_pending * c->block_bytes)) break;
+        pthread_mutex_lock(&c->mu);
+        bool ok = kv_store_contains(c->store, h) &&
+                  kv_store_get(c->store, h, c->pending + (size_t)c->num_pending * c->block_bytes);
+        pthread_mutex_unlock(&c->mu);
+        if (!ok) break;
         c->num_pending++;
     }
     return c->num_pending * bs;
@@ -285,7 +624,11 @@ vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_o
         const int32_t *table = seq_block_table(q, 0);
         for (int32_t b = e->num_computed / bs; b < end / bs; b++) {
             block_hash h;
-            if (!kv_cache_manager_block_hash(c->kvm, q, b, &h) || kv_store_contains(c->store, h)) continue;
+            if (!kv_cache_manager_block_hash(c->kvm, q, b, &h)) continue;
+            pthread_mutex_lock(&c->mu);
+            bool have = kv_store_contains(c->store, h);
+            pthread_mutex_unlock(&c->mu);
+            if (have) continue;
             size_t need = (size_t)c->num_saves + 1;
             if ((rc = buf_grow((void **)&c->save_blocks, &c->cap_save_blocks, need, sizeof *c->save_blocks)) !=
                     VLLM_OK ||
@@ -344,7 +687,9 @@ vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta 
 
 vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m) {
     for (int32_t i = 0; i < m->num_saves; i++) {
+        pthread_mutex_lock(&c->mu);
         vllm_status rc = kv_store_put(c->store, c->save_hashes[i], c->saving + (size_t)i * c->block_bytes);
+        pthread_mutex_unlock(&c->mu);
         if (rc == VLLM_ERR_NOMEM) return rc;
         if (rc != VLLM_OK) {
             log_warn("KV connector: a block was not saved: %s", vllm_errmsg());

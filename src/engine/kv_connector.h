@@ -43,6 +43,17 @@
  *   OffloadingConnector     host RAM (cpu_bytes_to_use, or --kv-offloading-size
  *                           GiB), then a disk directory (disk_path, disk_bytes_to_use;
  *                           or VLLM_KV_OFFLOADING_DISK_PATH / _SIZE in GiB)
+ *   TcpConnector            instance to instance over TCP, with NixlConnector's
+ *                           handshake: a producer keeps the blocks it computed in
+ *                           RAM (cpu_bytes_to_use, 1 GiB) and serves them from a
+ *                           thread listening on kv_ip:kv_port; its responses to
+ *                           do_remote_decode requests name remote_host/remote_port.
+ *                           A consumer given a request with do_remote_prefill and
+ *                           them fetches the prompt's blocks on a thread while the
+ *                           request waits (WAITING_FOR_REMOTE_KVS, engine.c), into
+ *                           its own RAM store, where admission finds them. A fetch
+ *                           that fails (peer gone, timeout, bad checksum) ends
+ *                           early: the rest of the prompt is computed locally.
  * kv_role: kv_producer saves, kv_consumer loads, kv_both does both.
  * Models with sliding-window KV groups are refused (one group only).
  */
@@ -67,6 +78,7 @@ typedef enum kv_connector_role {
 typedef enum kv_connector_kind {
     KV_CONNECTOR_SHARED_STORAGE = 1,
     KV_CONNECTOR_OFFLOADING,
+    KV_CONNECTOR_TCP,                /* instance to instance (NixlConnector's handshake) */
 } kv_connector_kind;
 
 typedef struct kv_connector_config {
@@ -76,6 +88,9 @@ typedef struct kv_connector_config {
     char path[1024];                 /* shared storage path, or the disk tier ("" = none) */
     int64_t cpu_bytes;               /* offloading: RAM budget */
     int64_t disk_bytes;              /* offloading: disk budget */
+    char kv_ip[256];                 /* tcp: the producer's KV server address (127.0.0.1) */
+    int32_t kv_port;                 /* tcp: its port (14579, vLLM's default kv_port; 0 = any) */
+    double timeout_s;                /* tcp: connect and per-read timeout (5) */
 } kv_connector_config;
 
 /* Parses vLLM's --kv-transfer-config JSON (NULL = none) and
@@ -101,6 +116,24 @@ vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv
 void kv_connector_free(kv_connector *c);
 const kv_connector_config *kv_connector_get_config(const kv_connector *c);
 void kv_connector_get_store_stats(const kv_connector *c, kv_store_stats *out);
+
+/* ---- TcpConnector ---- */
+
+typedef struct kv_connector_fetch kv_connector_fetch;
+
+/* True for a TcpConnector that loads (fetches from remote producers). */
+bool kv_connector_fetches(const kv_connector *c);
+/* Where a TcpConnector producer's KV server listens (its kv_ip, *port), or NULL. */
+const char *kv_connector_server(const kv_connector *c, int32_t *port);
+/* Starts fetching the blocks named hashes[0..n) from host:port into the
+ * local store, on a thread; the first missing or bad block ends it. */
+vllm_status kv_connector_start_fetch(kv_connector *c, const char *host, int32_t port, const block_hash *hashes,
+                                     int32_t n, kv_connector_fetch **out);
+/* Finished (blocks stored, or failed)? Never blocks. */
+bool kv_connector_fetch_done(kv_connector_fetch *f);
+/* The caller's reference; the fetch may still run (an abort) and frees
+ * itself when done. kv_connector_free waits for running fetches. */
+void kv_connector_fetch_release(kv_connector_fetch *f);
 
 /* ---- scheduler side ---- */
 

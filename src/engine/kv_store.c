@@ -242,33 +242,42 @@ vllm_status kv_store_put(kv_store *s, block_hash h, const void *src) {
         if (rc == VLLM_OK) s->st.puts++;
         return rc;
     }
-    if (s->cfg.ram_budget < (int64_t)s->cfg.block_bytes) return VLLM_OK; /* nothing fits */
     entry *en = find(s, h);
     if (en) {
-        if (en->tier == TIER_RAM) {
-            list_remove(&en->lru);
-            list_push_front(&s->ram_lru, &en->lru);
-        }
+        list_remove(&en->lru);
+        list_push_front(en->tier == TIER_RAM ? &s->ram_lru : &s->disk_lru, &en->lru);
         return VLLM_OK;
     }
-    if (!(en = calloc(1, sizeof *en)) || !(en->data = malloc(s->cfg.block_bytes))) {
+    /* a block larger than the RAM budget goes straight to disk, if there is one */
+    bool to_disk = s->cfg.ram_budget < (int64_t)s->cfg.block_bytes;
+    if (to_disk && (!s->dir || s->cfg.dir_budget < (int64_t)file_bytes(s))) return VLLM_OK; /* nothing fits */
+    if (!(en = calloc(1, sizeof *en)) || (!to_disk && !(en->data = malloc(s->cfg.block_bytes)))) {
         free(en);
         return vllm_error(VLLM_ERR_NOMEM, "kv_store: out of memory for a %zu-byte block", s->cfg.block_bytes);
     }
     en->h = h;
-    en->tier = TIER_RAM;
     hex_key(h, en->key);
-    memcpy(en->data, src, s->cfg.block_bytes);
-    vllm_status rc = map_insert(&s->index, &en->by_key, en->key);
+    vllm_status rc = to_disk ? write_file(s, h, src) : VLLM_OK;
+    if (rc == VLLM_OK) rc = map_insert(&s->index, &en->by_key, en->key);
     if (rc != VLLM_OK) {
         free(en->data);
         free(en);
         return rc;
     }
+    s->st.puts++;
+    if (to_disk) {
+        en->tier = TIER_DISK;
+        list_push_front(&s->disk_lru, &en->lru);
+        s->disk_used += (int64_t)file_bytes(s);
+        s->st.disk_blocks++;
+        trim_disk(s);
+        return VLLM_OK;
+    }
+    en->tier = TIER_RAM;
+    memcpy(en->data, src, s->cfg.block_bytes);
     list_push_front(&s->ram_lru, &en->lru);
     s->ram_used += (int64_t)s->cfg.block_bytes;
     s->st.ram_blocks++;
-    s->st.puts++;
     trim_ram(s);
     return VLLM_OK;
 }

@@ -45,6 +45,8 @@ typedef enum seq_status {
     SEQ_STATUS_UNFORKED,             /* n > 1: a sibling that seq 0 has not split off yet */
     SEQ_STATUS_WAITING_FOR_FSM,      /* seq 0 of a request whose grammar is compiling: in no
                                         scheduler queue yet (the engine's list) */
+    SEQ_STATUS_WAITING_FOR_REMOTE_KVS, /* seq 0 of a request whose prompt's KV blocks a
+                                        TcpConnector is fetching: the engine's list too */
     SEQ_STATUS_FINISHED,             /* finish_reason says why */
 } seq_status;
 
@@ -130,6 +132,7 @@ struct request {
     /* structured outputs (NULL = none): the compiled grammar's cache entry
      * (one reference, released by request_free), the cache, the time by which
      * it must be ready; error: the message of a finish with ERROR */
+    struct kv_connector_fetch *kv_fetch; /* WAITING_FOR_REMOTE_KVS: the fetch (engine's) */
     grammar_cache_entry *grammar;
     grammar_cache *grammars;
     double fsm_deadline;

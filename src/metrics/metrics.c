@@ -92,7 +92,7 @@ struct metrics {
     prom_series **spec_per_pos;      /* (num_speculative_tokens) position "0".."k-1" */
     /* vllm.c additions */
     prom_series *kv_capacity, *kv_headroom, *queue_delay;
-    /* KV connector (vLLM 0.11.1's external prefix cache) */
+    /* KV connector (vLLM 0.11.1's external prefix cache; NULL without one) */
     prom_series *ext_queries, *ext_hits;
     int64_t ext_total_queries, ext_total_hits; /* under the registry lock: the log line's rate */
     /* HTTP */
@@ -333,12 +333,14 @@ static void add_families(builder *b) {
     m->prefix_hits = add_std(b, "vllm:prefix_cache_hits",
                              "Prefix cache hits, in terms of number of cached tokens.", PROM_COUNTER,
                              NULL, 0);
-    m->ext_queries = add_std(b, "vllm:external_prefix_cache_queries",
-                             "External prefix cache queries from KV connector cross-instance cache sharing, in "
-                             "terms of number of queried tokens.", PROM_COUNTER, NULL, 0);
-    m->ext_hits = add_std(b, "vllm:external_prefix_cache_hits",
-                          "External prefix cache hits from KV connector cross-instance cache sharing, in terms "
-                          "of number of cached tokens.", PROM_COUNTER, NULL, 0);
+    if (m->cfg.kv_connector) { /* only with a connector: without one the exposition stays vLLM 0.11.0's */
+        m->ext_queries = add_std(b, "vllm:external_prefix_cache_queries",
+                                 "External prefix cache queries from KV connector cross-instance cache sharing, "
+                                 "in terms of number of queried tokens.", PROM_COUNTER, NULL, 0);
+        m->ext_hits = add_std(b, "vllm:external_prefix_cache_hits",
+                              "External prefix cache hits from KV connector cross-instance cache sharing, in "
+                              "terms of number of cached tokens.", PROM_COUNTER, NULL, 0);
+    }
     m->preemptions = add_std(b, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                              PROM_COUNTER, NULL, 0);
     m->prompt_tokens = add_std(b, "vllm:prompt_tokens", "Number of prefill tokens processed.",
@@ -713,8 +715,10 @@ static void record_scheduler_locked(metrics *m, const vllm_step_output *out, con
     prom_gauge_set(m->kv_usage, ss->kv_cache_usage);
     prom_counter_add(m->prefix_queries, (double)ss->prefix_cache_queries);
     prom_counter_add(m->prefix_hits, (double)ss->prefix_cache_hits);
-    prom_counter_add(m->ext_queries, (double)ss->external_prefix_cache_queries);
-    prom_counter_add(m->ext_hits, (double)ss->external_prefix_cache_hits);
+    if (m->ext_queries) {
+        prom_counter_add(m->ext_queries, (double)ss->external_prefix_cache_queries);
+        prom_counter_add(m->ext_hits, (double)ss->external_prefix_cache_hits);
+    }
     m->ext_total_queries += ss->external_prefix_cache_queries;
     m->ext_total_hits += ss->external_prefix_cache_hits;
     if (m->show_hidden) {

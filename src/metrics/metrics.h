@@ -75,6 +75,8 @@ typedef struct metrics_config {
     int32_t num_speculative_tokens;
     /* LoRA's --max-loras; 0: LoRA off, and no vllm:lora_requests_info */
     int32_t max_loras;
+    /* a KV connector is configured: vllm:external_prefix_cache_* exist */
+    bool kv_connector;
 } metrics_config;
 
 void metrics_config_init(metrics_config *c);

@@ -48,6 +48,8 @@ typedef struct fe_req {
     int32_t priority;
     char *cache_salt;
     char *lora_name;             /* NULL = the base model */
+    char *kv_remote_host;
+    int32_t kv_remote_port;
     vllm_structured_outputs so;  /* text and whitespace_pattern owned */
     char **stop;
     int32_t num_stop;
@@ -126,6 +128,7 @@ static void req_free(fe_req *r) {
     free(r->prompt_ids);
     free(r->cache_salt);
     free(r->lora_name);
+    free(r->kv_remote_host);
     free((char *)r->so.text);
     free((char *)r->so.whitespace_pattern);
     free(r);
@@ -299,7 +302,8 @@ static void apply_cmd(frontend *f, fe_batch *b, cmd *c, bool dead) {
             break;
         }
         vllm_request_opts opts = {.priority = r->priority, .cache_salt = r->cache_salt, .structured_outputs = r->so,
-                                  .lora_name = r->lora_name};
+                                  .lora_name = r->lora_name,
+                                  .kv_remote_host = r->kv_remote_host, .kv_remote_port = r->kv_remote_port};
         rc = f->ops.add(f->engine, r->id, r->prompt_ids, r->num_prompt, &r->sp, &opts);
         note_added(b, r, rc, rc == VLLM_OK ? NULL : vllm_errmsg());
         break;
@@ -676,6 +680,8 @@ vllm_status frontend_add_request(frontend *f, const frontend_request *q, const f
     r->priority = q->priority;
     if (q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
     if (q->lora_name && !(r->lora_name = strdup(q->lora_name))) goto nomem;
+    if (q->kv_remote_host && !(r->kv_remote_host = strdup(q->kv_remote_host))) goto nomem;
+    r->kv_remote_port = q->kv_remote_port;
     r->so = q->structured_outputs;
     r->so.text = NULL;
     r->so.whitespace_pattern = NULL;

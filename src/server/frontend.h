@@ -86,6 +86,8 @@ typedef struct frontend_request {
     int32_t priority;
     const char *cache_salt;              /* NULL = none; copied */
     const char *lora_name;               /* NULL = the base model, else a LoRA adapter; copied */
+    const char *kv_remote_host;          /* kv_transfer_params remote_host: NULL = none; copied */
+    int32_t kv_remote_port;
     vllm_structured_outputs structured_outputs; /* kind NONE = unconstrained; strings copied */
     const char *const *stop;             /* stop strings; copied */
     int32_t num_stop;

@@ -667,6 +667,7 @@ void serving_submit(serving_call *c) {
     for (int32_t i = 0; i < c->num_prompts; i++) {
         char id[160];
         engine_id(c, i, id, sizeof id);
+        int32_t kv_port = 0;
         frontend_request q = {
             .request_id = id,
             .prompt_ids = c->prompts[i].ids,
@@ -675,6 +676,8 @@ void serving_submit(serving_call *c) {
             .priority = c->req.priority,
             .cache_salt = c->req.cache_salt,
             .lora_name = serving_lora_name(ctx, c->model_name),
+            .kv_remote_host = serving_kv_remote(&c->req, &kv_port),
+            .kv_remote_port = kv_port,
             .structured_outputs = c->req.structured,
             .stop = (const char *const *)c->req.stop,
             .num_stop = c->req.num_stop,

@@ -91,6 +91,8 @@ typedef struct serving_ctx {
     bool enable_auto_tool_choice;
     int tool_call_parser;
     int reasoning_parser;
+    const char *kv_host;                 /* its KV server (TcpConnector producer), or NULL */
+    int32_t kv_port;
 } serving_ctx;
 
 /* A response's kv_transfer_params (serving_kv.c): for a request with
@@ -98,6 +100,10 @@ typedef struct serving_ctx {
  * the decode instance needs (do_remote_prefill, remote_engine_id,
  * remote_request_id); else JSON null. New reference. */
 json_t *serving_kv_transfer_params(const serving_ctx *ctx, const openai_request *req, const char *request_id);
+
+/* A request's kv_transfer_params do_remote_prefill with remote_host and
+ * remote_port: the host (borrowed from the request) and *port; else NULL. */
+const char *serving_kv_remote(const openai_request *req, int32_t *port);
 
 /* Handle POST /v1/completions and /v1/chat/completions (inside the HTTP
  * handler). Takes ownership of req. */

@@ -44,7 +44,7 @@ trap 'server_stop_all; rm -rf "$tmp"' EXIT
 root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 cat > "$tmp/mpirun" <<EOF
 #!/bin/sh
-exec mpirun ${root[*]} --oversubscribe --bind-to none -np "\${NP:-2}" "$VLLMC_BIN" "\$@"
+exec mpirun ${root[*]} --oversubscribe --bind-to none --mca btl tcp,self -np "\${NP:-2}" "$VLLMC_BIN" "\$@"
 EOF
 chmod +x "$tmp/mpirun"
 

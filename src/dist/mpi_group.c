@@ -80,6 +80,13 @@ static vllm_status launch_under_mpirun(int32_t n, int argc, char **argv, int *st
     args[k] = NULL;
     /* shared memory without CMA: containers often forbid process_vm_readv */
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    /* TCP over loopback rather than shared memory (vader), unless told: our
+     * waits sleep between MPI_Tests (mpi_group_wait), and a collective over
+     * vader advances only while both ranks are inside MPI, so every round
+     * waits for a sleeper; TCP's kernel buffers carry a round meanwhile. On
+     * this 2-core machine a tp=2 all-reduce of one token: ~20 us median on
+     * TCP, 10-40 ms on vader (bench/tp_allreduce.sh, docs/deploy.md). */
+    setenv("OMPI_MCA_btl", "tcp,self", 0);
     setenv("VLLMC_MPI_STATUS_FILE", status_path, 1);
     unlink(status_path);
     log_info("tensor/pipeline parallel: %d ranks, starting them with mpirun", n);

@@ -6,7 +6,8 @@
  * Launch: `mpirun -np N vllmc serve ... -tp T -pp P` (N = T * P), or a
  * plain `vllmc serve ... -tp T`, which starts its ranks itself: it runs
  * mpirun --enable-recovery --bind-to none --oversubscribe -np N (plus
- * --allow-run-as-root when root) on the same program and arguments as a
+ * --allow-run-as-root when root; Open MPI's TCP transport over loopback
+ * unless OMPI_MCA_btl says otherwise: see mpi_group.c) on the same program and arguments as a
  * child, passes SIGINT/SIGTERM on to rank 0 (whose pid it reads from a
  * file rank 0 writes; rank 0 then stops the workers itself, where mpirun
  * would take seconds to tear the job down), and exits with rank 0's status.

@@ -13,7 +13,7 @@
 #     llama2.c's (reference_bos_greedy200.json), and none of our internal names
 #     is global in it (so it did not link libvllm_internal.a).
 # Prints "ok NAME" / "FAIL NAME: why" lines for tests/run.sh.
-# checks: 15
+# checks: 16
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

@@ -11,8 +11,9 @@
  *           scored_start (if any), scored_indices, copies, lora_ids (if any)
  *   stop    a header with TP_CMD_STOP: the workers finalize and exit
  *
- * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats, from
- * inside runner_forward (runner_config.all_reduce).
+ * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats on the
+ * stage's communicator, from inside runner_forward (runner_config.all_reduce);
+ * between stages, point to point on the group's: TAG_HIDDEN, TAG_SCORED.
  */
 #include "dist/tp_executor.h"
 
@@ -69,7 +70,7 @@ typedef struct tp_node {
     double reduce_seconds;
 } tp_node;
 
-static bool started;                 /* rank 0: the start message went out */
+static bool started;                 /* rank 0: the start message went out (one group per process) */
 
 /* ---- messages ----------------------------------------------------------- */
 

@@ -21,13 +21,14 @@
 # Under ASan, Open MPI's own allocations that live until exit are suppressed
 # for LeakSanitizer by tests/lsan_mpi.supp (library frames only: a leak of
 # ours in the same run is still reported).
-# checks: 13
+# checks: 18
 set -u
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 VLLMC_BIN=$(cd "$BUILD_DIR" && pwd)/vllmc
 names="tp2_equals_tp1_stories tp2_run_to_run_stories tp2_equals_tp1_random tp2_run_to_run_random
-       tp2_equals_tp1_q8_0 tp2_run_to_run_q8_0 tp2_rss_split tp_bad_heads tp_bad_quant_blocks tp_bad_np
+       pp2_equals_tp1_random pp2_run_to_run_random tp2pp2_equals_tp1_random tp2pp2_run_to_run_random
+       tp2_equals_tp1_q8_0 tp2_run_to_run_q8_0 tp2_rss_split tp_bad_heads tp_bad_quant_blocks tp_bad_np pp_bad_stages
        tp_kill_logged tp_kill_request_ended tp_kill_clean_exit"
 skip_all() { for n in $names; do echo "skip $n: $1"; done; exit 0; }
 command -v mpirun >/dev/null || skip_all "mpirun is missing (openmpi-bin, scripts/setup.sh)"
@@ -41,11 +42,11 @@ tmp=$(mktemp -d /tmp/vllmc-tp-XXXXXX)
 trap 'server_stop_all; rm -rf "$tmp"' EXIT
 
 root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-cat > "$tmp/mpirun2" <<EOF
+cat > "$tmp/mpirun" <<EOF
 #!/bin/sh
-exec mpirun ${root[*]} --oversubscribe --bind-to none -np 2 "$VLLMC_BIN" "\$@"
+exec mpirun ${root[*]} --oversubscribe --bind-to none --mca btl tcp,self -np "\${NP:-2}" "$VLLMC_BIN" "\$@"
 EOF
-chmod +x "$tmp/mpirun2"
+chmod +x "$tmp/mpirun"
 
 $PY tools/make_random_model.py "$tmp/rand" --arch llama --dtype f32 --hidden-size 256 --intermediate-size 768 \
   --layers 2 --heads 8 --kv-heads 4 --tokenizer stories260K --max-pos 512 >/dev/null &&
@@ -57,37 +58,56 @@ $PY tools/make_random_model.py "$tmp/big" --arch llama --dtype f32 --hidden-size
 
 common=(--threads 1 --kv-cache-memory-bytes 8M --max-model-len 512)
 
-# serve_tokens NAME MODEL OUT TP LAUNCHER: greedy tokens of 8 prompts into OUT(.json, and .2.json for tp 2)
+# serve_tokens MODEL OUT LAUNCHER ARGS...: greedy tokens of 8 prompts into OUT.json (and a second
+# run into OUT.2.json when ARGS ask for ranks)
 serve_tokens() {
-  local name=$1 model=$2 out=$3 tp=$4 launcher=$5
-  VLLMC=$launcher server_start S "$model" "${common[@]}" -tp "$tp" || return 1
+  local model=$1 out=$2 launcher=$3; shift 3
+  VLLMC=$launcher server_start S "$model" "${common[@]}" "$@" || return 1
   $PY tests/tp_client.py "$S_URL" "$model" "$out.json" || return 1
-  if [ "$tp" != 1 ]; then $PY tests/tp_client.py "$S_URL" "$model" "$out.2.json" || return 1; fi
+  if [ $# -gt 0 ]; then $PY tests/tp_client.py "$S_URL" "$model" "$out.2.json" || return 1; fi
   server_stop_all
 }
 
-# compare NAME_SUFFIX: tp2 vs tp1, and tp2 run 1 vs run 2
+# compare CONF SFX [exact]: CONF's tokens equal tp=1's (exact: and so do the logprobs), and
+# CONF's two runs are identical
 compare() {
-  local sfx=$1 a b
-  a=$($PY tests/tp_client.py compare "$tmp/$sfx.tp1.json" "$tmp/$sfx.tp2.json")
-  if [ "$(echo "$a" | head -1)" = "same 8 32" ]; then echo "ok tp2_equals_tp1_$sfx ($(echo "$a" | tail -1))"
-  else echo "FAIL tp2_equals_tp1_$sfx: $a"; fi
-  b=$($PY tests/tp_client.py compare "$tmp/$sfx.tp2.json" "$tmp/$sfx.tp2.2.json")
-  if [ "$b" = "$(printf 'same 8 32\nmaxdiff 0')" ]; then echo "ok tp2_run_to_run_$sfx"
-  else echo "FAIL tp2_run_to_run_$sfx: $b"; fi
+  local conf=$1 sfx=$2 exact=${3:-} a b got
+  a=$($PY tests/tp_client.py compare "$tmp/$sfx.tp1.json" "$tmp/$sfx.$conf.json")
+  if [ -n "$exact" ]; then got=$a; else got=$(echo "$a" | head -1)$'\n'"maxdiff 0"; fi
+  if [ "$got" = "$(printf 'same 8 32\nmaxdiff 0')" ]; then echo "ok ${conf}_equals_tp1_$sfx ($(echo "$a" | tail -1))"
+  else echo "FAIL ${conf}_equals_tp1_$sfx: $a"; fi
+  b=$($PY tests/tp_client.py compare "$tmp/$sfx.$conf.json" "$tmp/$sfx.$conf.2.json")
+  if [ "$b" = "$(printf 'same 8 32\nmaxdiff 0')" ]; then echo "ok ${conf}_run_to_run_$sfx"
+  else echo "FAIL ${conf}_run_to_run_$sfx: $b"; fi
 }
 
+# per model: tp=1, then each configuration. pp alone adds in tp=1's order: logprobs must be
+# equal too; tp=2 sums partial products in another order: tokens. stories260K's tp=2 is
+# launched by an explicit mpirun.
 stories=$PWD/models/stories260K
-for spec in "stories:$stories:$tmp/mpirun2" "random:$tmp/rand:$VLLMC_BIN" "q8_0:$tmp/rand-q8_0.gguf:$VLLMC_BIN"; do
-  IFS=: read -r sfx model launcher <<< "$spec"
-  if serve_tokens "$sfx" "$model" "$tmp/$sfx.tp1" 1 "$VLLMC_BIN" &&
-     serve_tokens "$sfx" "$model" "$tmp/$sfx.tp2" 2 "$launcher"; then
-    compare "$sfx"
-  else
-    echo "FAIL tp2_equals_tp1_$sfx: a server or a request failed"
-    echo "FAIL tp2_run_to_run_$sfx: a server or a request failed"
-    server_stop_all
+export NP=2
+for spec in "stories:$stories:tp2" "random:$tmp/rand:tp2 pp2 tp2pp2" "q8_0:$tmp/rand-q8_0.gguf:tp2"; do
+  IFS=: read -r sfx model confs <<< "$spec"
+  if ! serve_tokens "$model" "$tmp/$sfx.tp1" "$VLLMC_BIN"; then
+    for conf in $confs; do
+      echo "FAIL ${conf}_equals_tp1_$sfx: the tp=1 server or a request failed"; echo "FAIL ${conf}_run_to_run_$sfx: no tp=1"
+    done
+    server_stop_all; continue
   fi
+  for conf in $confs; do
+    case $conf in
+      tp2) args=(-tp 2) exact= launcher=$VLLMC_BIN; [ "$sfx" = stories ] && launcher=$tmp/mpirun ;;
+      pp2) args=(-pp 2) exact=1 launcher=$VLLMC_BIN ;;
+      tp2pp2) args=(-tp 2 -pp 2) exact= launcher=$VLLMC_BIN ;;
+    esac
+    if serve_tokens "$model" "$tmp/$sfx.$conf" "$launcher" "${args[@]}"; then
+      compare "$conf" "$sfx" $exact
+    else
+      echo "FAIL ${conf}_equals_tp1_$sfx: a server or a request failed"
+      echo "FAIL ${conf}_run_to_run_$sfx: a server or a request failed"
+      server_stop_all
+    fi
+  done
 done
 
 # rank_pids PID: "RANK PID" of each MPI rank among PID's descendants
@@ -157,4 +177,6 @@ bad_start tp_bad_heads "attention heads (8) must be divisible by tensor parallel
   "$VLLMC_BIN" serve "$stories" -tp 3
 bad_start tp_bad_quant_blocks "o_proj: a tensor-parallel slice of 128 columns at 0 is not whole Q4_K blocks of 256" \
   "$VLLMC_BIN" serve "$tmp/rand-q4_k.gguf" -tp 2
-bad_start tp_bad_np "mpirun started 2 ranks, but tensor_parallel_size 4" "$tmp/mpirun2" serve "$stories" -tp 4
+bad_start tp_bad_np "mpirun started 2 ranks, but tensor_parallel_size 4" "$tmp/mpirun" serve "$stories" -tp 4
+bad_start pp_bad_stages "pipeline_parallel_size 6 is larger than the model's num_hidden_layers 5" \
+  "$VLLMC_BIN" serve "$stories" -pp 6

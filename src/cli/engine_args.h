@@ -4,7 +4,8 @@
  * --block-size, --kv-cache-memory-bytes, --kv-cache-dtype, --num-gpu-blocks-override,
  * --[no-]enable-prefix-caching, --max-num-seqs, --max-num-batched-tokens,
  * --long-prefill-token-threshold, --scheduling-policy, --seed,
- * --generation-config, --speculative-config (JSON), and vllm.c's --threads. Both `--flag value` and `--flag=value` work, and
+ * --generation-config, --speculative-config (JSON), -tp/--tensor-parallel-size and
+ * -pp/--pipeline-parallel-size (vllmc serve only: dist/, docs/deploy.md), and vllm.c's --threads. Both `--flag value` and `--flag=value` work, and
  * underscores may stand for dashes (--max_model_len), as in vLLM.
  * Sizes take vLLM's suffixes: 32k = 32000, 32K = 32768 (k/m/g/t decimal,
  * K/M/G/T binary).

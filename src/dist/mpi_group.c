@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,10 +39,21 @@ struct mpi_group {
     bool stop;
 };
 
-static volatile sig_atomic_t launched_child; /* the launcher's mpirun, for its signal handler */
+static volatile sig_atomic_t pending_signal; /* the launcher's: SIGINT/SIGTERM to pass on */
 
-static void forward_signal(int sig) {
-    if (launched_child > 0) kill((pid_t)launched_child, sig);
+static void note_signal(int sig) { pending_signal = sig; }
+
+/* Rank 0's pid, from the file it writes at start-up (path.pid), or 0. */
+static pid_t read_rank0_pid(const char *path) {
+    char pid_path[80];
+    snprintf(pid_path, sizeof pid_path, "%s.pid", path);
+    FILE *f = fopen(pid_path, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1) pid = 0;
+        fclose(f);
+    }
+    return (pid_t)pid;
 }
 
 /* Runs mpirun with this program and argv as a child, forwards SIGINT and
@@ -68,6 +80,13 @@ static vllm_status launch_under_mpirun(int32_t n, int argc, char **argv, int *st
     args[k] = NULL;
     /* shared memory without CMA: containers often forbid process_vm_readv */
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    /* TCP over loopback rather than shared memory (vader), unless told: our
+     * waits sleep between MPI_Tests (mpi_group_wait), and a collective over
+     * vader advances only while both ranks are inside MPI, so every round
+     * waits for a sleeper; TCP's kernel buffers carry a round meanwhile. On
+     * this 2-core machine a tp=2 all-reduce of one token: ~20 us median on
+     * TCP, 10-40 ms on vader (bench/tp_allreduce.sh, docs/deploy.md). */
+    setenv("OMPI_MCA_btl", "tcp,self", 0);
     setenv("VLLMC_MPI_STATUS_FILE", status_path, 1);
     unlink(status_path);
     log_info("tensor/pipeline parallel: %d ranks, starting them with mpirun", n);
@@ -97,14 +116,24 @@ static vllm_status launch_under_mpirun(int32_t n, int argc, char **argv, int *st
     int e = 0;
     ssize_t got = read(pipefd[0], &e, sizeof e); /* EOF when the exec succeeded */
     close(pipefd[0]);
-    launched_child = child;
-    struct sigaction sa = {.sa_handler = forward_signal};
+    /* SIGINT/SIGTERM go to rank 0, which shuts down and stops the workers
+     * (mpirun, told instead, tears the job down in seconds); to mpirun
+     * while rank 0 is not up yet */
+    struct sigaction sa = {.sa_handler = note_signal}; /* no SA_RESTART: waitpid returns EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int ws = 0;
     while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+        int sig = pending_signal;
+        pending_signal = 0;
+        if (!sig) continue;
+        pid_t r0 = read_rank0_pid(status_path);
+        if (r0 <= 0 || kill(r0, sig) != 0) kill(child, sig);
     }
+    char pid_path[80];
+    snprintf(pid_path, sizeof pid_path, "%s.pid", status_path);
+    unlink(pid_path);
     if (got == (ssize_t)sizeof e) {
         unlink(status_path);
         return vllm_error(VLLM_ERR_UNSUPPORTED, "tensor parallel: cannot run mpirun (%s); install openmpi-bin",
@@ -190,6 +219,16 @@ vllm_status mpi_group_start(int32_t tp, int32_t pp, int argc, char **argv, mpi_g
         mpi_group_finish(g);
         return vllm_error(VLLM_ERR_IO, "mpi group: cannot exchange pids");
     }
+    const char *status_path = getenv("VLLMC_MPI_STATUS_FILE");
+    if (rank == 0 && status_path) { /* for the launcher's signals */
+        char pid_path[PATH_MAX];
+        snprintf(pid_path, sizeof pid_path, "%s.pid", status_path);
+        FILE *f = fopen(pid_path, "w");
+        if (f) {
+            fprintf(f, "%d\n", (int)pid);
+            fclose(f);
+        }
+    }
     for (int i = 0; i < size; i++) g->local[i] = i != rank && !strncmp(host, hosts + (size_t)i * HOST_CAP, HOST_CAP);
     free(hosts);
     *out = g;
@@ -212,7 +251,7 @@ static int32_t lost_rank(const mpi_group *g) {
 
 vllm_status mpi_group_wait(mpi_group *g, MPI_Request *req, bool idle) {
     if (atomic_load(&g->broken)) return vllm_error(VLLM_ERR_IO, "mpi group: a rank is gone; the group is stopped");
-    long sleep_ns = 10000;
+    long sleep_ns = 20000;
     double start = clock_now(), last_check = start;
     for (int spins = 0;; spins++) {
         int done = 0;
@@ -221,8 +260,13 @@ vllm_status mpi_group_wait(mpi_group *g, MPI_Request *req, bool idle) {
             return vllm_error(VLLM_ERR_IO, "mpi group: rank %d: MPI reported an error", g->rank);
         }
         if (done) return VLLM_OK;
-        if (spins < 64) continue; /* a step's collective usually completes in microseconds */
         double now = clock_now();
+        /* the first 2 ms: yield only (a collective's rounds need every rank
+         * to call MPI_Test; on shared cores the peer may need this one) */
+        if (now - start < 0.002) {
+            if (spins >= 16) sched_yield();
+            continue;
+        }
         if (now - last_check >= 0.02) {
             last_check = now;
             int32_t lost = lost_rank(g);

@@ -6,8 +6,11 @@
  * Launch: `mpirun -np N vllmc serve ... -tp T -pp P` (N = T * P), or a
  * plain `vllmc serve ... -tp T`, which starts its ranks itself: it runs
  * mpirun --enable-recovery --bind-to none --oversubscribe -np N (plus
- * --allow-run-as-root when root) on the same program and arguments as a
- * child, forwards SIGINT/SIGTERM to it, and exits with rank 0's status.
+ * --allow-run-as-root when root; Open MPI's TCP transport over loopback
+ * unless OMPI_MCA_btl says otherwise: see mpi_group.c) on the same program and arguments as a
+ * child, passes SIGINT/SIGTERM on to rank 0 (whose pid it reads from a
+ * file rank 0 writes; rank 0 then stops the workers itself, where mpirun
+ * would take seconds to tear the job down), and exits with rank 0's status.
  * Open MPI singletons cannot grow into a group here (MPI_Comm_spawn needs
  * an ompi-server or a running mpirun), so a child mpirun is the one path
  * that works everywhere mpirun does. --enable-recovery keeps mpirun from
@@ -19,8 +22,11 @@
  *
  * Dead ranks: Open MPI 4.1 has no fault-tolerant MPI (ULFM is not built in
  * Debian's), and a blocking collective with a dead peer over shared memory
- * never returns. So every wait here is MPI_Test in a loop that sleeps
- * (10 us doubling to 1 ms, 10 ms after a second idle: no core spins) and,
+ * never returns. So every wait here is MPI_Test in a loop that yields the
+ * core for its first 2 ms (a nonblocking collective advances only while
+ * its ranks call MPI_Test, and on shared cores a peer may need this one),
+ * then sleeps (20 us doubling to 1 ms, 10 ms after a second idle: no core
+ * spins for long) and,
  * every 20 ms, checks that each rank on this host still exists (pids
  * exchanged at start-up). A vanished rank makes the wait return
  * VLLM_ERR_IO naming it, and the group is broken from then on:

@@ -11,8 +11,9 @@
  *           scored_start (if any), scored_indices, copies, lora_ids (if any)
  *   stop    a header with TP_CMD_STOP: the workers finalize and exit
  *
- * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats, from
- * inside runner_forward (runner_config.all_reduce).
+ * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats on the
+ * stage's communicator, from inside runner_forward (runner_config.all_reduce);
+ * between stages, point to point on the group's: TAG_HIDDEN, TAG_SCORED.
  */
 #include "dist/tp_executor.h"
 
@@ -26,6 +27,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "dist/pp_stage.h"
 #include "dist/tp_shard.h"
 #include "engine/engine.h"
 #include "model/runner.h"
@@ -35,6 +37,8 @@ enum {
     TP_CMD_STEP = 2,
     TP_CMD_STOP = 3,
     TP_PATH_CAP = 4096,
+    TAG_HIDDEN = 1,                  /* stage s -> s + 1: the residual stream (tokens, hidden) */
+    TAG_SCORED = 2,                  /* last stage -> rank 0: the scored rows of it (scored, hidden) */
 };
 
 enum { H_CMD, H_TOKENS, H_GROUPS, H_SEQS, H_MAX_BLOCKS, H_SCORED, H_COPIES, H_HAS_SCORED_START, H_HAS_LORA, H_BYTES,
@@ -47,12 +51,16 @@ typedef struct tp_start {
     char model[TP_PATH_CAP];
 } tp_start;
 
-/* One rank's side: its shard, its runner, the message buffer. */
+/* One rank's side: its stage and shard, its runner, the message buffers. */
 typedef struct tp_node {
     executor base;                   /* rank 0: the engine's executor */
     mpi_group *g;
+    int32_t rank, tp, pp, stage, tp_rank; /* rank = stage * tp + tp_rank */
+    MPI_Comm tp_comm;                /* the ranks of this stage (all-reduces), or MPI_COMM_NULL */
     model *full;                     /* workers: the model they loaded (rank 0: the engine's) */
+    model stage_view;                /* this stage's layers of full (pp_stage.h) */
     model *shard;
+    float *rows;                     /* (max_num_batched_tokens, hidden) scored rows on their way to rank 0 */
     runner *runner;
     uint8_t *buf;                    /* step payload */
     size_t buf_cap;
@@ -62,7 +70,7 @@ typedef struct tp_node {
     double reduce_seconds;
 } tp_node;
 
-static bool started;                 /* rank 0: the start message went out */
+static bool started;                 /* rank 0: the start message went out (one group per process) */
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -79,7 +87,7 @@ static vllm_status all_reduce(void *ctx, float *x, int64_t n) {
     if (n > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "tensor parallel: all-reduce of %lld floats", (long long)n);
     double t0 = clock_now();
     MPI_Request q;
-    if (MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, mpi_group_comm(t->g), &q) != MPI_SUCCESS)
+    if (MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, t->tp_comm, &q) != MPI_SUCCESS)
         return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Iallreduce failed");
     vllm_status rc = mpi_group_wait(t->g, &q, false);
     t->reduces++;
@@ -126,6 +134,43 @@ static int64_t payload_bytes(const field *f, int k) {
     return bytes;
 }
 
+/* Sends (recv false) or receives n floats at p to / from world rank peer. */
+static vllm_status p2p(tp_node *t, bool recv, float *p, int64_t n, int32_t peer, int tag) {
+    if (n > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "pipeline parallel: a message of %lld floats", (long long)n);
+    MPI_Request q;
+    int mrc = recv ? MPI_Irecv(p, (int)n, MPI_FLOAT, peer, tag, mpi_group_comm(t->g), &q)
+                   : MPI_Isend(p, (int)n, MPI_FLOAT, peer, tag, mpi_group_comm(t->g), &q);
+    if (mrc != MPI_SUCCESS) return vllm_error(VLLM_ERR_IO, "pipeline parallel: MPI_I%s failed", recv ? "recv" : "send");
+    return mpi_group_wait(t->g, &q, false);
+}
+
+/* One rank's part of a step: its stage's input from the stage before (or
+ * the embeddings), its layers (with the all-reduces of its stage), its
+ * output to the stage after; the last stage's rank 0 of its tp group sends
+ * the scored rows to rank 0, which projects them to logits. */
+static vllm_status node_forward(tp_node *t, const step_batch *b, float *logits) {
+    int64_t T = b->num_tokens, dim = t->full->config.hidden_size;
+    float *x = runner_hidden(t->runner);
+    vllm_status rc = VLLM_OK;
+    if (t->stage > 0 && T > 0) rc = p2p(t, true, x, T * dim, t->rank - t->tp, TAG_HIDDEN);
+    if (rc == VLLM_OK) rc = runner_forward(t->runner, b, logits);
+    if (rc != VLLM_OK || T == 0 || t->pp == 1) return rc;
+    if (t->stage < t->pp - 1) {
+        rc = p2p(t, false, x, T * dim, t->rank + t->tp, TAG_HIDDEN);
+    } else if (t->tp_rank == 0 && b->num_scored) {
+        for (int32_t i = 0; i < b->num_scored; i++)
+            memcpy(t->rows + (int64_t)i * dim, x + (int64_t)b->scored_indices[i] * dim, (size_t)dim * sizeof *x);
+        rc = p2p(t, false, t->rows, b->num_scored * dim, 0, TAG_SCORED);
+    }
+    if (rc == VLLM_OK && t->rank == 0 && b->num_scored) {
+        if ((rc = p2p(t, true, t->rows, b->num_scored * dim, (t->pp - 1) * t->tp, TAG_SCORED)) != VLLM_OK) return rc;
+        for (int32_t i = 0; i < b->num_scored; i++)
+            memcpy(x + (int64_t)b->scored_indices[i] * dim, t->rows + (int64_t)i * dim, (size_t)dim * sizeof *x);
+        rc = runner_logits(t->runner, b, logits);
+    }
+    return rc;
+}
+
 /* ---- rank 0: the executor ------------------------------------------------ */
 
 static tp_node *node_of(const executor *ex) { return (tp_node *)ex; }
@@ -163,7 +208,7 @@ static vllm_status tp_execute(executor *ex, const step_batch *b, float *logits) 
     }
     if ((rc = bcast(t, h, sizeof h, false)) != VLLM_OK || (rc = bcast(t, t->buf, bytes, false)) != VLLM_OK)
         return lost(t, rc);
-    rc = runner_forward(t->runner, b, logits);
+    rc = node_forward(t, b, logits);
     return rc == VLLM_OK ? rc : lost(t, rc);
 }
 
@@ -181,7 +226,7 @@ static vllm_status tp_write_kv(executor *ex, int32_t layer, int32_t block, const
 static threadpool *tp_threadpool(executor *ex) { return runner_threadpool(node_of(ex)->runner); }
 
 static void node_log_stats(const tp_node *t) {
-    if (t->reduces)
+    if (t->reduces && t->tp > 1)
         log_info("tensor parallel rank %d: %lld all-reduces, %.1f MiB, %.3f s (%.1f us each)", mpi_group_rank(t->g),
                  (long long)t->reduces, (double)t->reduce_bytes / 1048576.0, t->reduce_seconds,
                  t->reduce_seconds * 1e6 / (double)t->reduces);
@@ -190,6 +235,8 @@ static void node_log_stats(const tp_node *t) {
 static void node_free(tp_node *t) {
     runner_free(t->runner);
     tp_shard_free(t->shard);
+    if (t->tp_comm && t->tp_comm != MPI_COMM_NULL && !mpi_group_broken(t->g)) MPI_Comm_free(&t->tp_comm);
+    free(t->rows);
     free(t->buf);
     free(t);
 }
@@ -228,27 +275,49 @@ static int64_t mem_available(void) {
     return (int64_t)kb * 1024;
 }
 
-/* Cuts this rank's shard of t->full, agrees on the pool size with the other
- * ranks (*num_blocks in: rank 0's proposal; out: the agreed size) and
- * creates the runner. Every rank calls it and takes part in its two
+/* This rank's place: stage, rank in the stage, the stage's communicator
+ * (collective over every rank: each calls it once, first). */
+static vllm_status node_place(tp_node *t) {
+    t->rank = mpi_group_rank(t->g), t->tp = mpi_group_tp(t->g), t->pp = mpi_group_pp(t->g);
+    t->stage = t->rank / t->tp, t->tp_rank = t->rank % t->tp;
+    t->tp_comm = MPI_COMM_NULL;
+    if (MPI_Comm_split(mpi_group_comm(t->g), t->stage, t->tp_rank, &t->tp_comm) != MPI_SUCCESS)
+        return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Comm_split failed");
+    return VLLM_OK;
+}
+
+/* Cuts this rank's stage and shard of t->full, agrees on the pool size with
+ * the other ranks (*num_blocks in: rank 0's proposal; out: the agreed size)
+ * and creates the runner. Every rank calls it and takes part in its two
  * all-reduces, whatever fails. */
 static vllm_status node_setup(tp_node *t, const tp_start *s, vllm_status rc, int32_t *num_blocks) {
-    int32_t rank = mpi_group_rank(t->g), tp = mpi_group_tp(t->g);
-    int32_t mine = 0, agreed = 0;
-    if (rc == VLLM_OK) rc = tp_shard_create(t->full, rank, tp, &t->shard);
+    int32_t rank = t->rank;
+    int32_t mine = 0, agreed = 0, begin = 0, end = 0;
+    if (rc == VLLM_OK && (rc = pp_stage_check(&t->full->config, t->pp)) == VLLM_OK &&
+        (rc = tp_shard_check(&t->full->config, t->tp)) == VLLM_OK) {
+        model_free_x16(t->full);
+        pp_stage_layers(t->full->config.num_hidden_layers, t->pp, t->stage, &begin, &end);
+        t->stage_view = pp_stage_view(t->full, begin, end);
+        rc = tp_shard_create(&t->stage_view, t->tp_rank, t->tp, t->rank == 0, &t->shard);
+    }
+    if (rc == VLLM_OK) {
+        if (!(t->rows = malloc((size_t)s->max_num_batched_tokens * (size_t)t->full->config.hidden_size * sizeof(float))))
+            rc = vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory");
+    }
     if (rc == VLLM_OK) {
         mine = s->num_blocks;
         size_t per_block = runner_kv_bytes_per_block(&t->shard->config, s->block_size, (kv_dtype)s->kv_cache_dtype);
         int64_t avail = mem_available(), fit = per_block ? (int64_t)(0.4 * (double)avail) / (int64_t)per_block : 0;
         if (!s->sized && avail > 0 && fit < mine) mine = fit > 0 ? (int32_t)fit : 1;
-        log_info("tensor parallel rank %d/%d: %d of %d heads, %d of %d KV heads, %d of %d intermediate, "
-                 "%.1f MiB of layer weights; KV pool: up to %d blocks of %zu bytes", rank, tp,
+        log_info("rank %d (stage %d/%d, tensor rank %d/%d): layers %d..%d, %d of %d heads, %d of %d KV heads, "
+                 "%d of %d intermediate, %.1f MiB of layer weights; KV pool: up to %d blocks of %zu bytes",
+                 rank, t->stage, t->pp, t->tp_rank, t->tp, begin, end - 1,
                  t->shard->config.num_attention_heads, t->full->config.num_attention_heads,
                  t->shard->config.num_key_value_heads, t->full->config.num_key_value_heads,
                  t->shard->config.intermediate_size, t->full->config.intermediate_size,
                  (double)tp_shard_weight_bytes(t->shard) / 1048576.0, mine, per_block);
     } else {
-        log_error("tensor parallel rank %d: %s", rank, vllm_errmsg());
+        log_error("rank %d: %s", rank, vllm_errmsg());
     }
     if (MPI_Allreduce(&mine, &agreed, 1, MPI_INT32_T, MPI_MIN, mpi_group_comm(t->g)) != MPI_SUCCESS)
         return vllm_error(VLLM_ERR_IO, "tensor parallel: MPI_Allreduce of the KV pool size failed");
@@ -261,11 +330,12 @@ static vllm_status node_setup(tp_node *t, const tp_start *s, vllm_status rc, int
                              .max_num_seqs = s->max_num_seqs,
                              .num_threads = s->num_threads,
                              .kv_cache_dtype = (kv_dtype)s->kv_cache_dtype,
-                             .all_reduce = all_reduce,
+                             .all_reduce = t->tp > 1 ? all_reduce : NULL,
                              .reduce_ctx = t,
-                             .skip_logits = rank != 0};
+                             .skip_logits = rank != 0 || t->pp > 1, /* pp: rank 0 calls runner_logits */
+                             .no_embed = t->stage > 0};
         rc = runner_create(t->shard, &cfg, &t->runner);
-        if (rc != VLLM_OK) log_error("tensor parallel rank %d: %s", rank, vllm_errmsg());
+        if (rc != VLLM_OK) log_error("rank %d: %s", rank, vllm_errmsg());
     }
     int32_t ok = rc == VLLM_OK, all_ok = 0;
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT32_T, MPI_MIN, mpi_group_comm(t->g)) != MPI_SUCCESS)
@@ -297,6 +367,7 @@ static vllm_status factory(void *ctx, const vllm_engine_args *args, const model 
     t->full = (model *)m; /* the engine's: the shard's views point into it (its x16 copies are dropped) */
     started = true;
     vllm_status rc = bcast(t, &s, sizeof s, false);
+    if (rc == VLLM_OK) rc = node_place(t);
     if (rc == VLLM_OK) rc = node_setup(t, &s, VLLM_OK, &cfg->num_blocks);
     if (rc != VLLM_OK) {
         node_free(t);
@@ -322,10 +393,15 @@ static int worker_main(mpi_group *g) {
         return rc == VLLM_OK ? 0 : 1;
     }
     s.model[sizeof s.model - 1] = 0;
+    if ((rc = node_place(t)) != VLLM_OK) {
+        log_error("rank %d: %s", rank, vllm_errmsg());
+        free(t);
+        return 1;
+    }
     vllm_status load = model_load(s.model, &t->full);
     int32_t agreed = 0;
     if ((rc = node_setup(t, &s, load, &agreed)) == VLLM_OK) {
-        log_info("tensor parallel rank %d: ready, KV pool of %d blocks", rank, agreed);
+        log_info("rank %d: ready, KV pool of %d blocks", rank, agreed);
         for (;;) {
             int32_t h[TP_HDR_LEN];
             if ((rc = bcast(t, h, sizeof h, true)) != VLLM_OK || h[H_CMD] != TP_CMD_STEP) break;
@@ -346,7 +422,7 @@ static int worker_main(mpi_group *g) {
                 *f[i].p = t->buf + off;
                 off += (size_t)f[i].n * f[i].size;
             }
-            if ((rc = runner_forward(t->runner, &b, NULL)) != VLLM_OK) break;
+            if ((rc = node_forward(t, &b, NULL)) != VLLM_OK) break;
         }
         node_log_stats(t);
     }
@@ -361,9 +437,6 @@ vllm_status tp_executor_start(const vllm_engine_args *args, int argc, char **arg
                               int *worker_status) {
     *group = NULL;
     *worker_status = 0;
-    if (args->pipeline_parallel_size > 1)
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "pipeline_parallel_size %d: pipeline parallelism is not implemented yet",
-                          args->pipeline_parallel_size);
     mpi_group *g;
     vllm_status rc = mpi_group_start(args->tensor_parallel_size, args->pipeline_parallel_size, argc, argv, &g,
                                      worker_status);

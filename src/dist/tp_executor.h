@@ -1,9 +1,15 @@
 /*
- * tp_executor.h - the tensor-parallel executor over MPI (vLLM's
- * MultiprocExecutor / Ray executor with its workers, on MPI collectives).
+ * tp_executor.h - the tensor- and pipeline-parallel executor over MPI
+ * (vLLM's MultiprocExecutor / Ray executor with its workers, on MPI).
  *
  * Rank 0 runs the engine (scheduler, sampler, API server) and one shard of
- * the model; ranks 1..tp-1 run only their shards (dist/tp_shard.h). Per
+ * the model; the other ranks run only their shards (dist/tp_shard.h) of
+ * their stage's layers (dist/pp_stage.h; rank = stage * tp + tensor rank,
+ * the all-reduces on the stage's own communicator). With pp > 1 each
+ * stage receives the residual stream from the one before and sends its
+ * own on (MPI_Isend / MPI_Irecv), the last stage sends the scored rows to
+ * rank 0, and rank 0 projects them (runner_logits); one batch is in
+ * flight at a time, so the stages take turns. Per
  * engine step rank 0 broadcasts the step_batch (model/step_batch.h: a
  * header of counts, then its flat arrays in one message), every rank runs
  * the forward over its heads and its part of the MLP with an MPI_Allreduce

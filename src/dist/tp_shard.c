@@ -89,7 +89,7 @@ static void release_file_pages(model *m) {
     if (m->gguf && m->gguf->map) madvise(m->gguf->map, m->gguf->map_size, MADV_DONTNEED);
 }
 
-vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out) {
+vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, bool lm_head, model **out) {
     *out = NULL;
     const model_config *c = &m->config;
     vllm_status rc = tp_shard_check(c, tp);
@@ -110,7 +110,7 @@ vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out) {
     d->w.norm = m->w.norm;
     d->w.lm_head = m->w.lm_head;
     d->w.lm_head.x16 = NULL, d->w.lm_head.x16_bytes = 0;
-    if (rank != 0) d->w.lm_head.data = NULL; /* rank 0 computes the logits */
+    if (!lm_head) d->w.lm_head.data = NULL; /* only rank 0 computes logits */
     if (!(d->w.layers = calloc((size_t)c->num_hidden_layers, sizeof *d->w.layers))) {
         rc = vllm_error(VLLM_ERR_NOMEM, "tp shard: out of memory");
         goto fail;

@@ -15,8 +15,8 @@
  *   norms, q/k norms         whole (per hidden or per head_dim)
  *   embed_tokens             whole (read by rows: only the rows of the step's
  *                            tokens are ever touched)
- *   lm_head, final norm      whole on rank 0, which computes the logits;
- *                            absent (data NULL) on the others
+ *   lm_head, final norm      whole on the rank that computes the logits
+ *                            (world rank 0); absent (lm_head data NULL) elsewhere
  *
  * The shard is a model whose config says H/tp heads, KV/tp KV heads and
  * I/tp intermediate, so the runner runs it unchanged and its KV pool holds
@@ -42,6 +42,7 @@
 #ifndef VLLM_DIST_TP_SHARD_H
 #define VLLM_DIST_TP_SHARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -51,8 +52,10 @@
  * divisible by tp). */
 vllm_status tp_shard_check(const model_config *cfg, int32_t tp);
 
-/* Rank rank's shard of m (see the top). *out is freed with tp_shard_free. */
-vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, model **out);
+/* Rank rank's shard of m (see the top), with lm_head if lm_head (the
+ * rank that computes logits), else lm_head.data NULL. *out is freed with
+ * tp_shard_free. */
+vllm_status tp_shard_create(model *m, int32_t rank, int32_t tp, bool lm_head, model **out);
 void tp_shard_free(model *shard);
 
 /* Bytes of matmul weights the shard holds, for the log. */

@@ -525,19 +525,23 @@ static vllm_status check_copies(const runner *r, const step_batch *b) {
  * decode step's few rows stay on the calling thread). */
 static void run_rows(runner *r, threadpool_fn fn, int64_t n) { threadpool_run(r->pool, fn, r, n, TOKEN_CHUNK); }
 
-/* x[t] = embed_tokens[token_ids[t]]; rope[t] = cos/sin of positions[t]. */
+/* x[t] = embed_tokens[token_ids[t]] (unless a later pipeline stage: x came
+ * from the one before); rope[t] = cos/sin of positions[t]. */
 static void stage_embed(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const step_batch *b = r->b;
     const tensor *e = &r->m->w.embed_tokens;
     int32_t half = r->head_dim / 2;
+    float scale = r->m->config.embed_scale;
     for (int64_t t = lo; t < hi; t++) {
         float *x = r->x + t * r->dim;
-        quant_dequantize_row(e->type, (const char *)e->data + (size_t)b->token_ids[t] * dtype_row_bytes(e->type, r->dim),
-                             x, r->dim);
-        float scale = r->m->config.embed_scale;
-        if (scale > 0)
-            for (int32_t i = 0; i < r->dim; i++) x[i] *= scale;
+        if (!r->cfg.no_embed) {
+            quant_dequantize_row(e->type,
+                                 (const char *)e->data + (size_t)b->token_ids[t] * dtype_row_bytes(e->type, r->dim),
+                                 x, r->dim);
+            if (scale > 0)
+                for (int32_t i = 0; i < r->dim; i++) x[i] *= scale;
+        }
         float *cs = r->rope + t * r->head_dim;
         rope_cos_sin(cs, cs + half, r->inv_freq, half, b->positions[t]);
         if (r->rope_local) {
@@ -797,6 +801,19 @@ static void stage_glu(void *arg, int64_t lo, int64_t hi, int ith) {
 
 /* ---- the forward pass ---------------------------------------------------- */
 
+/* logits = lm_head(norm(x[scored_indices])) (softcapped for Gemma). */
+static void forward_logits(runner *r, float *logits) {
+    run_rows(r, stage_final_norm, r->b->num_scored);
+    r->mm = (mm_op){.nparts = 1};
+    r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &r->m->w.lm_head, NULL, false);
+    run_matmul(r, r->b->num_scored);
+    if (r->m->config.final_logit_softcapping > 0) {
+        r->logits = logits;
+        threadpool_run(r->pool, stage_softcap, r, r->b->num_scored, 1);
+        r->logits = NULL;
+    }
+}
+
 /* x[t] += xb[t]: a summed partial output joins the residual stream. */
 static void stage_add_xb(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
@@ -903,17 +920,21 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         r->b = NULL;
         return rc;
     }
-    if (b->num_scored && !r->cfg.skip_logits) {
-        run_rows(r, stage_final_norm, b->num_scored);
-        r->mm = (mm_op){.nparts = 1};
-        r->mm.part[0] = mm_args(logits, r->vocab, r->xb, r->dim, &w->lm_head, NULL, false);
-        run_matmul(r, b->num_scored);
-        if (r->m->config.final_logit_softcapping > 0) {
-            r->logits = logits;
-            threadpool_run(r->pool, stage_softcap, r, b->num_scored, 1);
-            r->logits = NULL;
-        }
-    }
+    if (b->num_scored && !r->cfg.skip_logits) forward_logits(r, logits);
+    r->b = NULL;
+    return VLLM_OK;
+}
+
+float *runner_hidden(runner *r) { return r->x; }
+
+vllm_status runner_logits(runner *r, const step_batch *b, float *logits) {
+    vllm_status rc = check_batch(r, b);
+    if (rc != VLLM_OK) return rc;
+    if (!b->num_scored) return VLLM_OK;
+    if (!logits || !r->m->w.lm_head.data)
+        return vllm_error(VLLM_ERR_INVALID, "runner: no logits buffer, or no lm_head on this rank");
+    r->b = b;
+    forward_logits(r, logits);
     r->b = NULL;
     return VLLM_OK;
 }

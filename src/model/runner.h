@@ -58,6 +58,11 @@ typedef struct runner_config {
     vllm_status (*all_reduce)(void *reduce_ctx, float *rows, int64_t n);
     void *reduce_ctx;
     bool skip_logits;                /* a worker rank: no final norm, no lm_head (logits may be NULL) */
+    /* Pipeline parallel (dist/): a later stage, whose input is the residual
+     * stream the stage before computed, written by the caller into
+     * runner_hidden() rows 0..num_tokens-1 instead of the embeddings. The
+     * model is the stage's layers only (dist/pp_stage.h). */
+    bool no_embed;
 } runner_config;
 
 typedef struct runner runner;
@@ -78,6 +83,17 @@ size_t runner_kv_bytes_per_block(const model_config *cfg, int32_t block_size, kv
  * does nothing) if the batch exceeds the capacities given at create time or
  * names a slot/block outside the pool. */
 vllm_status runner_forward(runner *r, const step_batch *b, float *logits);
+
+/* The residual stream, (max_num_batched_tokens, hidden) floats, row t for
+ * the batch's token t: after a forward, this stage's output; before a
+ * forward with no_embed, its input. Pipeline stages pass it on. */
+float *runner_hidden(runner *r);
+
+/* The last stage's half of a forward on rank 0 (pipeline parallel): the
+ * final norm and lm_head of the batch's scored rows of runner_hidden(),
+ * which the caller filled (rows scored_indices[i]), into logits
+ * (num_scored, vocab). VLLM_ERR_INVALID without logits or lm_head. */
+vllm_status runner_logits(runner *r, const step_batch *b, float *logits);
 
 /* Copies one block's K/V (all slots) to another: copy-on-write for n > 1.
  * VLLM_ERR_INVALID (nothing copied) if either block is outside the pool. */

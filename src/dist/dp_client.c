@@ -106,7 +106,7 @@ const char *dp_client_usage(void) {
            "  --headless                      run this node's engines only, no API server\n"
            "  --data-parallel-routing least_loaded|prefix_cache  how requests pick an engine\n"
            "                                  (least_loaded: vLLM's waiting x 4 + running)\n"
-           "  --api-server-count N            N API server processes on one port (1)\n";
+           "  --api-server-count N            API server processes (only 1 so far)\n";
 }
 
 static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
@@ -162,6 +162,11 @@ int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i) {
         if (!strcmp(val, "least_loaded")) c->routing = DP_ROUTING_LEAST_LOADED;
         else if (!strcmp(val, "prefix_cache")) c->routing = DP_ROUTING_PREFIX_CACHE;
         else ok = false;
+    }
+    if (ok && c->api_server_count > 1) { /* accepted by name, refused by value: not built yet */
+        fprintf(stderr, "vllmc serve: argument --api-server-count: %d API server processes are not supported yet "
+                "(only 1; see docs/deploy.md, \"Data parallel\")\n", c->api_server_count);
+        return -1;
     }
     if (!ok) {
         fprintf(stderr, "vllmc serve: argument %s: invalid value '%s'%s\n", flag, val,

@@ -633,6 +633,7 @@ void frontend_free(frontend *f) {
         pthread_mutex_lock(&f->mu);
         f->stop_engine = true;
         pthread_cond_broadcast(&f->engine_cv);
+        if (f->ops.wake) f->ops.wake(f->engine); /* a remote engine's step may be waiting on sockets */
         pthread_mutex_unlock(&f->mu);
         pthread_join(f->engine_thread, NULL);
         pthread_mutex_lock(&f->mu);

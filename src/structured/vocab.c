@@ -28,6 +28,7 @@ void st_vocab_free(st_vocab *v) {
     free(v->node_depth);
     free(v->node_end);
     free(v->node_tok);
+    free(v->node_maxd);
     free(v->toks);
     free(v);
 }
@@ -104,6 +105,14 @@ static vllm_status build_trie(st_vocab *v) {
     v->node_tok[nodes] = sum;
     free(open);
     v->n_nodes = (int32_t)nodes;
+    v->node_maxd = malloc(((size_t)nodes + 1) * sizeof *v->node_maxd);
+    if (!v->node_maxd) return vllm_error(VLLM_ERR_NOMEM, "structured vocab: out of memory");
+    for (uint32_t i = nodes; i-- > 0;) { /* children first: a subtree is [i, node_end[i]) */
+        uint32_t m = v->node_depth[i];
+        for (uint32_t j = i + 1; j < v->node_end[i]; j = v->node_end[j])
+            if (v->node_maxd[j] > m) m = v->node_maxd[j];
+        v->node_maxd[i] = (uint16_t)(m > 65535 ? 65535 : m);
+    }
     return VLLM_OK;
 }
 

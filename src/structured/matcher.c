@@ -522,8 +522,9 @@ typedef struct local_walk {
  * again, 2 it does not; ctx[b] that push skipped a completion. */
 typedef struct loop_entry {
     uint64_t hash;
-    uint8_t used;
+    uint8_t used, full;      /* full: every allowed byte tried, safe is known */
     uint8_t state[256], ctx[256];
+    st_bset safe;            /* the loop bytes whose push skipped no completion */
 } loop_entry;
 
 /* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
@@ -586,6 +587,28 @@ static loop_entry *loops_of(local_walk *w, uint64_t h) {
     return &w->loops[q];
 }
 
+/* Tries every allowed byte of set `par - 1` (the top once truncated to
+ * par) not tried yet; then le->safe holds its loop bytes without ctx. */
+static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
+    st_matcher *lm = w->lm;
+    if (le->full) return &le->safe;
+    st_bset a = lm->allowed[par - 1];
+    for (unsigned b = 0; b < 256; b++) {
+        if (!st_bset_has(&a, b) || le->state[b]) continue;
+        if (lm->n_sets != par) truncate_sets(lm, par);
+        lm->ctx_hit = false;
+        if (!push_byte(lm, b)) return NULL; /* out of memory: no shortcut */
+        bool loops = live_hash(lm, par) == w->sig[par - 1] && same_live(w, par - 1, par);
+        le->state[b] = loops ? 1 : 2;
+        le->ctx[b] = lm->ctx_hit;
+    }
+    truncate_sets(lm, par);
+    for (unsigned b = 0; b < 256; b++)
+        if (le->state[b] == 1 && !le->ctx[b]) st_bset_add(&le->safe, b);
+    le->full = 1;
+    return &le->safe;
+}
+
 /* The local walk: the whole trie against the local state. The local sets
  * are subsets of the real ones (a completion into a set before the state is
  * skipped, ctx_hit), so what they accept is accepted in any context; what
@@ -626,13 +649,29 @@ static void walk_local(local_walk *w) {
             i = nend[i];
             continue;
         }
+        loop_entry *le = NULL;
+        if (nend[i] > i + 1) {
+            le = w->lep_gen[par - 1] == w->gen ? w->lep[par - 1] : NULL;
+            if (!le && (le = loops_of(w, sig[par - 1]))) w->lep[par - 1] = le, w->lep_gen[par - 1] = w->gen;
+            /* a subtree of loop bytes only, none reaching a bound: all its tokens */
+            uint64_t left = (uint64_t)shift[d - 1] + 1 + (nmaxd[i] - d);
+            const st_bset *safe, *u = &v->cls[v->node_cls[i]];
+            if (le && le->state[b] == 1 && (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
+                (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
+                !(u->w[2] & ~safe->w[2]) && !(u->w[3] & ~safe->w[3])) {
+                for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
+                    int32_t id = v->toks[k];
+                    e->acc[id >> 5] |= 1u << (id & 31);
+                }
+                i = nend[i];
+                continue;
+            }
+        }
         for (uint32_t k = ntok[i]; k < ntok[i + 1]; k++) {
             int32_t id = v->toks[k];
             e->acc[id >> 5] |= 1u << (id & 31);
         }
         if (nend[i] > i + 1) {
-            loop_entry *le = w->lep_gen[par - 1] == w->gen ? w->lep[par - 1] : NULL;
-            if (!le && (le = loops_of(w, sig[par - 1]))) w->lep[par - 1] = le, w->lep_gen[par - 1] = w->gen;
             if (le && le->state[b] == 1) { /* the parent's set may stand for this node too */
                 uint64_t left = (uint64_t)shift[d - 1] + 1 + (nmaxd[i] - d);
                 if (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) {

@@ -67,6 +67,9 @@ struct st_vocab {
     uint32_t *node_end;
     uint32_t *node_tok;   /* n_nodes + 1 entries */
     uint16_t *node_maxd;  /* the deepest depth in node i's subtree (its longest token's length) */
+    uint32_t *node_cls;   /* the bytes of node i's subtree (its own and below): cls[node_cls[i]] */
+    st_bset *cls;
+    uint32_t n_cls;
     int32_t *toks;
     uint32_t max_depth;   /* the longest token's length */
 };

@@ -37,8 +37,11 @@
  * its matchers, under a mutex, bounded by ST_CACHE_MAX_BYTES) each key is
  * walked once; a mask is then a copy of its accepted bits plus a real walk
  * of its uncertain ranges. The key's first walk is the cost that remains:
- * loop bytes (walk_local) make a string's ASCII characters free, its
- * multi-byte characters still cost a push per byte.
+ * loop bytes (walk_local) make a string's ASCII characters free, also
+ * inside a counted repetition (maxLength: sets equal but for the count,
+ * g->shape, while the count left exceeds the token's bytes left), its
+ * multi-byte characters still cost a push per byte. A long repetition's
+ * positions far from its end share one key (g->canon).
  *
  * EOS ids are allowed exactly when the grammar can end; accepting one
  * terminates the matcher (it is kept as a token, so rollback undoes it).
@@ -115,17 +118,24 @@ struct st_mask_cache {
 
 /* ---- grammars -------------------------------------------------------------------- */
 
-/* The position the mask cache keys each grammar position by: itself, but
- * inside a long counted repetition (gbnf.c: x EXIT x EXIT ... x END, x not
- * nullable) every position with more than max_depth + 1 x's still to go
- * and at least one done stands for the first such position of its parity.
- * A token has at most max_depth bytes and each x takes one at least, so no
- * token can tell those positions apart: the local walk of one serves them
- * all, and a string with maxLength 32767 is one cached state, not 32767. */
-static uint32_t *canon_positions(const st_grammar *g) {
-    uint32_t *c = malloc(((size_t)g->n_syms + 1) * sizeof *c);
-    if (!c) return NULL;
-    for (uint32_t p = 0; p < g->n_syms; p++) c[p] = p;
+/* Three maps of the grammar's positions, for counted repetitions (gbnf.c:
+ * x EXIT x EXIT ... x END, x not nullable; each x takes a byte at least):
+ *   rep_left - how many x's may still come (UINT32_MAX outside them);
+ *   shape    - every position after the first x as the first such position
+ *              of its parity: sets equal by shape differ only in their
+ *              counts, which the local walk's loops track (walk_local);
+ *   canon    - the key of the mask cache: the shape where more than
+ *              max_depth + 1 x's may still come (a token has at most
+ *              max_depth bytes, so none can tell those positions apart and
+ *              a string with maxLength 32767 is one cached state), else the
+ *              position itself. */
+static vllm_status rep_positions(st_grammar *g) {
+    size_t n = (size_t)g->n_syms + 1;
+    g->canon = malloc(n * sizeof *g->canon);
+    g->shape = malloc(n * sizeof *g->shape);
+    g->rep_left = malloc(n * sizeof *g->rep_left);
+    if (!g->canon || !g->shape || !g->rep_left) return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
+    for (uint32_t p = 0; p < g->n_syms; p++) g->canon[p] = g->shape[p] = p, g->rep_left[p] = UINT32_MAX;
     uint32_t margin = g->v->max_depth + 2;
     for (uint32_t p0 = 0; p0 < g->n_syms;) {
         uint32_t x = g->syms[p0], end = p0;
@@ -135,15 +145,16 @@ static uint32_t *canon_positions(const st_grammar *g) {
         for (uint32_t j = 0; rep && p0 + j < end; j++)
             rep = j % 2 ? ST_SYM_KIND(g->syms[p0 + j]) == ST_SYM_EXIT : g->syms[p0 + j] == x;
         uint32_t n_x = (end - p0 + 1) / 2; /* the x's of the production */
-        if (rep && n_x > margin + 2)
-            for (uint32_t j = 2; p0 + j < end; j++) {
-                uint32_t done = (j + 1) / 2; /* before the x at j = 2c: c; at the EXIT j = 2c + 1: c + 1 */
-                if (n_x - done <= margin) break;
-                c[p0 + j] = p0 + 2 + (j & 1);
-            }
+        for (uint32_t j = 0; rep && p0 + j <= end; j++) {
+            uint32_t done = (j + 1) / 2; /* before the x at j = 2c: c; at the EXIT j = 2c + 1: c + 1 */
+            g->rep_left[p0 + j] = n_x - done;
+            if (j < 2 || p0 + j == end) continue;
+            g->shape[p0 + j] = p0 + 2 + (j & 1);
+            if (n_x - done > margin) g->canon[p0 + j] = p0 + 2 + (j & 1);
+        }
         p0 = end + 1;
     }
-    return c;
+    return VLLM_OK;
 }
 
 vllm_status st_compile_gbnf(const char *gbnf, size_t len, const st_vocab *v, st_grammar **out) {
@@ -157,16 +168,18 @@ vllm_status st_compile_gbnf(const char *gbnf, size_t len, const st_vocab *v, st_
     }
     atomic_init(&g->refs, 1);
     g->v = v;
-    g->canon = canon_positions(g);
+    vllm_status rrc = rep_positions(g);
     g->cache = calloc(1, sizeof *g->cache);
     if (g->cache) {
         g->cache->n_buckets = 256;
         g->cache->buckets = calloc(g->cache->n_buckets, sizeof *g->cache->buckets);
     }
-    if (!g->canon || !g->cache || !g->cache->buckets || pthread_mutex_init(&g->cache->lock, NULL)) {
+    if (rrc || !g->cache || !g->cache->buckets || pthread_mutex_init(&g->cache->lock, NULL)) {
         if (g->cache) free(g->cache->buckets);
         free(g->cache);
         free(g->canon);
+        free(g->shape);
+        free(g->rep_left);
         st_grammar_deinit(g);
         free(g);
         return vllm_error(VLLM_ERR_NOMEM, "grammar: out of memory");
@@ -199,6 +212,8 @@ void st_grammar_unref(st_grammar *g) {
     free(g->cache->buckets);
     free(g->cache);
     free(g->canon);
+    free(g->shape);
+    free(g->rep_left);
     st_grammar_deinit(g);
     free(g);
 }
@@ -479,7 +494,7 @@ static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
     for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
         st_item it = m->items[j];
         if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
-        out[n++] = ((uint64_t)m->g->canon[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        out[n++] = ((uint64_t)m->g->shape[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
     }
     qsort(out, n, sizeof *out, cmp_u64);
     return n;
@@ -492,18 +507,24 @@ typedef struct local_walk {
     uint8_t *ctx;         /* ctx[d]: a push on the path to depth d skipped a completion */
     uint32_t *sdepth;     /* sdepth[d]: the stack size whose top stands for the path to depth d */
     uint64_t *sig;        /* per set: live_hash */
+    uint32_t *rem;        /* per set: set_rep_left */
+    uint32_t *shift;      /* shift[d]: loop bytes on the path to depth d since its set was pushed */
     uint64_t *scratch;
     size_t cap_scratch;
     struct loop_entry *loops;  /* per state met: its loop bytes */
     size_t n_loops, cap_loops;
+    uint32_t gen;              /* loops' generation: bumped when the table moves */
+    struct loop_entry **lep;   /* per set: its loop entry, valid while lep_gen[set] == gen */
+    uint32_t *lep_gen;
 } local_walk;
 
 /* A state's bytes: state[b] 0 not tried, 1 pushing b gives the state
  * again, 2 it does not; ctx[b] that push skipped a completion. */
 typedef struct loop_entry {
     uint64_t hash;
-    uint8_t used;
+    uint8_t used, full;      /* full: every allowed byte tried, safe is known */
     uint8_t state[256], ctx[256];
+    st_bset safe;            /* the loop bytes whose push skipped no completion */
 } loop_entry;
 
 /* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
@@ -512,11 +533,19 @@ static uint64_t live_hash(const st_matcher *m, size_t k) {
     for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++) {
         st_item it = m->items[j];
         if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
-        uint64_t x = ((uint64_t)m->g->canon[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
+        uint64_t x = ((uint64_t)m->g->shape[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
         x *= 0x9e3779b97f4a7c15ull;
         h += x ^ (x >> 29);
     }
     return h;
+}
+
+/* The fewest x's any counted repetition of set k's items still allows. */
+static uint32_t set_rep_left(const st_matcher *m, size_t k) {
+    uint32_t r = UINT32_MAX;
+    for (uint32_t j = m->set_start[k]; j < m->set_start[k + 1]; j++)
+        if (m->g->rep_left[m->items[j].pos] < r) r = m->g->rep_left[m->items[j].pos];
+    return r;
 }
 
 /* Are sets a and b the same state (equal live items, each its own origin
@@ -546,6 +575,7 @@ static loop_entry *loops_of(local_walk *w, uint64_t h) {
         free(w->loops);
         w->loops = t;
         w->cap_loops = cap;
+        w->gen++;
     }
     size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 40) & (w->cap_loops - 1);
     while (w->loops[q].used && w->loops[q].hash != h) q = (q + 1) & (w->cap_loops - 1);
@@ -555,6 +585,28 @@ static loop_entry *loops_of(local_walk *w, uint64_t h) {
         w->n_loops++;
     }
     return &w->loops[q];
+}
+
+/* Tries every allowed byte of set `par - 1` (the top once truncated to
+ * par) not tried yet; then le->safe holds its loop bytes without ctx. */
+static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
+    st_matcher *lm = w->lm;
+    if (le->full) return &le->safe;
+    st_bset a = lm->allowed[par - 1];
+    for (unsigned b = 0; b < 256; b++) {
+        if (!st_bset_has(&a, b) || le->state[b]) continue;
+        if (lm->n_sets != par) truncate_sets(lm, par);
+        lm->ctx_hit = false;
+        if (!push_byte(lm, b)) return NULL; /* out of memory: no shortcut */
+        bool loops = live_hash(lm, par) == w->sig[par - 1] && same_live(w, par - 1, par);
+        le->state[b] = loops ? 1 : 2;
+        le->ctx[b] = lm->ctx_hit;
+    }
+    truncate_sets(lm, par);
+    for (unsigned b = 0; b < 256; b++)
+        if (le->state[b] == 1 && !le->ctx[b]) st_bset_add(&le->safe, b);
+    le->full = 1;
+    return &le->safe;
 }
 
 /* The local walk: the whole trie against the local state. The local sets
@@ -567,19 +619,28 @@ static loop_entry *loops_of(local_walk *w, uint64_t h) {
  * and below any set of that state a b costs no push (the parent's set
  * stands for the child): a path of a string's characters is walked
  * without pushing. Loop bytes are found per state (live hash, checked
- * exactly) the first time they are pushed. */
+ * exactly) the first time they are pushed.
+ * Equal means equal by g->shape: inside a counted repetition (maxLength)
+ * the child has one x fewer to go. X stands for a child that took `shift`
+ * loop bytes since X only while X's fewest x's to go (rem) exceed shift
+ * plus the bytes left in the node's subtree (node_maxd - depth): no token
+ * of the subtree can then reach the end of the repetition from either,
+ * so both parse its bytes alike (each x takes a byte at least). */
 static void walk_local(local_walk *w) {
     st_matcher *lm = w->lm;
     st_local *e = w->e;
     const st_vocab *v = lm->g->v;
     const uint8_t *nbyte = v->node_byte;
     const uint32_t *ndepth = v->node_depth, *nend = v->node_end, *ntok = v->node_tok;
+    const uint16_t *nmaxd = v->node_maxd;
     uint8_t *ctx = w->ctx;
-    uint32_t *sdepth = w->sdepth;
+    uint32_t *sdepth = w->sdepth, *shift = w->shift, *rem = w->rem;
     uint64_t *sig = w->sig;  /* per set index: live hash */
     ctx[0] = 0;
     sdepth[0] = (uint32_t)w->base;
+    shift[0] = 0;
     sig[w->base - 1] = live_hash(lm, w->base - 1);
+    rem[w->base - 1] = set_rep_left(lm, w->base - 1);
     for (uint32_t i = 0; i < (uint32_t)v->n_nodes;) {
         uint32_t d = ndepth[i], par = sdepth[d - 1];
         unsigned b = nbyte[i];
@@ -588,17 +649,43 @@ static void walk_local(local_walk *w) {
             i = nend[i];
             continue;
         }
+        loop_entry *le = NULL;
+        if (nend[i] > i + 1) {
+            le = w->lep_gen[par - 1] == w->gen ? w->lep[par - 1] : NULL;
+            if (!le && (le = loops_of(w, sig[par - 1]))) w->lep[par - 1] = le, w->lep_gen[par - 1] = w->gen;
+            /* a subtree of loop bytes only, none reaching a bound: all its tokens */
+            uint64_t left = (uint64_t)shift[d - 1] + 1 + (nmaxd[i] - d);
+            const st_bset *safe, *u = &v->cls[v->node_cls[i]];
+            if (le && le->state[b] == 1 && (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
+                (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
+                !(u->w[2] & ~safe->w[2]) && !(u->w[3] & ~safe->w[3])) {
+                for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
+                    int32_t id = v->toks[k];
+                    e->acc[id >> 5] |= 1u << (id & 31);
+                }
+                i = nend[i];
+                continue;
+            }
+        }
         for (uint32_t k = ntok[i]; k < ntok[i + 1]; k++) {
             int32_t id = v->toks[k];
             e->acc[id >> 5] |= 1u << (id & 31);
         }
         if (nend[i] > i + 1) {
-            loop_entry *le = loops_of(w, sig[par - 1]);
-            if (le && le->state[b] == 1) { /* the parent's set stands for this node too */
-                sdepth[d] = par;
-                ctx[d] = ctx[d - 1] | le->ctx[b];
-                i++;
-                continue;
+            if (le && le->state[b] == 1) { /* the parent's set may stand for this node too */
+                uint64_t left = (uint64_t)shift[d - 1] + 1 + (nmaxd[i] - d);
+                if (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) {
+                    sdepth[d] = par;
+                    shift[d] = shift[d - 1] + 1;
+                    ctx[d] = ctx[d - 1] | le->ctx[b];
+                    i++;
+                    continue;
+                }
+                if (shift[d - 1]) { /* not past a loop (the bytes left only shrink below one): the real walk decides */
+                    e->unc[e->n_unc++] = (st_unc){i, nend[i], d - 1, v->toks[ntok[i]]};
+                    i = nend[i];
+                    continue;
+                }
             }
             if (lm->n_sets != par) truncate_sets(lm, par);
             lm->ctx_hit = false;
@@ -609,7 +696,10 @@ static void walk_local(local_walk *w) {
             }
             ctx[d] = ctx[d - 1] | lm->ctx_hit;
             sdepth[d] = (uint32_t)lm->n_sets;
+            shift[d] = 0;
             sig[lm->n_sets - 1] = live_hash(lm, lm->n_sets - 1);
+            rem[lm->n_sets - 1] = set_rep_left(lm, lm->n_sets - 1);
+            w->lep_gen[lm->n_sets - 1] = 0;
             if (le && !le->state[b]) {
                 bool loops = sig[lm->n_sets - 1] == sig[par - 1] && same_live(w, par - 1, lm->n_sets - 1);
                 le->state[b] = loops ? 1 : 2;
@@ -736,15 +826,28 @@ static st_local *local_build(const st_grammar *g, const uint64_t *key, uint32_t 
     }
     local_walk w = {.lm = lm, .e = e, .base = L + 1, .ctx = ctx};
     w.sdepth = malloc(((size_t)v->max_depth + 2) * sizeof *w.sdepth);
+    w.shift = malloc(((size_t)v->max_depth + 2) * sizeof *w.shift);
     w.sig = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.sig);
-    if (!w.sdepth || !w.sig) {
+    w.rem = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.rem);
+    w.lep = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.lep);
+    w.lep_gen = calloc((size_t)L + v->max_depth + 3, sizeof *w.lep_gen);
+    w.gen = 1;
+    if (!w.sdepth || !w.shift || !w.sig || !w.rem || !w.lep || !w.lep_gen) {
+        free(w.lep);
+        free(w.lep_gen);
         free(w.sdepth);
+        free(w.shift);
         free(w.sig);
+        free(w.rem);
         goto fail;
     }
     walk_local(&w);
+    free(w.lep);
+    free(w.lep_gen);
     free(w.sdepth);
+    free(w.shift);
     free(w.sig);
+    free(w.rem);
     free(w.scratch);
     free(w.loops);
     st_unc *u = realloc(e->unc, ((size_t)e->n_unc + 1) * sizeof *u);

@@ -66,6 +66,10 @@ struct st_vocab {
     uint32_t *node_depth;
     uint32_t *node_end;
     uint32_t *node_tok;   /* n_nodes + 1 entries */
+    uint16_t *node_maxd;  /* the deepest depth in node i's subtree (its longest token's length) */
+    uint32_t *node_cls;   /* the bytes of node i's subtree (its own and below): cls[node_cls[i]] */
+    st_bset *cls;
+    uint32_t n_cls;
     int32_t *toks;
     uint32_t max_depth;   /* the longest token's length */
 };
@@ -95,6 +99,8 @@ struct st_grammar {
     uint32_t n_rules;
     uint32_t root;
     uint32_t *canon;      /* per position: the position the mask cache keys it by (matcher.c) */
+    uint32_t *shape;      /* per position: a counted repetition's positions by parity (matcher.c) */
+    uint32_t *rep_left;   /* per position: the x's a counted repetition still allows; UINT32_MAX elsewhere */
     struct st_mask_cache *cache;  /* matcher.c: the masks of local states, shared by every matcher */
 };
 

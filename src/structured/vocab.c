@@ -28,6 +28,9 @@ void st_vocab_free(st_vocab *v) {
     free(v->node_depth);
     free(v->node_end);
     free(v->node_tok);
+    free(v->node_maxd);
+    free(v->node_cls);
+    free(v->cls);
     free(v->toks);
     free(v);
 }
@@ -48,6 +51,59 @@ static int cmp_tokens(const void *a, const void *b) {
 }
 
 static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* node_cls: the bytes of each node's subtree (its own and every one below)
+ * as an index into cls, the distinct such sets (a few thousand). */
+static vllm_status subtree_classes(st_vocab *v) {
+    uint32_t n = (uint32_t)v->n_nodes;
+    st_bset *u = malloc(((size_t)n + 1) * sizeof *u);
+    v->node_cls = malloc(((size_t)n + 1) * sizeof *v->node_cls);
+    size_t cap = 1024;
+    uint32_t *slot = calloc(cap, sizeof *slot); /* class index + 1 */
+    if (!u || !v->node_cls || !slot) {
+        free(u);
+        free(slot);
+        return vllm_error(VLLM_ERR_NOMEM, "structured vocab: out of memory");
+    }
+    vllm_status rc = VLLM_OK;
+    size_t cap_cls = 0;
+    for (uint32_t i = n; i-- > 0 && !rc;) {
+        st_bset a = {{0}};
+        st_bset_add(&a, v->node_byte[i]);
+        for (uint32_t j = i + 1; j < v->node_end[i]; j = v->node_end[j])
+            for (int k = 0; k < 4; k++) a.w[k] |= u[j].w[k];
+        u[i] = a;
+        if ((size_t)(v->n_cls + 1) * 2 > cap) { /* grow the interning table */
+            size_t nc = cap * 2;
+            uint32_t *ns = calloc(nc, sizeof *ns);
+            if (!ns) {
+                rc = vllm_error(VLLM_ERR_NOMEM, "structured vocab: out of memory");
+                break;
+            }
+            for (size_t q = 0; q < cap; q++) {
+                if (!slot[q]) continue;
+                const st_bset *c = &v->cls[slot[q] - 1];
+                size_t h = (size_t)((c->w[0] ^ c->w[1] * 31 ^ c->w[2] * 131 ^ c->w[3] * 1031) * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
+                while (ns[h]) h = (h + 1) & (nc - 1);
+                ns[h] = slot[q];
+            }
+            free(slot);
+            slot = ns;
+            cap = nc;
+        }
+        size_t h = (size_t)((a.w[0] ^ a.w[1] * 31 ^ a.w[2] * 131 ^ a.w[3] * 1031) * 0x9e3779b97f4a7c15ull >> 20) & (cap - 1);
+        while (slot[h] && memcmp(&v->cls[slot[h] - 1], &a, sizeof a)) h = (h + 1) & (cap - 1);
+        if (!slot[h]) {
+            if ((rc = buf_grow((void **)&v->cls, &cap_cls, (size_t)v->n_cls + 1, sizeof *v->cls))) break;
+            v->cls[v->n_cls++] = a;
+            slot[h] = (uint32_t)v->n_cls;
+        }
+        v->node_cls[i] = slot[h] - 1;
+    }
+    free(u);
+    free(slot);
+    return rc;
+}
 
 static vllm_status build_trie(st_vocab *v) {
     int32_t n = 0;
@@ -104,7 +160,15 @@ static vllm_status build_trie(st_vocab *v) {
     v->node_tok[nodes] = sum;
     free(open);
     v->n_nodes = (int32_t)nodes;
-    return VLLM_OK;
+    v->node_maxd = malloc(((size_t)nodes + 1) * sizeof *v->node_maxd);
+    if (!v->node_maxd) return vllm_error(VLLM_ERR_NOMEM, "structured vocab: out of memory");
+    for (uint32_t i = nodes; i-- > 0;) { /* children first: a subtree is [i, node_end[i]) */
+        uint32_t m = v->node_depth[i];
+        for (uint32_t j = i + 1; j < v->node_end[i]; j = v->node_end[j])
+            if (v->node_maxd[j] > m) m = v->node_maxd[j];
+        v->node_maxd[i] = (uint16_t)(m > 65535 ? 65535 : m);
+    }
+    return subtree_classes(v);
 }
 
 vllm_status st_vocab_new(const tokenizer *t, const int32_t *eos_ids, int32_t n_eos, st_vocab **out) {

@@ -10,11 +10,25 @@
 # tests/test_structured_tagged.c. Skipped, never passed, without .venv's
 # openai and jsonschema.
 #
-# checks: 11
+# checks: 12
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 py=.venv/bin/python
+# start-up refusals, vLLM's messages (no Python needed)
+out=""
+for a in "--enable-auto-tool-choice" "--tool-call-parser mistral" "--reasoning-parser granite"; do
+  # shellcheck disable=SC2086
+  msg=$(timeout 30 "$VLLMC" serve --port 0 $a 2>&1 >/dev/null); rc=$?
+  out+="$msg rc=$rc"$'\n'
+done
+if grep -q "Error: --enable-auto-tool-choice requires --tool-call-parser rc=2" <<<"$out" &&
+   grep -q "invalid tool call parser: mistral (chose from { hermes,llama3_json,llama4_json }) rc=2" <<<"$out" &&
+   grep -q "argument --reasoning-parser: invalid choice: 'granite' (choose from 'deepseek_r1', 'qwen3') rc=2" <<<"$out"; then
+  echo "ok serve_parser_flags_refused"
+else
+  echo "FAIL serve_parser_flags_refused: $out"
+fi
 names=(py_tools_auto_hermes py_tools_auto_hermes_stream py_tools_auto_llama3_json py_tools_auto_no_call py_tools_required_stream
        py_tools_named_stream py_tools_auto_needs_flags py_reasoning_deepseek_r1 py_reasoning_constraint_after
        py_structural_tag py_structural_tag_bad)

@@ -290,6 +290,30 @@ TEST(test_names) {
     CHECK(tool_parser_reasoning_from_name("qwen3", &r) && r == REASONING_PARSER_QWEN3);
     CHECK(tool_parser_reasoning_from_name("deepseek_r1", &r) && r == REASONING_PARSER_DEEPSEEK_R1);
     CHECK(!tool_parser_reasoning_from_name("granite", &r));
+    /* an empty output, its only delta the final one */
+    for (int kind = TOOL_PARSER_NONE; kind <= TOOL_PARSER_REQUIRED; kind++) {
+        tool_parser_stream ts;
+        tool_parser_stream_init(&ts, (tool_parser_kind)kind);
+        strbuf c = {0};
+        json_t *d = json_array();
+        tool_parser_stream_feed(&ts, NULL, 0, true, &c, d);
+        bool empty = c.len == 0 && json_array_size(d) == 0;
+        json_decref(d);
+        free(c.s);
+        tool_parser_stream_free(&ts);
+        CHECK(empty, "tool parser %d", kind);
+    }
+    for (int kind = REASONING_PARSER_NONE; kind <= REASONING_PARSER_DEEPSEEK_R1; kind++) {
+        reasoning_stream rs;
+        tool_parser_reasoning_stream_init(&rs, (reasoning_parser_kind)kind);
+        strbuf a = {0}, b = {0};
+        tool_parser_reasoning_stream_feed(&rs, NULL, 0, true, &a, &b);
+        bool empty = a.len == 0 && b.len == 0;
+        free(a.s);
+        free(b.s);
+        tool_parser_reasoning_stream_free(&rs);
+        CHECK(empty, "reasoning parser %d", kind);
+    }
 }
 
 int main(void) {

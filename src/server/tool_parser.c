@@ -379,6 +379,7 @@ static void send_call(tool_parser_stream *s, json_t *call, json_t *deltas) {
 }
 
 static void drop_front(strbuf *b, size_t n) {
+    if (!b->s) return;
     memmove(b->s, b->s + n, b->len - n + 1);
     b->len -= n;
 }
@@ -554,7 +555,7 @@ void tool_parser_reasoning_stream_feed(reasoning_stream *s, const char *text, si
     if (len) sb_add(p, text, len);
     size_t ol = strlen(think_open);
     if (s->state == 0) { /* does the output start with <think>? */
-        if (p->len < ol && !memcmp(p->s, think_open, p->len) && !final) return;
+        if (p->len < ol && (!p->len || !memcmp(p->s, think_open, p->len)) && !final) return;
         if (p->len >= ol && !memcmp(p->s, think_open, ol)) {
             drop_front(p, ol);
             s->state = 1;

@@ -36,13 +36,14 @@ tput() { # label model [serve args...]: prints the output throughput
   out=$("$VLLMC" bench serve --base-url "$S_URL" --model m --dataset-name random --num-prompts "$np" \
         --random-input-len "$ilen" --random-output-len "$olen" --max-concurrency "$conc" --ignore-eos \
         --tokenizer "$model" 2>&1)
-  local t; t=$(grep -i "Output token throughput" <<<"$out" | grep -o '[0-9.]*$' | head -1)
+  local t; t=$(grep -m1 '^Output token throughput' <<<"$out" | awk '{print $NF}')
+  [ -z "$t" ] && echo "  ($label: bench serve: $(tail -1 <<<"$out"))" >&2
   local acc; acc=$(grep -o 'Mean acceptance length: [0-9.]*' "$S_LOG" | tail -1)
   server_stop_all
   echo "${t:-?}"
   [ -n "$acc" ] && echo "  ($label: $acc)" >&2
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "?" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "?" }'; }
 NG='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3}'
 NGF='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false}'
 p=$(tput plain "$smol")

@@ -370,9 +370,11 @@ void lora_table_release(lora_table *t, lora_adapter *a) {
 int32_t lora_table_take_removed(lora_table *t, int32_t *ids, int32_t cap) {
     pthread_mutex_lock(&t->mu);
     int32_t n = t->num_removed < cap ? t->num_removed : cap;
-    memcpy(ids, t->removed, (size_t)n * sizeof *ids);
-    memmove(t->removed, t->removed + n, (size_t)(t->num_removed - n) * sizeof *ids);
-    t->num_removed -= n;
+    if (n > 0) { /* removed is NULL until the first unload */
+        memcpy(ids, t->removed, (size_t)n * sizeof *ids);
+        memmove(t->removed, t->removed + n, (size_t)(t->num_removed - n) * sizeof *ids);
+        t->num_removed -= n;
+    }
     pthread_mutex_unlock(&t->mu);
     return n;
 }

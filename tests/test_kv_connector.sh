@@ -40,7 +40,9 @@ store=$tmp/store
 cfg() { echo "{\"kv_connector\":\"SharedStorageConnector\",\"kv_role\":\"$1\",\"kv_connector_extra_config\":{\"shared_storage_path\":\"$store\"}}"; }
 export VLLM_LOG_STATS_INTERVAL=0.5
 server_start P --model "$M" --threads 1 --kv-transfer-config "$(cfg kv_producer)" || exit 1
-server_start C --model "$M" --threads 1 --enable-prompt-tokens-details --kv-transfer-config "$(cfg kv_consumer)" || exit 1
+# a 2 ms step: a 2000-token stream outlives the client that leaves after 0.5 s
+VLLMC_DEBUG_STEP_DELAY_US=2000 server_start C --model "$M" --threads 1 --enable-prompt-tokens-details \
+  --kv-transfer-config "$(cfg kv_consumer)" || exit 1
 server_start S --model "$M" --threads 1 || exit 1
 
 # prompt K: random ids 3..511 (no BOS/EOS), length 1000..2000, seeded by K

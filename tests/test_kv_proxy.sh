@@ -29,7 +29,9 @@ $PY tools/make_random_model.py "$M" --arch llama --dtype f32 --hidden-size 64 --
   { echo "FAIL make_model: $(tail -3 "$tmp/gen.log")"; exit 1; }
 cfg() { echo "{\"kv_connector\":\"SharedStorageConnector\",\"kv_role\":\"$1\",\"kv_connector_extra_config\":{\"shared_storage_path\":\"$tmp/store\"}}"; }
 server_start P --model "$M" --threads 1 --kv-transfer-config "$(cfg kv_producer)" || exit 1
-server_start C --model "$M" --threads 1 --enable-prompt-tokens-details --kv-transfer-config "$(cfg kv_consumer)" || exit 1
+# a 2 ms step: a 2000-token stream outlives the client that leaves after 0.5 s
+VLLMC_DEBUG_STEP_DELAY_US=2000 server_start C --model "$M" --threads 1 --enable-prompt-tokens-details \
+  --kv-transfer-config "$(cfg kv_consumer)" || exit 1
 server_start S --model "$M" --threads 1 || exit 1
 "$VLLMC" proxy --port 0 --prefill "$P_URL" --decode "$C_URL" >"$tmp/proxy.log" 2>&1 &
 PROXY_PID=$!

@@ -52,8 +52,9 @@ else echo "FAIL dp2_both_engines_took_load: engine 0 finished $e0 requests, engi
 seqs=$(( $(cat "$tmp"/dp/*.out | jq 'length' | paste -sd+ | bc) + 1 ))
 if [ "$all" -eq "$seqs" ]; then echo "ok dp2_metrics_count_what_clients_saw"
 else echo "FAIL dp2_metrics_count_what_clients_saw: /metrics counts $all finished, the clients saw $seqs"; fi
-if printf '%s\n' "$m" | grep -q '^vllm:num_requests_waiting{engine="1",' &&
-   [ "$(printf '%s\n' "$m" | grep -c '^# TYPE vllm:num_requests_running ')" -eq 1 ]; then echo "ok dp2_one_family_per_metric"
+# (here-strings, not pipes: grep -q closing early would fail the pipe under pipefail)
+if grep -q '^vllm:num_requests_waiting{engine="1",' <<< "$m" &&
+   [ "$(grep -c '^# TYPE vllm:num_requests_running ' <<< "$m")" -eq 1 ]; then echo "ok dp2_one_family_per_metric"
 else echo "FAIL dp2_one_family_per_metric: no engine=\"1\" series, or a family written twice"; fi
 server_stop_all
 

@@ -41,8 +41,8 @@ ip link add "va$$" netns "$NSA" type veth peer name "vb$$" netns "$NSB" 2>/dev/n
 ip -n "$NSA" addr add "$ADDR_A/24" dev "va$$"; ip -n "$NSB" addr add "$ADDR_B/24" dev "vb$$"
 for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
 ip -n "$NSA" link set "va$$" up; ip -n "$NSB" link set "vb$$" up
-for _ in $(seq 40); do ip -n "$NSB" link show "vb$$" | grep -q 'state UP' && break; sleep 0.05; done
-ip -n "$NSB" link show "vb$$" | grep -q 'state UP' || skip "the veth link does not come up"
+for _ in $(seq 40); do [[ $(ip -n "$NSB" link show "vb$$") == *"state UP"* ]] && break; sleep 0.05; done
+[[ $(ip -n "$NSB" link show "vb$$") == *"state UP"* ]] || skip "the veth link does not come up"
 
 . tests/dp_helpers.sh
 

@@ -14,7 +14,7 @@
  * max_tokens) once on each, alternately, so both see the same machine noise.
  * Decode tokens/s = (output tokens - 1) / time from the first output token
  * to the last (the prefill step excluded); the medians over the rounds are
- * compared. --adaptive: the adaptive k of spec/policy.h (the CLI's default);
+ * compared. --adaptive: the adaptive k of spec/spec_policy.h (the CLI's default);
  * --exact: a draft model's draft_token_acceptance_method "exact". Mean acceptance length is vLLM's: 1 + accepted / drafts. The
  * outputs of the two engines must be equal (exact verification): a
  * difference is reported and the exit status is 1.

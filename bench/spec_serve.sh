@@ -3,7 +3,7 @@
 # (16 concurrent streamed requests, vLLM's random dataset) against a server
 # without speculation and the same server with each method, one server at a
 # time; prints output-token throughput and the ratio to the plain server.
-# With the adaptive k (spec/policy.h, the default) a batch of 16 decoding
+# With the adaptive k (spec/spec_policy.h, the default) a batch of 16 decoding
 # sequences caps k at 24 / 16 - 1 = 0: speculation turns itself off, so the
 # ratio should be 1.0 within noise (vLLM's blog reports slowdowns here for a
 # fixed k); "adaptive": false shows what a fixed k costs.

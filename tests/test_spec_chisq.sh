@@ -11,7 +11,7 @@
 # most frequent first token (tests/ref/spec_chisq.py: p-value >= 1e-3, cells
 # under 5 expected pooled; the seeds are fixed, so the verdict is the same
 # every run). "adaptive": false: 4,000 requests at once would turn the
-# adaptive k off (spec/policy.h). The test has power: sampling at temperature 1.3 instead fails
+# adaptive k off (spec/spec_policy.h). The test has power: sampling at temperature 1.3 instead fails
 # both positions with p-values of 1e-5 and 1e-29.
 #   plain_pos1/2, ngram_pos1/2, draft_pos1/2, draftx_pos1/2   the chi-square checks
 #   ngram_drafted, draft_drafted, draftx_drafted  drafts were scored (else the checks say nothing)

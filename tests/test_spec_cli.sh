@@ -98,7 +98,7 @@ assert d9["spec_decode_num_drafts"] > d2["spec_decode_num_drafts"], (d9, d2)
 EOF
 then ok generate_disable_by_batch_size; else fail generate_disable_by_batch_size "$(tail -3 "$tmp/d2.err")"; fi
 
-# 5. the adaptive k (spec/policy.h, the default): one greedy request whose
+# 5. the adaptive k (spec/spec_policy.h, the default): one greedy request whose
 #    n-gram drafts mostly miss drafts fewer tokens than with "adaptive": false
 #    (k every step), and the output is the same
 P1='{"prompt":"Once upon a time","max_tokens":96,"temperature":0,"ignore_eos":true}'

@@ -1,5 +1,5 @@
 /*
- * test_spec_policy.c - speculative decoding's adaptive k (spec/policy.h)
+ * test_spec_policy.c - speculative decoding's adaptive k (spec/spec_policy.h)
  * from its rules, worked by hand: the first step gets k; then
  * floor(mean accepted) + 1 with the mean weighted 1/2 on the newest step;
  * below a mean of 1/4 only every 8th output token proposes; the batch caps
@@ -7,7 +7,7 @@
  */
 /* checks: 4 */
 #include "harness.h"
-#include "spec/policy.h"
+#include "spec/spec_policy.h"
 
 TEST(first_step_gets_k) {
     spec_policy_seq s = {0};

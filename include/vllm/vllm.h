@@ -105,7 +105,7 @@ typedef struct vllm_speculative_config {
     int32_t disable_by_batch_size;   /* 0 = never; else (>= 2) no drafts while this many sequences run */
     char model[1024];                /* draft_model: the draft model's path */
     bool adaptive;                   /* vllm.c only: fewer drafts for a sequence that keeps missing
-                                        and in a big batch (spec/policy.h); false: always
+                                        and in a big batch (spec/spec_policy.h); false: always
                                         num_speculative_tokens. The CLI's "adaptive" key, default true */
     bool exact_acceptance;           /* draft_model, "draft_token_acceptance_method": "exact": greedy
                                         drafts, committed tokens those of one-token decoding; false

@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "spec/policy.h"
+#include "spec/spec_policy.h"
 #include "base/list.h"
 #include "base/map.h"
 #include "engine/block_pool.h"
@@ -77,7 +77,7 @@ typedef struct seq {
     int32_t num_computed_tokens;     /* tokens whose K/V are in the pool */
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache, first schedule */
     bool scheduled_once;
-    spec_policy_seq spec;            /* speculative decoding: its acceptance record (spec/policy.h) */
+    spec_policy_seq spec;            /* speculative decoding: its acceptance record (spec/spec_policy.h) */
 
     /* KV state, kept by kv_cache_manager: a block table per KV cache group,
      * group g's at block_ids + g * max_blocks (seq_block_table); logical

@@ -76,7 +76,7 @@ typedef vllm_status (*spec_verify_fn)(void *ud, sample_seq *seqs, int32_t num_se
 typedef struct spec_config {
     int32_t num_speculative_tokens;  /* k: drafts per sequence per step at most (0 = off) */
     int32_t disable_by_batch_size;   /* no drafts while this many sequences run (0 = never) */
-    bool adaptive;                   /* k per sequence and step from spec/policy.h (else always k) */
+    bool adaptive;                   /* k per sequence and step from spec/spec_policy.h (else always k) */
     spec_proposer proposer;
     spec_verify_fn verify;           /* NULL: sampler_sample_batch */
     void *verify_ud;

@@ -1,7 +1,7 @@
 /*
- * policy.c - see policy.h.
+ * spec_policy.c - see spec_policy.h.
  */
-#include "spec/policy.h"
+#include "spec/spec_policy.h"
 
 int32_t spec_policy_num_drafts(const spec_policy_seq *s, int32_t k, int32_t num_decoding, int32_t num_output) {
     int32_t n = k;

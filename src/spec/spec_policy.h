@@ -1,5 +1,5 @@
 /*
- * policy.h - how many drafts a sequence gets this step (speculative
+ * spec_policy.h - how many drafts a sequence gets this step (speculative
  * decoding's adaptive k; vLLM has a fixed k and disable_by_batch_size only).
  *
  * Two limits, the smaller wins:
@@ -26,8 +26,8 @@
  * decoding sequences, so greedy outputs never change (drafts only save
  * forwards); which steps propose does depend on the batch.
  */
-#ifndef VLLM_SPEC_POLICY_H
-#define VLLM_SPEC_POLICY_H
+#ifndef VLLM_SPEC_SPEC_POLICY_H
+#define VLLM_SPEC_SPEC_POLICY_H
 
 #include <stdint.h>
 

@@ -13,8 +13,10 @@
 #     VLLMC_DEBUG_STEP_DELAY_US) logs an ERROR line naming it, every client
 #     gets an answer (no hang: curl --max-time), later requests are served by
 #     the survivor (/health 200); killing the last one makes requests fail
-#     fast and /health 503.
-# checks: 13
+#     fast and /health 503;
+#   - clients that disconnect mid-stream: their aborts reach the engines
+#     running them (two aborted finishes in /metrics, nothing left running).
+# checks: 14
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}
@@ -70,6 +72,18 @@ server_stop_all
 # an engine killed mid-run
 VLLMC_DEBUG_STEP_DELAY_US=20000 server_start K --model $MODEL --threads 1 -dp 2 || exit 0
 pid1=$(grep -o 'data parallel engine 1 is ready (pid [0-9]*' "$K_LOG" | grep -o '[0-9]*$')
+# a client that disconnects: its abort reaches the engine running it (which reports finished_reason abort)
+for i in 0 1; do
+  curl -s -N --max-time 1 -H 'Content-Type: application/json' \
+    --data-binary '{"model":"'$MODEL'","prompt":"Gone '$i'","max_tokens":400,"ignore_eos":true,"stream":true}' \
+    "$K_URL/v1/completions" > /dev/null 2>&1
+done
+aborted() {
+  local m; m=$(curl -s --max-time 10 "$K_URL/metrics")
+  [ "$(awk '/^vllm:request_success_total\{/ && /finished_reason="abort"/ { s += $NF } END { print s + 0 }' <<< "$m")" = 2 ] &&
+  [ "$(awk '/^vllm:num_requests_running\{/ { s += $NF } END { print s + 0 }' <<< "$m")" = 0 ]
+}
+wait_for dp2_disconnect_aborts_on_its_engine 15 aborted
 mkdir -p "$tmp/k"
 pids=()
 for i in $(seq 0 7); do

@@ -12,6 +12,7 @@
 #     closes in the middle of a block, a peer that never answers (timeout);
 #   - KV usage back to 0 on both; a bad kv_port is a start-up error.
 # checks: 10
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=/usr/bin/python3

@@ -135,9 +135,10 @@ def test_engine_checks_as_vllm(llm):
 def test_structural_tag(llm):
     """structured_outputs.structural_tag (vLLM's JSON string): free text until a
     trigger, then the structure's begin, JSON per its schema and its end; a
-    structure whose begin starts with no trigger does not compile: the request
-    finishes with finish_reason "error", as every constraint that fails to
-    compile in the engine (the message is logged)."""
+    structure whose begin starts with no trigger does not compile: a ValueError
+    naming the problem when the engine knows it at add_request, else the
+    request finishes with finish_reason "error" (the message is logged), as
+    every constraint that fails to compile in the engine."""
     import json as _json
     import re
     from vllmc import SamplingParams, StructuredOutputsParams
@@ -151,8 +152,11 @@ def test_structural_tag(llm):
         assert not cut or "<f>1</f>".startswith(cut) or "<f>2</f>".startswith(cut), text
     bad = dict(tag, triggers=["<g"])
     sp = SamplingParams(max_tokens=5, structured_outputs=StructuredOutputsParams(structural_tag=_json.dumps(bad)))
-    out = llm.generate("x", sp, use_tqdm=False)[0].outputs[0]
-    assert out.finish_reason == "error" and out.text == "", (out.finish_reason, out.text)
+    try:
+        out = llm.generate("x", sp, use_tqdm=False)[0].outputs[0]
+        assert out.finish_reason == "error" and out.text == "", (out.finish_reason, out.text)
+    except ValueError as e:
+        assert "does not start with any of the triggers" in str(e), e
 
 
 def test_not_implemented_features(llm):

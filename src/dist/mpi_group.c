@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,7 +18,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <libgen.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -162,25 +162,26 @@ void mpi_group_write_status(const mpi_group *g, int status) {
 }
 
 /* Under AddressSanitizer: Open MPI keeps allocations in globals of plugins
- * that MPI_Finalize dlcloses, and once a plugin is unmapped LeakSanitizer
- * sees that memory as leaked from "<unknown module>", where no suppression
- * can name it (tests/lsan_mpi.supp matches the library frames of what stays
- * mapped). Opening those plugins once more with RTLD_NODELETE keeps them,
- * and the libraries they pull in, mapped to the end: their memory stays
- * reachable or attributable. Plugins not found are left alone. */
+ * (mca_*.so, and libpmix through its PMIx plugin) that MPI_Finalize
+ * dlcloses; once a plugin is unmapped LeakSanitizer reports that memory as
+ * leaked from "<unknown module>", where no suppression can name it
+ * (tests/lsan_mpi.supp matches the library frames of what stays mapped).
+ * Marking every Open MPI object loaded so far RTLD_NODELETE (dlopen with
+ * RTLD_NOLOAD only touches what is already loaded) keeps them mapped to the
+ * end. Called after MPI_Init and before MPI_Finalize. */
+#if defined(__SANITIZE_ADDRESS__)
+static int pin_object(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size, (void)arg;
+    const char *n = info->dlpi_name;
+    if (n && *n && (strstr(n, "/openmpi") || strstr(n, "libpmix") || strstr(n, "libpciaccess")))
+        (void)dlopen(n, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    return 0;
+}
+#endif
+
 static void keep_plugins_mapped(void) {
 #if defined(__SANITIZE_ADDRESS__)
-    static const char *const plugins[] = {"mca_coll_adapt.so", "mca_coll_libnbc.so", "mca_op_avx.so",
-                                          "mca_pmix_ext3x.so"};
-    Dl_info info;
-    if (!dladdr((void *)MPI_Init_thread, &info) || !info.dli_fname) return;
-    char dir[PATH_MAX], path[PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    char *d = dirname(dir);
-    for (size_t i = 0; i < sizeof plugins / sizeof *plugins; i++) {
-        snprintf(path, sizeof path, "%s/openmpi3/%s", d, plugins[i]);
-        if (access(path, R_OK) == 0) (void)dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    }
+    dl_iterate_phdr(pin_object, NULL);
 #endif
 }
 
@@ -205,8 +206,8 @@ vllm_status mpi_group_start(int32_t tp, int32_t pp, int argc, char **argv, mpi_g
         sigaddset(&sigs, SIGINT);
         sigaddset(&sigs, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &sigs, &old);
-        keep_plugins_mapped();
         int provided = 0, mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        keep_plugins_mapped();
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (mrc != MPI_SUCCESS) {
             free(g);
@@ -358,7 +359,10 @@ void mpi_group_finish(mpi_group *g) {
         pthread_cond_destroy(&g->cv);
         pthread_mutex_destroy(&g->mu);
     }
-    if (g->finalize && !atomic_load(&g->broken)) MPI_Finalize();
+    if (g->finalize && !atomic_load(&g->broken)) {
+        keep_plugins_mapped();
+        MPI_Finalize();
+    }
     free(g->pids);
     free(g->local);
     free(g);

@@ -20,10 +20,10 @@
 # /usr/bin/python3 with numpy; SKIPPED otherwise.
 # Under ASan, Open MPI's own allocations that live until exit are suppressed
 # for LeakSanitizer by tests/lsan_mpi.supp (library frames only: a leak of
-# ours in the same run is still reported; LSan stays on for our code).
-# Known gap: leaks inside Open MPI plugins that MPI_Finalize has dlclosed
-# (mca_coll_adapt, mca_op_avx, libpmix via mca_pmix_ext3x) have no module
-# name left for a suppression to match, so build-san reports them.
+# ours in the same run is still reported; LSan stays on for our code). Two
+# things make those frames visible: mpi_group.c marks the Open MPI plugins
+# RTLD_NODELETE under ASan (MPI_Finalize would unmap them), and the slow
+# unwinder (fast_unwind_on_malloc=0) walks through libc's frames.
 # checks: 18
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +36,7 @@ names="tp2_equals_tp1_stories tp2_run_to_run_stories tp2_equals_tp1_random tp2_r
 skip_all() { for n in $names; do echo "skip $n: $1"; done; exit 0; }
 command -v mpirun >/dev/null || skip_all "mpirun is missing (openmpi-bin, scripts/setup.sh)"
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || skip_all "/usr/bin/python3 lacks numpy"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"  # whole stacks through libc, so suppressions see Open MPI frames
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan_mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export VLLM_LOGGING_LEVEL=INFO
@@ -138,8 +139,10 @@ if server_start T "$tmp/big" "${common[@]}" "${small[@]}" -tp 2; then
     k=$(rss_kb "$p"); all="$all rank$r=${k}kB"
     [ "$k" -gt "$worst" ] && worst=$k
   done < <(rank_pids "$T_PID")
-  # the layers are 240 MB of the 241 MB of weights: half of them plus the rest is < 0.65 of tp=1
-  if [ -n "${rss1:-}" ] && [ "$STATUS" = 200 ] && [ "$(echo "$all" | wc -w)" = 2 ] && [ "$worst" -lt $((rss1 * 65 / 100)) ]; then
+  # the layers are 240 MB of the 241 MB of weights: half of them plus the rest is < 0.65 of tp=1;
+  # under ASan each process also carries shadow memory and a quarantine (< 0.75; unsplit weights give ~1.0)
+  pct=65; ldd "$VLLMC_BIN" 2>/dev/null | grep -q libasan && pct=75
+  if [ -n "${rss1:-}" ] && [ "$STATUS" = 200 ] && [ "$(echo "$all" | wc -w)" = 2 ] && [ "$worst" -lt $((rss1 * pct / 100)) ]; then
     echo "ok tp2_rss_split (tp=1 ${rss1}kB;$all)"
   else
     echo "FAIL tp2_rss_split: tp=1 ${rss1:-?}kB, tp=2:$all (status $STATUS)"

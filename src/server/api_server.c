@@ -119,32 +119,7 @@ static void h_models(api_server *s, http_request *r) {
     json_t *data = json_array();
     int64_t now = (int64_t)time(NULL);
     for (int i = 0; i < c->num_served_names; i++) {
-        json_t *perm = json_object();
-        char pid[64];
-        openai_random_id("modelperm-", pid, sizeof pid);
-        json_object_set_new(perm, "id", json_string(pid));
-        json_object_set_new(perm, "object", json_string("model_permission"));
-        json_object_set_new(perm, "created", json_integer(now));
-        json_object_set_new(perm, "allow_create_engine", json_false());
-        json_object_set_new(perm, "allow_sampling", json_true());
-        json_object_set_new(perm, "allow_logprobs", json_true());
-        json_object_set_new(perm, "allow_search_indices", json_false());
-        json_object_set_new(perm, "allow_view", json_true());
-        json_object_set_new(perm, "allow_fine_tuning", json_false());
-        json_object_set_new(perm, "organization", json_string("*"));
-        json_object_set_new(perm, "group", json_null());
-        json_object_set_new(perm, "is_blocking", json_false());
-        json_t *card = json_object();
-        json_object_set_new(card, "id", json_string(c->served_names[i]));
-        json_object_set_new(card, "object", json_string("model"));
-        json_object_set_new(card, "created", json_integer(now));
-        json_object_set_new(card, "owned_by", json_string("vllm"));
-        json_object_set_new(card, "root", json_string(c->model_root));
-        json_object_set_new(card, "parent", json_null());
-        json_object_set_new(card, "max_model_len", json_integer(c->max_model_len));
-        json_t *perms = json_array();
-        json_array_append_new(perms, perm);
-        json_object_set_new(card, "permission", perms);
+        json_t *card = openai_model_card(c->served_names[i], c->model_root, NULL, c->max_model_len, now);
         json_array_append_new(data, card);
     }
     serving_lora_models(c, data, now); /* adapters, parent = the base model */

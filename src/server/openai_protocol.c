@@ -1155,6 +1155,37 @@ void openai_random_id(const char *prefix, char *out, size_t cap) {
     for (size_t i = 0; i < sizeof b && n + 2 < cap; i++) n += (size_t)snprintf(out + n, cap - n, "%02x", b[i]);
 }
 
+json_t *openai_model_card(const char *id, const char *root, const char *parent, int32_t max_model_len,
+                          int64_t now) {
+    json_t *perm = json_object();
+    char pid[64];
+    openai_random_id("modelperm-", pid, sizeof pid);
+    json_object_set_new(perm, "id", json_string(pid));
+    json_object_set_new(perm, "object", json_string("model_permission"));
+    json_object_set_new(perm, "created", json_integer(now));
+    json_object_set_new(perm, "allow_create_engine", json_false());
+    json_object_set_new(perm, "allow_sampling", json_true());
+    json_object_set_new(perm, "allow_logprobs", json_true());
+    json_object_set_new(perm, "allow_search_indices", json_false());
+    json_object_set_new(perm, "allow_view", json_true());
+    json_object_set_new(perm, "allow_fine_tuning", json_false());
+    json_object_set_new(perm, "organization", json_string("*"));
+    json_object_set_new(perm, "group", json_null());
+    json_object_set_new(perm, "is_blocking", json_false());
+    json_t *card = json_object();
+    json_object_set_new(card, "id", json_string(id));
+    json_object_set_new(card, "object", json_string("model"));
+    json_object_set_new(card, "created", json_integer(now));
+    json_object_set_new(card, "owned_by", json_string("vllm"));
+    json_object_set_new(card, "root", json_string(root));
+    json_object_set_new(card, "parent", parent ? json_string(parent) : json_null());
+    json_object_set_new(card, "max_model_len", max_model_len > 0 ? json_integer(max_model_len) : json_null());
+    json_t *perms = json_array();
+    json_array_append_new(perms, perm);
+    json_object_set_new(card, "permission", perms);
+    return card;
+}
+
 json_t *openai_usage_json(int64_t prompt, int64_t completion, int64_t cached, bool omit_null) {
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt));

@@ -149,6 +149,12 @@ bool openai_request_sampling_params(const openai_request *req, const openai_defa
 /* "cmpl-" / "chatcmpl-" + 32 random hex digits (vLLM's random_uuid). */
 void openai_random_id(const char *prefix, char *out, size_t cap);
 
+/* One /v1/models entry as vLLM's ModelCard, with its one model_permission:
+ * parent NULL (the base model) or the base model's name (a LoRA adapter);
+ * max_model_len <= 0 writes null (vLLM sets it for the base model only). */
+json_t *openai_model_card(const char *id, const char *root, const char *parent, int32_t max_model_len,
+                          int64_t now);
+
 /* {"prompt_tokens","total_tokens","completion_tokens","prompt_tokens_details"}
  * with prompt_tokens_details {"cached_tokens"} when cached > 0, else null
  * (or omitted when omit_null, as in streamed usage chunks). */

@@ -42,36 +42,6 @@ static void fail(http_request *r, int status, const char *type, const char *fmt,
     serving_respond_error(r, &e);
 }
 
-static json_t *card(const char *id, const char *root, const char *parent, int64_t now) {
-    json_t *perm = json_object();
-    char pid[64];
-    openai_random_id("modelperm-", pid, sizeof pid);
-    json_object_set_new(perm, "id", json_string(pid));
-    json_object_set_new(perm, "object", json_string("model_permission"));
-    json_object_set_new(perm, "created", json_integer(now));
-    json_object_set_new(perm, "allow_create_engine", json_false());
-    json_object_set_new(perm, "allow_sampling", json_true());
-    json_object_set_new(perm, "allow_logprobs", json_true());
-    json_object_set_new(perm, "allow_search_indices", json_false());
-    json_object_set_new(perm, "allow_view", json_true());
-    json_object_set_new(perm, "allow_fine_tuning", json_false());
-    json_object_set_new(perm, "organization", json_string("*"));
-    json_object_set_new(perm, "group", json_null());
-    json_object_set_new(perm, "is_blocking", json_false());
-    json_t *c = json_object();
-    json_object_set_new(c, "id", json_string(id));
-    json_object_set_new(c, "object", json_string("model"));
-    json_object_set_new(c, "created", json_integer(now));
-    json_object_set_new(c, "owned_by", json_string("vllm"));
-    json_object_set_new(c, "root", json_string(root));
-    json_object_set_new(c, "parent", json_string(parent));
-    json_object_set_new(c, "max_model_len", json_null()); /* vLLM sets it for the base model only */
-    json_t *perms = json_array();
-    json_array_append_new(perms, perm);
-    json_object_set_new(c, "permission", perms);
-    return c;
-}
-
 void serving_lora_models(serving_ctx *ctx, json_t *data, int64_t now) {
     if (!ctx->lora_engine) return;
     enum { CAP = 256 };
@@ -83,7 +53,7 @@ void serving_lora_models(serving_ctx *ctx, json_t *data, int64_t now) {
         const char *want = ctx->lora_parent ? ctx->lora_parent(info[i].name) : NULL, *parent = ctx->served_names[0];
         for (int k = 0; want && k < ctx->num_served_names; k++)
             if (!strcmp(want, ctx->served_names[k])) parent = ctx->served_names[k];
-        json_array_append_new(data, card(info[i].name, info[i].path, parent, now));
+        json_array_append_new(data, openai_model_card(info[i].name, info[i].path, parent, 0, now));
     }
     free(info);
 }

@@ -435,6 +435,25 @@ static void chat_parse_free(void *p) {
  * and/or content; named: an arguments delta), then one per tool-call delta;
  * the logprobs and token ids ride on the first, finish_reason and
  * stop_reason on the last. Text the parsers hold back sends nothing yet. */
+/* tool_choice named: the generated text is the call's arguments, streamed as argument deltas; the
+ * first delta of a choice also carries the call's id, type and name (vLLM's shape). */
+static json_t *named_call_delta(serving_call *c, int32_t ci, const char *args, size_t len) {
+    serving_choice *ch = &c->choices[ci];
+    json_t *tc = json_object(), *fn = json_object();
+    if (!ch->first_sent) {
+        char id[80];
+        openai_random_id("chatcmpl-tool-", id, sizeof id);
+        json_object_set_new(tc, "id", json_string(id));
+        json_object_set_new(tc, "type", json_string("function"));
+        json_object_set_new(fn, "name", json_string(c->req.tool_choice_name));
+        ch->first_sent = true;
+    }
+    json_object_set_new(fn, "arguments", openai_json_text(args, len));
+    json_object_set_new(tc, "function", fn);
+    json_object_set_new(tc, "index", json_integer(ci));
+    return json_pack("[o]", tc);
+}
+
 static void stream_parsed(serving_call *c, int32_t ci, const output_delta *d, const char *text, size_t len,
                           json_t *lp) {
     serving_choice *ch = &c->choices[ci];
@@ -461,21 +480,9 @@ static void stream_parsed(serving_call *c, int32_t ci, const output_delta *d, co
     if (reasoning.len || rest.len) {
         json_t *delta = json_object();
         if (reasoning.len) json_object_set_new(delta, "reasoning_content", openai_json_text(reasoning.s, reasoning.len));
-        if (rest.len && mode == 1) { /* named: argument deltas, the first with the call's id, type and name */
-            json_t *tc = json_object(), *fn = json_object();
-            if (!ch->first_sent) {
-                char id[80];
-                openai_random_id("chatcmpl-tool-", id, sizeof id);
-                json_object_set_new(tc, "id", json_string(id));
-                json_object_set_new(tc, "type", json_string("function"));
-                json_object_set_new(fn, "name", json_string(c->req.tool_choice_name));
-                ch->first_sent = true;
-            }
-            json_object_set_new(fn, "arguments", openai_json_text(rest.s, rest.len));
-            json_object_set_new(tc, "function", fn);
-            json_object_set_new(tc, "index", json_integer(ci));
-            json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
-        } else if (rest.len) {
+        if (rest.len && mode == 1)
+            json_object_set_new(delta, "tool_calls", named_call_delta(c, ci, rest.s, rest.len));
+        else if (rest.len) {
             json_object_set_new(delta, "content", openai_json_text(rest.s, rest.len));
         }
         json_array_append_new(deltas, delta);
@@ -523,23 +530,10 @@ static void chat_delta(serving_call *c, int32_t ci, const output_delta *d, const
     json_t *delta = json_object();
     const char *fr = vllm_finish_reason_str(ch->finish_reason);
     int mode = tool_mode(c);
-    if (mode == 1) { /* named: argument deltas, the first with the call's id, type and name */
-        json_t *tc = json_object(), *fn = json_object();
-        if (!ch->first_sent) {
-            char id[80];
-            openai_random_id("chatcmpl-tool-", id, sizeof id);
-            json_object_set_new(tc, "id", json_string(id));
-            json_object_set_new(tc, "type", json_string("function"));
-            json_object_set_new(fn, "name", json_string(c->req.tool_choice_name));
-            ch->first_sent = true;
-        }
-        json_object_set_new(fn, "arguments", openai_json_text(text, text_len));
-        json_object_set_new(tc, "function", fn);
-        json_object_set_new(tc, "index", json_integer(ci));
-        json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
-    } else {
+    if (mode == 1)
+        json_object_set_new(delta, "tool_calls", named_call_delta(c, ci, text, text_len));
+    else
         json_object_set_new(delta, "content", openai_json_text(text, text_len));
-    }
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(ci));
     json_object_set_new(choice, "delta", delta);

@@ -20,13 +20,16 @@
 #                     NotImplementedError, GIL released, Ctrl-C, tqdm, prefix cache,
 #                     metrics, the installed vllmc command, engine arguments
 #   test_async.py     AsyncLLM: streamed outputs end as LLM.generate's; DELTA; abort
+#   test_lora.py      LoRARequest: a batch mixing the base model and two PEFT-written
+#                     adapters equals PEFT's greedy continuations and `vllmc generate
+#                     --lora`'s; vLLM's errors (LoRA not enabled, rank, missing path)
 # References: the C CLI and the repository's .venv (transformers); a test whose
 # model (SmolLM2: scripts/fetch_models.sh smollm2) or reference is missing skips
 # itself. Everything is skipped when PyPI is unreachable and pip has nothing
 # cached, and on builds other than build/ (the package links its own
 # position-independent build, not a sanitizer one).
 #
-# checks: 28
+# checks: 30
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

@@ -164,9 +164,9 @@ def test_not_implemented_features(llm):
     cases = [
         (lambda: llm.beam_search(["x"], BeamSearchParams(beam_width=2, max_tokens=4, include_stop_str_in_output=True)),
          "include_stop_str_in_output"),
-        (lambda: llm.generate("x", SamplingParams(), lora_request=LoRARequest("a", 1, "/tmp")), "LoRA"),
+        (lambda: llm.beam_search(["x"], BeamSearchParams(beam_width=2, max_tokens=4),
+                                 lora_request=LoRARequest("a", 1, "/tmp")), "LoRA"),
         (lambda: LLM(STORIES, tensor_parallel_size=2), "tensor parallelism"),
-        (lambda: LLM(STORIES, enable_lora=True), "LoRA"),
         (lambda: llm.generate("x", SamplingParams(prompt_logprobs=1), use_tqdm=False), "prompt logprobs"),
         (lambda: LLM(STORIES, speculative_config={"method": "eagle", "num_speculative_tokens": 2}), "eagle"),
         (lambda: llm.embed("x"), "pooling"),

@@ -386,7 +386,10 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         get_i32(d, "num_speculative_tokens", 0, VLLM_MAX_SPEC_TOKENS, &a.speculative_config.num_speculative_tokens) < 0 ||
         get_i32(d, "prompt_lookup_min", 0, INT32_MAX, &a.speculative_config.prompt_lookup_min) < 0 ||
         get_i32(d, "prompt_lookup_max", 0, INT32_MAX, &a.speculative_config.prompt_lookup_max) < 0 ||
-        get_i32(d, "disable_by_batch_size", 0, INT32_MAX, &a.speculative_config.disable_by_batch_size) < 0)
+        get_i32(d, "disable_by_batch_size", 0, INT32_MAX, &a.speculative_config.disable_by_batch_size) < 0 ||
+        get_bool(d, "enable_lora", &a.enable_lora) < 0 || get_i32(d, "max_loras", 1, 4096, &a.max_loras) < 0 ||
+        get_i32(d, "max_lora_rank", 1, 4096, &a.max_lora_rank) < 0 ||
+        get_i32(d, "max_cpu_loras", 0, INT32_MAX, &a.max_cpu_loras) < 0)
         return -1;
     a.seed = (uint64_t)seed;
     a.kv_cache_memory_bytes = kv_bytes;
@@ -684,6 +687,7 @@ static int parse_request(PyObject *t, gen_req *r, Py_ssize_t idx) {
     r->detokenize = detok;
     r->opts.priority = prio;
     if (salt != Py_None && !(r->opts.cache_salt = PyUnicode_AsUTF8(salt))) return -1;
+    if (get_str(d, "lora_name", &r->opts.lora_name) < 0) return -1; /* the adapter, loaded by load_lora */
     vllm_status rc = vllm_sampling_params_validate(sp);
     if (rc != VLLM_OK) {
         raise_status(rc);
@@ -1057,7 +1061,40 @@ static PyObject *Engine_step(EngineObject *self, PyObject *args) {
     return out;
 }
 
+/* LoRA adapters: load_lora(name, path) / unload_lora(name) / has_lora(name), the engine's own
+ * calls (the adapter table has its own lock; loading reads the files with the GIL released). */
+static PyObject *Engine_load_lora(EngineObject *self, PyObject *args) {
+    const char *name, *path;
+    if (!PyArg_ParseTuple(args, "ss", &name, &path)) return NULL;
+    NEED_ENGINE_IDLE_OR_NOT(self);
+    vllm_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = vllm_engine_load_lora(self->e, name, path);
+    Py_END_ALLOW_THREADS
+    if (rc != VLLM_OK) return raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_unload_lora(EngineObject *self, PyObject *arg) {
+    NEED_ENGINE_IDLE_OR_NOT(self);
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    vllm_status rc = vllm_engine_unload_lora(self->e, name);
+    if (rc != VLLM_OK) return raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_has_lora(EngineObject *self, PyObject *arg) {
+    NEED_ENGINE_IDLE_OR_NOT(self);
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    return PyBool_FromLong(vllm_engine_has_lora(self->e, name));
+}
+
 static PyMethodDef Engine_methods[] = {
+    {"load_lora", (PyCFunction)Engine_load_lora, METH_VARARGS, "load_lora(name, path): a PEFT adapter directory"},
+    {"unload_lora", (PyCFunction)Engine_unload_lora, METH_O, "unload_lora(name)"},
+    {"has_lora", (PyCFunction)Engine_has_lora, METH_O, "has_lora(name) -> an adapter of that name is loaded"},
     {"add", (PyCFunction)Engine_add, METH_O, "add(request): one request, as generate's tuples"},
     {"step", (PyCFunction)Engine_step, METH_VARARGS, "step(logprob_cls=None) -> this step's deltas"},
     {"abort", (PyCFunction)Engine_abort, METH_O, "abort(request_id) -> False if unknown or finished"},

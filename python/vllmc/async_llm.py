@@ -80,12 +80,10 @@ class AsyncLLM:
                        lora_request: Any = None, priority: int = 0, **_: Any) -> AsyncGenerator[RequestOutput, None]:
         if self._dead is not None:
             raise RuntimeError(f"the engine loop died: {self._dead!r}")
-        if lora_request is not None:
-            raise NotImplementedError("LoRA (lora_request) is not implemented in vllm.c")
         if request_id in self._requests:
             raise ValueError(f"Request id {request_id} already running.")
         item = self._llm._parse_prompts(prompt)[0]
-        req_tuple = self._llm._request_tuple(request_id, item, sampling_params, priority)
+        req_tuple = self._llm._request_tuple(request_id, item, sampling_params, priority, lora_request)
         loop = asyncio.get_running_loop()
         self._start(loop)
         queue: asyncio.Queue = asyncio.Queue()

@@ -7,9 +7,11 @@ engine). generate() hands every prompt to the engine at once and returns
 one RequestOutput per prompt in input order; chat() renders each
 conversation with the model's chat template and generates from it. What
 vllm.c does not implement yet in the package raises NotImplementedError
-naming it: LoRA, tensor/pipeline parallelism, prompt
+naming it: tensor/pipeline parallelism, LoRA in beam_search, prompt
 logprobs, pooling (encode/embed/classify/score/reward), sleep mode,
-profiling. Arguments vLLM takes that mean nothing on this CPU engine
+profiling. LoRA (enable_lora=True, then lora_request=LoRARequest(...) in
+generate/chat, one per prompt or one for all) loads each adapter in the
+engine the first time a request names it, as vLLM does. Arguments vLLM takes that mean nothing on this CPU engine
 (gpu_memory_utilization, swap_space, enforce_eager, cpu_offload_gb,
 trust_remote_code, ...) are accepted and unused.
 """
@@ -23,6 +25,7 @@ from . import _C
 from .logprobs import Logprob
 from .outputs import CompletionOutput, RequestOutput, RequestStateStats
 from .sampling_params import BeamSearchOutput, BeamSearchParams, BeamSearchSequence, SamplingParams
+from .lora.request import LoRARequest
 from .tokenizer import Tokenizer
 
 # The real chat models scripts/fetch_models.sh puts in the model cache (src/cli/model_alias.c)
@@ -37,6 +40,7 @@ _ENGINE_ARGS = {
     "num_gpu_blocks_override": "num_gpu_blocks_override", "scheduling_policy": "scheduling_policy",
     "generation_config": "generation_config", "kv_cache_dtype": "kv_cache_dtype",
     "num_threads": "num_threads",  # vllm.c's own (vllmc --threads); default: online CPUs
+    "enable_lora": "enable_lora", "max_lora_rank": "max_lora_rank", "max_cpu_loras": "max_cpu_loras",
 }
 # accepted, unused: they have no effect on a CPU engine in one process
 _ACCEPTED_UNUSED = {
@@ -51,7 +55,6 @@ _ACCEPTED_UNUSED = {
 _UNSUPPORTED = {
     "pipeline_parallel_size": ("pipeline parallelism (pipeline_parallel_size > 1)", 1),
     "data_parallel_size": ("data parallelism (data_parallel_size > 1)", 1),
-    "enable_lora": ("LoRA (enable_lora)", False),
     "quantization": ("quantization other than the checkpoint's own (quantization=...)", None),
     "kv_transfer_config": ("KV transfer / disaggregated prefill (kv_transfer_config)", None),
     "enable_expert_parallel": ("expert parallelism (enable_expert_parallel)", False),
@@ -100,6 +103,7 @@ class LLM:
             args["tokenizer"] = tokenizer
         if seed is not None:
             args["seed"] = seed
+        args["max_loras"] = max_loras
         if kv_cache_memory_bytes is not None:
             args["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         if speculative_config:
@@ -124,6 +128,8 @@ class LLM:
         self._engine = _C.Engine(self._tokenizer._tok, args)
         self._info = self._engine.info()
         self.request_counter = itertools.count()
+        self._lora_enabled = bool(args.get("enable_lora"))
+        self._loras: Dict[str, Any] = {}  # adapter name -> the LoRARequest it was loaded from
         self.default_sampling_params: Optional[Dict[str, Any]] = None
 
     # ---- tokenizer and defaults ----
@@ -148,10 +154,8 @@ class LLM:
         """Generates the completions of prompts (a string, a list of strings,
         {"prompt": ...} / {"prompt_token_ids": [...]} dicts or lists of
         them), all in one batch; one RequestOutput per prompt, in order."""
-        if lora_request is not None:
-            raise NotImplementedError("LoRA (lora_request) is not implemented in vllm.c")
         items = self._parse_prompts(prompts)
-        return self._run(items, sampling_params, use_tqdm, priority)
+        return self._run(items, sampling_params, use_tqdm, priority, lora_request)
 
     def _parse_prompts(self, prompts: Any) -> List[Dict[str, Any]]:
         if isinstance(prompts, (str, dict)):
@@ -180,7 +184,7 @@ class LLM:
         return items
 
     def _run(self, items: List[Dict[str, Any]], sampling_params: Any, use_tqdm: Any,
-             priority: Optional[List[int]]) -> List[RequestOutput]:
+             priority: Optional[List[int]], lora_request: Any = None) -> List[RequestOutput]:
         n = len(items)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
@@ -193,7 +197,14 @@ class LLM:
         if priority is not None:
             if len(priority) != n:
                 raise ValueError("The lengths of prompts and priority must be the same.")
-        requests = [self._request_tuple(str(next(self.request_counter)), item, sp, priority[i] if priority else 0)
+        if isinstance(lora_request, (list, tuple)):
+            if len(lora_request) != n:
+                raise ValueError("The lengths of prompts and lora_request must be the same.")
+            loras = list(lora_request)
+        else:
+            loras = [lora_request] * n
+        requests = [self._request_tuple(str(next(self.request_counter)), item, sp, priority[i] if priority else 0,
+                                        loras[i])
                     for i, (item, sp) in enumerate(zip(items, sps))]
         progress = None
         bar = None
@@ -207,7 +218,7 @@ class LLM:
             if bar is not None:
                 bar.close()
         outputs = []
-        for req, item, (cached, seqs, (arrival, first, last)) in zip(requests, items, results):
+        for req, item, lora, (cached, seqs, (arrival, first, last)) in zip(requests, items, loras, results):
             completions = [CompletionOutput(index=k, text=text, token_ids=ids, cumulative_logprob=cum,
                                             logprobs=lps, finish_reason=fr, stop_reason=stop)
                            for k, (text, ids, cum, lps, fr, stop) in enumerate(seqs)]
@@ -217,10 +228,34 @@ class LLM:
             outputs.append(RequestOutput(request_id=req[0], prompt=item["prompt"],
                                          prompt_token_ids=item["prompt_token_ids"], prompt_logprobs=None,
                                          outputs=completions, finished=True, metrics=metrics,
-                                         num_cached_tokens=cached))
+                                         lora_request=lora, num_cached_tokens=cached))
         return outputs
 
-    def _request_tuple(self, request_id: str, item: Dict[str, Any], sp: Any, priority: int) -> tuple:
+    def _lora_name(self, lora_request: Any) -> Optional[str]:
+        """The engine's name for a LoRARequest's adapter, loading it the first time it is named
+        (vLLM loads an adapter when a request first names it). An adapter is known by its
+        lora_name; the same name with another id or path replaces the loaded one."""
+        if lora_request is None:
+            return None
+        if not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest, got {type(lora_request).__name__}")
+        if not self._lora_enabled:
+            raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled!")
+        name = lora_request.lora_name
+        have = self._loras.get(name)
+        path = lora_request.lora_local_path or lora_request.lora_path
+        if have is not None and (have.lora_int_id != lora_request.lora_int_id or
+                                 (have.lora_local_path or have.lora_path) != path):
+            self._engine.unload_lora(name)
+            del self._loras[name]
+            have = None
+        if have is None:
+            self._engine.load_lora(name, path)
+            self._loras[name] = lora_request
+        return name
+
+    def _request_tuple(self, request_id: str, item: Dict[str, Any], sp: Any, priority: int,
+                       lora_request: Any = None) -> tuple:
         """What vllmc._C.Engine takes for one request (refusing what it does not implement)."""
         if not isinstance(sp, SamplingParams):
             raise TypeError(f"sampling_params must be SamplingParams, got {type(sp).__name__}")
@@ -236,7 +271,11 @@ class LLM:
             k = self._info["max_model_len"] if sp.truncate_prompt_tokens == -1 else sp.truncate_prompt_tokens
             ids = ids[-k:]
             item["prompt_token_ids"] = ids
-        return (request_id, ids, sp._engine_dict(self._info["vocab_size"]), sp.stop, sp.include_stop_str_in_output,
+        d = sp._engine_dict(self._info["vocab_size"])
+        lora = self._lora_name(lora_request)
+        if lora is not None:
+            d["lora_name"] = lora
+        return (request_id, ids, d, sp.stop, sp.include_stop_str_in_output,
                 sp.skip_special_tokens, sp.detokenize, priority, item.get("cache_salt"))
 
     def _progress_bar(self, use_tqdm: Any, n: int):
@@ -273,8 +312,6 @@ class LLM:
         """Generates replies to a conversation (a list of messages) or to a
         list of conversations, each rendered with the model's chat template
         (or chat_template) and encoded without adding special tokens again."""
-        if lora_request is not None:
-            raise NotImplementedError("LoRA (lora_request) is not implemented in vllm.c")
         if chat_template_content_format != "auto":
             raise NotImplementedError(f"chat_template_content_format={chat_template_content_format!r} is not "
                                       "implemented in vllm.c (it detects the format, as 'auto')")
@@ -287,7 +324,7 @@ class LLM:
                 list(conv), tools=tools, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, tokenize=False, **(chat_template_kwargs or {}))
             items.append({"prompt": text, "prompt_token_ids": self._tokenizer.encode(text, add_special_tokens=False)})
-        return self._run(items, sampling_params, use_tqdm, None)
+        return self._run(items, sampling_params, use_tqdm, None, lora_request)
 
     def beam_search(self, prompts: Any, params: BeamSearchParams, lora_request: Any = None,
                     use_tqdm: bool = False, concurrency_limit: Optional[int] = None) -> List["BeamSearchOutput"]:

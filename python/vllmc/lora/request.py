@@ -1,5 +1,6 @@
-"""lora/request.py - vLLM's LoRARequest. vllm.c has no LoRA yet: LLM raises
-NotImplementedError when one is given (or enable_lora is set)."""
+"""lora/request.py - vLLM's LoRARequest: an adapter's name, a positive id and
+the path of its PEFT directory. LLM(enable_lora=True) loads it in the engine
+the first time a request names it (llm.py: LLM._lora_name)."""
 from dataclasses import dataclass
 from typing import Optional
 

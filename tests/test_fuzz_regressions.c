@@ -11,7 +11,7 @@
  * A failed check is a FAIL line naming the input file; a memory error is a
  * sanitizer report in the SAN=1 build. One test per target.
  */
-/* checks: 11 */
+/* checks: 12 */
 #include <dirent.h>
 #include <stdarg.h>
 
@@ -32,6 +32,7 @@ static void fuzz_report(const char *file, int line, const char *fmt, ...) __attr
 #include "../fuzz/fuzz_regex.c"
 #include "../fuzz/fuzz_safetensors.c"
 #include "../fuzz/fuzz_tokenizer_json.c"
+#include "../fuzz/fuzz_tool_parser.c"
 
 static void fuzz_report(const char *file, int line, const char *fmt, ...) {
     char msg[900];
@@ -112,6 +113,7 @@ TEST(fuzz_openai_request) { fuzz_replay("openai_request", fuzz_openai_request_in
 TEST(fuzz_gbnf) { fuzz_replay("gbnf", fuzz_gbnf_init, fuzz_gbnf_one); }
 TEST(fuzz_regex) { fuzz_replay("regex", fuzz_regex_init, fuzz_regex_one); }
 TEST(fuzz_chat_template) { fuzz_replay("chat_template", fuzz_chat_template_init, fuzz_chat_template_one); }
+TEST(fuzz_tool_parser) { fuzz_replay("tool_parser", fuzz_tool_parser_init, fuzz_tool_parser_one); }
 
 /* The checks themselves must be able to fail: a round trip that is off by
  * one byte, and a safetensors file whose tensor lies past its data. */
@@ -141,6 +143,7 @@ int main(void) {
     RUN(fuzz_detokenizer);
     RUN(fuzz_openai_request);
     RUN(fuzz_chat_template);
+    RUN(fuzz_tool_parser);
     RUN(fuzz_gbnf);
     RUN(fuzz_regex);
     for (int i = 0; i < FUZZ_TOK_COUNT; i++) tokenizer_free(fuzz_toks[i]);

@@ -80,3 +80,22 @@ write("chat_template", "huge_range", "{% for i in range(1000000000) %}{{ i }}{% 
 write("chat_template", "syntax_error", "{% for m in messages %}{{ m.content }")
 write("chat_template", "include", "{% include 'x.j2' %}")
 write("chat_template", "whitespace", "  {%- for m in messages -%}\n  {{- m.content -}}  \n{%+ endfor %}{# c #}")
+
+# tool_parser/<name>: byte 0 = tool parser (0 none, 1 hermes, 2 llama3_json, 3 required)
+# | reasoning parser << 2 (0 none, 1 qwen3, 2 deepseek_r1); byte 1 = chunk-size seed; then the text
+def tool(name, tool_kind, reasoning, text, seed=7):
+    write("tool_parser", name, bytes([tool_kind | (reasoning << 2), seed]) + text.encode())
+
+tool("hermes_one", 1, 0, 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": [1, 2.5]}}\n</tool_call>')
+tool("hermes_two", 1, 1, '<think>pick tools</think><tool_call>{"name": "a", "arguments": {}}</tool_call>'
+     '<tool_call>{"name": "b", "arguments": {"s": "x\\"y\\u00e9"}}</tool_call>', 3)
+tool("hermes_cut", 1, 0, '<tool_call>{"name": "a", "argum')
+tool("hermes_bad_json", 1, 0, '<tool_call>{"name": "a", arguments: nope}</tool_call> trailing')
+tool("llama3_tag", 2, 0, '<|python_tag|>{"name": "f", "parameters": {"x": 1}}; {"name": "g", "arguments": {"y": "z"}}')
+tool("llama3_plain", 2, 2, 'thinking...</think>{"name": "f", "parameters": {"q": "a b"}}', 11)
+tool("llama3_text", 2, 0, 'no call here, just { braces')
+tool("required_two", 3, 0, '[{"name": "f", "parameters": {"a": [1, {"b": null}]}}, {"name": "g", "parameters": {}}]')
+tool("required_cut", 3, 0, '[{"name": "f", "parameters": {"a": "\\')
+tool("qwen3_open", 0, 1, '<think>unfinished thought')
+tool("r1_end", 0, 2, 'reason</think>\n\nanswer <think> again')
+tool("utf8_split", 1, 1, '<think>\xe4\xbd\xa0</think><tool_call>{"name": "\xe5\xa5\xbd", "arguments": {"k": "\xf0\x9f\x98\x80"}}</tool_call>', 1)

@@ -31,7 +31,10 @@
  *                 "<|python_tag|>" or "{": such an output is held and
  *                 parsed whole at the end; any other streams as content.
  *   required    - each array item is sent (name, then arguments) as soon as
- *                 its closing brace arrives (a JSON scanner tracks depth).
+ *                 its closing brace arrives (a JSON scanner tracks depth);
+ *                 after an item that is not a call none is sent, and an
+ *                 output with no call sent ends as content. An output broken
+ *                 after some calls went out is all content as a message.
  * So the deltas of a stream add up to the non-streamed message, except in
  * the error cases named above and a llama3_json output whose JSON starts
  * after some text (vLLM's stream gives content there too).
@@ -323,7 +326,7 @@ static json_t *extract_llama3(const char *text, size_t len) {
 static json_t *extract_required(const char *text, size_t len) {
     json_error_t je;
     json_t *arr = json_loadb(text, len, 0, &je);
-    if (!json_is_array(arr)) {
+    if (!json_is_array(arr) || !json_array_size(arr)) { /* [] (the schema's minItems forbids it): content */
         json_decref(arr);
         return NULL;
     }
@@ -449,7 +452,8 @@ static void feed_llama3(tool_parser_stream *s, bool final, strbuf *content, json
     }
 }
 
-/* required: scan the array, send each top-level item as it closes */
+/* required: scan the array, send each top-level item as it closes, until an item is not a call
+ * (state 1: the whole-output rule makes such an output all content; calls already sent stay) */
 static void feed_required(tool_parser_stream *s, bool final, strbuf *content, json_t *deltas) {
     strbuf *p = &s->pending;
     for (; s->scanned < p->len; s->scanned++) {
@@ -478,10 +482,9 @@ static void feed_required(tool_parser_stream *s, bool final, strbuf *content, js
                     free(txt);
                     free(rest);
                 }
-                if (call) {
-                    send_call(s, call, deltas);
-                    json_decref(call);
-                }
+                if (call && s->state == 0) send_call(s, call, deltas);
+                else s->state = 1; /* a broken item: the message will be all content, send no more calls */
+                json_decref(call);
             }
         }
     }

@@ -427,8 +427,10 @@ static void write_sample(prom_buf *b, const prom_family *f, const prom_series *s
 static void write_family(prom_buf *b, const prom_family *f, int32_t num_series, const double *vals) {
     bool counter = f->type == PROM_COUNTER;
     write_help_type(b, f->name, counter ? "_total" : "", f->help, type_name(f->type));
+    /* Unlocked: the first num_series series and their links were published before the copy;
+     * the last one's next may be being written by prom_series_get, so it is never read. */
     const prom_series *s = f->head;
-    for (int32_t k = 0; k < num_series; k++, s = s->next) {
+    for (int32_t k = 0; k < num_series; s = ++k < num_series ? s->next : NULL) {
         const double *v = vals + (size_t)k * (size_t)f->num_vals;
         switch (f->type) {
         case PROM_COUNTER: write_sample(b, f, s, "_total", NULL, v[0]); break;
@@ -456,7 +458,7 @@ static void write_family(prom_buf *b, const prom_family *f, int32_t num_series, 
         if (num_series == 0) return; /* prometheus_client writes no empty _created family */
         write_help_type(b, f->name, "_created", f->help, "gauge");
         s = f->head;
-        for (int32_t k = 0; k < num_series; k++, s = s->next)
+        for (int32_t k = 0; k < num_series; s = ++k < num_series ? s->next : NULL)
             write_sample(b, f, s, "_created", NULL, s->created);
     }
 }

@@ -597,17 +597,31 @@ static json_t *chat_final(serving_call *c) {
     return j;
 }
 
+/* The last occurrence of pat in s[0..n), or NULL. */
+static const char *last_of(const char *s, size_t n, const char *pat) {
+    const char *last = NULL, *p = s;
+    size_t pl = strlen(pat);
+    while ((p = memmem(p, n - (size_t)(p - s), pat, pl)) != NULL) last = p++;
+    return last;
+}
+
 /* --reasoning-parser: a constraint applies once the reasoning has ended,
- * as vLLM starts the grammar after the parser's end token. The prompt
- * holding "</think>" already (vLLM: the end token among the prompt's ids)
- * means it has; otherwise the constraint becomes GBNF behind free text
- * that ends with "</think>" (st_gbnf_after_text). */
+ * as vLLM starts the grammar after the parser's end token. The prompt has
+ * ended it when its last think tag is "</think>" (the rule of vLLM's newer
+ * parsers, which scan the prompt's ids backwards: 0.11's "end token
+ * anywhere in the prompt" would count an earlier turn's think block in a
+ * multi-turn or few-shot conversation); otherwise the constraint becomes
+ * GBNF behind free text that ends with "</think>" (st_gbnf_after_text). */
 static bool constrain_after_reasoning(serving_ctx *ctx, openai_request *req, const int32_t *ids, int32_t n,
                                       openai_error *e) {
     if (!ctx->reasoning_parser || req->structured.kind == VLLM_STRUCTURED_NONE) return true;
     char *text = NULL;
     size_t len = 0;
-    bool ended = tokenizer_decode(ctx->tok, ids, n, false, &text, &len) == VLLM_OK && strstr(text, "</think>");
+    bool ended = false;
+    if (tokenizer_decode(ctx->tok, ids, n, false, &text, &len) == VLLM_OK) {
+        const char *close = last_of(text, len, "</think>"), *open = last_of(text, len, "<think>");
+        ended = close && (!open || close > open);
+    }
     free(text);
     if (ended) return true;
     const char *field = req->structured_field ? req->structured_field : "structured_outputs";

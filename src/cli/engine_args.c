@@ -237,7 +237,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         static const char *const dtypes[] = {"auto", "half", "float16", "bfloat16", "float", "float32", NULL};
         const char *const *d = dtypes;
         while (*d && strcmp(*d, v)) d++;
-        if (!*d) return bad(name, v, "choose from auto, half, float16, bfloat16, float, float32");
+        if (!*d) return bad(name, v, "choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32'");
         a->dtype = v;
     }
     else if (!strcmp(name, "--kv-transfer-config")) a->kv_transfer_config = v; /* checked by the engine */

@@ -317,7 +317,8 @@ int main(int argc, char **argv) {
     }
     printf("model %s: %.2f GB of weights (%s), KV cache %s, kernels %s, dtype %s (%s activations), threads %d "
            "(0 = all CPUs)\n", dir, wbytes / 1e9, dtype_name(m->w.layers[0].q_proj.type), kv_dtype_name(types[0]),
-           kernels_isa_name(kernels_isa_get()), dtype_name_arg, cfg.bf16_compute ? "BF16" : "FP32", threads);
+           kernels_isa_name(kernels_isa_get()), dtype_name_arg, cfg.bf16_compute ? "BF16 weights: BF16" : "FP32",
+           threads);
     printf("best: prefill %.2f tok/s, decode %.2f tok/s (%.1f GB/s of weights)\n", best_prefill, best_decode,
            best_decode / batch * wbytes / 1e9);
     free(ids), free(pos), free(slots), free(qsl), free(lens), free(lidx), free(tables), free(logits);

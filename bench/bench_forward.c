@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "engine/engine.h"
 #include "kernels/kernels.h"
 #include "kernels/kv_dtype.h"
 #include "model/kv_layout.h"
@@ -197,7 +198,7 @@ static int context_sweep(const model *m, int threads, const int *ctx, int nctx, 
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *kv_list = NULL, *ctx_list = NULL;
+    const char *dir = NULL, *kv_list = NULL, *ctx_list = NULL, *dtype_name_arg = "auto";
     int threads = 0, prefill = 128, decode = -1, batch = 1, repeat = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kv-cache-dtype")) kv_list = argv[i + 1];
         else if (!strcmp(argv[i], "--context")) ctx_list = argv[i + 1];
+        else if (!strcmp(argv[i], "--dtype")) dtype_name_arg = argv[i + 1];
         else dir = NULL, i = argc;
     }
     kv_dtype types[MAX_LIST] = {KV_DTYPE_F32};
@@ -217,9 +219,9 @@ int main(int argc, char **argv) {
     bool sorted = true;
     for (int i = 1; i < nctx; i++) sorted &= ctx[i] > ctx[i - 1];
     if (!dir || prefill < 1 || decode < 0 || batch < 1 || ntypes < 1 || nctx < 0 || (ctx_list && (nctx < 1 || !sorted)) ||
-        (!ctx_list && ntypes != 1) || (ctx_list && decode < 1)) {
+        (!ctx_list && ntypes != 1) || (ctx_list && decode < 1) || engine_dtype_bf16(dtype_name_arg, DTYPE_F32) < 0) {
         fprintf(stderr, "usage: bench_forward --model DIR [--threads N] [--prefill 128] [--decode 64] "
-                        "[--batch 1] [--repeat 1] [--kv-cache-dtype float32]\n"
+                        "[--batch 1] [--repeat 1] [--kv-cache-dtype float32] [--dtype auto|bfloat16|float32]\n"
                         "       bench_forward --model DIR --context 1024,4096 [--kv-cache-dtype float32,bfloat16,fp8] "
                         "[--decode 32] [--repeat 2] [--threads N]\n"
                         "  contexts increasing; dtypes: float32 bfloat16 float16 fp8 fp8_e4m3 fp8_e5m2\n");
@@ -242,7 +244,8 @@ int main(int argc, char **argv) {
     free(lay);
     runner_config cfg = {.num_blocks = batch * max_blocks * G, .block_size = bs,
                          .max_num_batched_tokens = prefill * batch, .max_num_seqs = batch, .num_threads = threads,
-                         .kv_cache_dtype = types[0]};
+                         .kv_cache_dtype = types[0],
+                         .bf16_compute = engine_dtype_bf16(dtype_name_arg, m->config.torch_dtype) == 1};
     runner *r = NULL;
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
@@ -312,9 +315,10 @@ int main(int argc, char **argv) {
         if (pf > best_prefill) best_prefill = pf;
         if (dc > best_decode) best_decode = dc;
     }
-    printf("model %s: %.2f GB of weights (%s), KV cache %s, kernels %s, threads %d (0 = all CPUs)\n", dir,
-           wbytes / 1e9, dtype_name(m->w.layers[0].q_proj.type), kv_dtype_name(types[0]),
-           kernels_isa_name(kernels_isa_get()), threads);
+    printf("model %s: %.2f GB of weights (%s), KV cache %s, kernels %s, dtype %s (%s activations), threads %d "
+           "(0 = all CPUs)\n", dir, wbytes / 1e9, dtype_name(m->w.layers[0].q_proj.type), kv_dtype_name(types[0]),
+           kernels_isa_name(kernels_isa_get()), dtype_name_arg, cfg.bf16_compute ? "BF16 weights: BF16" : "FP32",
+           threads);
     printf("best: prefill %.2f tok/s, decode %.2f tok/s (%.1f GB/s of weights)\n", best_prefill, best_decode,
            best_decode / batch * wbytes / 1e9);
     free(ids), free(pos), free(slots), free(qsl), free(lens), free(lidx), free(tables), free(logits);

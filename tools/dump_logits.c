@@ -60,11 +60,12 @@ typedef struct prompt_seq {
 static int usage(void) {
     fprintf(stderr, "usage: dump_logits --model DIR --prompts \"IDS,IDS,...\" --out FILE [--decode N] [--chunk N]\n"
                     "                   [--budget N] [--threads N] [--block-size N] [--kv-cache-dtype T]\n"
-                    "                   [--print-greedy]\n"
+                    "                   [--print-greedy] [--dtype D]\n"
                     "       dump_logits --engine --model DIR --prompts ... [--decode N] [--chunk N] [--budget N]\n"
                     "                   [--threads N] [--block-size N] [--num-blocks N] [--max-model-len N]\n"
                     "                   [--no-prefix-caching] [--gap STEPS] [--kv-cache-dtype T]\n"
-                    "  T: float32 (default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2\n");
+                    "  T: float32 (default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2\n"
+                    "  D (--dtype, both modes): float32 (default: FP32 activations), bfloat16, auto\n");
     return 2;
 }
 
@@ -73,6 +74,7 @@ typedef struct engine_opts {
     bool caching;
     const char *kv_cache_dtype;
     kv_dtype kv_type;
+    const char *dtype;
 } engine_opts;
 
 /* --engine: the prompts through vllm_engine (see the top). */
@@ -89,6 +91,7 @@ static int run_engine(const char *dir, prompt_seq *seqs, int n, const engine_opt
     a.enable_prefix_caching = o->caching;
     a.num_threads = o->threads;
     a.kv_cache_dtype = o->kv_cache_dtype;
+    a.dtype = o->dtype;
     vllm_engine *e;
     if (vllm_engine_create(&a, &e) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
@@ -163,7 +166,7 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *prompts = NULL, *out = NULL, *kv_name = "float32";
+    const char *dir = NULL, *prompts = NULL, *out = NULL, *kv_name = "float32", *dtype_arg = "float32";
     int32_t decode = 0, chunk = 16, budget = 64, threads = 0, bs = 16, num_blocks = 0, max_model_len = 0, gap = 1;
     int print_greedy = 0, engine = 0, caching = 1;
     const char *lora_dirs[16], *seq_lora = NULL;
@@ -187,6 +190,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-model-len")) max_model_len = atoi(v);
         else if (!strcmp(a, "--gap")) gap = atoi(v);
         else if (!strcmp(a, "--kv-cache-dtype")) kv_name = v;
+        else if (!strcmp(a, "--dtype")) dtype_arg = v;
         else if (!strcmp(a, "--lora") && num_lora < 16) lora_dirs[num_lora++] = v;
         else if (!strcmp(a, "--seq-lora")) seq_lora = v;
         else if (!strcmp(a, "--max-lora-rank")) max_lora_rank = atoi(v);
@@ -194,7 +198,7 @@ int main(int argc, char **argv) {
     }
     kv_dtype kv_type;
     if (!dir || !prompts || decode < 0 || chunk < 1 || budget < 1 || bs < 1 || num_blocks < 0 || max_model_len < 0 ||
-        gap < 1 || !kv_dtype_from_name(kv_name, &kv_type))
+        gap < 1 || !kv_dtype_from_name(kv_name, &kv_type) || engine_dtype_bf16(dtype_arg, DTYPE_F32) < 0)
         return usage();
 
     prompt_seq seqs[MAX_SEQS];
@@ -218,7 +222,7 @@ int main(int argc, char **argv) {
     }
 
     if (engine) {
-        engine_opts o = {decode, chunk, budget, threads, bs, num_blocks, max_model_len, gap, caching, kv_name, kv_type};
+        engine_opts o = {decode, chunk, budget, threads, bs, num_blocks, max_model_len, gap, caching, kv_name, kv_type, dtype_arg};
         int erc = run_engine(dir, seqs, n, &o);
         for (int s = 0; s < n; s++) free(seqs[s].ids);
         return erc;
@@ -265,7 +269,8 @@ int main(int argc, char **argv) {
     }
     runner_config cfg = {.num_blocks = total_blocks + 1, .block_size = bs, .max_num_batched_tokens = budget,
                          .max_num_seqs = n, .num_threads = threads, .kv_cache_dtype = kv_type,
-                         .lora = loras, .max_lora_rank = max_lora_rank};
+                         .lora = loras, .max_lora_rank = max_lora_rank,
+                         .bf16_compute = engine_dtype_bf16(dtype_arg, m->config.torch_dtype) == 1};
     if (runner_create(m, &cfg, &r) != VLLM_OK) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
         goto done;

@@ -21,17 +21,19 @@
 
 #include "base/buf.h"
 #include "base/error.h"
+#include "engine/engine.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/runner.h"
 #include "model/step_batch.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: score --model PATH --ids FILE [--ctx 512] [--threads N] [--bos]\n");
+    fprintf(stderr, "usage: score --model PATH --ids FILE [--ctx 512] [--threads N] [--bos] [--dtype float32|bfloat16|auto]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
+    const char *dtype_arg = "float32"; /* --dtype (engine.h): float32 unless asked, as before */
     const char *path = NULL, *ids_file = NULL;
     int32_t ctx = 512, threads = 0;
     bool bos = false;
@@ -44,9 +46,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) ids_file = v;
         else if (!strcmp(a, "--ctx")) ctx = atoi(v);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--dtype")) dtype_arg = v;
         else return usage();
     }
-    if (!path || !ids_file || ctx < 4 || threads < 0) return usage();
+    if (!path || !ids_file || ctx < 4 || threads < 0 || engine_dtype_bf16(dtype_arg, DTYPE_F32) < 0) return usage();
     FILE *f = fopen(ids_file, "r");
     if (!f) {
         fprintf(stderr, "score: cannot read %s\n", ids_file);
@@ -76,7 +79,8 @@ int main(int argc, char **argv) {
     int32_t groups = lay->num_groups;
     free(lay);
     runner_config rc = {.num_blocks = blocks * groups, .block_size = bs, .max_num_batched_tokens = ctx,
-                        .max_num_seqs = 1, .num_threads = threads};
+                        .max_num_seqs = 1, .num_threads = threads,
+                        .bf16_compute = engine_dtype_bf16(dtype_arg, m->config.torch_dtype) == 1};
     step_builder_config bc = {.max_tokens = ctx, .max_seqs = 1, .max_scored = rows, .max_copies = 0,
                               .max_blocks_per_seq = blocks, .block_size = bs, .num_kv_groups = groups};
     runner *r = NULL;

@@ -139,6 +139,16 @@ typedef struct vllm_engine_args {
      * k_scale/v_scale, else 1.0), or vllm.c's "float32" (exact; what
      * earlier versions always stored). See docs/kv_cache_dtype.md. */
     const char *kv_cache_dtype;
+    /* Compute dtype (vLLM's --dtype): "auto" (NULL too) = the model's own:
+     * a BF16 model (torch_dtype, or a GGUF file's BF16 weights) computes
+     * its BF16 matmuls with activations rounded to BF16 (vdpbf16ps where
+     * the CPU has AVX512-BF16, an exact emulation elsewhere), everything
+     * else FP32; "bfloat16" the same for BF16 weights; "float32" / "float"
+     * FP32 activations for every weight type (vllm.c before this option);
+     * "float16" / "half": FP32 activations (no F16 arithmetic on CPUs).
+     * F16/F32 weights stay on the FP32 path under every choice (not
+     * converted to BF16 yet). See docs/dtype.md. */
+    const char *dtype;
     /* Structured outputs: a request whose grammar has not compiled this many
      * seconds after it was added finishes with VLLM_FINISH_ERROR (the
      * compile goes on and its result is cached). 0 = 5 s. */

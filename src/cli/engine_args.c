@@ -205,7 +205,7 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         "--num-gpu-blocks-override", "--max-num-seqs", "--max-num-batched-tokens",
         "--long-prefill-token-threshold", "--scheduling-policy", "--seed", "--generation-config",
         "--kv-cache-dtype", "--threads", "--speculative-config", "--structured-outputs-compile-timeout",
-        "--kv-transfer-config", "--kv-offloading-size", NULL};
+        "--kv-transfer-config", "--kv-offloading-size", "--dtype", NULL};
     if (!strcmp(name, "-tp")) strcpy(name, "--tensor-parallel-size"); /* vLLM's short forms */
     if (!strcmp(name, "-pp")) strcpy(name, "--pipeline-parallel-size");
     bool known = !strcmp(name, "--tensor-parallel-size") || !strcmp(name, "--pipeline-parallel-size");
@@ -232,6 +232,13 @@ int engine_args_parse(vllm_engine_args *a, int argc, char **argv, int *i) {
         kv_dtype t;
         if (strcmp(v, "auto") && !kv_dtype_from_name(v, &t)) return bad(name, v, "choose from " KV_DTYPE_CHOICES);
         a->kv_cache_dtype = v;
+    }
+    else if (!strcmp(name, "--dtype")) {
+        static const char *const dtypes[] = {"auto", "half", "float16", "bfloat16", "float", "float32", NULL};
+        const char *const *d = dtypes;
+        while (*d && strcmp(*d, v)) d++;
+        if (!*d) return bad(name, v, "choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32'");
+        a->dtype = v;
     }
     else if (!strcmp(name, "--kv-transfer-config")) a->kv_transfer_config = v; /* checked by the engine */
     else if (!strcmp(name, "--kv-offloading-size")) {
@@ -305,6 +312,9 @@ void engine_args_usage(FILE *f) {
             "                                  float16 ones and GGUF files, bfloat16 for Gemma 3),\n"
             "                                  bfloat16, float16, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2,\n"
             "                                  float32 (exact; vllm.c only) (auto)\n"
+            "  --dtype T                       compute dtype: auto (the model's own: a bfloat16 model\n"
+            "                                  computes with bfloat16 activations), bfloat16, float32\n"
+            "                                  (= float; FP32 activations), float16 (= half; FP32 on CPU)\n"
             "  --num-gpu-blocks-override N     KV cache size in blocks\n"
             "  --[no-]enable-prefix-caching    prefix caching (on)\n"
             "  --max-num-seqs N                sequences per step\n"

@@ -163,6 +163,7 @@ void vllm_engine_args_init(vllm_engine_args *a) {
     a->scheduling_policy = VLLM_SCHEDULING_FCFS;
     a->generation_config = "auto";
     a->kv_cache_dtype = "auto";
+    a->dtype = "auto";
     a->max_loras = 1;
     a->max_lora_rank = 16;
 }
@@ -176,6 +177,18 @@ static const char *kv_cache_dtype_value(const char *name) {
     for (size_t i = 0; i < sizeof kv_cache_dtype_values / sizeof *kv_cache_dtype_values; i++)
         if (!strcmp(name, kv_cache_dtype_values[i])) return kv_cache_dtype_values[i];
     return NULL;
+}
+
+/* --dtype: 1 when BF16 weights take the BF16 compute path (activations
+ * rounded to BF16), 0 when activations stay FP32, -1 for an unknown name.
+ * auto: the model's own dtype (torch_dtype; a GGUF file's is its q_proj
+ * weights' type), so only a BF16 model computes in BF16. */
+int engine_dtype_bf16(const char *name, dtype model_dtype) {
+    if (!name || !strcmp(name, "auto")) return model_dtype == DTYPE_BF16;
+    if (!strcmp(name, "bfloat16")) return 1;
+    if (!strcmp(name, "float32") || !strcmp(name, "float") || !strcmp(name, "float16") || !strcmp(name, "half"))
+        return 0;
+    return -1;
 }
 
 /* What "auto" stores: vLLM's model dtype on a CPU (ModelConfig's
@@ -330,6 +343,9 @@ static vllm_status check_args(const vllm_engine_args *a) {
     if (!kv_cache_dtype_value(a->kv_cache_dtype))
         return vllm_error(VLLM_ERR_INVALID, "kv_cache_dtype '%s': invalid choice (choose from %s)",
                           a->kv_cache_dtype, KV_DTYPE_CHOICES);
+    if (engine_dtype_bf16(a->dtype, DTYPE_F32) < 0)
+        return vllm_error(VLLM_ERR_INVALID, "dtype '%s': invalid choice (choose from %s)", a->dtype,
+                          ENGINE_DTYPE_CHOICES);
     const char *g = a->generation_config;
     if (g && strcmp(g, "auto") && strcmp(g, "vllm"))
         return vllm_error(VLLM_ERR_UNSUPPORTED,
@@ -503,6 +519,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     e->args.generation_config = dup_or_null(args->generation_config ? args->generation_config : "auto", &rc);
     e->args.kv_transfer_config = dup_or_null(args->kv_transfer_config, &rc);
     e->args.kv_cache_dtype = kv_cache_dtype_value(args->kv_cache_dtype); /* static */
+    e->args.dtype = NULL; /* read at create only (engine_dtype_bf16) */
     if (e->args.structured_outputs_compile_timeout <= 0)
         e->args.structured_outputs_compile_timeout = DEFAULT_COMPILE_TIMEOUT;
     list_init(&e->reported);
@@ -574,7 +591,10 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                           .max_num_batched_tokens = info->max_num_batched_tokens,
                           .max_num_seqs = info->max_num_seqs,
                           .num_threads = args->num_threads,
-                          .kv_cache_dtype = e->kv_type};
+                          .kv_cache_dtype = e->kv_type,
+                          .bf16_compute = engine_dtype_bf16(args->dtype, mc->torch_dtype) == 1};
+    log_info("dtype %s: %s", args->dtype ? args->dtype : "auto",
+             rcfg.bf16_compute ? "BF16 weights compute with BF16 activations" : "FP32 activations");
     if (args->enable_lora) {
         if ((rc = lora_table_create(args->max_cpu_loras, &e->loras)) != VLLM_OK) goto fail;
         rcfg.lora = e->loras;

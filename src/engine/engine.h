@@ -58,5 +58,10 @@ const char *engine_kv_server(const vllm_engine *e, int32_t *port);
 /* What --kv-cache-dtype auto stores for a model with config c, loaded from a
  * GGUF file or not (see vllm_engine_args.kv_cache_dtype and engine.c). */
 kv_dtype engine_kv_cache_dtype_auto(const model_config *c, bool gguf);
+/* --dtype (vllm_engine_args.dtype, NULL = auto) for a model whose own dtype
+ * is model_dtype: 1 = BF16 weights compute with BF16 activations
+ * (kernels/matmul_bf16.c), 0 = FP32 activations, -1 = not a choice. */
+int engine_dtype_bf16(const char *name, dtype model_dtype);
+#define ENGINE_DTYPE_CHOICES "auto, half, float16, bfloat16, float, float32"
 
 #endif

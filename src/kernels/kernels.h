@@ -138,6 +138,19 @@ bool matmul_use_amx(void);
  * matmul_amx.c). */
 bool matmul_amx_takes(dtype wtype);
 
+/* BF16 compute path (matmul_bf16.c): y = bf16(x) W^T (+ bias) (+ y) for
+ * BF16 weights, each activation rounded to BF16 (nearest even), products
+ * exact, FP32 accumulation in vdpbf16ps's order (one 16-lane accumulator
+ * per output over 32-element steps, then matmul.c's AVX-512 tree); the
+ * portable path emulates that instruction bit for bit. Batch invariant.
+ * matmul_bf16_range takes the AVX512-BF16 kernel when kernels_isa_get() is
+ * AVX-512 and the CPU has it (matmul_bf16_cpu_has_dot), else the portable one. */
+void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+void matmul_bf16_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Requires matmul_bf16_cpu_has_dot(). */
+void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+bool matmul_bf16_cpu_has_dot(void);
+
 /* ---- RMSNorm (norm.c), RoPE (rope.c), SwiGLU / GeGLU (act.c) ------------ */
 
 /* out[i] = (w[i] + w_offset) * (x[i] / sqrt(mean(x^2) + eps)), i < n: HF

@@ -714,7 +714,9 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
         int64_t n1 = n0 + op->row_chunk < a->n ? n0 + op->row_chunk : a->n;
         int64_t t0 = local % op->num_tchunks * MM_TOKEN_CHUNK;
         int64_t t1 = t0 + MM_TOKEN_CHUNK < op->tokens ? t0 + MM_TOKEN_CHUNK : op->tokens;
-        matmul_range(a, n0, n1, t0, t1);
+        /* --dtype bfloat16: BF16 weights on the BF16 compute path */
+        matmul_range_fn mm = r->cfg.bf16_compute && a->wtype == DTYPE_BF16 ? matmul_bf16_range : matmul_range;
+        mm(a, n0, n1, t0, t1);
         if (op->swiglu) {
             /* up rows n0..n1 for tokens t0..t1 into this thread's (t1-t0, n1-n0) scratch */
             const matmul_args *up = &op->part[1];
@@ -725,7 +727,7 @@ static void stage_matmul(void *arg, int64_t lo, int64_t hi, int ith) {
             if (up->xq) blk.xq = (const uint8_t *)up->xq + t0 * up->ldxq;
             blk.y = r->up + (size_t)ith * MM_TOKEN_CHUNK * MM_MAX_ROWS;
             blk.ldy = blk.n = n1 - n0;
-            matmul_range(&blk, 0, n1 - n0, 0, t1 - t0);
+            mm(&blk, 0, n1 - n0, 0, t1 - t0);
             for (int64_t t = t0; t < t1; t++) r->glu(a->y + t * a->ldy + n0, blk.y + (t - t0) * blk.ldy, n1 - n0);
         }
     }

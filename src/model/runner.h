@@ -46,6 +46,10 @@ typedef struct runner_config {
     int32_t max_num_seqs;            /* sequences per forward */
     int32_t num_threads;             /* 0 = number of online CPUs */
     kv_dtype kv_cache_dtype;         /* element type of the KV pool; 0 = F32 */
+    /* --dtype bfloat16 (and auto for a BF16 model): BF16 weights go to the
+     * BF16 compute path (kernels/matmul_bf16.c: activations rounded to
+     * BF16, vdpbf16ps); false: FP32 activations (matmul_range) */
+    bool bf16_compute;
     /* LoRA (model/lora.h): the engine's adapter table (borrowed; NULL = no
      * LoRA, lora_ids must then be absent or 0) and the largest rank */
     lora_table *lora;

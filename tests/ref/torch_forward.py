@@ -130,7 +130,12 @@ def quantize_act(x):
     return (q.double() * d.double()).reshape(x.shape)
 
 
-def forward(cfg, w, ids, act_quant=()):
+def round_bf16(x):
+    """float64 -> the float64 value of its float32 rounded to bfloat16 (torch: nearest even)."""
+    return x.to(torch.float32).to(torch.bfloat16).double()
+
+
+def forward(cfg, w, ids, act_quant=(), act_bf16=False):
     arch = cfg["architectures"][0]
     dim, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
@@ -150,6 +155,8 @@ def forward(cfg, w, ids, act_quant=()):
     def linear(x, name, bias):
         if name + ".weight" in act_quant:
             x = quantize_act(x)
+        if act_bf16:
+            x = round_bf16(x)
         y = x @ w[name + ".weight"].T
         return y + w[name + ".bias"] if bias else y
 
@@ -184,6 +191,8 @@ def forward(cfg, w, ids, act_quant=()):
         head_name = "lm_head.weight"
     if head_name in act_quant:
         x = quantize_act(x)
+    if act_bf16:
+        x = round_bf16(x)
     return x @ head.T
 
 
@@ -212,6 +221,7 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--name")
     ap.add_argument("--act-quant", help="JSON list of weights whose matmul inputs are 8-bit quantized")
+    ap.add_argument("--act-bf16", action="store_true", help="every matmul input rounded to bfloat16 (--dtype bfloat16)")
     a = ap.parse_args()
     name = a.name or os.path.basename(os.path.normpath(a.model))
     torch.set_num_threads(1)
@@ -221,7 +231,7 @@ def main():
     worst, where = 0.0, ""
     seqs = read_dump(a.dump, cfg["vocab_size"])
     for s, (ids, ours) in enumerate(seqs):
-        ref = forward(cfg, w, ids, act_quant).numpy()
+        ref = forward(cfg, w, ids, act_quant, a.act_bf16).numpy()
         scale = float(np.abs(ref).max())
         err = np.abs(ours.astype(np.float64) - ref) / scale
         pos = int(err.max(axis=1).argmax())

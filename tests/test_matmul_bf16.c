@@ -1,0 +1,199 @@
+/*
+ * test_matmul_bf16.c - the BF16 compute path (kernels/matmul_bf16.c):
+ * activations rounded to BF16 (nearest even) and summed in vdpbf16ps's order.
+ * The expected values are hand-derived from Intel's definition of the
+ * instruction (each lane adds its odd pair's product, then its even one's,
+ * rounding after each add), not taken from our output; the AVX512-BF16
+ * kernel must equal the portable emulation bit for bit, stay within the
+ * FP32 error bound of a double-precision dot of the rounded activations,
+ * and give a token the same bits alone or in any batch.
+ */
+/* checks: 6 */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "harness.h"
+#include "kernels/kernels.h"
+
+typedef void (*matmul_fn)(const matmul_args *, int64_t, int64_t, int64_t, int64_t);
+
+static uint64_t rng_state = 0x243f6a8885a308d3u;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+/* y (T, n + 3) = x (T, k + 2) W (n, k)^T, BF16 weights, F32 bias. */
+static matmul_args make_args(int64_t n, int64_t k, int64_t T, bool bias, bool acc) {
+    matmul_args a = {.ldy = n + 3, .ldx = k + 2, .wtype = DTYPE_BF16, .btype = DTYPE_F32, .n = n, .k = k,
+                     .accumulate = acc};
+    float *x = malloc(sizeof(float) * (size_t)(T * a.ldx));
+    for (int64_t i = 0; i < T * a.ldx; i++) x[i] = frand();
+    uint16_t *w = malloc(2 * (size_t)(n * k));
+    for (int64_t i = 0; i < n * k; i++) w[i] = f32_to_bf16(frand());
+    float *b = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) b[i] = frand();
+    a.x = x;
+    a.w = w;
+    a.bias = bias ? b : NULL;
+    if (!bias) free(b);
+    a.y = calloc((size_t)(T * a.ldy), sizeof(float));
+    return a;
+}
+
+static void free_args(matmul_args *a) {
+    free((void *)a->x);
+    free((void *)a->w);
+    free((void *)a->bias);
+    free(a->y);
+}
+
+static void fill_y(const matmul_args *a, int64_t T, float v) {
+    for (int64_t i = 0; i < T * a->ldy; i++) a->y[i] = v;
+}
+
+/* One output of a k-element dot with w = 1 and the given x, via fn. */
+static float dot_ones(matmul_fn fn, const float *x, int64_t k) {
+    uint16_t *w = malloc(2 * (size_t)k);
+    for (int64_t i = 0; i < k; i++) w[i] = 0x3f80; /* 1.0 */
+    float y = -1;
+    matmul_args a = {.y = &y, .ldy = 1, .x = x, .ldx = k, .w = w, .wtype = DTYPE_BF16, .n = 1, .k = k};
+    fn(&a, 0, 1, 0, 1);
+    free(w);
+    return y;
+}
+
+/* Hand-derived: rounding of the activations, and the odd-then-even order. */
+static void check_hand(matmul_fn fn, const char *name) {
+    /* 1 + 2^-9 is below half a BF16 ulp of 1: rounds to 1 (FP32 keeps it) */
+    float x1[1] = {1.0f + 0x1p-9f};
+    CHECK(dot_ones(fn, x1, 1) == 1.0f, "%s: 1 + 2^-9 gave %.9g, want 1", name, dot_ones(fn, x1, 1));
+    /* 1 + 3*2^-8: a tie between 1 + 2^-7 (odd) and 1 + 2^-6 (even) -> 1 + 2^-6 */
+    float x2[1] = {1.0f + 3 * 0x1p-8f};
+    CHECK(dot_ones(fn, x2, 1) == 1.0f + 0x1p-6f, "%s: 1 + 3*2^-8 gave %.9g, want 1.015625", name,
+          dot_ones(fn, x2, 1));
+    /* k 34: lane 0 holds 1 after step 0 (pair 0, 1 = 1, 0), then step 1 adds
+     * x33 = 2^-24 (a tie: stays 1), then x32 = 2^-24 (stays 1). Summing the
+     * pair first, or exactly, would give 1 + 2^-23. Lanes 1..15 are 0. */
+    float x3[34] = {0};
+    x3[0] = 1.0f;
+    x3[32] = x3[33] = 0x1p-24f;
+    CHECK(dot_ones(fn, x3, 34) == 1.0f, "%s: odd-then-even order gave %.9g, want 1", name, dot_ones(fn, x3, 34));
+    /* the same with x32 = 1.5 * 2^-24: odd first, 1 + 2^-24 -> 1, then
+     * 1 + 1.5 * 2^-24 -> 1 + 2^-23; even first would end at 1 + 2^-22 */
+    x3[32] = 3 * 0x1p-25f;
+    CHECK(dot_ones(fn, x3, 34) == 1.0f + 0x1p-23f, "%s: odd-then-even order gave %.9g, want 1 + 2^-23", name,
+          dot_ones(fn, x3, 34));
+    /* the tree: lanes v0 = 1, v4 = v8 = v12 = 2^-24: v0 + v8 = 1 (a tie, to
+     * even), v4 + v12 = 2^-23, and their sum 1 + 2^-23 is exact; summing the
+     * lanes left to right would give 1 */
+    float x4[32] = {0};
+    x4[0] = 1.0f;
+    x4[16] = x4[8] = x4[24] = 0x1p-24f; /* lanes 8, 4, 12 (element 2l) */
+    CHECK(dot_ones(fn, x4, 32) == 1.0f + 0x1p-23f, "%s: the tree gave %.9g, want 1 + 2^-23", name,
+          dot_ones(fn, x4, 32));
+}
+
+static const int64_t ks[] = {1, 5, 31, 32, 33, 64, 100, 257, 1029, 2048};
+static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
+static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9, 17};
+
+/* fn vs a double-precision dot of the rounded activations (FP32 error
+ * bound), and (same_bits) vs the portable emulation to the bit. */
+static void check_vs_reference(matmul_fn fn, const char *name, bool same_bits) {
+    for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
+        for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+            for (size_t it = 0; it < sizeof ts / sizeof *ts; it++) {
+                int64_t k = ks[ik], n = ns[in], T = ts[it];
+                bool bias = (ik + in) % 2, acc = (in + it) % 3 == 0;
+                matmul_args a = make_args(n, k, T, bias, acc);
+                size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
+                float *port = malloc(bytes);
+                fill_y(&a, T, 0.5f);
+                matmul_bf16_range_portable(&a, 0, n, 0, T);
+                memcpy(port, a.y, bytes);
+                fill_y(&a, T, 0.5f);
+                fn(&a, 0, n, 0, T);
+                double worst = 0;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double s = 0;
+                        for (int64_t i = 0; i < k; i++)
+                            s += (double)bf16_to_f32(f32_to_bf16(a.x[t * a.ldx + i])) *
+                                 bf16_to_f32(((const uint16_t *)a.w)[j * k + i]);
+                        if (bias) s += ((const float *)a.bias)[j];
+                        if (acc) s += 0.5;
+                        double e = fabs(a.y[t * a.ldy + j] - s);
+                        if (e > worst) worst = e;
+                    }
+                bool same = !memcmp(port, a.y, bytes);
+                free(port);
+                free_args(&a);
+                CHECK(worst <= 1e-6 * (double)(k + 2), "%s n=%lld k=%lld T=%lld: max error %g", name, (long long)n,
+                      (long long)k, (long long)T, worst);
+                CHECK(!same_bits || same, "%s n=%lld k=%lld T=%lld: differs from the portable emulation", name,
+                      (long long)n, (long long)k, (long long)T);
+            }
+}
+
+/* All tokens at once vs one at a time vs odd sub-ranges: memcmp-identical. */
+static void check_invariance(matmul_fn fn, const char *name) {
+    static const int64_t kv[] = {77, 1100, 5632};
+    for (int d = 0; d < 3; d++) {
+        int64_t n = 53, k = kv[d], T = 19;
+        matmul_args a = make_args(n, k, T, true, false);
+        size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
+        float *whole = malloc(bytes);
+        fill_y(&a, T, 0);
+        fn(&a, 0, n, 0, T);
+        memcpy(whole, a.y, bytes);
+        fill_y(&a, T, 0);
+        for (int64_t t = 0; t < T; t++) fn(&a, 0, n, t, t + 1);
+        bool same_tokens = !memcmp(whole, a.y, bytes);
+        fill_y(&a, T, 0);
+        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 9, 11, 19};
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 5; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
+        bool same_ranges = !memcmp(whole, a.y, bytes);
+        free(whole);
+        free_args(&a);
+        CHECK(same_tokens, "%s k=%lld: one token at a time differs from the whole batch", name, (long long)k);
+        CHECK(same_ranges, "%s k=%lld: odd sub-ranges differ from the whole batch", name, (long long)k);
+    }
+}
+
+TEST(test_bf16_hand_portable) { check_hand(matmul_bf16_range_portable, "portable"); }
+
+TEST(test_bf16_hand_avx512) {
+    if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
+    check_hand(matmul_bf16_range_avx512, "avx512bf16");
+}
+
+TEST(test_bf16_portable_vs_double) { check_vs_reference(matmul_bf16_range_portable, "portable", false); }
+
+TEST(test_bf16_avx512_vs_portable) {
+    if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
+    check_vs_reference(matmul_bf16_range_avx512, "avx512bf16", true);
+}
+
+TEST(test_bf16_invariance_portable) { check_invariance(matmul_bf16_range_portable, "portable"); }
+
+TEST(test_bf16_invariance_avx512) {
+    if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
+    check_invariance(matmul_bf16_range_avx512, "avx512bf16");
+}
+
+int main(void) {
+    RUN(test_bf16_hand_portable);
+    RUN(test_bf16_hand_avx512);
+    RUN(test_bf16_portable_vs_double);
+    RUN(test_bf16_avx512_vs_portable);
+    RUN(test_bf16_invariance_portable);
+    RUN(test_bf16_invariance_avx512);
+    return harness_done();
+}

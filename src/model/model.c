@@ -320,6 +320,47 @@ static vllm_status bind_kv_scale(model *m, float *out, int32_t i, const char *co
     return VLLM_OK;
 }
 
+/* The arrays of a MoE model's sparse blocks (model_weights.moe, .experts):
+ * layer l's gate, up and down arrays of num_experts tensors each. */
+static vllm_status alloc_moe(model *m) {
+    const model_config *c = &m->config;
+    model_weights *w = &m->w;
+    if (!c->num_experts || w->moe) return VLLM_OK;
+    size_t e = (size_t)c->num_experts;
+    w->moe = calloc((size_t)c->num_hidden_layers, sizeof *w->moe);
+    w->experts = calloc((size_t)c->num_hidden_layers * 3 * e, sizeof *w->experts);
+    if (!w->moe || !w->experts) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < c->num_hidden_layers; l++) {
+        tensor *t = w->experts + (size_t)l * 3 * e;
+        w->moe[l] = (moe_weights){.gate = t, .up = t + e, .down = t + 2 * e};
+    }
+    return VLLM_OK;
+}
+
+/* Layer i's sparse block from a Hugging Face checkpoint: Qwen3-MoE's
+ * mlp.gate (router) and mlp.experts.E.{gate,up,down}_proj, Mixtral's
+ * block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2}
+ * (w1 = gate, w3 = up, w2 = down). */
+static vllm_status bind_moe(model *m, int32_t i) {
+    const model_config *c = &m->config;
+    vllm_status rc = alloc_moe(m);
+    if (rc) return rc;
+    moe_weights *b = &m->w.moe[i];
+    const int64_t dim = c->hidden_size, ff = c->moe_intermediate_size;
+    bool mixtral = c->arch == MODEL_ARCH_MISTRAL;
+    const char *blk = mixtral ? "block_sparse_moe" : "mlp";
+    const char *g = mixtral ? "w1" : "gate_proj", *u = mixtral ? "w3" : "up_proj", *d = mixtral ? "w2" : "down_proj";
+    if ((rc = bind_tensor(m, &b->router, true, c->num_experts, dim, "model.layers.%d.%s.gate.weight", i, blk)))
+        return rc;
+    for (int32_t e = 0; e < c->num_experts; e++)
+        if ((rc = bind_tensor(m, &b->gate[e], true, ff, dim, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, g)) ||
+            (rc = bind_tensor(m, &b->up[e], true, ff, dim, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, u)) ||
+            (rc = bind_tensor(m, &b->down[e], true, dim, ff, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, d)))
+            return rc;
+    m->w.layers[i].moe = b;
+    return VLLM_OK;
+}
+
 static vllm_status bind_weights(model *m) {
     const model_config *c = &m->config;
     model_weights *w = &m->w;
@@ -358,10 +399,13 @@ static vllm_status bind_weights(model *m) {
                                          "%s.%d.post_attention_layernorm.weight", p, i))) ||
             (gemma3 && (rc = bind_tensor(m, &l->ffn_post_norm, true, dim, -1,
                                          "%s.%d.post_feedforward_layernorm.weight", p, i))) ||
-            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)) ||
-            (rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
-            (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
-            (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
+            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)))
+            return rc;
+        if (model_layer_is_moe(c, i)) {
+            if ((rc = bind_moe(m, i))) return rc;
+        } else if ((rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
+                   (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
+                   (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
             return rc;
         static const char *const k_names[] = {"k_scale", "k_proj.k_scale", "kv_scale"};
         static const char *const v_names[] = {"v_scale", "v_proj.v_scale", "kv_scale"};
@@ -520,6 +564,8 @@ void model_free(model *m) {
     if (m->gguf) gguf_deinit(m->gguf);
     free(m->gguf);
     free(m->w.layers);
+    free(m->w.moe);
+    free(m->w.experts);
     free(m->dir);
     free(m);
 }

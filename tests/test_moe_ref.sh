@@ -7,7 +7,7 @@
 #
 # Skipped, never passed, without .venv/ (scripts/setup.sh installs torch and
 # transformers from PyPI there).
-# checks: 11
+# checks: 18
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

@@ -3,11 +3,16 @@
 # Face transformers: Qwen3MoeForCausalLM and MixtralForCausalLM written by
 # transformers itself with random weights, our logits within 2e-5 of its
 # float64 forward at every position, and every prompt alone bit for bit equal
-# to the batch (tests/ref/moe_ref.py has the matrix).
+# to the batch; GGUF forms of them written by llama.cpp's converter (F32, F16,
+# Q8_0; Q4_0 requantized by gguf-py) against llama.cpp's own logits
+# (tests/ref/llamacpp_logits.c on the prebuilt libllama). tests/ref/moe_ref.py
+# has the matrix and the tolerances.
 #
 # Skipped, never passed, without .venv/ (scripts/setup.sh installs torch and
-# transformers from PyPI there).
-# checks: 18
+# transformers from PyPI there); the GGUF rows alone are skipped without the
+# converter (scripts/fetch_models.sh convert) or the prebuilt llama.cpp
+# (bench/llamacpp/build.sh --fetch).
+# checks: 21
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

@@ -467,26 +467,35 @@ static void repack_groups(void *arg, int64_t lo, int64_t hi, int ith) {
     quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
 }
 
+/* t's x16 copy, if it qualifies (Q8_0 / Q4_0, whole 16-row groups); counts it. */
+static void make_x16(tensor *t, threadpool **pool, int *made, size_t *total) {
+    if (t->x16 || (t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
+        t->shape[1] % QUANT_QK)
+        return;
+    size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    repack_job job = {t->type, t->data, p, t->shape[1]};
+    if (!*pool && threadpool_create(0, pool) != VLLM_OK) *pool = NULL;
+    if (*pool) threadpool_run(*pool, repack_groups, &job, t->shape[0] / 16, 8);
+    else repack_groups(&job, 0, t->shape[0] / 16, 0);
+    t->x16 = p, t->x16_bytes = bytes;
+    (*made)++, *total += bytes;
+}
+
+/* The number of expert tensors of m (model_weights.experts), 0 if dense. */
+static size_t num_expert_tensors(const model *m) {
+    return m->w.experts ? (size_t)m->config.num_hidden_layers * 3 * (size_t)m->config.num_experts : 0;
+}
+
 void model_make_x16(model *m) {
     if (!quant_use_block() || !m->w.layers) return;
     threadpool *pool = NULL;
     int made = 0;
     size_t total = 0;
-    for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
-        tensor *t = matmul_weight(m, i);
-        if (t->x16 || (t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 ||
-            t->shape[0] % 16 || t->shape[1] % QUANT_QK)
-            continue;
-        size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) continue;
-        repack_job job = {t->type, t->data, p, t->shape[1]};
-        if (!pool && threadpool_create(0, &pool) != VLLM_OK) pool = NULL;
-        if (pool) threadpool_run(pool, repack_groups, &job, t->shape[0] / 16, 8);
-        else repack_groups(&job, 0, t->shape[0] / 16, 0);
-        t->x16 = p, t->x16_bytes = bytes;
-        made++, total += bytes;
-    }
+    for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++)
+        make_x16(matmul_weight(m, i), &pool, &made, &total);
+    for (size_t i = 0; i < num_expert_tensors(m); i++) make_x16(&m->w.experts[i], &pool, &made, &total);
     threadpool_free(pool);
     if (made) log_debug("x16 copies of %d weights for the block-order kernels, %.2f GiB", made,
                         (double)total / (1 << 30));
@@ -496,6 +505,11 @@ void model_free_x16(model *m) {
     if (!m->w.layers) return;
     for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
         tensor *t = matmul_weight(m, i);
+        if (t->x16) munmap(t->x16, t->x16_bytes);
+        t->x16 = NULL, t->x16_bytes = 0;
+    }
+    for (size_t i = 0; i < num_expert_tensors(m); i++) {
+        tensor *t = &m->w.experts[i];
         if (t->x16) munmap(t->x16, t->x16_bytes);
         t->x16 = NULL, t->x16_bytes = 0;
     }

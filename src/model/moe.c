@@ -235,7 +235,8 @@ static void stage_gather(void *arg, int64_t lo, int64_t hi, int ith) {
 static void stage_quantize_h(void *arg, int64_t lo, int64_t hi, int ith) {
     (void)ith;
     moe *mo = arg;
-    for (int64_t r = lo; r < hi; r++) quant_quantize_act_row(mo->h + r * mo->inter, mo->xq + r * mo->xq_stride, mo->inter);
+    for (int64_t r = lo; r < hi; r++)
+        quant_quantize_act_row(mo->h + r * mo->inter, mo->xq + r * mo->xq_stride, mo->inter);
 }
 
 /* ---- the expert matmuls ---------------------------------------------------- */

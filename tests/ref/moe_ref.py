@@ -76,6 +76,7 @@ GGUFS = [
 ]
 TOL = 2e-5
 GGUF_TOL = {"f32": 1e-4, "f16": 5e-3, "q8_0": 3e-2, "q4_0": 3e-2}
+BATCH_GGUFS = ("q8_0", "q4_0")  # also checked alone = batched (batch_NAME)
 QUANT_SHARE, QUANT_MAX = 0.10, 0.5  # quantized files: share of positions allowed past the tolerance, bound at all
 
 
@@ -126,7 +127,8 @@ def names(i, name):
 
 
 def all_names():
-    return [n for i, m in enumerate(MODELS) for n in names(i, m[0])] + [g[0] for g in GGUFS]
+    return [n for i, m in enumerate(MODELS) for n in names(i, m[0])] + \
+        [n for g in GGUFS for n in ([f"batch_{g[0]}"] if g[2] in BATCH_GGUFS else []) + [g[0]]]
 
 
 def load_ref(transformers, torch, path):
@@ -267,6 +269,12 @@ def check_gguf(c, a, tmp, tool, name, src, qtype):
     agree = sum(int(np.argmax(lg[i]) == np.argmax(ref[tuple(ids)][i])) for ids, lg in ours for i in range(len(ids)))
     extra = f"; argmax equal to llama.cpp's at {agree} of {len(errs)}"
     tol = GGUF_TOL[qtype]
+    if qtype in BATCH_GGUFS:  # quantized experts (8-bit activations, x16 copies): alone = batched too
+        why = bits_equal_alone(a, path, hf.DUMP_RUNS[0], out)
+        if why:
+            c.fail(f"batch_{name}", why)
+        else:
+            print(f"ok batch_{name}  # {len(hf.PROMPTS.split(','))} prompts alone = batched, bit for bit", flush=True)
     if qtype in ("f32", "f16"):
         c.judge(name, errs, tol, extra=extra)
         return
@@ -321,7 +329,8 @@ def main():
             if a.only not in name:
                 continue
             if not tool:
-                (c.fail if why.startswith("FAIL") else lambda n, w: print(f"skip {n}: {w}"))(name, why)
+                for n in ([f"batch_{name}"] if qtype in BATCH_GGUFS else []) + [name]:
+                    (c.fail if why.startswith("FAIL") else lambda n, w: print(f"skip {n}: {w}"))(n, why)
                 continue
             check_gguf(c, a, tmp, tool, name, src, qtype)
         hf.log(f"moe_ref: done ({time.time() - t0:.1f}s)")

@@ -7,6 +7,8 @@
 #   bench/side_by_side.sh --quick                 small shapes, 1 repeat, Q4_0: a smoke run
 #   bench/side_by_side.sh --only decode,prefill --repeats 5
 #   bench/side_by_side.sh --isa avx2              both engines on AVX2+FMA only (the issue's Zen3)
+#   bench/side_by_side.sh --only moe              the mixture-of-experts rows alone (opt-in: not in
+#                                                 the default set; writes a 2.6 GB model once)
 #
 # The llama.cpp peer is node-llama-cpp's source bundle, built once by
 # bench/llamacpp/build.sh (npm registry only; nothing downloads at run time).
@@ -28,7 +30,7 @@ usage() {
   cat <<'EOF'
 usage: bench/side_by_side.sh [options]
   --only LIST       comma-separated subset of: membw, decode, prefill, batch16, shared64,
-                    serve, scaling, idle, startup, kv   (default: all)
+                    serve, scaling, idle, startup, kv, moe   (default: all but moe)
   --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k"), or
                     real models by name (smollm2, gemma3: scripts/fetch_models.sh), e.g.
                     --types smollm2,gemma3 --batch-types smollm2,gemma3 --serve-type smollm2
@@ -46,6 +48,7 @@ usage: bench/side_by_side.sh [options]
                     that row failed): "0.9,2,3" = one run just under it, where both
                     servers keep up, and two past it (twice and three times), where
                     goodput shows which server still meets the SLOs
+  --moe-type T      GGUF type of the moe rows' model: q8_0 (default), q4_0, f16
   --isa native|avx2 instruction set of both engines (native): avx2 runs llama.cpp built
                     with AVX2+FMA+F16C only (bench/llamacpp/build.sh --isa avx2) and
                     vllm.c with VLLM_KERNELS=avx2, as on the issue's Zen3 machine
@@ -56,7 +59,7 @@ EOF
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
-isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2,3" logs=""
+mtype=q8_0 isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2,3" logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;
@@ -74,6 +77,7 @@ while [ $# -gt 0 ]; do
     --isa) isa=$2; shift ;;
     --quick) quick=1 ;;
     -h|--help) usage; exit 0 ;;
+    --moe-type) mtype=$2; shift ;;
     *) echo "side_by_side: unknown option '$1'" >&2; usage >&2; exit 2 ;;
   esac
   [ $# -gt 0 ] && shift
@@ -92,7 +96,7 @@ case "$isa" in
   *) echo "side_by_side: --isa takes native or avx2, not '$isa'" >&2; exit 2 ;;
 esac
 for s in ${only//,/ }; do
-  case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv," in
+  case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv,moe," in
     *",$s,"*) ;; *) echo "side_by_side: unknown --only item '$s'" >&2; exit 2 ;;
   esac
 done
@@ -501,6 +505,38 @@ if want kv; then
       "$logs/ours-kv-mixed-bs$bs.log" | tail -1)
     row "KV cache wasted slots, mixed load ($KN requests, $KIN/$KOUT tokens ±0.5), --block-size $bs, $ST" "" "${kv:-n/a}" "< 4%" ""
   done
+fi
+
+# ---- 9. mixture of experts (opt-in: --only ...,moe) -------------------------
+# A Qwen3-MoE-shaped random model (tools/make_moe_gguf.py: Qwen3-30B-A3B
+# scaled down to hidden 1024, 24 layers, 64 experts of 512, top 8, vocab
+# 32000: 2.5 B parameters, 0.4 B active), decode, prefill and 16 sequences.
+if want moe; then
+  mshape=()
+  [ $quick -eq 1 ] && mshape=(--layers 4 --experts 16 --top-k 4 --hidden 512 --expert-ff 256 --heads 8 --kv-heads 2)
+  mf=$dir/qwen3moe-$mtype${mshape:+-quick}.gguf MT="Qwen3-MoE-shaped ${mtype^^}${mshape:+ (quick shape)}"
+  if [ ! -f "$mf" ]; then
+    say "writing the Qwen3-MoE-shaped random model to $mf"
+    $py tools/make_moe_gguf.py "$mf.tmp" --type "$mtype" "${mshape[@]}" >/dev/null && mv "$mf.tmp" "$mf" ||
+      die "make_moe_gguf failed"
+  fi
+  run "llama-bench-moe" "$lbin/llama-bench" -m "$mf" -p "$PP" -n "$TG" -r "$reps" -t "$threads" -o json
+  run "ours-decode-moe" "$bf" --model "$mf" --threads "$threads" --prefill 1 --decode "$TG" --repeat "$reps"
+  run "ours-prefill-moe" "$bf" --model "$mf" --threads "$threads" --prefill "$PP" --decode 0 --repeat "$reps"
+  row "decode 1 seq, $MT, tok/s (tg$TG)" "$(fmt "$(lb_best "$logs/llama-bench-moe.log" 0 "$TG")")" \
+    "$(fmt "$(bf_best "$logs/ours-decode-moe.log" 2)")" "≥ 1.0x"
+  row "prefill $PP tokens, $MT, tok/s (pp$PP)" "$(fmt "$(lb_best "$logs/llama-bench-moe.log" "$PP" 0)")" \
+    "$(fmt "$(bf_best "$logs/ours-prefill-moe.log" 1)")" "≥ 1.2x"
+  run "llama-batched-moe" "$lbin/llama-batched-bench" -m "$mf" -t "$threads" -c $((B16 * (P16 + G16))) \
+    -b 2048 -ub 512 -npp "$P16" -ntg "$G16" -npl "$B16" --output-format jsonl
+  run "ours-throughput-moe" "$vllmc" bench throughput --model "$mf" --threads "$threads" --dataset-name random \
+    --input-len "$P16" --output-len "$G16" --num-prompts "$B16" $ignore_eos --disable-detokenize
+  run "ours-batchdecode-moe" "$bf" --model "$mf" --threads "$threads" --batch "$B16" --prefill "$P16" \
+    --decode "$G16" --repeat 1
+  row "$B16 seqs x ($P16+$G16), $MT, total tok/s (whole run)" "$(fmt "$(bb_field "$logs/llama-batched-moe.log" speed)")" \
+    "$(fmt "$(tp_field "$logs/ours-throughput-moe.log" 2)")" "≥ 1.5x"
+  row "$B16 seqs x ($P16+$G16), $MT, decode-only tok/s (S_TG / bench_forward)" \
+    "$(fmt "$(bb_field "$logs/llama-batched-moe.log" speed_tg)")" "$(fmt "$(bf_best "$logs/ours-batchdecode-moe.log" 2)")" "(≥ 1.5x)"
 fi
 
 # ---- the table ----------------------------------------------------------------

@@ -20,6 +20,9 @@ typedef struct shard {
 
 vllm_status tp_shard_check(const model_config *c, int32_t tp) {
     if (tp < 1) return vllm_error(VLLM_ERR_INVALID, "tensor_parallel_size %d must be >= 1", tp);
+    if (tp > 1 && c->num_experts)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: tensor parallelism is not supported for mixture-of-experts models",
+                          c->architecture);
     if (c->num_attention_heads % tp)
         return vllm_error(VLLM_ERR_INVALID,
                           "Total number of attention heads (%d) must be divisible by tensor parallel size (%d).",

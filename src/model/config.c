@@ -43,9 +43,14 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3},
     {"Gemma3ForCausalLM", "gemma3_text", MODEL_ARCH_GEMMA3},
+    /* mixtures of experts: the attention of Qwen3 / Mistral, the MLP of model/moe.h */
+    {"Qwen3MoeForCausalLM", "qwen3_moe", MODEL_ARCH_QWEN3},
+    {"MixtralForCausalLM", "mixtral", MODEL_ARCH_MISTRAL},
 };
 #define SUPPORTED_ARCHS \
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM"
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, " \
+    "Qwen3MoeForCausalLM, MixtralForCausalLM"
+#define MAX_EXPERTS 4096
 
 static bool is_absent(json_t *v) { return !v || json_is_null(v); }
 
@@ -326,6 +331,50 @@ static float gemma3_embed_scale(const model_config *cfg) {
     return s;
 }
 
+/* The mixture-of-experts fields (model.h), with the defaults of transformers'
+ * Qwen3MoeConfig (128 experts, top 8, moe_intermediate_size 768,
+ * norm_topk_prob false, every decoder_sparse_step-th layer sparse unless in
+ * mlp_only_layers) and MixtralConfig (8 local experts, top 2, experts of
+ * intermediate_size, top-k always renormalised, every layer sparse). Newer
+ * transformers write Qwen3's num_experts as num_local_experts. */
+static vllm_status parse_moe(json_t *root, const char *path, model_config *cfg) {
+    bool qwen = !strcmp(cfg->architecture, "Qwen3MoeForCausalLM");
+    if (!qwen && strcmp(cfg->architecture, "MixtralForCausalLM")) return VLLM_OK;
+    vllm_status rc;
+    int32_t n = cfg->num_hidden_layers, step = 1;
+    const char *key = qwen && !is_absent(json_object_get(root, "num_experts")) ? "num_experts" : "num_local_experts";
+    if ((rc = get_int(root, key, path, false, qwen ? 128 : 8, 1, MAX_EXPERTS, &cfg->num_experts)) ||
+        (rc = get_int(root, "num_experts_per_tok", path, false, qwen ? 8 : 2, 1, cfg->num_experts,
+                      &cfg->num_experts_per_tok)))
+        return rc;
+    memset(cfg->moe_layers, 0, sizeof cfg->moe_layers);
+    if (!qwen) {
+        cfg->moe_intermediate_size = cfg->intermediate_size;
+        cfg->norm_topk_prob = true;
+        for (int32_t l = 0; l < n; l++) cfg->moe_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+        return VLLM_OK;
+    }
+    if ((rc = get_int(root, "moe_intermediate_size", path, false, 768, 1, MAX_DIM, &cfg->moe_intermediate_size)) ||
+        (rc = get_bool(root, "norm_topk_prob", path, false, &cfg->norm_topk_prob)) ||
+        (rc = get_int(root, "decoder_sparse_step", path, false, 1, 1, MAX_LAYERS, &step)))
+        return rc;
+    for (int32_t l = 0; l < n; l++) /* HF: (layer_idx + 1) % decoder_sparse_step == 0 */
+        if ((l + 1) % step == 0) cfg->moe_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+    json_t *only = json_object_get(root, "mlp_only_layers");
+    if (is_absent(only)) return VLLM_OK;
+    if (!json_is_array(only))
+        return vllm_error(VLLM_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list of layer indices", path);
+    for (size_t i = 0; i < json_array_size(only); i++) {
+        json_t *v = json_array_get(only, i);
+        json_int_t l = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (l < 0 || l >= n)
+            return vllm_error(VLLM_ERR_INVALID, "%s: mlp_only_layers[%zu] must be a layer index in [0, %d)", path, i,
+                              n);
+        cfg->moe_layers[l >> 6] &= ~((uint64_t)1 << (l & 63));
+    }
+    return VLLM_OK;
+}
+
 static vllm_status parse_fields(json_t *root, const char *path, model_config *cfg) {
     vllm_status rc;
     bool has;
@@ -373,6 +422,7 @@ static vllm_status parse_fields(json_t *root, const char *path, model_config *cf
     if (mlp_bias) return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: mlp_bias true is not supported", path);
     if ((rc = parse_dtype(root, path, cfg)) || (rc = parse_sliding_window(root, path, cfg))) return rc;
     if (gemma3) cfg->embed_scale = gemma3_embed_scale(cfg);
+    if ((rc = parse_moe(root, path, cfg))) return rc;
 
     if ((rc = get_int(root, "bos_token_id", path, false, -1, 0, cfg->vocab_size - 1, &cfg->bos_token_id)))
         return rc;

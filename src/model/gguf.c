@@ -574,18 +574,59 @@ static vllm_status gemma3_config(const gguf_file *f, model_config *cfg) {
     return VLLM_OK;
 }
 
+/* Mixture of experts, as llama.cpp reads it: <arch>.expert_count experts
+ * (absent or 0: dense), expert_used_count of them per token, each of
+ * expert_feed_forward_length (qwen3moe; llama's Mixtral files: the
+ * feed_forward_length), every layer sparse, the top-k weights renormalised
+ * (llama.cpp's build_moe_ffn with norm_w true for both, unless the file says
+ * expert_weights_norm false) and not scaled (expert_weights_scale 0 or 1 only).
+ * A llama file with experts is Mixtral. */
+static vllm_status moe_config(const gguf_file *f, const char *arch, model_config *cfg) {
+    char k[96];
+    vllm_status rc;
+    int32_t n = 0;
+    if ((rc = get_i32(f, arch_key(k, sizeof k, arch, "expert_count"), &n, 0, 4096, true))) return rc;
+    if (!n) return VLLM_OK;
+    cfg->num_experts = n;
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    if ((rc = get_i32(f, arch_key(k, sizeof k, arch, "expert_used_count"), &cfg->num_experts_per_tok, 1, n, false)) ||
+        (rc = get_i32(f, arch_key(k, sizeof k, arch, "expert_feed_forward_length"), &cfg->moe_intermediate_size, 1,
+                      1 << 30, true)))
+        return rc;
+    cfg->norm_topk_prob = true;
+    bool norm;
+    if (gguf_get_bool(f, arch_key(k, sizeof k, arch, "expert_weights_norm"), &norm) == VLLM_OK) cfg->norm_topk_prob = norm;
+    double scale;
+    if (gguf_get_float(f, arch_key(k, sizeof k, arch, "expert_weights_scale"), &scale) == VLLM_OK && scale != 0 &&
+        scale != 1)
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: %s = %g is not supported (0 or 1)", f->path, k, scale);
+    if (gguf_find_kv(f, arch_key(k, sizeof k, arch, "expert_shared_count")) ||
+        gguf_find_kv(f, arch_key(k, sizeof k, arch, "expert_shared_feed_forward_length")))
+        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: shared experts (%s) are not supported", f->path, k);
+    for (int32_t l = 0; l < cfg->num_hidden_layers; l++) cfg->moe_layers[l >> 6] |= (uint64_t)1 << (l & 63);
+    if (!strcmp(arch, "llama")) {
+        cfg->arch = MODEL_ARCH_MISTRAL;
+        snprintf(cfg->architecture, sizeof cfg->architecture, "MixtralForCausalLM");
+    }
+    return VLLM_OK;
+}
+
 vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     gguf_str arch_s;
     vllm_status rc = gguf_get_string(f, "general.architecture", &arch_s);
     if (rc) return rc;
-    bool gemma3 = str_eq(arch_s, "gemma3");
-    if (!str_eq(arch_s, "llama") && !gemma3)
-        return vllm_error(VLLM_ERR_UNSUPPORTED, "%s: general.architecture '%.*s' is not supported (llama and gemma3 are)",
+    bool gemma3 = str_eq(arch_s, "gemma3"), qwen3moe = str_eq(arch_s, "qwen3moe");
+    bool qwen3 = qwen3moe; /* the dense qwen3 form would bind the same way; not checked against a reference yet */
+    if (!str_eq(arch_s, "llama") && !gemma3 && !qwen3)
+        return vllm_error(VLLM_ERR_UNSUPPORTED,
+                          "%s: general.architecture '%.*s' is not supported (llama, gemma3 and qwen3moe are)",
                           f->path, (int)(arch_s.len < 64 ? arch_s.len : 64), arch_s.s);
-    const char *arch = gemma3 ? "gemma3" : "llama";
-    cfg->arch = MODEL_ARCH_LLAMA;
-    snprintf(cfg->architecture, sizeof cfg->architecture, "LlamaForCausalLM");
+    const char *arch = gemma3 ? "gemma3" : qwen3moe ? "qwen3moe" : "llama";
+    cfg->arch = qwen3 ? MODEL_ARCH_QWEN3 : MODEL_ARCH_LLAMA;
+    cfg->qk_norm = qwen3; /* attn_q_norm / attn_k_norm; qwen3 q/k rows are HF's (not interleaved) */
+    snprintf(cfg->architecture, sizeof cfg->architecture, "%s",
+             qwen3moe ? "Qwen3MoeForCausalLM" : "LlamaForCausalLM");
     const int32_t big = 1 << 30;
     char k[96];
 #define KEY(suffix) arch_key(k, sizeof k, arch, suffix)
@@ -633,6 +674,7 @@ vllm_status gguf_model_config(const gguf_file *f, model_config *cfg) {
     cfg->vocab_size = 0;
     if ((rc = get_i32(f, KEY("vocab_size"), &cfg->vocab_size, 1, big, true))) return rc;
 #undef KEY
+    if ((rc = moe_config(f, arch, cfg))) return rc;
     if (!cfg->vocab_size && toks && toks->count <= (uint64_t)big) cfg->vocab_size = (int32_t)toks->count;
     if (!cfg->vocab_size && emb && emb->ndim == 2 && emb->ne[1] <= big) cfg->vocab_size = (int32_t)emb->ne[1];
     if (cfg->vocab_size <= 0)
@@ -672,6 +714,49 @@ static vllm_status bind(const gguf_file *f, const char *name, int64_t rows, int6
     return VLLM_OK;
 }
 
+/* Binds out[e], e < n, to the experts of the 3-D tensor name (ne [cols,
+ * rows, n]: expert e's (rows, cols) matrix is the e-th slab). */
+static vllm_status bind_experts(const gguf_file *f, const char *name, int64_t rows, int64_t cols, int64_t n,
+                                tensor *out) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s' is missing", f->path, name);
+    if (t->ndim != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
+        return vllm_error(VLLM_ERR_FORMAT, "%s: tensor '%s' has ne [%lld, %lld, %lld] (%d dims), expected [%lld, %lld, %lld]",
+                          f->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], t->ndim,
+                          (long long)cols, (long long)rows, (long long)n);
+    size_t slab = (size_t)rows * dtype_row_bytes(t->type, cols);
+    for (int64_t e = 0; e < n; e++)
+        out[e] = (tensor){.type = t->type, .ndim = 2, .shape = {rows, cols},
+                          .data = (const uint8_t *)t->data + (size_t)e * slab};
+    return VLLM_OK;
+}
+
+/* Layer l's sparse block: ffn_gate_inp (router), ffn_{gate,up,down}_exps. */
+static vllm_status bind_moe(const gguf_file *f, const model_config *cfg, model_weights *w, int32_t l) {
+    size_t E = (size_t)cfg->num_experts;
+    if (!w->moe) {
+        w->moe = calloc((size_t)cfg->num_hidden_layers, sizeof *w->moe);
+        w->experts = calloc((size_t)cfg->num_hidden_layers * 3 * E, sizeof *w->experts);
+        if (!w->moe || !w->experts) return vllm_error(VLLM_ERR_NOMEM, "%s: out of memory", f->path);
+    }
+    tensor *t = w->experts + (size_t)l * 3 * E;
+    moe_weights *b = &w->moe[l];
+    *b = (moe_weights){.gate = t, .up = t + E, .down = t + 2 * E};
+    int64_t dim = cfg->hidden_size, ff = cfg->moe_intermediate_size;
+    char name[64];
+    vllm_status rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    if ((rc = bind(f, name, cfg->num_experts, dim, &b->router))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+    if ((rc = bind_experts(f, name, ff, dim, (int64_t)E, b->gate))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+    if ((rc = bind_experts(f, name, ff, dim, (int64_t)E, b->up))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+    if ((rc = bind_experts(f, name, dim, ff, (int64_t)E, b->down))) return rc;
+    w->layers[l].moe = b;
+    return VLLM_OK;
+}
+
 vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, model_weights *w) {
     memset(w, 0, sizeof *w);
     int64_t dim = cfg->hidden_size, hd = cfg->head_dim, ff = cfg->intermediate_size, V = cfg->vocab_size;
@@ -692,7 +777,7 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"attn_output", dim, qd, &L->o_proj},       {"ffn_norm", 0, dim, &L->post_attention_layernorm},
             {"ffn_gate", ff, dim, &L->gate_proj},       {"ffn_up", ff, dim, &L->up_proj},
             {"ffn_down", dim, ff, &L->down_proj},
-            /* Gemma 3 only (the first n_map entries are every architecture's) */
+            /* Qwen3 (the q/k norms) and Gemma 3 only (the first 9 entries are every architecture's) */
             {"attn_q_norm", 0, hd, &L->q_norm},         {"attn_k_norm", 0, hd, &L->k_norm},
             {"post_attention_norm", 0, dim, &L->attn_post_norm},
             {"post_ffw_norm", 0, dim, &L->ffn_post_norm},
@@ -703,9 +788,12 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
             {"attn_q", qd, &L->q_bias}, {"attn_k", kvd, &L->k_bias},
             {"attn_v", kvd, &L->v_bias}, {"attn_output", dim, &L->o_bias},
         };
-        size_t n_map = cfg->arch == MODEL_ARCH_GEMMA3 ? sizeof map / sizeof map[0] : 9;
+        size_t n_map = cfg->arch == MODEL_ARCH_GEMMA3 ? sizeof map / sizeof map[0] : cfg->qk_norm ? 11 : 9;
+        bool moe = model_layer_is_moe(cfg, l);
+        if (moe && (rc = bind_moe(f, cfg, w, l))) goto fail;
         for (size_t i = 0; i < n_map; i++) {
             char name[64];
+            if (moe && i >= 6 && i <= 8) continue; /* ffn_gate/up/down: the experts' instead */
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, map[i].suffix);
             if ((rc = bind(f, name, map[i].rows, map[i].cols, map[i].t))) goto fail;
         }
@@ -718,6 +806,8 @@ vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, mode
     return VLLM_OK;
 fail:
     free(w->layers);
+    free(w->moe);
+    free(w->experts);
     memset(w, 0, sizeof *w);
     return rc;
 }

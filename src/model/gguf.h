@@ -1,7 +1,8 @@
 /*
  * gguf.h - read-only, zero-copy access to GGUF files (llama.cpp's format),
- * and the mapping of a llama- or gemma3-architecture GGUF onto model_config
- * / model_weights.
+ * and the mapping of a llama-, gemma3- or qwen3moe-architecture GGUF onto
+ * model_config / model_weights (mixtures of experts: a llama file with
+ * <arch>.expert_count is Mixtral; qwen3moe keeps HF's q/k row order).
  *
  * The format (v2 and v3; little-endian; v1 had 32-bit counts and is refused):
  *     "GGUF" u32 version; u64 n_tensors; u64 n_kv;
@@ -174,16 +175,22 @@ const char *gguf_type_name(gguf_type t);
  * vocab_size, rope.scaling.*}, vocabulary size from <arch>.vocab_size or the
  * token list or token_embd, bos/eos from tokenizer.ggml.*, tie from the
  * absence of output.weight. gemma3 adds attention.sliding_window and what
- * llama.cpp's loader fixes for it (gguf.c: gemma3_config). Errors name the
- * key. */
+ * llama.cpp's loader fixes for it (gguf.c: gemma3_config). Experts
+ * (llama, "qwen3moe"): <arch>.{expert_count, expert_used_count,
+ * expert_feed_forward_length}, the top-k renormalised as llama.cpp does
+ * (gguf.c: moe_config). Errors name the key. */
 vllm_status gguf_model_config(const gguf_file *f, model_config *cfg);
 
 /* Points w at the tensors of a llama GGUF (token_embd, blk.N.{attn_norm,
  * attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down},
  * output_norm, output; gemma3 adds blk.N.{attn_q_norm, attn_k_norm,
- * post_attention_norm, post_ffw_norm}) after checking each one's presence
- * and shape against cfg. Shapes are given in model.h's order (out, in). w->layers is allocated
- * (caller frees it); tensor data is borrowed from f. */
+ * post_attention_norm, post_ffw_norm}, qwen3moe blk.N.{attn_q_norm,
+ * attn_k_norm}; a MoE layer has blk.N.{ffn_gate_inp, ffn_gate_exps,
+ * ffn_up_exps, ffn_down_exps} (3-D, one slab per expert) instead of
+ * ffn_gate/up/down) after checking each one's presence and shape against
+ * cfg. Shapes are given in model.h's order (out, in). w->layers (and w->moe,
+ * w->experts) are allocated (model_free frees them); tensor data is borrowed
+ * from f. */
 vllm_status gguf_model_weights(const gguf_file *f, const model_config *cfg, model_weights *w);
 
 /* The tokenizer embedded in the file (tokenizer.ggml.*). tokens, merges

@@ -320,6 +320,47 @@ static vllm_status bind_kv_scale(model *m, float *out, int32_t i, const char *co
     return VLLM_OK;
 }
 
+/* The arrays of a MoE model's sparse blocks (model_weights.moe, .experts):
+ * layer l's gate, up and down arrays of num_experts tensors each. */
+static vllm_status alloc_moe(model *m) {
+    const model_config *c = &m->config;
+    model_weights *w = &m->w;
+    if (!c->num_experts || w->moe) return VLLM_OK;
+    size_t e = (size_t)c->num_experts;
+    w->moe = calloc((size_t)c->num_hidden_layers, sizeof *w->moe);
+    w->experts = calloc((size_t)c->num_hidden_layers * 3 * e, sizeof *w->experts);
+    if (!w->moe || !w->experts) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < c->num_hidden_layers; l++) {
+        tensor *t = w->experts + (size_t)l * 3 * e;
+        w->moe[l] = (moe_weights){.gate = t, .up = t + e, .down = t + 2 * e};
+    }
+    return VLLM_OK;
+}
+
+/* Layer i's sparse block from a Hugging Face checkpoint: Qwen3-MoE's
+ * mlp.gate (router) and mlp.experts.E.{gate,up,down}_proj, Mixtral's
+ * block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2}
+ * (w1 = gate, w3 = up, w2 = down). */
+static vllm_status bind_moe(model *m, int32_t i) {
+    const model_config *c = &m->config;
+    vllm_status rc = alloc_moe(m);
+    if (rc) return rc;
+    moe_weights *b = &m->w.moe[i];
+    const int64_t dim = c->hidden_size, ff = c->moe_intermediate_size;
+    bool mixtral = c->arch == MODEL_ARCH_MISTRAL;
+    const char *blk = mixtral ? "block_sparse_moe" : "mlp";
+    const char *g = mixtral ? "w1" : "gate_proj", *u = mixtral ? "w3" : "up_proj", *d = mixtral ? "w2" : "down_proj";
+    if ((rc = bind_tensor(m, &b->router, true, c->num_experts, dim, "model.layers.%d.%s.gate.weight", i, blk)))
+        return rc;
+    for (int32_t e = 0; e < c->num_experts; e++)
+        if ((rc = bind_tensor(m, &b->gate[e], true, ff, dim, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, g)) ||
+            (rc = bind_tensor(m, &b->up[e], true, ff, dim, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, u)) ||
+            (rc = bind_tensor(m, &b->down[e], true, dim, ff, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, e, d)))
+            return rc;
+    m->w.layers[i].moe = b;
+    return VLLM_OK;
+}
+
 static vllm_status bind_weights(model *m) {
     const model_config *c = &m->config;
     model_weights *w = &m->w;
@@ -358,10 +399,13 @@ static vllm_status bind_weights(model *m) {
                                          "%s.%d.post_attention_layernorm.weight", p, i))) ||
             (gemma3 && (rc = bind_tensor(m, &l->ffn_post_norm, true, dim, -1,
                                          "%s.%d.post_feedforward_layernorm.weight", p, i))) ||
-            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)) ||
-            (rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
-            (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
-            (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
+            (rc = bind_tensor(m, &l->post_attention_layernorm, true, dim, -1, "%s.%d.%s.weight", p, i, pre_mlp)))
+            return rc;
+        if (model_layer_is_moe(c, i)) {
+            if ((rc = bind_moe(m, i))) return rc;
+        } else if ((rc = bind_tensor(m, &l->gate_proj, true, ff, dim, "%s.%d.mlp.gate_proj.weight", p, i)) ||
+                   (rc = bind_tensor(m, &l->up_proj, true, ff, dim, "%s.%d.mlp.up_proj.weight", p, i)) ||
+                   (rc = bind_tensor(m, &l->down_proj, true, dim, ff, "%s.%d.mlp.down_proj.weight", p, i)))
             return rc;
         static const char *const k_names[] = {"k_scale", "k_proj.k_scale", "kv_scale"};
         static const char *const v_names[] = {"v_scale", "v_proj.v_scale", "kv_scale"};
@@ -423,26 +467,35 @@ static void repack_groups(void *arg, int64_t lo, int64_t hi, int ith) {
     quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
 }
 
+/* t's x16 copy, if it qualifies (Q8_0 / Q4_0, whole 16-row groups); counts it. */
+static void make_x16(tensor *t, threadpool **pool, int *made, size_t *total) {
+    if (t->x16 || (t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
+        t->shape[1] % QUANT_QK)
+        return;
+    size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    repack_job job = {t->type, t->data, p, t->shape[1]};
+    if (!*pool && threadpool_create(0, pool) != VLLM_OK) *pool = NULL;
+    if (*pool) threadpool_run(*pool, repack_groups, &job, t->shape[0] / 16, 8);
+    else repack_groups(&job, 0, t->shape[0] / 16, 0);
+    t->x16 = p, t->x16_bytes = bytes;
+    (*made)++, *total += bytes;
+}
+
+/* The number of expert tensors of m (model_weights.experts), 0 if dense. */
+static size_t num_expert_tensors(const model *m) {
+    return m->w.experts ? (size_t)m->config.num_hidden_layers * 3 * (size_t)m->config.num_experts : 0;
+}
+
 void model_make_x16(model *m) {
     if (!quant_use_block() || !m->w.layers) return;
     threadpool *pool = NULL;
     int made = 0;
     size_t total = 0;
-    for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
-        tensor *t = matmul_weight(m, i);
-        if (t->x16 || (t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 ||
-            t->shape[0] % 16 || t->shape[1] % QUANT_QK)
-            continue;
-        size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) continue;
-        repack_job job = {t->type, t->data, p, t->shape[1]};
-        if (!pool && threadpool_create(0, &pool) != VLLM_OK) pool = NULL;
-        if (pool) threadpool_run(pool, repack_groups, &job, t->shape[0] / 16, 8);
-        else repack_groups(&job, 0, t->shape[0] / 16, 0);
-        t->x16 = p, t->x16_bytes = bytes;
-        made++, total += bytes;
-    }
+    for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++)
+        make_x16(matmul_weight(m, i), &pool, &made, &total);
+    for (size_t i = 0; i < num_expert_tensors(m); i++) make_x16(&m->w.experts[i], &pool, &made, &total);
     threadpool_free(pool);
     if (made) log_debug("x16 copies of %d weights for the block-order kernels, %.2f GiB", made,
                         (double)total / (1 << 30));
@@ -452,6 +505,11 @@ void model_free_x16(model *m) {
     if (!m->w.layers) return;
     for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
         tensor *t = matmul_weight(m, i);
+        if (t->x16) munmap(t->x16, t->x16_bytes);
+        t->x16 = NULL, t->x16_bytes = 0;
+    }
+    for (size_t i = 0; i < num_expert_tensors(m); i++) {
+        tensor *t = &m->w.experts[i];
         if (t->x16) munmap(t->x16, t->x16_bytes);
         t->x16 = NULL, t->x16_bytes = 0;
     }
@@ -520,6 +578,8 @@ void model_free(model *m) {
     if (m->gguf) gguf_deinit(m->gguf);
     free(m->gguf);
     free(m->w.layers);
+    free(m->w.moe);
+    free(m->w.experts);
     free(m->dir);
     free(m);
 }

@@ -114,7 +114,20 @@ typedef struct model_config {
     float final_logit_softcapping;   /* 0 = none; else logits = cap * tanh(logits / cap) */
     float rope_local_theta;          /* RoPE base of the sliding layers (Gemma's rope_local_base_freq;
                                       * no scaling); the others use rope_theta and rope_scaling */
+
+    /* Mixture of experts (Qwen3MoeForCausalLM on arch QWEN3, MixtralForCausalLM
+     * on arch MISTRAL; model/moe.h). num_experts 0: every MLP is dense. */
+    int32_t num_experts;             /* Qwen3 num_experts, Mixtral num_local_experts */
+    int32_t num_experts_per_tok;     /* top-k */
+    int32_t moe_intermediate_size;   /* each expert's hidden size (Mixtral: intermediate_size) */
+    bool norm_topk_prob;             /* the top-k probabilities renormalised to sum 1 (Mixtral: always) */
+    uint64_t moe_layers[MODEL_MAX_LAYERS / 64]; /* bit l: layer l's MLP is the sparse block */
 } model_config;
+
+/* True if layer l's MLP is a mixture of experts (layer_weights.moe). */
+static inline bool model_layer_is_moe(const model_config *cfg, int32_t l) {
+    return cfg->num_experts > 0 && ((cfg->moe_layers[l >> 6] >> (l & 63)) & 1);
+}
 
 /* True if layer l attends through cfg's sliding window (a Gemma 3 local layer). */
 static inline bool model_layer_is_sliding(const model_config *cfg, int32_t l) {
@@ -147,6 +160,15 @@ typedef struct tensor {
     size_t x16_bytes;
 } tensor;
 
+/* A layer's sparse MLP block: router logits = x router^T, then each chosen
+ * expert e computes down[e](silu(gate[e] x) * up[e] x) (model/moe.h). The
+ * expert arrays are the model's (model_weights.experts). */
+typedef struct moe_weights {
+    tensor router;                   /* (num_experts, dim): HF mlp.gate, GGUF ffn_gate_inp */
+    tensor *gate, *up;               /* (num_experts) of (moe_intermediate, dim) */
+    tensor *down;                    /* (num_experts) of (dim, moe_intermediate) */
+} moe_weights;
+
 typedef struct layer_weights {
     tensor input_layernorm;          /* (dim) before attention */
     tensor q_proj;                   /* (n_heads * head_dim, dim) */
@@ -165,6 +187,8 @@ typedef struct layer_weights {
     tensor down_proj;                /* (dim, intermediate) */
     tensor ffn_post_norm;            /* (dim) Gemma3: on the MLP output before the residual add
                                       * (HF post_feedforward_layernorm, GGUF post_ffw_norm) */
+    const moe_weights *moe;          /* the sparse MLP block of a MoE layer (gate/up/down_proj unbound),
+                                      * else NULL */
     float k_scale, v_scale;          /* FP8 KV cache scales from the checkpoint (vLLM's per-tensor
                                       * self_attn.k_scale / v_scale, see model.c); 0 = none (1.0) */
 } layer_weights;
@@ -174,6 +198,9 @@ typedef struct model_weights {
     layer_weights *layers;           /* (num_hidden_layers) */
     tensor norm;                     /* (dim) final RMSNorm */
     tensor lm_head;                  /* (vocab, dim); == embed_tokens when tied */
+    moe_weights *moe;                /* (num_hidden_layers) the sparse blocks layers[l].moe point into,
+                                      * or NULL for a dense model; owned */
+    tensor *experts;                 /* (num_hidden_layers * 3 * num_experts) the arrays of moe[l]; owned */
 } model_weights;
 
 typedef struct model model;

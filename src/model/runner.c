@@ -15,6 +15,9 @@
  *   hb = silu(xb Wg^T) * (xb Wu^T)                            one dispatch
  *   x += hb Wd^T
  *
+ * In a mixture-of-experts layer (layer_weights.moe: Qwen3-MoE, Mixtral) the
+ * last three lines are model/moe.h's sparse block instead: x += moe(xb).
+ *
  * then the final norm and lm_head only for the scored_indices rows (the
  * last token of each sequence that samples, and its draft positions).
  *
@@ -73,6 +76,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "model/kv_layout.h"
+#include "model/moe.h"
 
 enum {
     MM_TOKEN_CHUNK = 64,        /* tokens per matmul work item */
@@ -151,6 +155,8 @@ struct runner {
     /* LoRA, when runner_config.lora is set */
     lora_batch lora;            /* this step's rows grouped by adapter */
     float *upfull;              /* (T, inter) up's output when gate/up have deltas */
+
+    moe *moe;                   /* the sparse MLP blocks' scratch (model/moe.h), for a MoE model */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -336,6 +342,13 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
             rc = lora_batch_init(&r->lora, m, cfg->max_num_batched_tokens,
                                  cfg->max_lora_rank > 0 ? cfg->max_lora_rank : 16, r->nth);
     }
+    if (rc == VLLM_OK && c->num_experts) {
+        if (cfg->all_reduce || cfg->lora)
+            rc = vllm_error(VLLM_ERR_UNSUPPORTED, "runner: %s: %s is not supported with mixture-of-experts models",
+                            c->architecture, cfg->lora ? "LoRA" : "tensor parallelism");
+        else
+            rc = moe_create(m, cfg->max_num_batched_tokens, r->nth, &r->moe);
+    }
     if (rc != VLLM_OK) goto fail;
     rope_init_inv_freq(r->inv_freq, c, c->rope_theta, true);
     if (r->has_sliding) rope_init_inv_freq(r->inv_freq_local, c, c->rope_local_theta, false);
@@ -369,6 +382,7 @@ void runner_free(runner *r) {
     free(r->token_seq);
     free(r->upfull);
     lora_batch_deinit(&r->lora);
+    moe_free(r->moe);
     free(r);
 }
 
@@ -894,6 +908,10 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         if (post) run_rows(r, stage_attn_post_norm, T);
 
         run_rows(r, stage_post_norm, T);
+        if (lw->moe) { /* x += the sparse block's output (no LoRA, TP or post-norms: runner_create) */
+            moe_forward(r->moe, lw->moe, r->xb, r->dim, r->x, r->dim, T, r->pool);
+            continue;
+        }
 
         if (r->lora.num_runs && (lora_batch_has(&r->lora, l, LORA_GATE) || lora_batch_has(&r->lora, l, LORA_UP))) {
             r->mm = (mm_op){.nparts = 2};

@@ -17,6 +17,7 @@
 #     it, with the producer's ids and cached_tokens 80; logged;
 #   - KV usage back to 0.
 # checks: 8
+# tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
 PY=/usr/bin/python3

@@ -2,18 +2,26 @@
  * kv_connector.c - the connector's two sides over a kv_store; see
  * kv_connector.h.
  *
- * Staging: a lookup reads the matched blocks into `pending` (the one
- * sequence being admitted); update_state_after_alloc appends them to this
- * step's loads, which start_load_kv writes into the pool. Saves are read out
- * of the pool layer by layer into `saving`, then stored. The buffers grow to
- * the largest step seen (a lookup can stage a whole prompt's blocks), so
- * steady state allocates nothing.
+ * Staging: a lookup checks the matched blocks (kv_store_open: a file's
+ * header; a RAM block is copied into `pending`) for the one sequence being
+ * admitted; update_state_after_alloc appends them to this step's loads.
+ * start_load_kv wakes the worker thread, which reads the file loads layer by
+ * layer into `loads` (streaming each block's checksum, load_bad when wrong)
+ * and publishes layers_loaded; wait_for_layer_load (the forward's thread)
+ * waits for a layer and writes it into the pool. Saves are copied out of
+ * the pool layer by layer into `saving`; for block files the worker appends
+ * each copied layer to the files and renames them after the last. The
+ * buffers grow to the largest step seen, so steady state allocates nothing.
+ * Ownership: between start_load_kv and wait_for_save the worker writes only
+ * `loads` layers it has not published yet, load_bad and its checksum
+ * states; the engine reads only published layers; wmu orders the two.
  *
  * A block's payload is, for each layer l, K then V of executor_kv_block_bytes
  * each: [l][K|V][kv_block_bytes].
  *
- * TcpConnector threads: the KV server (producer) and fetches (consumer)
- * reach the store under `mu`; everything else runs on the engine thread.
+ * The store is reached under `mu` by the engine, the worker (renames) and
+ * the TcpConnector's threads: the KV server (producer) and fetches
+ * (consumer); the worker's file reads and writes need no lock.
  * Wire format (little-endian, one connection per fetch):
  *   client: kv_wire_header {magic, tag, block_bytes, n}, then n 16-byte hashes
  *   server: per hash, one byte (1 = found) and, if found, block_bytes of

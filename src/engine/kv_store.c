@@ -55,7 +55,7 @@ struct kv_store {
     kv_store_stats st;
     /* files whose payload failed its checksum after kv_store_open passed
      * them (a ring: a file that stays bad is refused without rereading) */
-    struct { block_hash h; uint64_t checksum; } rejected[KV_NUM_REJECTED];
+    struct { block_hash h; uint64_t file_id; } rejected[KV_NUM_REJECTED];
     int32_t num_rejected;
 };
 
@@ -298,10 +298,10 @@ void kv_store_get_stats(const kv_store *s, kv_store_stats *out) { *out = s->st; 
 
 /* ---- piece by piece ---- */
 
-static bool was_rejected(const kv_store *s, block_hash h, uint64_t checksum) {
+static bool was_rejected(const kv_store *s, block_hash h, uint64_t file_id) {
     int32_t n = s->num_rejected < KV_NUM_REJECTED ? s->num_rejected : KV_NUM_REJECTED;
     for (int32_t i = 0; i < n; i++)
-        if (s->rejected[i].h.lo == h.lo && s->rejected[i].h.hi == h.hi && s->rejected[i].checksum == checksum)
+        if (s->rejected[i].h.lo == h.lo && s->rejected[i].h.hi == h.hi && s->rejected[i].file_id == file_id)
             return true;
     return false;
 }
@@ -328,7 +328,9 @@ static bool open_file(kv_store *s, block_hash h, kv_store_ref *ref) {
         log_warn("kv_store: block file %s rejected (%s); the block will be recomputed", path, why);
         return false;
     }
-    if (was_rejected(s, h, hd.checksum)) return false;
+    uint64_t id[3] = {(uint64_t)stt.st_ino, (uint64_t)stt.st_mtim.tv_sec, (uint64_t)stt.st_mtim.tv_nsec};
+    ref->file_id = XXH3_64bits(id, sizeof id);
+    if (was_rejected(s, h, ref->file_id)) return false;
     ref->checksum = hd.checksum;
     return true;
 }
@@ -381,7 +383,7 @@ void kv_store_reject(kv_store *s, const kv_store_ref *ref, const char *why) {
     s->st.num_bad++;
     log_warn("kv_store: block file %s rejected (%s); the block will be recomputed", path, why);
     s->rejected[s->num_rejected % KV_NUM_REJECTED].h = ref->h;
-    s->rejected[s->num_rejected % KV_NUM_REJECTED].checksum = ref->checksum;
+    s->rejected[s->num_rejected % KV_NUM_REJECTED].file_id = ref->file_id;
     s->num_rejected++;
     entry *en = tiered(s) ? find(s, ref->h) : NULL;
     if (en && en->tier == TIER_DISK) drop_entry(s, en);

@@ -84,20 +84,22 @@ void kv_store_get_stats(const kv_store *s, kv_store_stats *out);
 typedef struct kv_store_ref {
     block_hash h;
     uint64_t checksum;               /* a file's: its header's XXH3-64 of the payload */
+    uint64_t file_id;                /* a file's inode and modification time, mixed */
     bool in_ram;                     /* the payload was copied whole by kv_store_open */
 } kv_store_ref;
 
 /* Is block h there? A RAM block is copied whole into dst (in_ram). A file
  * must have a good header (magic, tag, hash, size), the right length, and
- * not have been rejected with this checksum (logged, counted in num_bad,
- * when wrong; a rejected tiered file is dropped). */
+ * not be one kv_store_reject saw (the same inode and modification time: a
+ * file written again, renamed into place, is new) (logged, counted in
+ * num_bad, when wrong; a rejected tiered file is dropped). */
 bool kv_store_open(kv_store *s, block_hash h, void *dst, kv_store_ref *ref);
 /* Bytes [off, off + n) of an opened file's payload into dst; false if the
  * file is gone or short. */
 bool kv_store_read_part(const kv_store *s, const kv_store_ref *ref, size_t off, size_t n, void *dst);
 /* The payload read did not match ref->checksum (or could not be read): the
  * block is counted bad, logged with why, dropped (tiered), and kv_store_open
- * refuses the file until it is rewritten with another checksum. */
+ * refuses this file until it is replaced. */
 void kv_store_reject(kv_store *s, const kv_store_ref *ref, const char *why);
 /* Shared shape only: bytes [off, off + n) of block h's payload into its
  * temporary file (created at offset 0). Fails with VLLM_ERR_IO. */

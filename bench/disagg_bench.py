@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """disagg_bench.py - disaggregated prefill/decode and the offloading tier, measured.
 
-    /usr/bin/python3 bench/disagg_bench.py [--vllmc build/vllmc] [--model DIR] [--seconds 30]
+    /usr/bin/python3 bench/disagg_bench.py [--vllmc build/vllmc] [--model DIR] [--seconds 30] [--ttft-only]
 
 Part 1, p99 inter-token latency (ITL) of short chat-like requests under a
 long-prompt load (docs/disagg.md):
@@ -16,7 +16,12 @@ the gap between two streamed tokens of a short request.
 Part 2, TTFT of a TTFT_TOKENS-token prompt whose prefix sits in the RAM tier,
 in the disk tier (tiny RAM budget, VLLM_KV_OFFLOADING_DISK_PATH), or nowhere
 (recompute): one instance with a pool just big enough, the prompt run once,
-evicted by another prompt of the same length, then timed.
+evicted by another prompt of the same length, then timed. And the TTFT of a
+consumer (SharedStorageConnector, --threads 2) given TTFT_TOKENS-token
+prompts a producer wrote to a directory on /dev/shm and on the working
+disk: the median of TTFT_RUNS prompts, each new to the consumer (its
+loads are read layer by layer while the forward runs). --ttft-only skips
+part 1.
 
 The default model is a random TinyLlama-like one (tools/make_random_model.py:
 hidden 512, 8 layers, 4096 positions, stories260K's vocabulary) so a long
@@ -39,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG_TOKENS, LONG_CLIENTS = 3000, 1
 SHORT_TOKENS, SHORT_OUT, SHORT_CLIENTS = 64, 48, 2
 TTFT_TOKENS = 4000
+TTFT_RUNS = 3
 
 
 def start(vllmc, args, env=None, log=None):
@@ -112,6 +118,7 @@ def main():
     ap.add_argument("--vllmc", default=os.path.join(ROOT, "build", "vllmc"))
     ap.add_argument("--model")
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--ttft-only", action="store_true", help="only part 2 (TTFT)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="disagg-bench-")
     procs = []
@@ -130,29 +137,30 @@ def main():
             return json.dumps({"kv_connector": "SharedStorageConnector", "kv_role": role,
                                "kv_connector_extra_config": {"shared_storage_path": shm}})
 
-        # part 1: single instance, 2 threads
-        p, url = start(a.vllmc, common + ["--threads", "2"], log=os.path.join(tmp, "single.log"))
-        procs.append(p)
-        single = load_run(url, a.seconds)
-        p.terminate(); p.wait(); procs.remove(p)
-        # part 1: producer + consumer, 1 thread each, behind the proxy
-        pp, purl = start(a.vllmc, common + ["--threads", "1", "--kv-transfer-config", cfg("kv_producer")],
-                         log=os.path.join(tmp, "prefill.log"))
-        dp, durl = start(a.vllmc, common + ["--threads", "1", "--kv-transfer-config", cfg("kv_consumer")],
-                         log=os.path.join(tmp, "decode.log"))
-        xp, xurl = start(a.vllmc, ["proxy", "--port", "0", "--prefill", purl, "--decode", durl],
-                         log=os.path.join(tmp, "proxy.log"))
-        procs += [pp, dp, xp]
-        disagg = load_run(xurl, a.seconds)
-        for q in (xp, dp, pp):
-            q.terminate(); q.wait(); procs.remove(q)
-        shutil.rmtree(shm, ignore_errors=True)
-        print(f"# load: {LONG_CLIENTS} client(s) of {LONG_TOKENS}-token prompts, {SHORT_CLIENTS} of "
-              f"{SHORT_TOKENS}-token prompts x {SHORT_OUT} tokens, {a.seconds:g} s each")
-        print("| setup | short-request ITLs | p50 ITL ms | p99 ITL ms | max ITL ms |")
-        print("|---|---|---|---|---|")
-        for name, x in (("one instance, --threads 2", single), ("P/D: prefill 1 thread + decode 1 thread", disagg)):
-            print(f"| {name} | {len(x)} | {pct(x, .5) * 1e3:.1f} | {pct(x, .99) * 1e3:.1f} | {max(x) * 1e3 if x else 0:.1f} |")
+        if not a.ttft_only:
+            # part 1: single instance, 2 threads
+            p, url = start(a.vllmc, common + ["--threads", "2"], log=os.path.join(tmp, "single.log"))
+            procs.append(p)
+            single = load_run(url, a.seconds)
+            p.terminate(); p.wait(); procs.remove(p)
+            # part 1: producer + consumer, 1 thread each, behind the proxy
+            pp, purl = start(a.vllmc, common + ["--threads", "1", "--kv-transfer-config", cfg("kv_producer")],
+                             log=os.path.join(tmp, "prefill.log"))
+            dp, durl = start(a.vllmc, common + ["--threads", "1", "--kv-transfer-config", cfg("kv_consumer")],
+                             log=os.path.join(tmp, "decode.log"))
+            xp, xurl = start(a.vllmc, ["proxy", "--port", "0", "--prefill", purl, "--decode", durl],
+                             log=os.path.join(tmp, "proxy.log"))
+            procs += [pp, dp, xp]
+            disagg = load_run(xurl, a.seconds)
+            for q in (xp, dp, pp):
+                q.terminate(); q.wait(); procs.remove(q)
+            shutil.rmtree(shm, ignore_errors=True)
+            print(f"# load: {LONG_CLIENTS} client(s) of {LONG_TOKENS}-token prompts, {SHORT_CLIENTS} of "
+                  f"{SHORT_TOKENS}-token prompts x {SHORT_OUT} tokens, {a.seconds:g} s each")
+            print("| setup | short-request ITLs | p50 ITL ms | p99 ITL ms | max ITL ms |")
+            print("|---|---|---|---|---|")
+            for name, x in (("one instance, --threads 2", single), ("P/D: prefill 1 thread + decode 1 thread", disagg)):
+                print(f"| {name} | {len(x)} | {pct(x, .5) * 1e3:.1f} | {pct(x, .99) * 1e3:.1f} | {max(x) * 1e3 if x else 0:.1f} |")
 
         # part 2: TTFT from RAM, from disk, recomputed
         r = random.Random(7)
@@ -177,6 +185,32 @@ def main():
             again = stream(url, A, 1)
             p.terminate(); p.wait(); procs.remove(p)
             print(f"| {name} | {cold:.2f} | {again:.3f} |")
+
+        # part 2: TTFT of a consumer loading from shared storage
+        print(f"\n# TTFT of a {TTFT_TOKENS}-token prompt on a SharedStorageConnector consumer (--threads 2), "
+              f"median of {TTFT_RUNS} prompts a producer wrote")
+        print("| where the block files were | consumer TTFT s (each run) | median s |")
+        print("|---|---|---|")
+        prompts = [[r.randrange(3, 512) for _ in range(TTFT_TOKENS)] for _ in range(TTFT_RUNS)]
+        for name, where in (("/dev/shm", "/dev/shm" if os.path.isdir("/dev/shm") else None), ("working disk", tmp)):
+            store = tempfile.mkdtemp(prefix="disagg-ttft-", dir=where)
+
+            def scfg(role):
+                return json.dumps({"kv_connector": "SharedStorageConnector", "kv_role": role,
+                                   "kv_connector_extra_config": {"shared_storage_path": store}})
+            p, url = start(a.vllmc, common + ["--threads", "2", "--kv-transfer-config", scfg("kv_producer")],
+                           log=os.path.join(tmp, "ttft-p.log"))
+            procs.append(p)
+            for x in prompts:
+                stream(url, x, 1)
+            p.terminate(); p.wait(); procs.remove(p)
+            p, url = start(a.vllmc, common + ["--threads", "2", "--kv-transfer-config", scfg("kv_consumer")],
+                           log=os.path.join(tmp, "ttft-c.log"))
+            procs.append(p)
+            ts = [stream(url, x, 1) for x in prompts]
+            p.terminate(); p.wait(); procs.remove(p)
+            shutil.rmtree(store, ignore_errors=True)
+            print(f"| {name} | {' '.join(f'{t:.3f}' for t in ts)} | {sorted(ts)[len(ts) // 2]:.3f} |")
     finally:
         for p in procs:
             p.kill()

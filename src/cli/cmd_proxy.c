@@ -20,8 +20,12 @@
  * Any other route is forwarded to the first decode instance.
  *
  * Threads: the HTTP server's polling threads run the handler, which defers
- * the exchange to one detached thread per request (blocking libcurl calls;
- * a proxy in front of CPU instances has few requests in flight).
+ * the exchange to one thread per request (blocking libcurl calls; a proxy
+ * in front of CPU instances has few requests in flight). The threads are
+ * joinable, on a list: the handler joins the finished ones before starting
+ * another, and shutdown (SIGINT/SIGTERM) refuses new requests, makes every
+ * transfer in flight abort (libcurl's progress callback, within a second),
+ * and joins them all before the HTTP server stops.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -38,15 +42,25 @@
 
 #define PROXY_MAX_URLS 16
 
+typedef struct relay_thread {
+    pthread_t t;
+    bool done;                       /* under proxy.mu */
+    struct relay_thread *next;
+} relay_thread;
+
 typedef struct proxy {
     const char *prefill[PROXY_MAX_URLS], *decode[PROXY_MAX_URLS];
     int num_prefill, num_decode;
     atomic_uint next_prefill, next_decode;
     double timeout_s;
+    pthread_mutex_t mu;              /* threads, stopping */
+    relay_thread *threads;           /* running or finished, not yet joined */
+    atomic_bool stopping;            /* shutdown: transfers abort, new requests get 503 */
 } proxy;
 
 typedef struct relay {
     proxy *p;
+    relay_thread *self;
     http_request *http;
     char *method, *path, *body;
     size_t body_len;
@@ -80,7 +94,19 @@ static size_t collect(char *ptr, size_t size, size_t n, void *ud) {
 }
 
 /* POSTs body to url; the response body in *out (caller frees), the status returned (0: no response). */
-static long post_json(const char *url, const char *body, double timeout_s, char **out) {
+/* libcurl's progress callback: non-zero aborts the transfer (shutdown). */
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return atomic_load((atomic_bool *)ud) ? 1 : 0;
+}
+
+static void abort_on_stop(CURL *h, proxy *p) {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &p->stopping);
+}
+
+static long post_json(proxy *p, const char *url, const char *body, double timeout_s, char **out) {
     *out = NULL;
     CURL *h = curl_easy_init();
     if (!h) return 0;
@@ -93,6 +119,7 @@ static long post_json(const char *url, const char *body, double timeout_s, char 
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    abort_on_stop(h, p);
     long status = 0;
     CURLcode rc = curl_easy_perform(h);
     if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -160,6 +187,7 @@ static bool relay_to(relay *r, const char *base, const char *body) {
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sc);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(r->p->timeout_s * 1000));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    abort_on_stop(h, r->p);
     CURLcode rc = curl_easy_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -203,7 +231,7 @@ static json_t *prefill(relay *r, json_t *req, bool chat) {
     const char *base = p->prefill[atomic_fetch_add(&p->next_prefill, 1) % (unsigned)p->num_prefill];
     char url[2048], *resp = NULL;
     snprintf(url, sizeof url, "%s%s", base, r->path);
-    long status = post_json(url, body, p->timeout_s, &resp);
+    long status = post_json(p, url, body, p->timeout_s, &resp);
     free(body);
     json_t *out = NULL;
     if (status == 200) {
@@ -241,8 +269,26 @@ static void *relay_main(void *arg) {
 done:
     free(body);
     http_request_release(r->http);
+    relay_thread *self = r->self;
     relay_free(r);
+    pthread_mutex_lock(&p->mu);
+    self->done = true;
+    pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Joins the relay threads that finished; p->mu held. */
+static void join_finished(proxy *p) {
+    for (relay_thread **pp = &p->threads; *pp;) {
+        relay_thread *t = *pp;
+        if (!t->done) {
+            pp = &t->next;
+            continue;
+        }
+        *pp = t->next;
+        pthread_join(t->t, NULL);
+        free(t);
+    }
 }
 
 static void handler(void *ud, http_request *http) {
@@ -269,18 +315,30 @@ static void handler(void *ud, http_request *http) {
     }
     memcpy(r->body, b, len);
     r->body[len] = 0;
+    relay_thread *t = calloc(1, sizeof *t);
+    pthread_mutex_lock(&p->mu);
+    join_finished(p);
+    if (!t || atomic_load(&p->stopping)) {
+        pthread_mutex_unlock(&p->mu);
+        free(t);
+        relay_free(r);
+        http_respond(http, 503, "application/json", "{\"error\":{\"message\":\"the proxy is shutting down\"}}", 50);
+        return;
+    }
+    r->self = t;
     http_request_retain(http);
     http_request_defer(http);
-    pthread_t t;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &at, relay_main, r) != 0) {
+    if (pthread_create(&t->t, NULL, relay_main, r) != 0) {
+        pthread_mutex_unlock(&p->mu);
+        free(t);
         http_request_finish(http, 503, "application/json", "{\"error\":{\"message\":\"no thread\"}}", 34);
         http_request_release(http);
         relay_free(r);
+        return;
     }
-    pthread_attr_destroy(&at);
+    t->next = p->threads;
+    p->threads = t;
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void usage(FILE *f) {
@@ -294,6 +352,7 @@ static void usage(FILE *f) {
 
 int cmd_proxy(int argc, char **argv) {
     proxy p = {.timeout_s = 600};
+    pthread_mutex_init(&p.mu, NULL);
     const char *host = "127.0.0.1";
     int port = 8000;
     for (int i = 1; i < argc; i++) {
@@ -361,7 +420,18 @@ int cmd_proxy(int argc, char **argv) {
     int sig = 0;
     sigwait(&sigs, &sig);
     log_info("proxy: shutting down");
+    pthread_mutex_lock(&p.mu);
+    atomic_store(&p.stopping, true);
+    relay_thread *running = p.threads;
+    p.threads = NULL;
+    pthread_mutex_unlock(&p.mu);
+    for (relay_thread *t = running, *next; t; t = next) { /* their transfers abort within a second */
+        next = t->next;
+        pthread_join(t->t, NULL);
+        free(t);
+    }
     http_server_stop(srv, 5.0);
+    pthread_mutex_destroy(&p.mu);
     curl_global_cleanup();
     return 0;
 }

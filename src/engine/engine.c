@@ -103,6 +103,7 @@ struct vllm_engine {
     draft_model *draft;              /* the proposer of "draft_model", or NULL */
     lora_table *loras;               /* args.enable_lora: the adapters (model/lora.h), else NULL */
     kv_connector *conn;              /* args.kv_transfer_config / kv_offloading_size, or NULL */
+    bool conn_layerwise;             /* the executor runs its layer hooks (loads overlap the forward) */
     list_node kv_waiting;            /* requests WAITING_FOR_REMOTE_KVS, by request.node */
     int32_t num_kv_waiting;
 
@@ -504,6 +505,9 @@ static vllm_status create_kv_connector(vllm_engine *e) {
     uint64_t tag = XXH3_64bits_withSeed(shape, sizeof shape, XXH3_64bits(mc->architecture, strlen(mc->architecture)));
     if ((rc = kv_connector_create(&cfg, e->exec, e->kv, tag, &e->conn)) != VLLM_OK) return rc;
     scheduler_set_kv_connector(e->sched, e->conn);
+    runner_layer_hooks hooks;
+    kv_connector_layer_hooks(e->conn, &hooks);
+    e->conn_layerwise = executor_set_layer_hooks(e->exec, &hooks);
     return VLLM_OK;
 }
 
@@ -1523,23 +1527,33 @@ static vllm_status build_output(vllm_engine *e, const scheduler_output *so) {
     return VLLM_OK;
 }
 
-/* The connector's loads, into the blocks the scheduler gave them, before the forward. */
+/* The step's transfers start before the forward: the worker reads the
+ * loads while it runs, the runner's hooks wait for each layer's and copy out
+ * each layer's saves (kv_connector.h). Without hooks, every layer's load
+ * goes in first. */
 static vllm_status connector_load(vllm_engine *e, const scheduler_output *so, const kv_connector_meta **meta) {
     vllm_status rc = kv_connector_build_connector_meta(e->conn, so, meta);
     if (rc != VLLM_OK || (rc = kv_connector_start_load_kv(e->conn, *meta)) != VLLM_OK) return rc;
-    for (int32_t l = 0; l < executor_num_layers(e->exec); l++)
+    for (int32_t l = 0; !e->conn_layerwise && l < executor_num_layers(e->exec); l++)
         if ((rc = kv_connector_wait_for_layer_load(e->conn, l)) != VLLM_OK) return rc;
     return VLLM_OK;
 }
 
-/* The blocks this step filled, out of the pool after the forward (before
- * scheduler_update frees finished sequences' blocks). */
-static vllm_status connector_save(vllm_engine *e, const kv_connector_meta *meta) {
-    if (meta->num_saves == 0) return VLLM_OK;
+/* After the forward (before scheduler_update frees finished sequences'
+ * blocks): the saves stored, and the sequences whose loads failed their
+ * check sent back to be recomputed, their step void. */
+static vllm_status connector_finish(vllm_engine *e, const kv_connector_meta *meta, double now) {
     vllm_status rc;
-    for (int32_t l = 0; l < executor_num_layers(e->exec); l++)
+    for (int32_t l = 0; !e->conn_layerwise && meta->num_saves > 0 && l < executor_num_layers(e->exec); l++)
         if ((rc = kv_connector_save_kv_layer(e->conn, meta, l)) != VLLM_OK) return rc;
-    return kv_connector_wait_for_save(e->conn, meta);
+    if ((rc = kv_connector_wait_for_save(e->conn, meta)) != VLLM_OK) return rc;
+    seq *const *bad;
+    int32_t n = kv_connector_get_seqs_with_load_errors(e->conn, &bad);
+    for (int32_t i = 0; i < n; i++) {
+        log_warn("request '%s': a loaded KV block failed its check; the step is recomputed", bad[i]->req->id);
+        scheduler_recompute_seq(e->sched, bad[i], now);
+    }
+    return VLLM_OK;
 }
 
 static vllm_status step_failed(vllm_engine *e, vllm_status rc) {
@@ -1583,7 +1597,7 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
         if (e->conn && so->num_seqs > 0 && (rc = connector_load(e, so, &meta)) != VLLM_OK)
             return step_failed(e, rc);
         if (so->num_seqs > 0 && (rc = execute(e, so)) != VLLM_OK) return step_failed(e, rc);
-        if (meta && (rc = connector_save(e, meta)) != VLLM_OK) return step_failed(e, rc);
+        if (meta && (rc = connector_finish(e, meta, now)) != VLLM_OK) return step_failed(e, rc);
         if ((rc = scheduler_update(e->sched, e->committed, e->num_committed, now)) != VLLM_OK)
             return step_failed(e, rc);
         if (e->grammars && so->num_seqs > 0) accept_committed(e);

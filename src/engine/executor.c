@@ -32,6 +32,10 @@ static vllm_status local_write_kv(executor *ex, int32_t layer, int32_t block, co
     return runner_write_kv(runner_of(ex), layer, block, k, v);
 }
 
+static void local_set_layer_hooks(executor *ex, const runner_layer_hooks *h) {
+    runner_set_layer_hooks(runner_of(ex), h);
+}
+
 static threadpool *local_threadpool(executor *ex) { return runner_threadpool(runner_of(ex)); }
 
 static void local_free(executor *ex) {
@@ -46,6 +50,7 @@ static const executor_ops local_ops = {
     .num_layers = local_num_layers,
     .read_kv = local_read_kv,
     .write_kv = local_write_kv,
+    .set_layer_hooks = local_set_layer_hooks,
     .threadpool = local_threadpool,
     .free = local_free,
 };

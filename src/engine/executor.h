@@ -24,6 +24,7 @@
 #ifndef VLLM_ENGINE_EXECUTOR_H
 #define VLLM_ENGINE_EXECUTOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,9 @@ typedef struct executor_ops {
     int32_t (*num_layers)(const executor *ex);
     vllm_status (*read_kv)(executor *ex, int32_t layer, int32_t block, void *k, void *v);
     vllm_status (*write_kv)(executor *ex, int32_t layer, int32_t block, const void *k, const void *v);
+    /* Optional (NULL: not supported, e.g. the pool is in other processes):
+     * per-layer hooks run inside later executes (model/runner.h). */
+    void (*set_layer_hooks)(executor *ex, const runner_layer_hooks *h);
     /* Worker threads of this process that are idle between steps, or NULL. */
     threadpool *(*threadpool)(executor *ex);
     void (*free)(executor *ex);
@@ -67,6 +71,12 @@ static inline vllm_status executor_read_kv(executor *ex, int32_t layer, int32_t 
 static inline vllm_status executor_write_kv(executor *ex, int32_t layer, int32_t block, const void *k,
                                             const void *v) {
     return ex->ops->write_kv(ex, layer, block, k, v);
+}
+/* False (nothing set) if the executor cannot run hooks inside its forward. */
+static inline bool executor_set_layer_hooks(executor *ex, const runner_layer_hooks *h) {
+    if (!ex->ops->set_layer_hooks) return false;
+    ex->ops->set_layer_hooks(ex, h);
+    return true;
 }
 static inline threadpool *executor_threadpool(executor *ex) { return ex->ops->threadpool(ex); }
 /* NULL is a no-op. */

@@ -2,18 +2,26 @@
  * kv_connector.c - the connector's two sides over a kv_store; see
  * kv_connector.h.
  *
- * Staging: a lookup reads the matched blocks into `pending` (the one
- * sequence being admitted); update_state_after_alloc appends them to this
- * step's loads, which start_load_kv writes into the pool. Saves are read out
- * of the pool layer by layer into `saving`, then stored. The buffers grow to
- * the largest step seen (a lookup can stage a whole prompt's blocks), so
- * steady state allocates nothing.
+ * Staging: a lookup checks the matched blocks (kv_store_open: a file's
+ * header; a RAM block is copied into `pending`) for the one sequence being
+ * admitted; update_state_after_alloc appends them to this step's loads.
+ * start_load_kv wakes the worker thread, which reads the file loads layer by
+ * layer into `loads` (streaming each block's checksum, load_bad when wrong)
+ * and publishes layers_loaded; wait_for_layer_load (the forward's thread)
+ * waits for a layer and writes it into the pool. Saves are copied out of
+ * the pool layer by layer into `saving`; for block files the worker appends
+ * each copied layer to the files and renames them after the last. The
+ * buffers grow to the largest step seen, so steady state allocates nothing.
+ * Ownership: between start_load_kv and wait_for_save the worker writes only
+ * `loads` layers it has not published yet, load_bad and its checksum
+ * states; the engine reads only published layers; wmu orders the two.
  *
  * A block's payload is, for each layer l, K then V of executor_kv_block_bytes
  * each: [l][K|V][kv_block_bytes].
  *
- * TcpConnector threads: the KV server (producer) and fetches (consumer)
- * reach the store under `mu`; everything else runs on the engine thread.
+ * The store is reached under `mu` by the engine, the worker (renames) and
+ * the TcpConnector's threads: the KV server (producer) and fetches
+ * (consumer); the worker's file reads and writes need no lock.
  * Wire format (little-endian, one connection per fetch):
  *   client: kv_wire_header {magic, tag, block_bytes, n}, then n 16-byte hashes
  *   server: per hash, one byte (1 = found) and, if found, block_bytes of
@@ -38,6 +46,7 @@
 #include <xxhash.h>
 
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -49,27 +58,55 @@ struct kv_connector {
     int32_t num_layers, block_size;
     uint64_t meta_tag;               /* the model and layout tag (kv_store's) */
     size_t half_bytes, block_bytes;  /* one layer's K (or V); a whole block */
+    bool save_files;                 /* saves stream block files (the shared shape) */
 
     const seq *pending_seq;          /* the sequence the staged blocks belong to */
     int32_t num_pending;
-    unsigned char *pending;          /* (num_pending, block_bytes) */
-    size_t cap_pending;              /* in blocks */
+    unsigned char *pending;          /* (num_pending, block_bytes): RAM blocks, copied at the lookup */
+    kv_store_ref *pending_refs;      /* (num_pending) */
+    size_t cap_pending, cap_pending_refs; /* in blocks */
 
     int32_t num_loads;               /* this step */
-    int32_t *load_blocks;
+    int32_t *load_blocks;            /* (num_loads) pool ids */
+    seq **load_seqs;                 /* (num_loads) whose block */
+    kv_store_ref *load_refs;         /* (num_loads) */
     unsigned char *loads;            /* (num_loads, block_bytes) */
-    size_t cap_load_blocks, cap_loads;
+    unsigned char *load_bad;         /* (num_loads) LOAD_OK, LOAD_UNREADABLE, LOAD_CHECKSUM (the worker's) */
+    XXH3_state_t **load_sums;        /* (num_loads) streamed checksums, created as needed */
+    size_t cap_load_blocks, cap_load_seqs, cap_load_refs, cap_loads, cap_load_bad, cap_load_sums;
+    int32_t num_load_sums;           /* created so far */
+    seq **error_seqs;                /* sequences whose loads failed this step */
+    int32_t num_error_seqs;
+    size_t cap_error_seqs;
 
     int32_t num_saves;
     int32_t *save_blocks;
     block_hash *save_hashes;
     unsigned char *saving;           /* (num_saves, block_bytes) */
-    size_t cap_save_blocks, cap_save_hashes, cap_saving;
+    unsigned char *save_bad;         /* (num_saves) a part could not be written (the worker's) */
+    XXH3_state_t **save_sums;        /* (num_saves) */
+    size_t cap_save_blocks, cap_save_hashes, cap_saving, cap_save_bad, cap_save_sums;
+    int32_t num_save_sums;
 
     kv_connector_meta meta;
 
+    /* The worker thread: reads this step's file loads a layer at a time
+     * while the forward runs, and streams saved layers into block files.
+     * Under wmu; the engine waits on progress, the worker on work. */
+    pthread_mutex_t wmu;
+    pthread_cond_t work, progress;
+    pthread_t worker;
+    bool worker_running, worker_stop;
+    bool step_active;                /* between start_load_kv and wait_for_save */
+    int32_t load_target;             /* layers the worker reads this step (0: every load was in RAM) */
+    int32_t layers_loaded;           /* read by the worker so far */
+    int32_t layers_copied;           /* saved layers copied out of the pool (engine) */
+    int32_t layers_written;          /* of them, written by the worker */
+    double t_first_wait, t_loaded;   /* layer 0's wait (engine), the last layer read (worker) */
+    int64_t load_delay_us;           /* VLLMC_DEBUG_KV_LOAD_DELAY_US: the worker sleeps per layer (tests) */
+
     /* TcpConnector */
-    pthread_mutex_t mu;              /* the store, between the engine and the threads below */
+    pthread_mutex_t mu;              /* the store, between the engine and the threads */
     pthread_cond_t cv;               /* num_fetches reached 0 */
     int32_t num_fetches;             /* running fetch threads */
     int listen_fd;                   /* KV server (producer), or -1 */
@@ -78,6 +115,10 @@ struct kv_connector {
     bool server_running;
     atomic_int stop;                 /* kv_connector_free tells the server thread to end */
 };
+
+enum { LOAD_OK, LOAD_UNREADABLE, LOAD_CHECKSUM };
+
+static void *worker_main(void *arg);
 
 #define KV_WIRE_MAGIC 0x4843544546564b56ull /* "VKVFETCH" */
 #define KV_WIRE_MAX_BLOCKS (1 << 20)
@@ -514,10 +555,20 @@ vllm_status kv_connector_create(const kv_connector_config *cfg, executor *ex, kv
     } else if (cfg->kind == KV_CONNECTOR_TCP) {
         sc.ram_budget = cfg->cpu_bytes;
     }
+    c->save_files = cfg->kind == KV_CONNECTOR_SHARED_STORAGE;
+    const char *delay = getenv("VLLMC_DEBUG_KV_LOAD_DELAY_US");
+    c->load_delay_us = delay ? strtoll(delay, NULL, 10) : 0;
     c->listen_fd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    pthread_cond_init(&c->work, NULL);
+    pthread_cond_init(&c->progress, NULL);
     vllm_status rc = kv_store_create(&sc, &c->store);
+    if (rc == VLLM_OK) {
+        if (pthread_create(&c->worker, NULL, worker_main, c) == 0) c->worker_running = true;
+        else rc = vllm_error(VLLM_ERR_NOMEM, "kv_connector: cannot start the worker thread");
+    }
     if (rc == VLLM_OK && cfg->kind == KV_CONNECTOR_TCP && saves_kv(c)) rc = start_server(c);
     if (rc != VLLM_OK) {
         kv_connector_free(c);
@@ -546,6 +597,26 @@ void kv_connector_free(kv_connector *c) {
     if (!c) return;
     c->stop = 1;
     if (c->server_running) pthread_join(c->server, NULL);
+    if (c->worker_running) {
+        pthread_mutex_lock(&c->wmu);
+        c->worker_stop = true;
+        pthread_cond_signal(&c->work);
+        pthread_mutex_unlock(&c->wmu);
+        pthread_join(c->worker, NULL);
+    }
+    pthread_mutex_destroy(&c->wmu);
+    pthread_cond_destroy(&c->work);
+    pthread_cond_destroy(&c->progress);
+    for (int32_t i = 0; i < c->num_load_sums; i++) XXH3_freeState(c->load_sums[i]);
+    for (int32_t i = 0; i < c->num_save_sums; i++) XXH3_freeState(c->save_sums[i]);
+    free(c->load_sums);
+    free(c->save_sums);
+    free(c->pending_refs);
+    free(c->load_seqs);
+    free(c->load_refs);
+    free(c->load_bad);
+    free(c->error_seqs);
+    free(c->save_bad);
     if (c->listen_fd >= 0) close(c->listen_fd);
     pthread_mutex_lock(&c->mu); /* fetches end within their timeouts */
     while (c->num_fetches > 0) pthread_cond_wait(&c->cv, &c->mu);
@@ -579,11 +650,14 @@ int32_t kv_connector_get_num_new_matched_tokens(kv_connector *c, seq *q, int32_t
     for (int32_t i = num_hits; i < limit; i++) {
         block_hash h;
         if (!kv_cache_manager_block_hash(c->kvm, q, i, &h)) break;
-        if (buf_grow((void **)&c->pending, &c->cap_pending, (size_t)c->num_pending + 1, c->block_bytes) != VLLM_OK)
+        size_t need = (size_t)c->num_pending + 1;
+        if (buf_grow((void **)&c->pending, &c->cap_pending, need, c->block_bytes) != VLLM_OK ||
+            buf_grow((void **)&c->pending_refs, &c->cap_pending_refs, need, sizeof *c->pending_refs) != VLLM_OK)
             break;
         pthread_mutex_lock(&c->mu);
         bool ok = kv_store_contains(c->store, h) &&
-                  kv_store_get(c->store, h, c->pending + (size_t)c->num_pending * c->block_bytes);
+                  kv_store_open(c->store, h, c->pending + (size_t)c->num_pending * c->block_bytes,
+                                &c->pending_refs[c->num_pending]);
         pthread_mutex_unlock(&c->mu);
         if (!ok) break;
         c->num_pending++;
@@ -599,15 +673,31 @@ vllm_status kv_connector_update_state_after_alloc(kv_connector *c, seq *q, int32
     size_t need = (size_t)c->num_loads + (size_t)num_blocks;
     vllm_status rc;
     if ((rc = buf_grow((void **)&c->load_blocks, &c->cap_load_blocks, need, sizeof *c->load_blocks)) != VLLM_OK ||
+        (rc = buf_grow((void **)&c->load_seqs, &c->cap_load_seqs, need, sizeof *c->load_seqs)) != VLLM_OK ||
+        (rc = buf_grow((void **)&c->load_refs, &c->cap_load_refs, need, sizeof *c->load_refs)) != VLLM_OK ||
+        (rc = buf_grow((void **)&c->load_bad, &c->cap_load_bad, need, 1)) != VLLM_OK ||
         (rc = buf_grow((void **)&c->loads, &c->cap_loads, need, c->block_bytes)) != VLLM_OK)
         return rc;
     const int32_t *table = seq_block_table(q, 0);
-    for (int32_t i = 0; i < num_blocks; i++) c->load_blocks[c->num_loads + i] = table[first_block + i];
-    memcpy(c->loads + (size_t)c->num_loads * c->block_bytes, c->pending, (size_t)num_blocks * c->block_bytes);
+    for (int32_t i = 0; i < num_blocks; i++) {
+        int32_t k = c->num_loads + i;
+        c->load_blocks[k] = table[first_block + i];
+        c->load_seqs[k] = q;
+        c->load_refs[k] = c->pending_refs[i];
+        if (c->load_refs[k].in_ram)
+            memcpy(c->loads + (size_t)k * c->block_bytes, c->pending + (size_t)i * c->block_bytes, c->block_bytes);
+    }
     c->num_loads += num_blocks;
     c->pending_seq = NULL;
     c->num_pending = 0;
     return VLLM_OK;
+}
+
+/* True if the step already saves h (two sequences filling equal blocks). */
+static bool saving_hash(const kv_connector *c, block_hash h) {
+    for (int32_t i = 0; i < c->num_saves; i++)
+        if (c->save_hashes[i].lo == h.lo && c->save_hashes[i].hi == h.hi) return true;
+    return false;
 }
 
 vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_output *so,
@@ -628,12 +718,13 @@ vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_o
             pthread_mutex_lock(&c->mu);
             bool have = kv_store_contains(c->store, h);
             pthread_mutex_unlock(&c->mu);
-            if (have) continue;
+            if (have || saving_hash(c, h)) continue;
             size_t need = (size_t)c->num_saves + 1;
             if ((rc = buf_grow((void **)&c->save_blocks, &c->cap_save_blocks, need, sizeof *c->save_blocks)) !=
                     VLLM_OK ||
                 (rc = buf_grow((void **)&c->save_hashes, &c->cap_save_hashes, need, sizeof *c->save_hashes)) !=
                     VLLM_OK ||
+                (rc = buf_grow((void **)&c->save_bad, &c->cap_save_bad, need, 1)) != VLLM_OK ||
                 (rc = buf_grow((void **)&c->saving, &c->cap_saving, need, c->block_bytes)) != VLLM_OK)
                 return rc;
             c->save_blocks[c->num_saves] = table[b];
@@ -655,40 +746,199 @@ bool kv_connector_request_finished(kv_connector *c, const request *r) {
     return false;
 }
 
-/* ---- worker side ---- */
+/* ---- the worker thread ---- */
 
-vllm_status kv_connector_start_load_kv(kv_connector *c, const kv_connector_meta *m) {
-    vllm_status rc = VLLM_OK;
-    for (int32_t i = 0; i < m->num_loads && rc == VLLM_OK; i++) {
-        const unsigned char *blk = c->loads + (size_t)i * c->block_bytes;
-        for (int32_t l = 0; l < c->num_layers && rc == VLLM_OK; l++)
-            rc = executor_write_kv(c->ex, l, m->load_blocks[i], blk + (size_t)(2 * l) * c->half_bytes,
-                                   blk + (size_t)(2 * l + 1) * c->half_bytes);
-    }
-    c->num_loads = 0; /* the loads of the next step start afresh */
-    return rc;
-}
-
-vllm_status kv_connector_wait_for_layer_load(kv_connector *c, int32_t layer) {
-    (void)c;
-    (void)layer; /* start_load_kv wrote every layer already */
+/* Grows a list of streamed checksums to n states. */
+static vllm_status grow_sums(XXH3_state_t ***sums, size_t *cap, int32_t *num, int32_t n) {
+    vllm_status rc = buf_grow((void **)sums, cap, (size_t)n, sizeof **sums);
+    if (rc != VLLM_OK) return rc;
+    for (; *num < n; (*num)++)
+        if (!((*sums)[*num] = XXH3_createState())) return vllm_error(VLLM_ERR_NOMEM, "kv_connector: out of memory");
     return VLLM_OK;
 }
 
-vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta *m, int32_t layer) {
+/* Layer l of every load read from a file: K and V are contiguous in the
+ * payload ([l][K|V]), read at once and added to the block's checksum; the
+ * last layer settles it. */
+static void load_layer(kv_connector *c, int32_t l) {
+    size_t off = (size_t)(2 * l) * c->half_bytes, n = 2 * c->half_bytes;
+    for (int32_t i = 0; i < c->num_loads; i++) {
+        if (c->load_refs[i].in_ram || c->load_bad[i]) continue;
+        unsigned char *dst = c->loads + (size_t)i * c->block_bytes + off;
+        if (!kv_store_read_part(c->store, &c->load_refs[i], off, n, dst)) {
+            c->load_bad[i] = LOAD_UNREADABLE;
+            continue;
+        }
+        if (l == 0) XXH3_64bits_reset(c->load_sums[i]);
+        XXH3_64bits_update(c->load_sums[i], dst, n);
+        if (l == c->num_layers - 1 && XXH3_64bits_digest(c->load_sums[i]) != c->load_refs[i].checksum)
+            c->load_bad[i] = LOAD_CHECKSUM;
+    }
+}
+
+/* Layer l of every save into its block file; the last layer renames it into place. */
+static void write_layer(kv_connector *c, int32_t l) {
+    size_t off = (size_t)(2 * l) * c->half_bytes, n = 2 * c->half_bytes;
+    for (int32_t i = 0; i < c->num_saves; i++) {
+        const unsigned char *src = c->saving + (size_t)i * c->block_bytes + off;
+        if (l == 0) XXH3_64bits_reset(c->save_sums[i]);
+        if (!c->save_bad[i]) {
+            XXH3_64bits_update(c->save_sums[i], src, n);
+            if (kv_store_write_part(c->store, c->save_hashes[i], off, n, src) != VLLM_OK) {
+                log_warn("KV connector: a block was not saved: %s", vllm_errmsg());
+                c->save_bad[i] = 1;
+            }
+        }
+        if (l == c->num_layers - 1) {
+            pthread_mutex_lock(&c->mu);
+            if (kv_store_write_finish(c->store, c->save_hashes[i], XXH3_64bits_digest(c->save_sums[i]),
+                                      !c->save_bad[i]) != VLLM_OK)
+                log_warn("KV connector: a block was not saved: %s", vllm_errmsg());
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+}
+
+static void *worker_main(void *arg) {
+    kv_connector *c = arg;
+    pthread_mutex_lock(&c->wmu);
+    while (!c->worker_stop) {
+        if (c->layers_loaded < c->load_target) { /* loads first: the forward waits for them */
+            int32_t l = c->layers_loaded;
+            pthread_mutex_unlock(&c->wmu);
+            load_layer(c, l);
+            if (c->load_delay_us > 0) usleep((useconds_t)c->load_delay_us);
+            pthread_mutex_lock(&c->wmu);
+            c->layers_loaded = l + 1;
+            if (l + 1 == c->load_target) c->t_loaded = vllm_monotonic_time();
+            pthread_cond_broadcast(&c->progress);
+        } else if (c->layers_written < c->layers_copied) {
+            int32_t l = c->layers_written;
+            pthread_mutex_unlock(&c->wmu);
+            write_layer(c, l);
+            pthread_mutex_lock(&c->wmu);
+            c->layers_written = l + 1;
+            pthread_cond_broadcast(&c->progress);
+        } else {
+            pthread_cond_wait(&c->work, &c->wmu);
+        }
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return NULL;
+}
+
+/* ---- worker side ---- */
+
+static vllm_status hook_before_attention(void *ctx, int32_t layer) {
+    return kv_connector_wait_for_layer_load(ctx, layer);
+}
+
+static vllm_status hook_after_layer(void *ctx, int32_t layer) {
+    kv_connector *c = ctx;
+    return kv_connector_save_kv_layer(c, &c->meta, layer);
+}
+
+void kv_connector_layer_hooks(kv_connector *c, runner_layer_hooks *out) {
+    *out = (runner_layer_hooks){.before_attention = hook_before_attention, .after_layer = hook_after_layer, .ctx = c};
+}
+
+vllm_status kv_connector_start_load_kv(kv_connector *c, const kv_connector_meta *m) {
+    (void)m;
+    c->num_error_seqs = 0;
+    int32_t from_files = 0;
+    for (int32_t i = 0; i < c->num_loads; i++) {
+        c->load_bad[i] = LOAD_OK;
+        if (!c->load_refs[i].in_ram) from_files++;
+    }
     vllm_status rc = VLLM_OK;
-    for (int32_t i = 0; i < m->num_saves && rc == VLLM_OK; i++) {
-        unsigned char *blk = c->saving + (size_t)i * c->block_bytes;
-        rc = executor_read_kv(c->ex, layer, m->save_blocks[i], blk + (size_t)(2 * layer) * c->half_bytes,
-                              blk + (size_t)(2 * layer + 1) * c->half_bytes);
+    if (from_files > 0 && (rc = grow_sums(&c->load_sums, &c->cap_load_sums, &c->num_load_sums, c->num_loads)) != VLLM_OK)
+        return rc;
+    if (c->save_files && c->num_saves > 0) {
+        if ((rc = grow_sums(&c->save_sums, &c->cap_save_sums, &c->num_save_sums, c->num_saves)) != VLLM_OK)
+            return rc;
+        memset(c->save_bad, 0, (size_t)c->num_saves);
+    }
+    pthread_mutex_lock(&c->wmu);
+    c->step_active = true;
+    c->layers_loaded = c->layers_copied = c->layers_written = 0;
+    c->load_target = from_files > 0 ? c->num_layers : 0;
+    c->t_first_wait = c->t_loaded = 0;
+    pthread_cond_signal(&c->work);
+    pthread_mutex_unlock(&c->wmu);
+    return VLLM_OK;
+}
+
+vllm_status kv_connector_wait_for_layer_load(kv_connector *c, int32_t layer) {
+    if (!c->step_active || c->num_loads == 0) return VLLM_OK;
+    pthread_mutex_lock(&c->wmu);
+    if (layer == 0) c->t_first_wait = vllm_monotonic_time();
+    while (c->layers_loaded <= layer && c->load_target > 0) pthread_cond_wait(&c->progress, &c->wmu);
+    pthread_mutex_unlock(&c->wmu);
+    /* every load goes in, a bad one too: its sequence's step is void (wait_for_save) */
+    vllm_status rc = VLLM_OK;
+    size_t off = (size_t)(2 * layer) * c->half_bytes;
+    for (int32_t i = 0; i < c->num_loads && rc == VLLM_OK; i++) {
+        const unsigned char *blk = c->loads + (size_t)i * c->block_bytes + off;
+        rc = executor_write_kv(c->ex, layer, c->load_blocks[i], blk, blk + c->half_bytes);
     }
     return rc;
 }
 
-vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m) {
-    for (int32_t i = 0; i < m->num_saves; i++) {
+vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta *m, int32_t layer) {
+    if (!c->step_active || m->num_saves == 0) return VLLM_OK;
+    vllm_status rc = VLLM_OK;
+    for (int32_t i = 0; i < m->num_saves && rc == VLLM_OK; i++) {
+        unsigned char *blk = c->saving + (size_t)i * c->block_bytes + (size_t)(2 * layer) * c->half_bytes;
+        rc = executor_read_kv(c->ex, layer, m->save_blocks[i], blk, blk + c->half_bytes);
+    }
+    if (rc == VLLM_OK && c->save_files) {
+        pthread_mutex_lock(&c->wmu);
+        c->layers_copied = layer + 1;
+        pthread_cond_signal(&c->work);
+        pthread_mutex_unlock(&c->wmu);
+    }
+    return rc;
+}
+
+/* After the loads: the sequences whose blocks failed, each once; the bad
+ * files rejected in the store. */
+static vllm_status collect_load_errors(kv_connector *c) {
+    for (int32_t i = 0; i < c->num_loads; i++) {
+        if (!c->load_bad[i]) continue;
         pthread_mutex_lock(&c->mu);
-        vllm_status rc = kv_store_put(c->store, c->save_hashes[i], c->saving + (size_t)i * c->block_bytes);
+        kv_store_reject(c->store, &c->load_refs[i],
+                        c->load_bad[i] == LOAD_CHECKSUM ? "checksum mismatch" : "unreadable payload");
+        pthread_mutex_unlock(&c->mu);
+        bool seen = false;
+        for (int32_t k = 0; k < c->num_error_seqs && !seen; k++) seen = c->error_seqs[k] == c->load_seqs[i];
+        if (seen) continue;
+        vllm_status rc = buf_grow((void **)&c->error_seqs, &c->cap_error_seqs, (size_t)c->num_error_seqs + 1,
+                                  sizeof *c->error_seqs);
+        if (rc != VLLM_OK) return rc;
+        c->error_seqs[c->num_error_seqs++] = c->load_seqs[i];
+    }
+    return VLLM_OK;
+}
+
+vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m) {
+    if (!c->step_active) return VLLM_OK;
+    pthread_mutex_lock(&c->wmu);
+    while (c->layers_loaded < c->load_target) pthread_cond_wait(&c->progress, &c->wmu);
+    while (c->layers_written < c->layers_copied) pthread_cond_wait(&c->progress, &c->wmu);
+    double ahead_ms = (c->t_loaded - c->t_first_wait) * 1e3;
+    bool timed = c->load_target > 0 && c->t_first_wait > 0;
+    c->step_active = false;
+    pthread_mutex_unlock(&c->wmu);
+    if (timed)
+        log_write(c->load_delay_us > 0 ? LOG_INFO : LOG_DEBUG, __FILE__, __LINE__,
+                  "KV connector: %d blocks loaded layer by layer; the forward reached layer 0's attention %.1f ms "
+                  "before the last layer was read", c->num_loads, ahead_ms);
+    vllm_status rc = collect_load_errors(c);
+    c->num_loads = 0; /* the loads of the next step start afresh */
+    if (rc != VLLM_OK) return rc;
+    for (int32_t i = 0; !c->save_files && i < m->num_saves; i++) {
+        pthread_mutex_lock(&c->mu);
+        rc = kv_store_put(c->store, c->save_hashes[i], c->saving + (size_t)i * c->block_bytes);
         pthread_mutex_unlock(&c->mu);
         if (rc == VLLM_ERR_NOMEM) return rc;
         if (rc != VLLM_OK) {
@@ -697,6 +947,11 @@ vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta 
         }
     }
     return VLLM_OK;
+}
+
+int32_t kv_connector_get_seqs_with_load_errors(kv_connector *c, seq *const **out) {
+    *out = c->error_seqs;
+    return c->num_error_seqs;
 }
 
 int32_t kv_connector_get_finished(kv_connector *c) {

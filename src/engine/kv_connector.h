@@ -18,10 +18,10 @@
  *     request_finished            a request is done: whether the connector
  *                                 still needs its blocks (never, here: every
  *                                 transfer completes within its step)
- *   worker side (the engine around the forward):
+ *   worker side (the engine around the forward, and inside it per layer):
  *     start_load_kv, wait_for_layer_load, save_kv_layer, wait_for_save,
  *     get_finished (which requests' asynchronous transfers completed: none,
- *     since ours are synchronous)
+ *     every transfer ends within its step)
  *
  * Blocks are named by their chained block hash (kv_cache_manager.h, fixed
  * seed), which covers every token before them, the LoRA id and the cache
@@ -29,13 +29,19 @@
  * blocks move; the last prompt token is always computed (its logits are
  * needed), so a consumer computes at most one block of a prompt itself.
  *
- * Safety: get_num_new_matched_tokens reads and checks each block it counts
- * (kv_store.h: tag, hash, size, checksum) into a staging buffer; the first
- * missing or bad block ends the match, and the rest is computed locally. So
- * a block the pool receives was verified, and a failure shows as a shorter
- * match, never as wrong KV or a stuck request. Loads are written into the
- * pool before the step's forward (no overlap with compute); saves are read
- * out of the pool after it.
+ * Safety: get_num_new_matched_tokens checks each block it counts without
+ * reading its payload (kv_store_open: a file's header, tag, hash, size and
+ * length; a RAM block is copied whole), so a missing block or a bad header
+ * ends the match. The payload is read during the forward, layer by layer,
+ * on the worker thread, and its XXH3-64 streamed; once the last layer is
+ * read a mismatch (or a read that failed) voids the step of the sequence
+ * that loaded the block: it goes back to the waiting queue with its blocks
+ * freed (never cached), the file is refused from then on, and its next
+ * admission loads only the blocks before it and computes the rest. So no
+ * token, logprob or cached block ever derives from a bad block. Loads
+ * overlap the forward (layer l is read while layers < l compute); saves are
+ * copied out of the pool after each layer and a shared-storage connector's
+ * worker writes them into the files meanwhile.
  *
  * Connectors (kv_transfer_config.kv_connector):
  *   SharedStorageConnector  block files under
@@ -154,14 +160,36 @@ vllm_status kv_connector_build_connector_meta(kv_connector *c, const scheduler_o
 /* True if the connector still holds r's blocks (never: transfers are synchronous). */
 bool kv_connector_request_finished(kv_connector *c, const request *r);
 
-/* ---- worker side ---- */
+/* ---- worker side ----
+ *
+ * One step: build_connector_meta, start_load_kv (the worker thread starts
+ * reading the loads kept in files, a layer at a time, into staging), the
+ * forward, wait_for_save. Inside the forward (the runner's layer hooks,
+ * kv_connector_layer_hooks) wait_for_layer_load(l) runs just before layer
+ * l's attention and save_kv_layer(l) just after it; an executor without
+ * hooks calls every wait_for_layer_load before the forward and every
+ * save_kv_layer after it (same bytes, no overlap). */
 
+/* The hooks to install in a local executor (executor_set_layer_hooks):
+ * wait_for_layer_load and save_kv_layer of the step's meta. */
+void kv_connector_layer_hooks(kv_connector *c, runner_layer_hooks *out);
 vllm_status kv_connector_start_load_kv(kv_connector *c, const kv_connector_meta *m);
+/* Waits until the worker has read layer's K/V of the step's loads, then
+ * writes them into the pool (on the calling thread: the forward's). */
 vllm_status kv_connector_wait_for_layer_load(kv_connector *c, int32_t layer);
-/* After the forward: copies layer's K/V of the blocks to save. */
+/* Copies layer's K/V of the blocks to save out of the pool; a shared-storage
+ * connector's worker then appends them to the blocks' files. */
 vllm_status kv_connector_save_kv_layer(kv_connector *c, const kv_connector_meta *m, int32_t layer);
-/* Stores the saved blocks (a store that cannot write is logged, not fatal). */
+/* Ends the step: waits for the worker (loads read, files written), checks
+ * the loads' checksums, stores the saves (a store that cannot write is
+ * logged, not fatal). */
 vllm_status kv_connector_wait_for_save(kv_connector *c, const kv_connector_meta *m);
+/* After wait_for_save: the sequences whose loaded blocks failed their check
+ * this step (vLLM's get_block_ids_with_load_errors, by sequence). Their step
+ * is void: the engine sends them back to be recomputed
+ * (scheduler_recompute_seq) before scheduler_update; the bad files are
+ * refused from then on, so the new lookup stops before them. */
+int32_t kv_connector_get_seqs_with_load_errors(kv_connector *c, seq *const **out);
 /* Requests whose asynchronous transfers finished: always 0 here. */
 int32_t kv_connector_get_finished(kv_connector *c);
 

@@ -44,6 +44,8 @@ typedef struct entry {
     unsigned char *data;             /* RAM: (block_bytes) */
 } entry;
 
+#define KV_NUM_REJECTED 64
+
 struct kv_store {
     kv_store_config cfg;
     char *dir;
@@ -51,6 +53,10 @@ struct kv_store {
     list_node ram_lru, disk_lru;
     int64_t ram_used, disk_used;
     kv_store_stats st;
+    /* files whose payload failed its checksum after kv_store_open passed
+     * them (a ring: a file that stays bad is refused without rereading) */
+    struct { block_hash h; uint64_t file_id; } rejected[KV_NUM_REJECTED];
+    int32_t num_rejected;
 };
 
 static void hex_key(block_hash h, char out[33]) {
@@ -130,11 +136,17 @@ static entry *find(const kv_store *s, block_hash h) {
     return n ? map_entry(n, entry, by_key) : NULL;
 }
 
+static void tmp_path(const kv_store *s, block_hash h, char *out, size_t n) {
+    char path[4096];
+    file_path(s, h, path, sizeof path);
+    snprintf(out, n, "%s.%ld.tmp", path, (long)getpid());
+}
+
 /* Writes the block file whole (temporary name, then rename). */
 static vllm_status write_file(kv_store *s, block_hash h, const void *src) {
     char path[4096], tmp[4200];
     file_path(s, h, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    tmp_path(s, h, tmp, sizeof tmp);
     kv_file_header hd = {.magic = KV_FILE_MAGIC,
                          .tag = s->cfg.tag,
                          .hash_lo = h.lo,
@@ -283,3 +295,138 @@ vllm_status kv_store_put(kv_store *s, block_hash h, const void *src) {
 }
 
 void kv_store_get_stats(const kv_store *s, kv_store_stats *out) { *out = s->st; }
+
+/* ---- piece by piece ---- */
+
+static bool was_rejected(const kv_store *s, block_hash h, uint64_t file_id) {
+    int32_t n = s->num_rejected < KV_NUM_REJECTED ? s->num_rejected : KV_NUM_REJECTED;
+    for (int32_t i = 0; i < n; i++)
+        if (s->rejected[i].h.lo == h.lo && s->rejected[i].h.hi == h.hi && s->rejected[i].file_id == file_id)
+            return true;
+    return false;
+}
+
+/* Checks a block file's header and length without reading its payload. */
+static bool open_file(kv_store *s, block_hash h, kv_store_ref *ref) {
+    char path[4096];
+    file_path(s, h, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    kv_file_header hd;
+    struct stat stt;
+    const char *why = NULL;
+    if (pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) why = "short header";
+    else if (hd.magic != KV_FILE_MAGIC) why = "bad magic";
+    else if (hd.tag != s->cfg.tag) why = "written for another model or KV layout";
+    else if (hd.hash_lo != h.lo || hd.hash_hi != h.hi) why = "block hash differs from its name";
+    else if (hd.payload_bytes != s->cfg.block_bytes) why = "wrong payload size";
+    else if (fstat(fd, &stt) != 0 || stt.st_size < (off_t)file_bytes(s)) why = "short payload";
+    else if (stt.st_size > (off_t)file_bytes(s)) why = "trailing bytes";
+    close(fd);
+    if (why) {
+        s->st.num_bad++;
+        log_warn("kv_store: block file %s rejected (%s); the block will be recomputed", path, why);
+        return false;
+    }
+    uint64_t id[3] = {(uint64_t)stt.st_ino, (uint64_t)stt.st_mtim.tv_sec, (uint64_t)stt.st_mtim.tv_nsec};
+    ref->file_id = XXH3_64bits(id, sizeof id);
+    if (was_rejected(s, h, ref->file_id)) return false;
+    ref->checksum = hd.checksum;
+    return true;
+}
+
+bool kv_store_open(kv_store *s, block_hash h, void *dst, kv_store_ref *ref) {
+    *ref = (kv_store_ref){.h = h};
+    if (!tiered(s)) {
+        bool ok = open_file(s, h, ref);
+        if (ok) s->st.disk_hits++;
+        return ok;
+    }
+    entry *en = find(s, h);
+    if (!en) return false;
+    if (en->tier == TIER_RAM) {
+        memcpy(dst, en->data, s->cfg.block_bytes);
+        ref->in_ram = true;
+        list_remove(&en->lru);
+        list_push_front(&s->ram_lru, &en->lru);
+        s->st.ram_hits++;
+        return true;
+    }
+    if (!open_file(s, h, ref)) {
+        drop_entry(s, en);
+        return false;
+    }
+    list_remove(&en->lru);
+    list_push_front(&s->disk_lru, &en->lru);
+    s->st.disk_hits++;
+    return true;
+}
+
+bool kv_store_read_part(const kv_store *s, const kv_store_ref *ref, size_t off, size_t n, void *dst) {
+    char path[4096];
+    file_path(s, ref->h, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pread(fd, (char *)dst + done, n - done, (off_t)(sizeof(kv_file_header) + off + done));
+        if (k <= 0) break;
+        done += (size_t)k;
+    }
+    close(fd);
+    return done == n;
+}
+
+void kv_store_reject(kv_store *s, const kv_store_ref *ref, const char *why) {
+    char path[4096];
+    file_path(s, ref->h, path, sizeof path);
+    s->st.num_bad++;
+    log_warn("kv_store: block file %s rejected (%s); the block will be recomputed", path, why);
+    s->rejected[s->num_rejected % KV_NUM_REJECTED].h = ref->h;
+    s->rejected[s->num_rejected % KV_NUM_REJECTED].file_id = ref->file_id;
+    s->num_rejected++;
+    entry *en = tiered(s) ? find(s, ref->h) : NULL;
+    if (en && en->tier == TIER_DISK) drop_entry(s, en);
+}
+
+vllm_status kv_store_write_part(const kv_store *s, block_hash h, size_t off, size_t n, const void *src) {
+    char tmp[4200];
+    tmp_path(s, h, tmp, sizeof tmp);
+    int fd = open(tmp, off == 0 ? O_WRONLY | O_CREAT | O_TRUNC : O_WRONLY, 0644);
+    if (fd < 0) return vllm_error(VLLM_ERR_IO, "kv_store: cannot write %s: %s", tmp, strerror(errno));
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pwrite(fd, (const char *)src + done, n - done, (off_t)(sizeof(kv_file_header) + off + done));
+        if (k <= 0) break;
+        done += (size_t)k;
+    }
+    bool ok = done == n;
+    if (close(fd) != 0) ok = false;
+    return ok ? VLLM_OK : vllm_error(VLLM_ERR_IO, "kv_store: cannot write %s: %s", tmp, strerror(errno));
+}
+
+vllm_status kv_store_write_finish(kv_store *s, block_hash h, uint64_t checksum, bool ok) {
+    char path[4096], tmp[4200];
+    file_path(s, h, path, sizeof path);
+    tmp_path(s, h, tmp, sizeof tmp);
+    if (!ok) {
+        unlink(tmp);
+        return VLLM_OK;
+    }
+    kv_file_header hd = {.magic = KV_FILE_MAGIC,
+                         .tag = s->cfg.tag,
+                         .hash_lo = h.lo,
+                         .hash_hi = h.hi,
+                         .payload_bytes = s->cfg.block_bytes,
+                         .checksum = checksum};
+    int fd = open(tmp, O_WRONLY);
+    bool good = fd >= 0 && pwrite(fd, &hd, sizeof hd, 0) == (ssize_t)sizeof hd;
+    if (fd >= 0 && close(fd) != 0) good = false;
+    if (!good || rename(tmp, path) != 0) {
+        vllm_status rc = vllm_error(VLLM_ERR_IO, "kv_store: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    s->st.puts++;
+    return VLLM_OK;
+}

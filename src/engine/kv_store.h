@@ -24,7 +24,8 @@
  *     process wrote, deleted on eviction and at kv_store_free), else it is
  *     dropped. One in-memory index over both tiers.
  *
- * Not thread-safe: the engine thread owns it.
+ * Not thread-safe: callers serialize (kv_connector.c: one lock), except
+ * for the _part functions below, which touch only files.
  */
 #ifndef VLLM_ENGINE_KV_STORE_H
 #define VLLM_ENGINE_KV_STORE_H
@@ -67,5 +68,44 @@ bool kv_store_get(kv_store *s, block_hash h, void *dst);
 vllm_status kv_store_put(kv_store *s, block_hash h, const void *src);
 
 void kv_store_get_stats(const kv_store *s, kv_store_stats *out);
+
+/* ---- piece by piece (kv_connector's layer-wise loads and saves) ----
+ *
+ * A load: kv_store_open checks a block without reading a file's payload,
+ * kv_store_read_part reads the payload a part at a time (a layer's K and V),
+ * and the caller checks the parts against ref.checksum (XXH3-64 of the whole
+ * payload, streamed) and calls kv_store_reject if they differ. A save into
+ * the shared shape: kv_store_write_part in order of offset, then
+ * kv_store_write_finish with the payload's checksum, which renames the file
+ * into place (a reader never sees a partial file). The _part functions touch
+ * no state of the store (only its files): another thread may call them
+ * without the caller's lock. */
+
+typedef struct kv_store_ref {
+    block_hash h;
+    uint64_t checksum;               /* a file's: its header's XXH3-64 of the payload */
+    uint64_t file_id;                /* a file's inode and modification time, mixed */
+    bool in_ram;                     /* the payload was copied whole by kv_store_open */
+} kv_store_ref;
+
+/* Is block h there? A RAM block is copied whole into dst (in_ram). A file
+ * must have a good header (magic, tag, hash, size), the right length, and
+ * not be one kv_store_reject saw (the same inode and modification time: a
+ * file written again, renamed into place, is new) (logged, counted in
+ * num_bad, when wrong; a rejected tiered file is dropped). */
+bool kv_store_open(kv_store *s, block_hash h, void *dst, kv_store_ref *ref);
+/* Bytes [off, off + n) of an opened file's payload into dst; false if the
+ * file is gone or short. */
+bool kv_store_read_part(const kv_store *s, const kv_store_ref *ref, size_t off, size_t n, void *dst);
+/* The payload read did not match ref->checksum (or could not be read): the
+ * block is counted bad, logged with why, dropped (tiered), and kv_store_open
+ * refuses this file until it is replaced. */
+void kv_store_reject(kv_store *s, const kv_store_ref *ref, const char *why);
+/* Shared shape only: bytes [off, off + n) of block h's payload into its
+ * temporary file (created at offset 0). Fails with VLLM_ERR_IO. */
+vllm_status kv_store_write_part(const kv_store *s, block_hash h, size_t off, size_t n, const void *src);
+/* Writes the header with the checksum and renames the file into place
+ * (counted in puts); on failure, or with ok false, deletes it instead. */
+vllm_status kv_store_write_finish(kv_store *s, block_hash h, uint64_t checksum, bool ok);
 
 #endif

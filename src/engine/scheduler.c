@@ -455,6 +455,25 @@ void scheduler_abort_request(scheduler *s, request *r) {
     for (int32_t i = 0; i < r->n; i++) scheduler_finish_seq(s, &r->seqs[i], VLLM_FINISH_ABORT);
 }
 
+void scheduler_recompute_seq(scheduler *s, seq *q, double now) {
+    if (q->status != SEQ_STATUS_RUNNING) return;
+    list_remove(&q->node);
+    s->num_running--;
+    s->running_seats -= seq_num_seats(q);
+    kv_cache_manager_free_blocks(s->kv, q);
+    q->num_computed_tokens = 0;
+    q->num_drafts = 0;
+    if (q->num_tokens == q->req->num_prompt_tokens) { /* nothing reported yet counted the void step's hits */
+        q->scheduled_once = false;
+        q->num_cached_tokens = 0;
+    }
+    q->status = SEQ_STATUS_PREEMPTED;
+    if (use_priority(s)) waiting_insert_sorted(s, q);
+    else list_push_front(&s->waiting, &q->node);
+    s->num_waiting++;
+    add_event(s, q, VLLM_EVENT_PREEMPTED, now);
+}
+
 /* Appends one committed token; *why = the stop rule it triggers (NONE to go on). */
 static vllm_status append_and_check(scheduler *s, seq *q, int32_t token, vllm_finish_reason *why) {
     vllm_status rc = seq_append_token(q, token);

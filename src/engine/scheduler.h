@@ -151,6 +151,13 @@ vllm_status scheduler_update(scheduler *s, const int32_t *committed, const int32
  * Unforked siblings of an aborted seq 0 finish with it. */
 void scheduler_finish_seq(scheduler *s, seq *q, vllm_finish_reason reason);
 void scheduler_abort_request(scheduler *s, request *r);
+/* After the forward, before scheduler_update: q's step is void (a KV
+ * connector's load failed its check). Like a preemption: its blocks go back
+ * uncached, it waits at the front to be computed again (its next admission
+ * looks up the prefix cache and the connector afresh), and scheduler_update
+ * skips it. A sequence that has produced nothing yet reports cached tokens
+ * from that next admission. No-op unless q is running. */
+void scheduler_recompute_seq(scheduler *s, seq *q, double now);
 
 /* Slots in running sequences' blocks that hold no computed token (the tail
  * of each one's last block): vllm_scheduler_stats.num_kv_slots_empty. */

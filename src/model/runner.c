@@ -157,6 +157,7 @@ struct runner {
     float *upfull;              /* (T, inter) up's output when gate/up have deltas */
 
     moe *moe;                   /* the sparse MLP blocks' scratch (model/moe.h), for a MoE model */
+    runner_layer_hooks hooks;   /* a KV connector's, or all NULL */
 };
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -408,6 +409,10 @@ kv_dtype runner_kv_cache_dtype(const runner *r) { return r->kv_type; }
 int32_t runner_num_layers(const runner *r) { return r->n_layers; }
 
 threadpool *runner_threadpool(runner *r) { return r->pool; }
+
+void runner_set_layer_hooks(runner *r, const runner_layer_hooks *h) {
+    r->hooks = h ? *h : (runner_layer_hooks){0};
+}
 
 /* The K array of a layer's slot (all blocks); V follows kv_half_bytes later. */
 static uint8_t *kv_slot(const runner *r, int32_t layer) {
@@ -893,7 +898,9 @@ vllm_status runner_forward(runner *r, const step_batch *b, float *logits) {
         lora_stage(r, LORA_V, r->xb, r->dim, r->v, r->kv_dim);
 
         run_rows(r, stage_rope_store, T);
+        if (r->hooks.before_attention && (rc = r->hooks.before_attention(r->hooks.ctx, l)) != VLLM_OK) break;
         run_attention(r);
+        if (r->hooks.after_layer && (rc = r->hooks.after_layer(r->hooks.ctx, l)) != VLLM_OK) break;
 
         /* o_proj adds into the residual stream, or (Gemma) goes through
          * its post-norm first */

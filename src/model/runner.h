@@ -117,6 +117,20 @@ int32_t runner_num_layers(const runner *r);
 vllm_status runner_read_kv(const runner *r, int32_t layer, int32_t block, void *k, void *v);
 vllm_status runner_write_kv(runner *r, int32_t layer, int32_t block, const void *k, const void *v);
 
+/* Per-layer hooks around every later forward (a KV connector's layer-wise
+ * loads and saves): before_attention(ctx, l) runs on the forward's thread
+ * just before layer l's attention reads the pool (its loads must be in by
+ * then), after_layer(ctx, l) once layer l's K/V of the batch are stored and
+ * its attention ran. Both may read and write the pool (runner_read_kv,
+ * runner_write_kv). A non-OK return ends the forward with that status.
+ * NULL (or NULL members) removes them. */
+typedef struct runner_layer_hooks {
+    vllm_status (*before_attention)(void *ctx, int32_t layer);
+    vllm_status (*after_layer)(void *ctx, int32_t layer);
+    void *ctx;
+} runner_layer_hooks;
+void runner_set_layer_hooks(runner *r, const runner_layer_hooks *h);
+
 /* The runner's worker threads, idle between forwards (the sampler borrows them). */
 threadpool *runner_threadpool(runner *r);
 

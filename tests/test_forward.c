@@ -8,6 +8,9 @@
  *    architecture variant and dtype (odd sizes: head_dim 12, dim 44), and
  *    with the KV cache in each --kv-cache-dtype (FP8 also with per-layer
  *    k_scale/v_scale);
+ *  - long contexts (1100 positions, three 512-position attention
+ *    partitions): decoding alone on 2 or 3 threads (the runner's split-K
+ *    path) and beside short sequences gives one prefill's bits on 1 thread;
  *  - the KV accessors and block copies in each KV cache dtype;
  *  - validation: every malformed batch is VLLM_ERR_INVALID, with a message;
  *  - golden: greedy decoding from BOS on models/stories260K, one token per

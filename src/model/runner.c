@@ -846,7 +846,8 @@ static void run_attention(runner *r) {
     int64_t items = (int64_t)b->num_tokens * r->n_kv, ctx = 0;
     for (int32_t t = 0; t < b->num_tokens; t++) ctx += b->positions[t] + 1;
     int64_t macs = 2 * ctx * r->n_heads * r->head_dim;
-    if (macs >= PARALLEL_MIN_MACS && r->nth > 1 && items < (int64_t)ATT_SPLIT_ITEMS_PER_THREAD * r->nth) {
+    if (macs >= PARALLEL_MIN_MACS && r->nth > 1 && items < (int64_t)ATT_SPLIT_ITEMS_PER_THREAD * r->nth &&
+        r->group <= ATTENTION_MAX_GROUP) {
         /* few (token, kv head) items for the threads, e.g. one long
          * sequence decoding: split each token's context into its
          * partitions, when there are several and their states fit */

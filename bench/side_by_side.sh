@@ -30,7 +30,14 @@ usage() {
   cat <<'EOF'
 usage: bench/side_by_side.sh [options]
   --only LIST       comma-separated subset of: membw, decode, prefill, batch16, shared64,
-                    serve, scaling, idle, startup, kv, moe   (default: all but moe)
+                    serve, scaling, idle, startup, kv   (default: all), and the opt-in
+                    moe (mixture of experts) and longctx (long-context attention)
+  --long-ctx LIST   longctx: contexts in tokens (4096,16384,32768)
+  --long-seqs LIST  longctx: sequences (1,16); 1 = llama-bench pp / tg at depth vs
+                    bench_forward --prefill / --context; N = llama-batched-bench vs
+                    bench_forward --batch N
+  --long-model F    longctx: GGUF file (default: DIR/tinyllama-2l-q8_0.gguf, TinyLlama-1.1B's
+                    attention and MLP shapes with 2 layers and 32768 positions, written once)
   --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k"), or
                     real models by name (smollm2, gemma3: scripts/fetch_models.sh), e.g.
                     --types smollm2,gemma3 --batch-types smollm2,gemma3 --serve-type smollm2
@@ -58,6 +65,7 @@ EOF
 }
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
+long_ctx="4096,16384,32768" long_seqs="1,16" long_model=""
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
 mtype=q8_0 isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2,3" logs=""
 while [ $# -gt 0 ]; do
@@ -75,6 +83,9 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift ;;
     --rate-x) rate_x=$2; shift ;;
     --isa) isa=$2; shift ;;
+    --long-ctx) long_ctx=$2; shift ;;
+    --long-seqs) long_seqs=$2; shift ;;
+    --long-model) long_model=$2; shift ;;
     --quick) quick=1 ;;
     -h|--help) usage; exit 0 ;;
     --moe-type) mtype=$2; shift ;;
@@ -85,6 +96,9 @@ done
 [[ "$threads" =~ ^[1-9][0-9]*$ && "$reps" =~ ^[1-9][0-9]*$ ]] ||
   { echo "side_by_side: --threads and --repeats take positive integers" >&2; exit 2; }
 num_re='^([0-9]+[.]?[0-9]*|[.][0-9]+)$'
+for x in ${long_ctx//,/ } ${long_seqs//,/ }; do
+  [[ "$x" =~ ^[1-9][0-9]*$ ]] || { echo "side_by_side: --long-ctx and --long-seqs take positive integers, not '$x'" >&2; exit 2; }
+done
 for x in $rate ${rate_x//,/ }; do
   [[ "$x" =~ $num_re ]] && awk -v x="$x" 'BEGIN { exit !(x > 0) }' ||
     { echo "side_by_side: --rate and --rate-x take positive numbers, not '$x'" >&2; exit 2; }
@@ -96,7 +110,7 @@ case "$isa" in
   *) echo "side_by_side: --isa takes native or avx2, not '$isa'" >&2; exit 2 ;;
 esac
 for s in ${only//,/ }; do
-  case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv,moe," in
+  case ",membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv,moe,longctx," in
     *",$s,"*) ;; *) echo "side_by_side: unknown --only item '$s'" >&2; exit 2 ;;
   esac
 done
@@ -537,6 +551,61 @@ if want moe; then
     "$(fmt "$(tp_field "$logs/ours-throughput-moe.log" 2)")" "≥ 1.5x"
   row "$B16 seqs x ($P16+$G16), $MT, decode-only tok/s (S_TG / bench_forward)" \
     "$(fmt "$(bb_field "$logs/llama-batched-moe.log" speed_tg)")" "$(fmt "$(bf_best "$logs/ours-batchdecode-moe.log" 2)")" "(≥ 1.5x)"
+fi
+
+# ---- 10. long context (opt-in: --only longctx) ---------------------------------
+# Attention over 4k-32k positions of F16 KV (llama.cpp's default cache type;
+# ours --kv-cache-dtype float16), llama.cpp with flash attention (-fa on).
+# 1 sequence: llama-bench pp C (prefill from empty) and tg LTG at depth C
+# (-d C: the context is prefilled untimed) against bench_forward --prefill C
+# and --context C (prefilled untimed in chunks of 512, then LTG decode
+# steps). N sequences: llama-batched-bench -npp C -ntg LTG -npl N (S_PP,
+# S_TG) against bench_forward --batch N --prefill C --decode LTG.
+# The model has TinyLlama-1.1B's shapes but 2 layers, so that prefilling the
+# contexts takes minutes, not hours, on 2 threads; attention is then most of
+# the work at long contexts.
+LTG=16
+if want longctx; then
+  lf=${long_model:-$dir/tinyllama-2l-q8_0.gguf}
+  if [ ! -f "$lf" ]; then
+    [ -n "$long_model" ] && die "--long-model $long_model does not exist"
+    say "writing the 2-layer TinyLlama-shaped model with 32768 positions to $lf"
+    $py tools/make_random_model.py "$dir/tinyllama-2l" --preset tinyllama-1.1b --layers 2 --max-pos 32768 \
+      >/dev/null || die "make_random_model failed"
+    $py tools/make_gguf.py "$dir/tinyllama-2l" "$lf" --type q8_0 >/dev/null || die "make_gguf failed"
+  fi
+  for S in ${long_seqs//,/ }; do
+    if [ "$S" = 1 ]; then
+      run "ours-longctx-decode" "$bf" --model "$lf" --threads "$threads" --context "$long_ctx" --decode "$LTG" \
+        --repeat "$reps" --kv-cache-dtype float16
+    fi
+    for C in ${long_ctx//,/ }; do
+      if [ "$S" = 1 ]; then
+        run "llama-longctx-pp$C" "$lbin/llama-bench" -m "$lf" -fa on -t "$threads" -p "$C" -n 0 -r "$reps" -o json
+        run "llama-longctx-tg$C" "$lbin/llama-bench" -m "$lf" -fa on -t "$threads" -p 0 -n "$LTG" -d "$C" \
+          -r "$reps" -o json
+        run "ours-longctx-pp$C" "$bf" --model "$lf" --threads "$threads" --prefill "$C" --decode 0 --repeat "$reps" \
+          --kv-cache-dtype float16
+        o=$(sed -n "s/^run [0-9]*: float16 *context *$C: .* = \([0-9.]*\) tok\/s$/\1/p" "$logs/ours-longctx-decode.log" |
+          sort -g | tail -1)
+        row "long context: prefill $C tokens, 1 seq, tok/s" "$(fmt "$(lb_best "$logs/llama-longctx-pp$C.log" "$C" 0)")" \
+          "$(fmt "$(bf_best "$logs/ours-longctx-pp$C.log" 1)")" "≥ 1.0x"
+        row "long context: decode at $C tokens, 1 seq, tok/s (tg$LTG)" \
+          "$(fmt "$(lb_best "$logs/llama-longctx-tg$C.log" 0 "$LTG")")" "$(fmt "$o")" "≥ 1.0x"
+      else
+        run "llama-longctx-b$S-$C" "$lbin/llama-batched-bench" -m "$lf" -fa on -t "$threads" \
+          -c $((S * (C + LTG))) -b 2048 -ub 512 -npp "$C" -ntg "$LTG" -npl "$S" --output-format jsonl
+        run "ours-longctx-b$S-$C" "$bf" --model "$lf" --threads "$threads" --batch "$S" --prefill "$C" \
+          --decode "$LTG" --repeat 1 --kv-cache-dtype float16
+        row "long context: $S seqs x $C-token prompts, prefill tok/s (S_PP)" \
+          "$(fmt "$(bb_field "$logs/llama-longctx-b$S-$C.log" speed_pp)")" \
+          "$(fmt "$(bf_best "$logs/ours-longctx-b$S-$C.log" 1)")" "≥ 1.5x"
+        row "long context: $S seqs at $C tokens, decode tok/s (S_TG, tg$LTG)" \
+          "$(fmt "$(bb_field "$logs/llama-longctx-b$S-$C.log" speed_tg)")" \
+          "$(fmt "$(bf_best "$logs/ours-longctx-b$S-$C.log" 2)")" "≥ 1.5x"
+      fi
+    done
+  done
 fi
 
 # ---- the table ----------------------------------------------------------------

@@ -8,6 +8,9 @@
  *    architecture variant and dtype (odd sizes: head_dim 12, dim 44), and
  *    with the KV cache in each --kv-cache-dtype (FP8 also with per-layer
  *    k_scale/v_scale);
+ *  - long contexts (1100 positions, three 512-position attention
+ *    partitions): decoding alone on 2 or 3 threads (the runner's split-K
+ *    path) and beside short sequences gives one prefill's bits on 1 thread;
  *  - the KV accessors and block copies in each KV cache dtype;
  *  - validation: every malformed batch is VLLM_ERR_INVALID, with a message;
  *  - golden: greedy decoding from BOS on models/stories260K, one token per
@@ -16,7 +19,7 @@
  *
  * The numerics themselves are checked against PyTorch by test_forward_ref.sh.
  */
-/* checks: 12 */
+/* checks: 13 */
 /* tags: tsan */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
@@ -145,7 +148,7 @@ static fake_model *fake_model_create(model_arch arch, dtype t, bool tied) {
 
 /* ---- a tiny scheduler: sequences of fixed tokens, fed in chunks ------------ */
 
-enum { MAX_SEQS = 64, MAX_LEN = 256, BLOCK_SIZE = 16, NUM_BLOCKS = 1200, MAX_BLOCKS = MAX_LEN / BLOCK_SIZE };
+enum { MAX_SEQS = 64, MAX_LEN = 1152, BLOCK_SIZE = 16, NUM_BLOCKS = 1200, MAX_BLOCKS = MAX_LEN / BLOCK_SIZE };
 
 typedef struct sim_seq {
     const int32_t *tokens;
@@ -320,6 +323,40 @@ TEST(test_invariance_kv_cache_dtypes) {
     if (!harness_failed()) check_invariance_kv(&f->m, "fp8_e4m3 with scales", KV_DTYPE_FP8_E4M3);
     if (!harness_failed()) check_invariance_kv(&f->m, "fp8_e5m2 with scales", KV_DTYPE_FP8_E5M2);
     fake_model_free(f);
+}
+
+/* Long contexts (several 512-position attention partitions): one sequence
+ * of 1100 tokens decoded one token per step on 2 and 3 threads (too few
+ * (token, kv head) items for the threads, so the runner splits each
+ * token's context across them: split-K) and beside 3 short sequences gives
+ * the bits of one prefill in chunks of 512 on 1 thread (no split). */
+TEST(test_invariance_long_context_split_k) {
+    fake_model *f = fake_model_create(MODEL_ARCH_LLAMA, DTYPE_F32, false);
+    f->m.config.max_position_embeddings = 2048;
+    int32_t vocab = f->m.config.vocab_size, len = 1100;
+    int32_t *tokens = malloc(sizeof(int32_t) * 4 * MAX_LEN);
+    for (int i = 0; i < 4 * MAX_LEN; i++) tokens[i] = (int32_t)((frand() + 1) * 0.5f * (vocab - 1));
+    runner *r1 = make_runner(&f->m, 1), *r2 = make_runner(&f->m, 2), *r3 = make_runner(&f->m, 3);
+    CHECK(r1 && r2 && r3, "runner_create");
+    float *ref = logits_alone(r1, vocab, tokens, len, 512);
+    float *got2 = logits_alone(r2, vocab, tokens, len, 1), *got3 = logits_alone(r3, vocab, tokens, len, 1);
+    size_t bytes = sizeof(float) * (size_t)len * vocab;
+    bool ok = ref && got2 && got3, same2 = ok && !memcmp(got2, ref, bytes), same3 = ok && !memcmp(got3, ref, bytes);
+    sim_seq seqs[4];
+    for (int s = 0; s < 4; s++)
+        seqs[s] = (sim_seq){.tokens = tokens + s * MAX_LEN, .len = s ? 40 * s : len, .chunk = s ? 3 : 1,
+                            .start_step = s ? 600 + 5 * s : 0,
+                            .logits = calloc((size_t)(s ? 40 * s : len) * vocab, sizeof(float))};
+    vllm_status rc = sim_run(r3, vocab, seqs, 4, 512);
+    bool same_b = ok && rc == VLLM_OK && !memcmp(seqs[0].logits, ref, bytes);
+    for (int s = 0; s < 4; s++) free(seqs[s].logits);
+    free(ref), free(got2), free(got3), free(tokens);
+    runner_free(r1), runner_free(r2), runner_free(r3);
+    fake_model_free(f);
+    CHECK(ok, "forward failed: %s", vllm_errmsg());
+    CHECK(same2 && same3, "decoding 1100 tokens one by one on %s threads differs from one prefill on 1",
+          same2 ? "3" : "2");
+    CHECK(same_b, "a long sequence decoding beside 3 short ones differs from alone");
 }
 
 /* ---- validation -------------------------------------------------------------- */
@@ -598,6 +635,7 @@ int main(void) {
     RUN(test_invariance_llama_q8_0_gguf);
     RUN(test_invariance_llama_q4_0_gguf_tied);
     RUN(test_invariance_kv_cache_dtypes);
+    RUN(test_invariance_long_context_split_k);
     RUN(test_invalid_batches);
     RUN(test_copy_block);
     RUN(test_kv_read_write_blocks);

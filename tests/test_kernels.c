@@ -7,7 +7,7 @@
  * kernels (rmsnorm, "dispatch" swiglu and geglu) run once per level through the
  * variants below.
  */
-/* checks: 17 */
+/* checks: 19 */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
 #include <math.h>
@@ -327,7 +327,7 @@ static void check_attention_vs_naive(attention_fn fn, const char *name, attentio
                 float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
                 float *ref = malloc(sizeof(float) * (size_t)hd), *out2 = malloc(sizeof(float) * (size_t)(group * hd));
                 bool same = true;
-                float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
+                float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs, hd));
                 for (int i = 0; i < group * hd; i++) q[i] = frand();
                 double worst = 0;
                 /* full context, then sliding windows of 1, 5 and 2 blocks + 1 (the
@@ -386,6 +386,89 @@ TEST(test_attention_paged_avx512_vs_naive) {
     check_attention_vs_naive(attention_paged_avx512, "avx512", attention_paged_avx2);
 }
 
+/* Split-K on long contexts (several 512-position partitions): the
+ * dispatched attention_paged against the naive reference (full context and
+ * a sliding window that starts mid-partition), and bit-identical to its
+ * partitions computed one by one in reverse order (as threads might finish
+ * them) then merged; same_bits (if given) and fn also bit-identical there.
+ * F32 and F16 pools, block sizes 16 and 3 (partitions of 510 positions). */
+static void check_attention_split(attention_fn fn, const char *name, attention_fn same_bits) {
+    const int32_t hd = 64, group = 4, kv_heads = 2, n_max = 2100, kvh = 1;
+    const int32_t block_sizes[] = {16, 3}, ctxs[] = {1, 511, 512, 513, 1030, 1531, 2100}, windows[] = {0, 700};
+    const kv_dtype types[] = {KV_DTYPE_F32, KV_DTYPE_F16};
+    float *kk = malloc(sizeof(float) * (size_t)n_max * hd), *vv = malloc(sizeof(float) * (size_t)n_max * hd);
+    float *q = malloc(sizeof(float) * group * hd), *out = malloc(sizeof(float) * group * hd),
+          *out2 = malloc(sizeof(float) * group * hd), *ref = malloc(sizeof(float) * hd);
+    for (int i = 0; i < group * hd; i++) q[i] = 2 * frand();
+    double worst = 0;
+    bool same_merge = true, same_path = true;
+    int32_t most_parts = 0;
+    for (int it = 0; it < 2; it++)
+        for (int ib = 0; ib < 2; ib++) {
+            int32_t bs = block_sizes[ib], nblocks = (n_max + bs - 1) / bs + 2;
+            size_t pool = (size_t)nblocks * kv_heads * bs * hd;
+            void *kc = calloc(pool, 4), *vc = calloc(pool, 4);
+            int32_t *table = malloc(sizeof(int32_t) * (size_t)nblocks);
+            for (int32_t i = 0; i < nblocks; i++) table[i] = (int32_t)((i * 7L + 3) % nblocks); /* 7 coprime */
+            attention_args a = {.k_cache = kc, .v_cache = vc, .kv_heads = kv_heads, .head_dim = hd,
+                                .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .cache_dtype = types[it]};
+            float *rowk = malloc(sizeof(float) * kv_heads * hd), *rowv = malloc(sizeof(float) * kv_heads * hd);
+            for (int32_t p = 0; p < n_max; p++) {
+                for (int i = 0; i < kv_heads * hd; i++) rowk[i] = 2 * frand(), rowv[i] = frand();
+                if (types[it] == KV_DTYPE_F16) /* the reference sees the stored values */
+                    for (int i = 0; i < kv_heads * hd; i++)
+                        rowk[i] = f16_to_f32(f32_to_f16(rowk[i])), rowv[i] = f16_to_f32(f32_to_f16(rowv[i]));
+                attention_store_kv(&a, kc, vc, (int64_t)table[p / bs] * bs + p % bs, rowk, rowv);
+                memcpy(kk + (size_t)p * hd, rowk + kvh * hd, sizeof(float) * hd);
+                memcpy(vv + (size_t)p * hd, rowv + kvh * hd, sizeof(float) * hd);
+            }
+            float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs, hd));
+            int64_t sf = attention_state_floats(group, hd);
+            float *states = malloc(sizeof(float) * (size_t)(sf * (n_max / 500 + 2)));
+            for (int iw = 0; iw < 2; iw++)
+                for (int ic = 0; ic < 7; ic++) {
+                    int32_t n_ctx = ctxs[ic];
+                    a.window = windows[iw];
+                    int32_t start = a.window && n_ctx > a.window ? n_ctx - a.window : 0;
+                    fn(&a, out, q, group, kvh, table, n_ctx, scratch);
+                    for (int g = 0; g < group; g++) {
+                        attention_naive(ref, q + g * hd, kk + (size_t)start * hd, vv + (size_t)start * hd,
+                                        n_ctx - start, hd, a.scale);
+                        for (int i = 0; i < hd; i++) {
+                            double e = fabs((double)out[g * hd + i] - ref[i]);
+                            worst = isnan(e) ? INFINITY : fmax(worst, e);
+                        }
+                    }
+                    if (same_bits) {
+                        same_bits(&a, out2, q, group, kvh, table, n_ctx, scratch);
+                        same_path &= !memcmp(out, out2, sizeof(float) * group * hd);
+                    }
+                    /* partitions in reverse order, then the merge, with the
+                     * dispatched kernels */
+                    attention_paged(&a, out, q, group, kvh, table, n_ctx, scratch);
+                    int32_t np = attention_num_partitions(&a, n_ctx);
+                    if (np > most_parts) most_parts = np;
+                    for (int32_t k = np - 1; k >= 0; k--)
+                        attention_paged_partition(&a, states + k * sf, q, group, kvh, table, n_ctx, k, scratch);
+                    attention_merge_partitions(&a, out2, states, np, group);
+                    same_merge &= !memcmp(out, out2, sizeof(float) * group * hd);
+                }
+            free(kc), free(vc), free(table), free(rowk), free(rowv), free(scratch), free(states);
+        }
+    free(kk), free(vv), free(q), free(out), free(out2), free(ref);
+    CHECK(most_parts == 5, "%s: at most %d partitions, expected 5 (2100 positions of 510)", name, most_parts);
+    CHECK(worst < 2e-6, "%s: long contexts: max error %g against the naive reference", name, worst);
+    CHECK(same_merge, "%s: partitions computed apart and merged differ from attention_paged", name);
+    CHECK(same_path, "%s: long contexts: bits differ from the reference path", name);
+}
+
+TEST(test_attention_split_long) { check_attention_split(attention_paged, "dispatched", NULL); }
+
+TEST(test_attention_split_long_avx512) {
+    if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
+    check_attention_split(attention_paged_avx512, "avx512", attention_paged_avx2);
+}
+
 int main(void) {
     printf("# kernels: %s\n", kernels_isa_name(kernels_isa_get()));
     RUN(test_matmul_portable_vs_naive);
@@ -405,5 +488,7 @@ int main(void) {
     RUN(test_attention_paged_vs_naive);
     RUN(test_attention_paged_avx2_vs_naive);
     RUN(test_attention_paged_avx512_vs_naive);
+    RUN(test_attention_split_long);
+    RUN(test_attention_split_long_avx512);
     return harness_done();
 }

@@ -219,7 +219,7 @@ static void check_attention_types(attention_fn fn, const char *name, attention_f
                     float *q = malloc(sizeof(float) * (size_t)(group * hd)), *out = malloc(sizeof(float) * (size_t)(group * hd));
                     float *out_f = malloc(sizeof(float) * (size_t)(group * hd)), *out2 = malloc(sizeof(float) * (size_t)(group * hd));
                     float *ref = malloc(sizeof(float) * (size_t)hd);
-                    float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs));
+                    float *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(group, bs, hd));
                     for (int i = 0; i < group * hd; i++) q[i] = frand();
                     bool same_f32 = true, same = true;
                     double worst = 0;
@@ -432,7 +432,7 @@ static void check_torch_attention(attention_fn fn, const char *name) {
                 if (!same_float(ks, k.k_stored[(size_t)pos * k.hd + i]) || !same_float(vs, k.v_stored[(size_t)pos * k.hd + i]))
                     bad = (int64_t)pos * k.hd + i;
             }
-        float *out = malloc(sizeof(float) * qn), *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(k.group, bs));
+        float *out = malloc(sizeof(float) * qn), *scratch = malloc(sizeof(float) * (size_t)attention_scratch_floats(k.group, bs, k.hd));
         fn(&a, out, k.q, k.group, kvh, table, k.n_ctx, scratch);
         double worst = 0;
         for (size_t i = 0; i < qn; i++) {

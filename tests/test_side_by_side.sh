@@ -2,7 +2,7 @@
 # bench/side_by_side.sh and its helpers parse and answer --help; bench/membw
 # measures something and rejects bad arguments. (The benchmark itself takes
 # tens of minutes and is never run by the suite.)
-# checks: 21
+# checks: 22
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh bench/blas/run.sh; do
@@ -27,6 +27,9 @@ for bad in "--rate-x 0.9,x" "--rate-x 0" "--rate -1"; do
   if [ $rc -eq 2 ] && grep -q "take positive numbers" <<<"$out"; then echo "ok sbs_bad_rate:${bad// /=}"
   else echo "FAIL sbs_bad_rate:${bad// /=}: status $rc: $out"; fi
 done
+out=$(bench/side_by_side.sh --only longctx --long-ctx 4096,x 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "take positive integers, not 'x'" <<<"$out"; then echo "ok sbs_bad_long_ctx"
+else echo "FAIL sbs_bad_long_ctx: status $rc: $out"; fi
 out=$(bench/side_by_side.sh --isa avx512 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "takes native or avx2, not 'avx512'" <<<"$out"; then echo "ok sbs_bad_isa"
 else echo "FAIL sbs_bad_isa: status $rc: $out"; fi

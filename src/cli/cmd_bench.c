@@ -557,11 +557,12 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     static const char usage[] =
-        "usage: vllmc bench latency|throughput|serve|structured [options]\n"
+        "usage: vllmc bench latency|throughput|serve|structured|tune [options]\n"
         "  latency     time one batch through the engine (vllm bench latency)\n"
         "  throughput  offline throughput on the random dataset (vllm bench throughput)\n"
         "  serve       load-test an OpenAI-compatible server (vllm bench serve)\n"
         "  structured  JSONSchemaBench's MaskBench: schema compile and token mask times\n"
+        "  tune        server flags with the best throughput that meets an SLO (vLLM's auto_tune)\n"
         "Run 'vllmc bench <command> --help' for its options.\n";
     if (argc < 2) {
         fputs(usage, stderr);
@@ -572,6 +573,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(sub, "throughput")) return cmd_bench_throughput(argc - 1, argv + 1);
     if (!strcmp(sub, "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     if (!strcmp(sub, "structured")) return cmd_bench_structured(argc - 1, argv + 1);
+    if (!strcmp(sub, "tune")) return cmd_bench_tune(argc - 1, argv + 1);
     if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
         fputs(usage, stdout);
         return 0;

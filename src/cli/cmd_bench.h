@@ -14,6 +14,7 @@ int cmd_bench_latency(int argc, char **argv);
 int cmd_bench_throughput(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
 int cmd_bench_structured(int argc, char **argv); /* cmd_bench_structured.c: MaskBench */
+int cmd_bench_tune(int argc, char **argv);       /* cmd_bench_tune.c: vLLM's auto_tune */
 
 /* Takes the value of flag argv[*i] (inline "--flag=v" or the next argument),
  * advancing *i past it; NULL (and a message) if it is missing. */

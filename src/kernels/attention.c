@@ -28,6 +28,19 @@
  * query heads that share a KV head (GQA) are processed together so each K/V
  * block is loaded once.
  *
+ * Partitions (split-K): the context is scanned in partitions of 512
+ * positions (ATTENTION_PARTITION, whole blocks, aligned to absolute
+ * positions, so a function of the token's position alone), each an online
+ * softmax from a fresh state (max -inf, sum 0, output 0); partition k's
+ * state (o_k, m_k, l_k) is merged into the running one in partition order:
+ * m = max(m, m_k), l = l e^(m_old - m) + l_k e^(m_k - m), o likewise, by
+ * one non-inlined function (merge_state) whoever calls it. attention_paged
+ * runs the partitions one after the other; the runner can instead compute
+ * them on different threads (attention_paged_partition) and merge them
+ * afterwards (attention_merge_partitions): the same operations in the same
+ * order, so the same bits for any thread count and any batch. A context of
+ * at most 512 positions is one partition: the plain scan, as before.
+ *
  * Three implementations of the same algorithm: AVX2 (8 positions per vector,
  * a polynomial exp), AVX-512 (16 positions, two query heads' outputs per V
  * row load; every float operation the same as AVX2's, so the same bits) and
@@ -141,21 +154,113 @@ void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, i
     }
 }
 
+/* ---- partitions (split-K) ------------------------------------------------ */
+
+/* One partition of the scan, from an ISA's always-inline body: the
+ * unnormalized output of `group` heads over positions [p0, p1) into out,
+ * with its running max m and sum l. */
+typedef void partial_fn(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
+                        int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch);
+
+int32_t attention_partition_positions(const attention_args *a) {
+    int32_t bs = a->block_size > 0 ? a->block_size : 1;
+    return bs >= ATTENTION_PARTITION ? bs : ATTENTION_PARTITION / bs * bs;
+}
+
+/* Partition k (absolute, positions [k P, (k + 1) P)) clipped to the
+ * token's attended range [start, n_ctx). */
+static void partition_range(const attention_args *a, int32_t n_ctx, int32_t part, int32_t *p0, int32_t *p1) {
+    int32_t P = attention_partition_positions(a), start = window_start(a, n_ctx);
+    int64_t lo = ((int64_t)start / P + part) * P, hi = lo + P;
+    *p0 = lo > start ? (int32_t)lo : start;
+    *p1 = hi < n_ctx ? (int32_t)hi : n_ctx;
+}
+
+int32_t attention_num_partitions(const attention_args *a, int32_t n_ctx) {
+    if (n_ctx <= 0) return 0;
+    int32_t P = attention_partition_positions(a);
+    return (n_ctx - 1) / P - window_start(a, n_ctx) / P + 1;
+}
+
+/* (o, m, l) = the merge of itself (partitions 0 .. k-1) and partition k's
+ * (po, pm, pl): both rescaled to the larger max. Not inlined, so every
+ * path and every caller (the sequential scan, the runner's merge stage)
+ * runs these very instructions. */
+static __attribute__((noinline)) void merge_state(float *o, float *m, float *l, const float *po, const float *pm,
+                                                  const float *pl, int32_t group, int32_t hd) {
+    for (int32_t g = 0; g < group; g++) {
+        float mx = m[g] > pm[g] ? m[g] : pm[g];
+        if (mx == -INFINITY) continue;
+        float x = expf(m[g] - mx), y = expf(pm[g] - mx);
+        l[g] = l[g] * x + pl[g] * y;
+        float *og = o + (int64_t)g * hd;
+        const float *pg = po + (int64_t)g * hd;
+        for (int32_t i = 0; i < hd; i++) og[i] = og[i] * x + pg[i] * y;
+        m[g] = mx;
+    }
+}
+
+/* The whole attention of one token: partition by partition in position
+ * order, each scanned from a fresh state and merged into the first. */
+static void paged_driver(partial_fn *fn, const attention_args *a, float *out, const float *q, int32_t group,
+                         int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    const int32_t hd = a->head_dim, bsv = (a->block_size + 15) & ~15;
+    float *m = scratch + (int64_t)group * bsv, *l = m + group;
+    float *po = l + group, *pm = po + (int64_t)group * hd, *pl = pm + group;
+    softmax_begin(out, m, l, group, hd);
+    int32_t n = attention_num_partitions(a, n_ctx);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t p0, p1;
+        partition_range(a, n_ctx, k, &p0, &p1);
+        if (k == 0) {
+            fn(a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch);
+        } else {
+            fn(a, po, pm, pl, q, group, kv_head, block_table, p0, p1, scratch);
+            merge_state(out, m, l, po, pm, pl, group, hd);
+        }
+    }
+    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
+static partial_fn *partial_for_isa(void);
+
+void attention_paged_partition(const attention_args *a, float *state, const float *q, int32_t group,
+                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, int32_t part,
+                               float *scratch) {
+    const int32_t hd = a->head_dim;
+    int32_t p0, p1;
+    partition_range(a, n_ctx, part, &p0, &p1);
+    float *m = state + (int64_t)group * hd;
+    partial_for_isa()(a, state, m, m + group, q, group, kv_head, block_table, p0, p1, scratch);
+}
+
+void attention_merge_partitions(const attention_args *a, float *out, const float *states, int32_t nparts,
+                                int32_t group) {
+    const int32_t hd = a->head_dim;
+    const int64_t sf = attention_state_floats(group, hd);
+    float m[ATTENTION_MAX_GROUP], l[ATTENTION_MAX_GROUP];
+    memcpy(out, states, sizeof(float) * (size_t)group * (size_t)hd);
+    memcpy(m, states + (int64_t)group * hd, sizeof(float) * (size_t)group);
+    memcpy(l, states + (int64_t)group * hd + group, sizeof(float) * (size_t)group);
+    for (int32_t k = 1; k < nparts; k++) {
+        const float *s = states + k * sf;
+        merge_state(out, m, l, s, s + (int64_t)group * hd, s + (int64_t)group * hd + group, group, hd);
+    }
+    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
 /* ---- portable -------------------------------------------------------------- */
 
 static inline __attribute__((always_inline)) void
-portable_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
-              const int32_t *block_table, int32_t n_ctx, float *scratch) {
+portable_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
+              int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size;
     const size_t es = kv_dtype_size(T);
     const float scale = score_scale(a);
-    float *m = scratch + (int64_t)group * bs; /* (group) running max */
-    float *l = m + group;                     /* (group) running sum */
-    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
-        int32_t lo = b == start / bs ? start % bs : 0;
-        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
+    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
+        int32_t lo = b == p0 / bs ? p0 % bs : 0;
+        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
         const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
         const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
@@ -179,12 +284,16 @@ portable_impl(const kv_dtype T, const attention_args *a, float *out, const float
             }
         }
     }
-    softmax_end(out, l, group, hd, v_scale_of(a));
+}
+
+static void partial_portable(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
+                             int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, portable_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
 }
 
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, portable_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
+    paged_driver(partial_portable, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 
 /* ---- AVX2 -------------------------------------------------------------------- */
@@ -338,19 +447,17 @@ AVX2_FN void accum_head_avx2(const kv_dtype T, float *o, const float *e, const u
     accum_v_scalar(T, o, e, vb, hd, cnt, hd8);
 }
 
-AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group,
-                       int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q,
+                       int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1,
+                       float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd8 = hd & ~7;
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;          /* scores padded to whole pairs of vectors */
-    float *m = scratch + (int64_t)group * bsv;    /* (group) running max */
-    float *l = m + group;                         /* (group) running sum */
     const __m256 scale = _mm256_set1_ps(score_scale(a)), ninf = _mm256_set1_ps(-INFINITY);
-    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
-        int32_t lo = b == start / bs ? start % bs : 0;
-        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
+    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
+        int32_t lo = b == p0 / bs ? p0 % bs : 0;
+        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
         const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
         const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
@@ -404,12 +511,17 @@ AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, co
             for (int h = 0; h < G; h++) accum_v_scalar(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd8);
         }
     }
-    softmax_end(out, l, group, hd, v_scale_of(a));
 }
 
-AVX2_ENTRY void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group,
-                                     int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, avx2_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
+static AVX2_ENTRY void partial_avx2(const attention_args *a, float *out, float *m, float *l, const float *q,
+                                    int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0,
+                                    int32_t p1, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx2_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
+}
+
+void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                          const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    paged_driver(partial_avx2, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -494,19 +606,17 @@ AVX512_FN void accum_v_tail_avx512(const kv_dtype T, float *o, const float *e, c
 /* avx2_impl with 16-lane vectors: the same operations on every score,
  * weight and output element in the same order (vexp_avx512 is vexp_avx2 on
  * 16 lanes), so the same bits; one process uses either. */
-AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out, const float *q, int32_t group,
-                           int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q,
+                       int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1,
+                       float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd16 = hd & ~15;
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;
-    float *m = scratch + (int64_t)group * bsv;
-    float *l = m + group;
     const __m512 scale = _mm512_set1_ps(score_scale(a));
-    const int32_t start = window_start(a, n_ctx);
     softmax_begin(out, m, l, group, hd);
-    for (int32_t b = start / bs; (int64_t)b * bs < n_ctx; b++) {
-        int32_t lo = b == start / bs ? start % bs : 0;
-        int32_t cnt = (n_ctx - b * bs < bs ? n_ctx - b * bs : bs) - lo;
+    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
+        int32_t lo = b == p0 / bs ? p0 % bs : 0;
+        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
         int64_t base = block_base(a, block_table[b], kv_head);
         const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
         const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
@@ -562,14 +672,28 @@ AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out
             for (int h = 0; h < G; h++) accum_v_tail_avx512(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd16);
         }
     }
-    softmax_end(out, l, group, hd, v_scale_of(a));
 }
 
-AVX512_ENTRY void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group,
-                                         int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, avx512_impl, a, out, q, group, kv_head, block_table, n_ctx, scratch)
+static AVX512_ENTRY void partial_avx512(const attention_args *a, float *out, float *m, float *l, const float *q,
+                                    int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0,
+                                    int32_t p1, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx512_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
+}
+
+void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
+                          const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    paged_driver(partial_avx512, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 #endif
+
+static partial_fn *partial_for_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    kernels_isa isa = kernels_isa_get();
+    if (isa >= KERNELS_ISA_AVX512) return partial_avx512;
+    if (isa >= KERNELS_ISA_AVX2) return partial_avx2;
+#endif
+    return partial_portable;
+}
 
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                      const int32_t *block_table, int32_t n_ctx, float *scratch) {

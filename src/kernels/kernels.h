@@ -204,10 +204,41 @@ typedef struct attention_args {
                               * v_scale); 0 means 1. Ignored for the other types */
 } attention_args;
 
-/* Floats of scratch attention_paged needs for a group of query heads. */
-static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size) {
-    return (int64_t)group * (((block_size + 15) & ~15) + 2);
+/* Floats of scratch attention_paged (and attention_paged_partition) needs
+ * for a group of query heads: block scores, the running state, one
+ * partition's state. */
+static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size, int32_t head_dim) {
+    return (int64_t)group * (((block_size + 15) & ~15) + 2) + (int64_t)group * (head_dim + 2);
 }
+
+/* Split-K. The context of a token is scanned in partitions of
+ * attention_partition_positions(a) positions (ATTENTION_PARTITION rounded
+ * down to whole blocks), aligned to absolute positions: partition k holds
+ * positions [k P, (k + 1) P) of those the token attends to. Each partition
+ * is an online softmax from a fresh state; the states are merged in
+ * partition order. attention_paged does exactly that in one call;
+ * attention_paged_partition computes one partition's state, so threads can
+ * share one long sequence, and attention_merge_partitions merges them with
+ * the same instructions in the same order: the same bits however the work
+ * was split, and (the partitions being a function of the position alone)
+ * whatever the batch. One partition (n_ctx <= P) is the plain scan. */
+enum { ATTENTION_PARTITION = 512, ATTENTION_MAX_GROUP = 64 };
+int32_t attention_partition_positions(const attention_args *a);
+int32_t attention_num_partitions(const attention_args *a, int32_t n_ctx);
+/* Floats of one partition's state: the unnormalized output
+ * (group, head_dim), then the running max (group) and sum (group). */
+static inline int64_t attention_state_floats(int32_t group, int32_t head_dim) {
+    return (int64_t)group * (head_dim + 2);
+}
+/* state = partition `part` (0 .. attention_num_partitions - 1) of the token
+ * attention_paged describes; scratch as attention_paged's. */
+void attention_paged_partition(const attention_args *a, float *state, const float *q, int32_t group,
+                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, int32_t part,
+                               float *scratch);
+/* out (group, head_dim) = the normalized merge of nparts consecutive states
+ * (attention_state_floats apart), in order. group <= ATTENTION_MAX_GROUP. */
+void attention_merge_partitions(const attention_args *a, float *out, const float *states, int32_t nparts,
+                                int32_t group);
 
 /* Writes one token's K and V, (kv_heads, head_dim) each, into slot
  * (block * block_size + offset) of k_cache / v_cache (the pool a describes),
@@ -223,7 +254,7 @@ void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, i
  *            or with a window only n_ctx - window .. n_ctx-1: the blocks
  *            before the window are never read (their table entries may be
  *            anything, e.g. -1 once freed)
- *   scratch: attention_scratch_floats(group, block_size) floats
+ *   scratch: attention_scratch_floats(group, block_size, head_dim) floats
  * Scans the context block by block in position order with an online softmax
  * (running max and sum), the same sequence of operations for a token whether
  * it is decoded alone or prefilled in a batch. */

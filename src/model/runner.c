@@ -45,7 +45,10 @@
  *
  * Threads: each stage is one threadpool_run over work items claimed by
  * whichever thread is free: (row chunk, token chunk) for matmuls, (token,
- * kv head) for attention, chunks of TOKEN_CHUNK tokens for the per-token
+ * kv head) for attention (or, when those are too few for the threads, e.g.
+ * one long sequence decoding, (token, kv head, 512-position partition of
+ * its context) and a merge: split-K, run_attention), chunks of TOKEN_CHUNK
+ * tokens for the per-token
  * stages. Stages with little work (norms and RoPE at decode, everything of a
  * tiny model) run on the calling thread without waking the pool.
  *
@@ -87,6 +90,8 @@ enum {
     MM_STREAM_BYTES = 512 << 10, /* ... when there is no reuse (< 4 tokens): longer streams */
     TOKEN_CHUNK = 8,            /* rows per work item of the per-token stages */
     PARALLEL_MIN_MACS = 1 << 17, /* matmul/attention stages smaller than this run on the caller */
+    ATT_SPLIT_MAX_STATES = 1024, /* split-K partition states a step may hold */
+    ATT_SPLIT_ITEMS_PER_THREAD = 4, /* split-K when (token, kv head) items are fewer than this per thread */
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
@@ -139,6 +144,9 @@ struct runner {
     float *rope;                /* (T, head_dim): cos (head_dim/2) then sin */
     float *rope_local;          /* (T, head_dim) the same for the sliding layers, or NULL */
     float *att_scratch;         /* (nth, attention_scratch_floats) */
+    float *att_part;            /* (ATT_SPLIT_MAX_STATES, attention_state_floats) split-K states */
+    int32_t *att_nparts;        /* (T) partitions of each token's context, in a split step */
+    int32_t *att_first;         /* (T + 1) first state (and work item) of each token, in a split step */
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
     uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
@@ -324,7 +332,10 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->up = alloc_floats((size_t)r->nth * MM_TOKEN_CHUNK * MM_MAX_ROWS, &rc);
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
-    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size), &rc);
+    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size, r->head_dim), &rc);
+    r->att_part = alloc_floats(ATT_SPLIT_MAX_STATES * (size_t)attention_state_floats(r->group, r->head_dim), &rc);
+    r->att_nparts = alloc_zeroed(T, sizeof(int32_t), &rc);
+    r->att_first = alloc_zeroed(T + 1, sizeof(int32_t), &rc);
     if (model_has_act_quant(m)) {
         int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
         if (r->inter > kmax) kmax = r->inter;
@@ -380,6 +391,9 @@ void runner_free(runner *r) {
     free(r->xq);
     free(r->xa);
     free(r->att_scratch);
+    free(r->att_part);
+    free(r->att_nparts);
+    free(r->att_first);
     free(r->token_seq);
     free(r->upfull);
     lora_batch_deinit(&r->lora);
@@ -649,13 +663,11 @@ static void stage_rope_store(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
-/* Items: (token, kv head), i = token * n_kv + head. */
-static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
-    runner *r = arg;
-    const step_batch *b = r->b;
+/* The attention_args of the current layer. */
+static attention_args layer_attention(const runner *r) {
     const layer_weights *lw = &r->m->w.layers[r->layer];
     const uint8_t *k_cache = kv_slot(r, r->layer);
-    attention_args a = {
+    return (attention_args){
         .k_cache = k_cache,
         .v_cache = k_cache + r->kv_half_bytes,
         .kv_heads = r->n_kv,
@@ -667,14 +679,60 @@ static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
         .k_scale = lw->k_scale,
         .v_scale = lw->v_scale,
     };
+}
+
+static float *att_scratch_of(const runner *r, int ith) {
+    return r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size, r->head_dim);
+}
+
+static const int32_t *block_table_of(const runner *r, int32_t t) {
+    const step_batch *b = r->b;
     int32_t G = r->layout.num_groups, g = r->layout.layer_group[r->layer];
-    float *scratch = r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size);
+    return b->block_tables + ((int64_t)r->token_seq[t] * G + g) * b->max_blocks_per_seq;
+}
+
+/* Items: (token, kv head), i = token * n_kv + head. */
+static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    const attention_args a = layer_attention(r);
+    float *scratch = att_scratch_of(r, ith);
     for (int64_t i = lo; i < hi; i++) {
-        int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), s = r->token_seq[t];
+        int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv);
         int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
-        attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h,
-                        b->block_tables + ((int64_t)s * G + g) * b->max_blocks_per_seq, b->positions[t] + 1,
+        attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h, block_table_of(r, t), r->b->positions[t] + 1,
                         scratch);
+    }
+}
+
+/* Split-K items: (token, kv head, partition); token t's are
+ * att_first[t] .. att_first[t + 1] - 1, kv head major. Item i's state goes
+ * to att_part row i. */
+static void stage_attention_part(void *arg, int64_t lo, int64_t hi, int ith) {
+    runner *r = arg;
+    const attention_args a = layer_attention(r);
+    const int64_t sf = attention_state_floats(r->group, r->head_dim);
+    float *scratch = att_scratch_of(r, ith);
+    int32_t t = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        while (i >= r->att_first[t + 1]) t++;
+        int32_t np = r->att_nparts[t], h = (int32_t)((i - r->att_first[t]) / np), k = (int32_t)((i - r->att_first[t]) % np);
+        int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
+        attention_paged_partition(&a, r->att_part + i * sf, r->q + qoff, r->group, h, block_table_of(r, t),
+                                  r->b->positions[t] + 1, k, scratch);
+    }
+}
+
+/* Items: (token, kv head): its partition states merged in order. */
+static void stage_attention_merge(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    const attention_args a = layer_attention(r);
+    const int64_t sf = attention_state_floats(r->group, r->head_dim);
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), np = r->att_nparts[t];
+        int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
+        attention_merge_partitions(&a, r->att + qoff, r->att_part + (r->att_first[t] + (int64_t)h * np) * sf, np,
+                                   r->group);
     }
 }
 
@@ -796,12 +854,39 @@ static void run_matmul(runner *r, int64_t tokens) {
 }
 
 /* Runs the attention stage; chunks of one (token, kv head) unless the whole
- * stage is small (under PARALLEL_MIN_MACS). */
+ * stage is small (under PARALLEL_MIN_MACS). With fewer (token, kv head)
+ * items than ATT_SPLIT_ITEMS_PER_THREAD per thread (a long sequence
+ * decoding alone), split-K: one item per (token, kv head, partition of the
+ * context), then one merge per (token, kv head). The partitions are those
+ * attention_paged scans one after the other, merged in the same order by
+ * the same function (kernels.h), so a token gets the same bits either way:
+ * the choice, which depends on the batch and the thread count, changes
+ * only who computes what. */
 static void run_attention(runner *r) {
     const step_batch *b = r->b;
     int64_t items = (int64_t)b->num_tokens * r->n_kv, ctx = 0;
     for (int32_t t = 0; t < b->num_tokens; t++) ctx += b->positions[t] + 1;
     int64_t macs = 2 * ctx * r->n_heads * r->head_dim;
+    if (macs >= PARALLEL_MIN_MACS && r->nth > 1 && items < (int64_t)ATT_SPLIT_ITEMS_PER_THREAD * r->nth &&
+        r->group <= ATTENTION_MAX_GROUP) {
+        /* few (token, kv head) items for the threads, e.g. one long
+         * sequence decoding: split each token's context into its
+         * partitions, when there are several and their states fit */
+        const attention_args a = layer_attention(r);
+        int64_t states = 0;
+        r->att_first[0] = 0;
+        for (int32_t t = 0; t < b->num_tokens; t++) {
+            r->att_nparts[t] = attention_num_partitions(&a, b->positions[t] + 1);
+            states += (int64_t)r->att_nparts[t] * r->n_kv;
+            if (states > ATT_SPLIT_MAX_STATES) break;
+            r->att_first[t + 1] = (int32_t)states;
+        }
+        if (states > items && states <= ATT_SPLIT_MAX_STATES) {
+            threadpool_run(r->pool, stage_attention_part, r, states, 1);
+            threadpool_run(r->pool, stage_attention_merge, r, items, 1);
+            return;
+        }
+    }
     threadpool_run(r->pool, stage_attention, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }
 

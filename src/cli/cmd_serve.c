@@ -28,7 +28,9 @@
 #include "cli/lora_args.h"
 #include "cli/model_alias.h"
 #include "dist/tp_executor.h"
+#include "dist/api_servers.h"
 #include "dist/dp_client.h"
+#include "dist/metrics_link.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
@@ -379,6 +381,24 @@ int cmd_serve(int argc, char **argv) {
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
 
+    /* --api-server-count N > 1 (dist/api_servers.h): this process supervises; its API servers come back here */
+    int32_t api_index = api_servers_child_index();
+    if (dpc.api_server_count > 1 && (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1)) {
+        fprintf(stderr, "vllmc serve: --api-server-count %d with -tp/-pp is not supported; use one API server\n",
+                dpc.api_server_count);
+        return 2;
+    }
+    if (dpc.api_server_count > 1 && !dpc.headless && api_index < 0)
+        return api_servers_run(&dpc, argc, argv, host, port, uds);
+    bool remote_engines = dpc.size > 1 || (api_index >= 0 && !dpc.headless);
+    if (api_index >= 0 && !dpc.headless) { /* the supervisor started the engines */
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "(APIServer pid=%d) ", (int)getpid());
+        log_set_prefix(prefix);
+        dpc.size_local = 0;
+        dpc.rpc_port += api_index;
+    }
+
     /* -tp / -pp: join the MPI group (or start it under mpirun and wait); a worker rank ends here */
     mpi_group *group = NULL;
     if (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1) {
@@ -422,13 +442,13 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine_info info;
     vllm_sampling_params dsp;
     dp_hello hello;
-    if (dpc.size > 1 && ea.enable_lora) {
+    if (remote_engines && ea.enable_lora) {
         fprintf(stderr, "vllmc serve: --enable-lora with --data-parallel-size %d: adapters are not sent to "
                         "data-parallel engines yet; use one engine\n", dpc.size);
         rc = VLLM_ERR_UNSUPPORTED;
         goto out;
     }
-    if (dpc.size > 1) { /* data parallel: engine 0 tells what the engines were built with */
+    if (remote_engines) { /* data parallel: engine 0 tells what the engines were built with */
         if ((rc = dp_client_create(&dpc, argc, argv, &dpcl, &hello)) != VLLM_OK) {
             fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
             goto out;
@@ -459,8 +479,11 @@ int cmd_serve(int argc, char **argv) {
     mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
     mc.max_loras = ea.enable_lora ? ea.max_loras : 0;
     mc.kv_connector = engine && engine_kv_connector_enabled(engine);
+    if (otlp_endpoint && api_index >= 0) log_warn("--otlp-traces-endpoint: no traces with --api-server-count > 1");
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
-        (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
+        (rc = api_index >= 0 ? metrics_link_connect(api_servers_metrics_owner() ? api_servers_metrics_owner() : "",
+                                                     api_index, &mc, &mets)
+                             : metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
@@ -606,8 +629,8 @@ int cmd_serve(int argc, char **argv) {
     if (uds)
         log_info("Starting vLLM API server 0 on %s+unix:%s", ssl_keyfile ? "https" : "http", uds);
     else
-        log_info("Starting vLLM API server 0 on %s://%s:%d", ssl_keyfile ? "https" : "http",
-                 host && *host ? host : "0.0.0.0", api_server_port(srv));
+        log_info("Starting vLLM API server %d on %s://%s:%d", api_index > 0 ? api_index : 0,
+                 ssl_keyfile ? "https" : "http", host && *host ? host : "0.0.0.0", api_server_port(srv));
     log_info("Application startup complete.");
     if (metrics_logger_start(mets) != VLLM_OK) log_warn("%s; no stats log line", vllm_errmsg());
 

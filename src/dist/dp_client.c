@@ -106,7 +106,7 @@ const char *dp_client_usage(void) {
            "  --headless                      run this node's engines only, no API server\n"
            "  --data-parallel-routing least_loaded|prefix_cache  how requests pick an engine\n"
            "                                  (least_loaded: vLLM's waiting x 4 + running)\n"
-           "  --api-server-count N            API server processes (only 1 so far)\n";
+           "  -asc, --api-server-count N      API server processes sharing the port (1; docs/deploy.md)\n";
 }
 
 static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
@@ -162,11 +162,6 @@ int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i) {
         if (!strcmp(val, "least_loaded")) c->routing = DP_ROUTING_LEAST_LOADED;
         else if (!strcmp(val, "prefix_cache")) c->routing = DP_ROUTING_PREFIX_CACHE;
         else ok = false;
-    }
-    if (ok && c->api_server_count > 1) { /* accepted by name, refused by value: not built yet */
-        fprintf(stderr, "vllmc serve: argument --api-server-count: %d API server processes are not supported yet "
-                "(only 1; see docs/deploy.md, \"Data parallel\")\n", c->api_server_count);
-        return -1;
     }
     if (!ok) {
         fprintf(stderr, "vllmc serve: argument %s: invalid value '%s'%s\n", flag, val,
@@ -708,9 +703,7 @@ int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int a
         return 2;
     }
     if (local == 1) {
-        char ep[300];
-        snprintf(ep, sizeof ep, "tcp://%s:%d", c->address, port);
-        return dp_engine_run(ea, ep, c->start_rank);
+        return dp_engine_run(ea, c->address, port, c->api_server_count, c->start_rank);
     }
     pid_t *pids = calloc((size_t)local, sizeof *pids);
     if (!pids) return 1;

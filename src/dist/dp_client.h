@@ -52,7 +52,7 @@ typedef struct dp_config {
                                         port when every engine is local) */
     bool headless;                   /* --headless: engines only, no API server */
     dp_routing routing;              /* --data-parallel-routing */
-    int32_t api_server_count;        /* --api-server-count: only 1 is accepted so far */
+    int32_t api_server_count;        /* -asc/--api-server-count: API server processes (1; dist/api_servers.h) */
     double ready_timeout;            /* seconds to wait for every engine's HELLO
                                         (VLLM_ENGINE_READY_TIMEOUT_S, 600) */
 } dp_config;

@@ -32,6 +32,7 @@
 #include "dist/dp_client.h"
 #include "dist/metrics_link.h"
 #include "engine/engine.h"
+#include "engine/grammar_cache.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
 #include "server/api_server.h"
@@ -426,6 +427,7 @@ int cmd_serve(int argc, char **argv) {
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
     dp_client *dpcl = NULL; /* -dp N > 1: engine processes instead of engine */
+    grammar_cache *own_grammars = NULL; /* with engine processes: the front end's, to check specs on admission */
     frontend *fe = NULL;
     metrics *mets = NULL;
     tracing *tracer = NULL;
@@ -512,8 +514,16 @@ int cmd_serve(int argc, char **argv) {
     ctx.compile_timeout = engine ? engine_compile_timeout(engine) : 5.0;
     ctx.kv_engine_id = engine ? engine_kv_engine_id(engine) : NULL;
     ctx.kv_host = engine ? engine_kv_server(engine, &ctx.kv_port) : NULL;
-    if (!ctx.grammars && dpcl) log_warn("structured outputs are not available with data parallel engines yet");
-    else if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
+    if (!engine && remote_engines) { /* engines in other processes compile their own; this one checks at admission */
+        grammar_cache_config gc = {.tokenizer = ea.tokenizer ? ea.tokenizer : ea.model, .num_threads = 1,
+                                   .num_eos = info.num_eos_token_ids < GRAMMAR_CACHE_MAX_EOS
+                                                  ? info.num_eos_token_ids : GRAMMAR_CACHE_MAX_EOS};
+        memcpy(gc.eos_ids, info.eos_token_ids, (size_t)gc.num_eos * sizeof *gc.eos_ids);
+        if (grammar_cache_create(&gc, &own_grammars) == VLLM_OK) ctx.grammars = own_grammars;
+        double t = ea.structured_outputs_compile_timeout;
+        ctx.compile_timeout = t > 0 ? t : 5.0;
+    }
+    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "
@@ -648,6 +658,7 @@ out:
     if (!serving_beam_wait(&ctx, 10.0)) log_warn("a beam search did not end within 10 s of the shutdown");
     frontend_free(fe);
     serving_responses_free(&ctx); /* after the output thread, which may still store a response */
+    grammar_cache_free(own_grammars); /* after every call (each held a reference while it ran) */
     metrics_free(mets); /* after everything that feeds it */
     tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);

@@ -30,6 +30,7 @@
 #include "dist/tp_executor.h"
 #include "dist/api_servers.h"
 #include "dist/dp_client.h"
+#include "dist/dp_lora.h"
 #include "dist/metrics_link.h"
 #include "engine/engine.h"
 #include "engine/grammar_cache.h"
@@ -410,7 +411,7 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!group) return worker_status;
     }
-    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv); /* engines only */
+    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv, lora_args_load); /* engines only */
 
     /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
     sigset_t sigs;
@@ -427,6 +428,7 @@ int cmd_serve(int argc, char **argv) {
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
     dp_client *dpcl = NULL; /* -dp N > 1: engine processes instead of engine */
+    dp_lora *dplora = NULL;             /* with engine processes and --enable-lora: the adapters' names */
     grammar_cache *own_grammars = NULL; /* with engine processes: the front end's, to check specs on admission */
     frontend *fe = NULL;
     metrics *mets = NULL;
@@ -444,12 +446,6 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine_info info;
     vllm_sampling_params dsp;
     dp_hello hello;
-    if (remote_engines && ea.enable_lora) {
-        fprintf(stderr, "vllmc serve: --enable-lora with --data-parallel-size %d: adapters are not sent to "
-                        "data-parallel engines yet; use one engine\n", dpc.size);
-        rc = VLLM_ERR_UNSUPPORTED;
-        goto out;
-    }
     if (remote_engines) { /* data parallel: engine 0 tells what the engines were built with */
         if ((rc = dp_client_create(&dpc, argc, argv, &dpcl, &hello)) != VLLM_OK) {
             fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -559,6 +555,18 @@ int cmd_serve(int argc, char **argv) {
     }
 
     vllm_engine *local_engine = engine; /* NULL with data-parallel engines; its LoRA calls are thread-safe */
+    if (dpcl && ea.enable_lora) { /* the engines loaded --lora-modules; runtime updates go to all of them */
+        const lora_args_module *mods;
+        int nm = lora_args_modules(&mods);
+        rc = dp_lora_create(dpcl, &dplora);
+        for (int k = 0; rc == VLLM_OK && k < nm; k++) rc = dp_lora_add(dplora, mods[k].name, mods[k].path);
+        if (rc != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        ctx.lora_ops = dp_lora_ops();
+        ctx.lora_ud = dplora;
+    }
     if (dpcl) {
         if ((rc = frontend_create_ops(dp_client_ops(), dpcl, tok, &fe)) != VLLM_OK) {
             fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -659,6 +667,7 @@ out:
     frontend_free(fe);
     serving_responses_free(&ctx); /* after the output thread, which may still store a response */
     grammar_cache_free(own_grammars); /* after every call (each held a reference while it ran) */
+    dp_lora_free(dplora);             /* after the HTTP threads, its only callers */
     metrics_free(mets); /* after everything that feeds it */
     tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);

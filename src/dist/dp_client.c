@@ -14,12 +14,14 @@
 #include "dist/dp_client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zmq.h>
@@ -57,7 +59,12 @@ typedef struct dp_eng {
     int64_t adds_sent, adds_acked, routed, live;
     vllm_scheduler_stats stats;
     prefix_set cur, prev;            /* block hashes sent to it, newest and previous generation */
+    bool ctl_asked, ctl_replied;     /* the LoRA update in flight */
 } dp_eng;
+
+/* A runtime LoRA update (dp_client_lora): queued by an HTTP thread, sent to
+ * every engine by the engine thread, done when each live engine replied. */
+typedef enum ctl_state { CTL_IDLE = 0, CTL_QUEUED, CTL_SENT, CTL_DONE } ctl_state;
 
 struct dp_client {
     dp_config cfg;
@@ -81,6 +88,15 @@ struct dp_client {
     double probe_until;
     uint64_t *hashes;
     size_t cap_hashes;
+    pthread_mutex_t ctl_mu;
+    pthread_cond_t ctl_cv;
+    ctl_state ctl;
+    uint64_t ctl_seq;
+    bool ctl_load;
+    char *ctl_name, *ctl_path;
+    int32_t ctl_expected, ctl_replies;
+    vllm_status ctl_status;
+    char ctl_err[512];
 };
 
 /* ---- flags ------------------------------------------------------------------- */
@@ -267,11 +283,30 @@ static void req_forget(dp_client *c, dp_req *r) {
     free(r);
 }
 
+static void ctl_reply_locked(dp_client *c, vllm_status st, const char *err) {
+    c->ctl_replies++;
+    if (st != VLLM_OK && c->ctl_status == VLLM_OK) {
+        c->ctl_status = st;
+        snprintf(c->ctl_err, sizeof c->ctl_err, "%s", err ? err : "the engine refused it");
+    }
+    if (c->ctl_replies >= c->ctl_expected) {
+        c->ctl = CTL_DONE;
+        pthread_cond_broadcast(&c->ctl_cv);
+    }
+}
+
 static void engine_died(dp_client *c, int32_t k, const char *why) {
     dp_eng *e = &c->eng[k];
     if (!e->alive) return;
     e->alive = false;
     c->num_alive--;
+    pthread_mutex_lock(&c->ctl_mu);
+    if (c->ctl == CTL_SENT && e->ctl_asked && !e->ctl_replied) { /* it will not answer: the others decide */
+        c->ctl_expected--;
+        c->ctl_replies--;
+        ctl_reply_locked(c, VLLM_OK, NULL);
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
     log_error("data parallel engine %d %s; its %lld running requests fail; %d of %d engines left", k, why,
               (long long)e->live, c->num_alive, c->n);
     char msg[160];
@@ -378,6 +413,8 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
     c->cfg = *cfg;
     c->n = cfg->size;
     c->wake_fd = -1;
+    pthread_mutex_init(&c->ctl_mu, NULL);
+    pthread_cond_init(&c->ctl_cv, NULL);
     map_init(&c->reqs);
     c->eng = calloc((size_t)c->n, sizeof *c->eng);
     c->zctx = zmq_ctx_new();
@@ -501,6 +538,10 @@ void dp_client_free(dp_client *c) {
     dp_wire_free(&c->w);
     dp_wire_output_decoder_free(&c->dec);
     free(c->eng);
+    free(c->ctl_name);
+    free(c->ctl_path);
+    pthread_cond_destroy(&c->ctl_cv);
+    pthread_mutex_destroy(&c->ctl_mu);
     free(c);
 }
 
@@ -616,6 +657,83 @@ static void note_output(dp_client *c, int32_t k, const dp_output_decoder *d) {
     }
 }
 
+/* A queued LoRA update to every live engine (engine thread). */
+static void ctl_send(dp_client *c) {
+    pthread_mutex_lock(&c->ctl_mu);
+    if (c->ctl == CTL_QUEUED) {
+        dp_wire_reset(&c->w);
+        dp_wire_lora(&c->w, c->ctl_seq, c->ctl_load, c->ctl_name, c->ctl_path);
+        c->ctl_expected = c->ctl_replies = 0;
+        for (int32_t k = 0; k < c->n; k++) {
+            dp_eng *e = &c->eng[k];
+            e->ctl_asked = e->ctl_replied = false;
+            if (e->alive && send_to(c, k) == 0) e->ctl_asked = true, c->ctl_expected++;
+        }
+        c->ctl = CTL_SENT;
+        if (!c->ctl_expected) {
+            c->ctl_status = VLLM_ERR_IO;
+            snprintf(c->ctl_err, sizeof c->ctl_err, "No data parallel engine is alive; see the server log.");
+            c->ctl = CTL_DONE;
+            pthread_cond_broadcast(&c->ctl_cv);
+        }
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
+}
+
+static void ctl_take_reply(dp_client *c, int32_t k, const void *p, size_t len) {
+    uint64_t seq;
+    vllm_status st;
+    const char *err;
+    if (dp_wire_read_reply(p, len, &seq, &st, &err) != VLLM_OK) {
+        log_error("dp: a bad REPLY from engine %d: %s", k, vllm_errmsg());
+        return;
+    }
+    pthread_mutex_lock(&c->ctl_mu);
+    dp_eng *e = &c->eng[k];
+    if (c->ctl == CTL_SENT && seq == c->ctl_seq && e->ctl_asked && !e->ctl_replied) {
+        e->ctl_replied = true;
+        if (st != VLLM_OK) log_warn("data parallel engine %d: LoRA update refused: %s", k, err ? err : "?");
+        ctl_reply_locked(c, st, err);
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
+}
+
+vllm_status dp_client_lora(dp_client *c, bool load, const char *name, const char *path) {
+    char *n = strdup(name), *pth = path ? strdup(path) : NULL;
+    if (!n || (path && !pth)) {
+        free(n);
+        free(pth);
+        return vllm_error(VLLM_ERR_NOMEM, "dp: a LoRA update");
+    }
+    pthread_mutex_lock(&c->ctl_mu);
+    while (c->ctl != CTL_IDLE) pthread_cond_wait(&c->ctl_cv, &c->ctl_mu); /* one update at a time */
+    free(c->ctl_name);
+    free(c->ctl_path);
+    c->ctl_name = n;
+    c->ctl_path = pth;
+    c->ctl_load = load;
+    c->ctl_seq++;
+    c->ctl_status = VLLM_OK;
+    c->ctl_err[0] = 0;
+    c->ctl = CTL_QUEUED;
+    pthread_mutex_unlock(&c->ctl_mu);
+    op_wake(c);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DP_CONTROL_TIMEOUT_S;
+    pthread_mutex_lock(&c->ctl_mu);
+    int w = 0;
+    while (c->ctl != CTL_DONE && w != ETIMEDOUT) w = pthread_cond_timedwait(&c->ctl_cv, &c->ctl_mu, &until);
+    vllm_status rc = c->ctl == CTL_DONE ? c->ctl_status : VLLM_ERR_IO;
+    char err[512];
+    snprintf(err, sizeof err, "%s", c->ctl == CTL_DONE ? c->ctl_err
+                                                       : "the data parallel engines did not answer the LoRA update");
+    c->ctl = CTL_IDLE;
+    pthread_cond_broadcast(&c->ctl_cv);
+    pthread_mutex_unlock(&c->ctl_mu);
+    return rc == VLLM_OK ? VLLM_OK : vllm_error(rc, "%s", err);
+}
+
 static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engine_index) {
     dp_client *c = ud;
     *out = NULL;
@@ -641,6 +759,7 @@ static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engi
         return VLLM_OK;
     }
     if (c->num_alive == 0) return vllm_error(VLLM_ERR_IO, "every data parallel engine is gone");
+    ctl_send(c);
     bool probing = clock_now() < c->probe_until;
     if (probing) probe(c);
     zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0},
@@ -675,6 +794,10 @@ static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engi
         return VLLM_OK;
     }
     if (!c->eng[k].alive) return VLLM_OK; /* a late message from an engine given up on */
+    if (p[0] == DP_MSG_REPLY) {
+        ctl_take_reply(c, k, p, len);
+        return VLLM_OK;
+    }
     if (p[0] != DP_MSG_OUTPUT || dp_wire_read_output(p, len, &c->dec) != VLLM_OK) {
         log_error("dp: a bad message from engine %d: %s", k, p[0] == DP_MSG_OUTPUT ? vllm_errmsg() : "unknown type");
         return VLLM_OK;
@@ -694,7 +817,8 @@ const frontend_engine_ops *dp_client_ops(void) {
 
 /* ---- headless ------------------------------------------------------------------------ */
 
-int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv) {
+int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv,
+                           dp_engine_setup_fn setup) {
     int32_t local = c->size_local < 0 ? 1 : c->size_local;
     int32_t port = c->rpc_port ? c->rpc_port : DP_DEFAULT_RPC_PORT;
     if (local < 1 || c->start_rank + local > c->size) {
@@ -703,7 +827,7 @@ int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int a
         return 2;
     }
     if (local == 1) {
-        return dp_engine_run(ea, c->address, port, c->api_server_count, c->start_rank);
+        return dp_engine_run(ea, c->address, port, c->api_server_count, c->start_rank, setup);
     }
     pid_t *pids = calloc((size_t)local, sizeof *pids);
     if (!pids) return 1;

@@ -130,7 +130,7 @@ static int split_send(client *cl, int32_t num_clients, int32_t engine_index, dp_
 }
 
 int dp_engine_run(const vllm_engine_args *ea, const char *address, int32_t port, int32_t num_clients,
-                  int32_t engine_index) {
+                  int32_t engine_index, dp_engine_setup_fn setup) {
     int status = 1;
     vllm_engine *engine = NULL;
     void *ctx = NULL;
@@ -162,8 +162,9 @@ int dp_engine_run(const vllm_engine_args *ea, const char *address, int32_t port,
         snprintf(cl[i].endpoint, sizeof cl[i].endpoint, "tcp://%s:%d", address, port + i);
     log_info("data parallel engine %d: loading the model, then connecting to %s%s", engine_index, cl[0].endpoint,
              num_clients > 1 ? " and the next ports (one per API server)" : "");
-    if (vllm_engine_create(ea, &engine) != VLLM_OK) {
+    if (vllm_engine_create(ea, &engine) != VLLM_OK || (setup && setup(engine, ea) != VLLM_OK)) {
         log_error("data parallel engine %d: %s", engine_index, vllm_errmsg());
+        vllm_engine_free(engine);
         free(cl);
         return 1;
     }
@@ -264,6 +265,24 @@ int dp_engine_run(const vllm_engine_args *ea, const char *address, int32_t port,
                 case DP_MSG_PING:
                     zmq_msg_close(&m);
                     continue;
+                case DP_MSG_LORA: { /* a runtime adapter update: answer the front end that sent it */
+                    uint64_t seq = 0;
+                    bool load;
+                    const char *name, *path;
+                    vllm_status rc = dp_wire_read_lora(p, len, &seq, &load, &name, &path);
+                    if (rc == VLLM_OK) rc = load ? vllm_engine_load_lora(engine, name, path ? path : "")
+                                                 : vllm_engine_unload_lora(engine, name);
+                    if (rc == VLLM_OK)
+                        log_info("data parallel engine %d: LoRA adapter '%s' %s", engine_index, name,
+                                 load ? "loaded" : "unloaded");
+                    dp_wire_writer rw = {0};
+                    dp_wire_reply(&rw, seq, rc, rc == VLLM_OK ? NULL : vllm_errmsg());
+                    if (rw.oom || zmq_send(cl[ci].sock, rw.data, rw.len, ZMQ_DONTWAIT) < 0)
+                        log_warn("data parallel engine %d: cannot answer a LoRA update", engine_index);
+                    dp_wire_free(&rw);
+                    zmq_msg_close(&m);
+                    continue;
+                }
                 default:
                     log_warn("data parallel engine %d: ignoring a message of unknown type (%zu bytes)", engine_index,
                              len);

@@ -179,7 +179,8 @@ int api_servers_run(const dp_config *c, int argc, char **argv, const char *host,
     metrics_link_owner *owner = NULL;
     pid_t *eng = calloc((size_t)(local > 0 ? local : 1), sizeof *eng);
     pid_t *api = calloc((size_t)n, sizeof *api);
-    if (!eng || !api) goto out;
+    int32_t *restarts = calloc((size_t)(local > 0 ? local : 1), sizeof *restarts);
+    if (!eng || !api || !restarts) goto out;
     if (port == 0) { /* pick the shared port here and hold it (not listening) so no one else takes it */
         http_fd = bind_port(host, 0, true, &port);
         if (http_fd < 0) {
@@ -201,11 +202,12 @@ int api_servers_run(const dp_config *c, int argc, char **argv, const char *host,
     }
     log_info("%d API servers on port %d, %d engines (%d started here) at tcp://%s:%d..%d, metrics owned here (%s)",
              n, port, c->size, local, c->address, rpc_port, rpc_port + n - 1, owner_ep);
-    for (int32_t k = 0; k < local; k++)
+    for (int32_t k = 0; k < local; k++) {
         if (dp_engine_spawn(argc, argv, k, c->address, rpc_port, &eng[k]) != VLLM_OK) {
             log_error("%s", vllm_errmsg());
             goto out;
         }
+    }
     for (int32_t i = 0; i < n; i++)
         if (spawn_api_server(argc, argv, i, port, rpc_port, owner_ep, &api[i]) != VLLM_OK) {
             log_error("%s", vllm_errmsg());
@@ -239,6 +241,18 @@ int api_servers_run(const dp_config *c, int argc, char **argv, const char *host,
                     eng[k] = 0;
                     log_error("data parallel engine %d (pid %d) %s; the API servers fail its requests", k, (int)p,
                               why);
+                    if (!c->restart_engines) continue;
+                    if (restarts[k] >= DP_RESTART_MAX) {
+                        log_error("data parallel engine %d: not restarting it (restarted %d times already)", k,
+                                  restarts[k]);
+                        continue;
+                    }
+                    if (dp_engine_spawn(argc, argv, k, c->address, rpc_port, &eng[k]) != VLLM_OK) {
+                        log_error("data parallel engine %d: cannot restart it: %s", k, vllm_errmsg());
+                        continue;
+                    }
+                    restarts[k]++;
+                    log_warn("data parallel engine %d: restarting it (pid %d)", k, (int)eng[k]);
                 }
         }
         if (!api_left) {
@@ -253,5 +267,6 @@ out:
     if (http_fd >= 0) close(http_fd);
     free(api);
     free(eng);
+    free(restarts);
     return status;
 }

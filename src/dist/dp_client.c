@@ -60,6 +60,8 @@ typedef struct dp_eng {
     vllm_scheduler_stats stats;
     prefix_set cur, prev;            /* block hashes sent to it, newest and previous generation */
     bool ctl_asked, ctl_replied;     /* the LoRA update in flight */
+    bool ever_ready;                 /* a HELLO came (later ones: a new engine under this index) */
+    int32_t restarts;                /* by this front end (--data-parallel-restart-engines) */
 } dp_eng;
 
 /* A runtime LoRA update (dp_client_lora): queued by an HTTP thread, sent to
@@ -68,6 +70,9 @@ typedef enum ctl_state { CTL_IDLE = 0, CTL_QUEUED, CTL_SENT, CTL_DONE } ctl_stat
 
 struct dp_client {
     dp_config cfg;
+    int argc;                        /* serve's arguments, to restart an engine */
+    char **argv;
+    int32_t port;                    /* the ROUTER's */
     void *zctx, *router, *mon;
     int wake_fd;
     int32_t n, num_alive, block_size;
@@ -122,6 +127,7 @@ const char *dp_client_usage(void) {
            "  --headless                      run this node's engines only, no API server\n"
            "  --data-parallel-routing least_loaded|prefix_cache  how requests pick an engine\n"
            "                                  (least_loaded: vLLM's waiting x 4 + running)\n"
+           "  --data-parallel-restart-engines start a local engine that died again (beyond vLLM)\n"
            "  -asc, --api-server-count N      API server processes sharing the port (1; docs/deploy.md)\n";
 }
 
@@ -148,13 +154,15 @@ int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i) {
         {"-dpr", "--data-parallel-start-rank"},  {"-dpa", "--data-parallel-address"},
         {"-dpp", "--data-parallel-rpc-port"},    {"--headless", "--headless"},
         {"--data-parallel-routing", "--data-parallel-routing"},
-        {"--api-server-count", "--api-server-count"}, {"-asc", "--api-server-count"}};
+        {"--api-server-count", "--api-server-count"}, {"-asc", "--api-server-count"},
+        {"--data-parallel-restart-engines", "--data-parallel-restart-engines"}};
     const char *flag = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!strcmp(name, names[k][0]) || !strcmp(name, names[k][1])) flag = names[k][1];
     if (!flag) return 0;
-    if (!strcmp(flag, "--headless")) {
-        c->headless = true;
+    if (!strcmp(flag, "--headless") || !strcmp(flag, "--data-parallel-restart-engines")) {
+        if (!strcmp(flag, "--headless")) c->headless = true;
+        else c->restart_engines = true;
         (*i)++;
         return 1;
     }
@@ -331,7 +339,19 @@ static void check_children(dp_client *c) {
         if (WIFSIGNALED(st)) snprintf(why, sizeof why, "(pid %d) was killed by signal %d", (int)e->pid, WTERMSIG(st));
         else snprintf(why, sizeof why, "(pid %d) exited with status %d", (int)e->pid, WEXITSTATUS(st));
         e->pid = 0;
+        bool was_ready = e->hello;
         engine_died(c, k, why);
+        if (!c->cfg.restart_engines) continue;
+        if (!was_ready || e->restarts >= DP_RESTART_MAX) {
+            log_error("data parallel engine %d: not restarting it (%s)", k,
+                      was_ready ? "restarted too often" : "it died before it was ready");
+            continue;
+        }
+        e->restarts++;
+        e->hello = false; /* until the new one's HELLO */
+        if (dp_engine_spawn(c->argc, c->argv, k, c->cfg.address, c->port, &e->pid) != VLLM_OK)
+            log_error("data parallel engine %d: cannot restart it: %s", k, vllm_errmsg());
+        else log_warn("data parallel engine %d: restarting it (pid %d)", k, (int)e->pid);
     }
 }
 
@@ -376,15 +396,23 @@ static vllm_status take_hello(dp_client *c, int32_t k, const void *data, size_t 
     dp_eng *e = &c->eng[k];
     if (h.engine_index != k)
         return vllm_error(VLLM_ERR_INVALID, "dp: engine %d says it is engine %d", k, h.engine_index);
-    if (e->hello) {
-        log_warn("data parallel engine %d said hello again (restarted?); ignored", k);
-        return VLLM_OK;
-    }
+    if (e->alive) /* a new engine under this index: the old one is gone */
+        engine_died(c, k, "was replaced by a new engine under its index");
+    bool again = e->ever_ready;
     if (h0 && k != 0 && c->eng[0].hello &&
         (h.info.vocab_size != h0->info.vocab_size || h.info.max_model_len != h0->info.max_model_len))
         return vllm_error(VLLM_ERR_INVALID, "dp: engine %d serves a different model (vocab %d, max_model_len %d; "
                           "engine 0: vocab %d, max_model_len %d)", k, h.info.vocab_size, h.info.max_model_len,
                           h0->info.vocab_size, h0->info.max_model_len);
+    if (again) { /* its requests have failed: start from nothing */
+        e->waiting = e->running = 0;
+        e->adds_sent = e->adds_acked = e->live = 0;
+        memset(&e->stats, 0, sizeof e->stats);
+        e->cur.count = e->prev.count = 0;
+        if (e->cur.slots) memset(e->cur.slots, 0, PREFIX_SET_SIZE * sizeof *e->cur.slots);
+        if (e->prev.slots) memset(e->prev.slots, 0, PREFIX_SET_SIZE * sizeof *e->prev.slots);
+    }
+    e->ever_ready = true;
     e->hello = e->alive = true;
     e->num_gpu_blocks = h.info.num_gpu_blocks;
     c->num_alive++;
@@ -394,8 +422,8 @@ static vllm_status take_hello(dp_client *c, int32_t k, const void *data, size_t 
         h0->info.kv_cache_storage_dtype = h0->kv_cache_storage_dtype;
     }
     if (!c->block_size) c->block_size = h.info.block_size;
-    log_info("data parallel engine %d is ready (pid %d%s, %d KV blocks)", k, h.pid, e->pid ? "" : ", remote",
-             h.info.num_gpu_blocks);
+    log_info("data parallel engine %d is ready%s (pid %d%s, %d KV blocks)", k, again ? " again" : "", h.pid,
+             e->pid ? "" : ", remote", h.info.num_gpu_blocks);
     return VLLM_OK;
 }
 
@@ -412,6 +440,8 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
     if (!c) return vllm_error(VLLM_ERR_NOMEM, "dp: client");
     c->cfg = *cfg;
     c->n = cfg->size;
+    c->argc = argc;
+    c->argv = argv;
     c->wake_fd = -1;
     pthread_mutex_init(&c->ctl_mu, NULL);
     pthread_cond_init(&c->ctl_cv, NULL);
@@ -430,6 +460,7 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
         c->eng[k].rid_len = (size_t)snprintf(c->eng[k].rid, sizeof c->eng[k].rid, "engine-%d", k);
     int one = 1, zero = 0, ivl = DP_HEARTBEAT_IVL_MS, hto = DP_HEARTBEAT_TIMEOUT_MS;
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one); /* a restarted engine takes its id back */
     zmq_setsockopt(c->router, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &zero, sizeof zero);
     zmq_setsockopt(c->router, ZMQ_LINGER, &zero, sizeof zero);
@@ -458,6 +489,7 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
         const char *colon = strrchr(last, ':');
         port = colon ? atoi(colon + 1) : 0;
     }
+    c->port = port;
     log_info("data parallel: %d engines (%d started here), front end at tcp://%s:%d, routing %s", c->n, local,
              cfg->address, port, cfg->routing == DP_ROUTING_PREFIX_CACHE ? "prefix_cache" : "least_loaded");
     for (int32_t k = 0; k < local; k++) {

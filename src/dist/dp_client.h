@@ -26,6 +26,13 @@
  * the engine, its requests finish with finish_reason "error" and a message
  * naming the engine, and the others keep serving; when none is left, step
  * fails and the frontend reports the engine dead (/health 503).
+ *
+ * With --data-parallel-restart-engines, a local engine that dies after it
+ * was ready is started again (a WARNING names it and its new pid); an
+ * engine that says HELLO again under its index (restarted here, or a
+ * headless one started again on its host) takes its place once more: the
+ * old one's requests have failed, new requests reach it again. One that
+ * dies before its HELLO is not restarted.
  */
 #ifndef VLLM_DIST_DP_CLIENT_H
 #define VLLM_DIST_DP_CLIENT_H
@@ -40,6 +47,7 @@
 
 #define DP_DEFAULT_RPC_PORT 29550    /* vLLM's data_parallel_rpc_port */
 #define DP_PREFIX_SLACK 8            /* two waiting requests */
+#define DP_RESTART_MAX 5             /* restarts of one engine (--data-parallel-restart-engines) */
 #define DP_CONTROL_TIMEOUT_S 60      /* a runtime LoRA update's wait for every engine */
 
 typedef enum dp_routing { DP_ROUTING_LEAST_LOADED = 0, DP_ROUTING_PREFIX_CACHE } dp_routing;
@@ -54,6 +62,8 @@ typedef struct dp_config {
                                         port when every engine is local) */
     bool headless;                   /* --headless: engines only, no API server */
     dp_routing routing;              /* --data-parallel-routing */
+    bool restart_engines;            /* --data-parallel-restart-engines (beyond vLLM): a local
+                                        engine that dies after it was ready is started again */
     int32_t api_server_count;        /* -asc/--api-server-count: API server processes (1; dist/api_servers.h) */
     double ready_timeout;            /* seconds to wait for every engine's HELLO
                                         (VLLM_ENGINE_READY_TIMEOUT_S, 600) */

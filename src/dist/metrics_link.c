@@ -34,7 +34,7 @@ typedef struct link {
     void *ctx, *sock;
     int32_t index;
     uint64_t seq;
-    bool dead;
+    double dead_until;               /* after a timeout: calls fail at once until then, then try again */
     dp_wire_writer w;
 } link;
 
@@ -50,7 +50,8 @@ static void begin(link *l, uint8_t type) {
  * NULL) gets the reply's text. Called with l->mu held. */
 static vllm_status call_locked(link *l, char **text, size_t *len) {
     if (text) *text = NULL;
-    if (l->dead) return vllm_error(VLLM_ERR_IO, "the metrics owner (the supervisor process) is not answering");
+    if (clock_now() < l->dead_until)
+        return vllm_error(VLLM_ERR_IO, "the metrics owner (the supervisor process) is not answering");
     if (l->w.oom) return vllm_error(VLLM_ERR_NOMEM, "metrics link: out of memory");
     if (zmq_send(l->sock, l->w.data, l->w.len, 0) < 0)
         return vllm_error(VLLM_ERR_IO, "metrics link: send: %s", zmq_strerror(errno));
@@ -61,9 +62,10 @@ static vllm_status call_locked(link *l, char **text, size_t *len) {
         int rc = left > 0 ? zmq_poll(&it, 1, (long)(left * 1000) + 1) : 0;
         if (rc < 0 && errno == EINTR) continue;
         if (rc <= 0) {
-            l->dead = true;
+            l->dead_until = clock_now() + METRICS_LINK_RETRY_S;
             log_error("API server %d: the metrics owner did not answer within %.0f s; metrics from this "
-                      "process are dropped from now on", l->index, METRICS_LINK_TIMEOUT_S);
+                      "process are dropped for the next %.0f s", l->index, METRICS_LINK_TIMEOUT_S,
+                      METRICS_LINK_RETRY_S);
             return vllm_error(VLLM_ERR_IO, "the metrics owner (the supervisor process) is not answering");
         }
         zmq_msg_t m;

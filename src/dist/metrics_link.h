@@ -22,8 +22,9 @@
  * API servers forward counts them once.
  *
  * An owner that does not answer within METRICS_LINK_TIMEOUT_S is logged
- * once and given up on: calls become no-ops and /metrics fails; serving
- * goes on.
+ * and given up on for METRICS_LINK_RETRY_S (calls are no-ops, /metrics
+ * fails; serving goes on), then tried again; what was dropped meanwhile is
+ * lost, the only way the counts can fall short.
  */
 #ifndef VLLM_DIST_METRICS_LINK_H
 #define VLLM_DIST_METRICS_LINK_H
@@ -34,6 +35,7 @@
 #include "metrics/metrics.h"
 
 #define METRICS_LINK_TIMEOUT_S 10.0
+#define METRICS_LINK_RETRY_S 30.0
 
 /* API server server_index: connects to the owner at endpoint, sends it mc
  * (the owner builds its metrics from the first config it hears), and

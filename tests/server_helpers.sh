@@ -45,7 +45,8 @@ server_start() {
   _SERVER_PIDS+=("$pid")
   local i
   for i in $(seq 600); do
-    grep -q "Application startup complete." "$log" && break
+    # (with --api-server-count, server 0 is not necessarily the first one up)
+    grep -q "Application startup complete." "$log" && grep -q 'Starting vLLM API server 0 on' "$log" && break
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "FAIL ${name}_start: the server exited during start-up"; tail -20 "$log" >&2; return 1
     fi

@@ -9,6 +9,9 @@
 #include <time.h>
 
 static log_level min_level = (log_level)-1;
+static char prefix[64];
+
+void log_set_prefix(const char *p) { snprintf(prefix, sizeof prefix, "%s", p ? p : ""); }
 
 
 static log_level level_from_env(void) {
@@ -34,5 +37,5 @@ void log_write(log_level level, const char *file, int line, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s [%s:%d] %s\n", names[level], when, base ? base + 1 : file, line, msg);
+    fprintf(stderr, "%s%s %s [%s:%d] %s\n", prefix, names[level], when, base ? base + 1 : file, line, msg);
 }

@@ -28,8 +28,12 @@
 #include "cli/lora_args.h"
 #include "cli/model_alias.h"
 #include "dist/tp_executor.h"
+#include "dist/api_servers.h"
 #include "dist/dp_client.h"
+#include "dist/dp_lora.h"
+#include "dist/metrics_link.h"
 #include "engine/engine.h"
+#include "engine/grammar_cache.h"
 #include "metrics/metrics.h"
 #include "metrics/tracing.h"
 #include "server/api_server.h"
@@ -379,6 +383,24 @@ int cmd_serve(int argc, char **argv) {
     if (!ea.kv_cache_memory_bytes && !ea.num_gpu_blocks_override && kv_env && *kv_env)
         ea.kv_cache_memory_bytes = (int64_t)(atof(kv_env) * (double)(1LL << 30));
 
+    /* --api-server-count N > 1 (dist/api_servers.h): this process supervises; its API servers come back here */
+    int32_t api_index = api_servers_child_index();
+    if (dpc.api_server_count > 1 && (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1)) {
+        fprintf(stderr, "vllmc serve: --api-server-count %d with -tp/-pp is not supported; use one API server\n",
+                dpc.api_server_count);
+        return 2;
+    }
+    if (dpc.api_server_count > 1 && !dpc.headless && api_index < 0)
+        return api_servers_run(&dpc, argc, argv, host, port, uds);
+    bool remote_engines = dpc.size > 1 || (api_index >= 0 && !dpc.headless);
+    if (api_index >= 0 && !dpc.headless) { /* the supervisor started the engines */
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "(APIServer pid=%d) ", (int)getpid());
+        log_set_prefix(prefix);
+        dpc.size_local = 0;
+        dpc.rpc_port += api_index;
+    }
+
     /* -tp / -pp: join the MPI group (or start it under mpirun and wait); a worker rank ends here */
     mpi_group *group = NULL;
     if (ea.tensor_parallel_size > 1 || ea.pipeline_parallel_size > 1) {
@@ -389,7 +411,7 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!group) return worker_status;
     }
-    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv); /* engines only */
+    if (dpc.headless) return dp_client_run_headless(&dpc, &ea, argc, argv, lora_args_load); /* engines only */
 
     /* Block the shutdown signals before any thread exists; main takes them with sigwait. */
     sigset_t sigs;
@@ -406,6 +428,8 @@ int cmd_serve(int argc, char **argv) {
     tokenizer *tok = NULL;
     vllm_engine *engine = NULL;
     dp_client *dpcl = NULL; /* -dp N > 1: engine processes instead of engine */
+    dp_lora *dplora = NULL;             /* with engine processes and --enable-lora: the adapters' names */
+    grammar_cache *own_grammars = NULL; /* with engine processes: the front end's, to check specs on admission */
     frontend *fe = NULL;
     metrics *mets = NULL;
     tracing *tracer = NULL;
@@ -422,13 +446,7 @@ int cmd_serve(int argc, char **argv) {
     vllm_engine_info info;
     vllm_sampling_params dsp;
     dp_hello hello;
-    if (dpc.size > 1 && ea.enable_lora) {
-        fprintf(stderr, "vllmc serve: --enable-lora with --data-parallel-size %d: adapters are not sent to "
-                        "data-parallel engines yet; use one engine\n", dpc.size);
-        rc = VLLM_ERR_UNSUPPORTED;
-        goto out;
-    }
-    if (dpc.size > 1) { /* data parallel: engine 0 tells what the engines were built with */
+    if (remote_engines) { /* data parallel: engine 0 tells what the engines were built with */
         if ((rc = dp_client_create(&dpc, argc, argv, &dpcl, &hello)) != VLLM_OK) {
             fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
             goto out;
@@ -459,8 +477,11 @@ int cmd_serve(int argc, char **argv) {
     mc.num_speculative_tokens = info.speculative_config.num_speculative_tokens;
     mc.max_loras = ea.enable_lora ? ea.max_loras : 0;
     mc.kv_connector = engine && engine_kv_connector_enabled(engine);
+    if (otlp_endpoint && api_index >= 0) log_warn("--otlp-traces-endpoint: no traces with --api-server-count > 1");
     if ((rc = metrics_log_interval_from_env(&mc.log_stats_interval)) != VLLM_OK ||
-        (rc = metrics_create(&mc, &mets)) != VLLM_OK) {
+        (rc = api_index >= 0 ? metrics_link_connect(api_servers_metrics_owner() ? api_servers_metrics_owner() : "",
+                                                     api_index, &mc, &mets)
+                             : metrics_create(&mc, &mets)) != VLLM_OK) {
         fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
         goto out;
     }
@@ -489,8 +510,16 @@ int cmd_serve(int argc, char **argv) {
     ctx.compile_timeout = engine ? engine_compile_timeout(engine) : 5.0;
     ctx.kv_engine_id = engine ? engine_kv_engine_id(engine) : NULL;
     ctx.kv_host = engine ? engine_kv_server(engine, &ctx.kv_port) : NULL;
-    if (!ctx.grammars && dpcl) log_warn("structured outputs are not available with data parallel engines yet");
-    else if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
+    if (!engine && remote_engines) { /* engines in other processes compile their own; this one checks at admission */
+        grammar_cache_config gc = {.tokenizer = ea.tokenizer ? ea.tokenizer : ea.model, .num_threads = 1,
+                                   .num_eos = info.num_eos_token_ids < GRAMMAR_CACHE_MAX_EOS
+                                                  ? info.num_eos_token_ids : GRAMMAR_CACHE_MAX_EOS};
+        memcpy(gc.eos_ids, info.eos_token_ids, (size_t)gc.num_eos * sizeof *gc.eos_ids);
+        if (grammar_cache_create(&gc, &own_grammars) == VLLM_OK) ctx.grammars = own_grammars;
+        double t = ea.structured_outputs_compile_timeout;
+        ctx.compile_timeout = t > 0 ? t : 5.0;
+    }
+    if (!ctx.grammars) log_warn("structured outputs are unavailable: %s", vllm_errmsg());
     if (strcmp(ea.generation_config, "vllm"))
         log_info("Default sampling parameters have been overridden by the model's Hugging Face "
                  "generation config recommended from the model creator. If this is not intended, "
@@ -526,6 +555,18 @@ int cmd_serve(int argc, char **argv) {
     }
 
     vllm_engine *local_engine = engine; /* NULL with data-parallel engines; its LoRA calls are thread-safe */
+    if (dpcl && ea.enable_lora) { /* the engines loaded --lora-modules; runtime updates go to all of them */
+        const lora_args_module *mods;
+        int nm = lora_args_modules(&mods);
+        rc = dp_lora_create(dpcl, &dplora);
+        for (int k = 0; rc == VLLM_OK && k < nm; k++) rc = dp_lora_add(dplora, mods[k].name, mods[k].path);
+        if (rc != VLLM_OK) {
+            fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
+            goto out;
+        }
+        ctx.lora_ops = dp_lora_ops();
+        ctx.lora_ud = dplora;
+    }
     if (dpcl) {
         if ((rc = frontend_create_ops(dp_client_ops(), dpcl, tok, &fe)) != VLLM_OK) {
             fprintf(stderr, "vllmc serve: %s\n", vllm_errmsg());
@@ -606,8 +647,8 @@ int cmd_serve(int argc, char **argv) {
     if (uds)
         log_info("Starting vLLM API server 0 on %s+unix:%s", ssl_keyfile ? "https" : "http", uds);
     else
-        log_info("Starting vLLM API server 0 on %s://%s:%d", ssl_keyfile ? "https" : "http",
-                 host && *host ? host : "0.0.0.0", api_server_port(srv));
+        log_info("Starting vLLM API server %d on %s://%s:%d", api_index > 0 ? api_index : 0,
+                 ssl_keyfile ? "https" : "http", host && *host ? host : "0.0.0.0", api_server_port(srv));
     log_info("Application startup complete.");
     if (metrics_logger_start(mets) != VLLM_OK) log_warn("%s; no stats log line", vllm_errmsg());
 
@@ -625,6 +666,8 @@ out:
     if (!serving_beam_wait(&ctx, 10.0)) log_warn("a beam search did not end within 10 s of the shutdown");
     frontend_free(fe);
     serving_responses_free(&ctx); /* after the output thread, which may still store a response */
+    grammar_cache_free(own_grammars); /* after every call (each held a reference while it ran) */
+    dp_lora_free(dplora);             /* after the HTTP threads, its only callers */
     metrics_free(mets); /* after everything that feeds it */
     tracing_free(tracer); /* after the metrics, its only caller; sends what is queued */
     vllm_engine_free(engine);

@@ -14,12 +14,14 @@
 #include "dist/dp_client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zmq.h>
@@ -57,10 +59,20 @@ typedef struct dp_eng {
     int64_t adds_sent, adds_acked, routed, live;
     vllm_scheduler_stats stats;
     prefix_set cur, prev;            /* block hashes sent to it, newest and previous generation */
+    bool ctl_asked, ctl_replied;     /* the LoRA update in flight */
+    bool ever_ready;                 /* a HELLO came (later ones: a new engine under this index) */
+    int32_t restarts;                /* by this front end (--data-parallel-restart-engines) */
 } dp_eng;
+
+/* A runtime LoRA update (dp_client_lora): queued by an HTTP thread, sent to
+ * every engine by the engine thread, done when each live engine replied. */
+typedef enum ctl_state { CTL_IDLE = 0, CTL_QUEUED, CTL_SENT, CTL_DONE } ctl_state;
 
 struct dp_client {
     dp_config cfg;
+    int argc;                        /* serve's arguments, to restart an engine */
+    char **argv;
+    int32_t port;                    /* the ROUTER's */
     void *zctx, *router, *mon;
     int wake_fd;
     int32_t n, num_alive, block_size;
@@ -81,6 +93,15 @@ struct dp_client {
     double probe_until;
     uint64_t *hashes;
     size_t cap_hashes;
+    pthread_mutex_t ctl_mu;
+    pthread_cond_t ctl_cv;
+    ctl_state ctl;
+    uint64_t ctl_seq;
+    bool ctl_load;
+    char *ctl_name, *ctl_path;
+    int32_t ctl_expected, ctl_replies;
+    vllm_status ctl_status;
+    char ctl_err[512];
 };
 
 /* ---- flags ------------------------------------------------------------------- */
@@ -106,7 +127,8 @@ const char *dp_client_usage(void) {
            "  --headless                      run this node's engines only, no API server\n"
            "  --data-parallel-routing least_loaded|prefix_cache  how requests pick an engine\n"
            "                                  (least_loaded: vLLM's waiting x 4 + running)\n"
-           "  --api-server-count N            API server processes (only 1 so far)\n";
+           "  --data-parallel-restart-engines start a local engine that died again (beyond vLLM)\n"
+           "  -asc, --api-server-count N      API server processes sharing the port (1; docs/deploy.md)\n";
 }
 
 static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
@@ -132,13 +154,15 @@ int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i) {
         {"-dpr", "--data-parallel-start-rank"},  {"-dpa", "--data-parallel-address"},
         {"-dpp", "--data-parallel-rpc-port"},    {"--headless", "--headless"},
         {"--data-parallel-routing", "--data-parallel-routing"},
-        {"--api-server-count", "--api-server-count"}, {"-asc", "--api-server-count"}};
+        {"--api-server-count", "--api-server-count"}, {"-asc", "--api-server-count"},
+        {"--data-parallel-restart-engines", "--data-parallel-restart-engines"}};
     const char *flag = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!strcmp(name, names[k][0]) || !strcmp(name, names[k][1])) flag = names[k][1];
     if (!flag) return 0;
-    if (!strcmp(flag, "--headless")) {
-        c->headless = true;
+    if (!strcmp(flag, "--headless") || !strcmp(flag, "--data-parallel-restart-engines")) {
+        if (!strcmp(flag, "--headless")) c->headless = true;
+        else c->restart_engines = true;
         (*i)++;
         return 1;
     }
@@ -162,11 +186,6 @@ int dp_client_parse_flag(dp_config *c, int argc, char **argv, int *i) {
         if (!strcmp(val, "least_loaded")) c->routing = DP_ROUTING_LEAST_LOADED;
         else if (!strcmp(val, "prefix_cache")) c->routing = DP_ROUTING_PREFIX_CACHE;
         else ok = false;
-    }
-    if (ok && c->api_server_count > 1) { /* accepted by name, refused by value: not built yet */
-        fprintf(stderr, "vllmc serve: argument --api-server-count: %d API server processes are not supported yet "
-                "(only 1; see docs/deploy.md, \"Data parallel\")\n", c->api_server_count);
-        return -1;
     }
     if (!ok) {
         fprintf(stderr, "vllmc serve: argument %s: invalid value '%s'%s\n", flag, val,
@@ -272,11 +291,30 @@ static void req_forget(dp_client *c, dp_req *r) {
     free(r);
 }
 
+static void ctl_reply_locked(dp_client *c, vllm_status st, const char *err) {
+    c->ctl_replies++;
+    if (st != VLLM_OK && c->ctl_status == VLLM_OK) {
+        c->ctl_status = st;
+        snprintf(c->ctl_err, sizeof c->ctl_err, "%s", err ? err : "the engine refused it");
+    }
+    if (c->ctl_replies >= c->ctl_expected) {
+        c->ctl = CTL_DONE;
+        pthread_cond_broadcast(&c->ctl_cv);
+    }
+}
+
 static void engine_died(dp_client *c, int32_t k, const char *why) {
     dp_eng *e = &c->eng[k];
     if (!e->alive) return;
     e->alive = false;
     c->num_alive--;
+    pthread_mutex_lock(&c->ctl_mu);
+    if (c->ctl == CTL_SENT && e->ctl_asked && !e->ctl_replied) { /* it will not answer: the others decide */
+        c->ctl_expected--;
+        c->ctl_replies--;
+        ctl_reply_locked(c, VLLM_OK, NULL);
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
     log_error("data parallel engine %d %s; its %lld running requests fail; %d of %d engines left", k, why,
               (long long)e->live, c->num_alive, c->n);
     char msg[160];
@@ -301,7 +339,19 @@ static void check_children(dp_client *c) {
         if (WIFSIGNALED(st)) snprintf(why, sizeof why, "(pid %d) was killed by signal %d", (int)e->pid, WTERMSIG(st));
         else snprintf(why, sizeof why, "(pid %d) exited with status %d", (int)e->pid, WEXITSTATUS(st));
         e->pid = 0;
+        bool was_ready = e->hello;
         engine_died(c, k, why);
+        if (!c->cfg.restart_engines) continue;
+        if (!was_ready || e->restarts >= DP_RESTART_MAX) {
+            log_error("data parallel engine %d: not restarting it (%s)", k,
+                      was_ready ? "restarted too often" : "it died before it was ready");
+            continue;
+        }
+        e->restarts++;
+        e->hello = false; /* until the new one's HELLO */
+        if (dp_engine_spawn(c->argc, c->argv, k, c->cfg.address, c->port, &e->pid) != VLLM_OK)
+            log_error("data parallel engine %d: cannot restart it: %s", k, vllm_errmsg());
+        else log_warn("data parallel engine %d: restarting it (pid %d)", k, (int)e->pid);
     }
 }
 
@@ -346,15 +396,23 @@ static vllm_status take_hello(dp_client *c, int32_t k, const void *data, size_t 
     dp_eng *e = &c->eng[k];
     if (h.engine_index != k)
         return vllm_error(VLLM_ERR_INVALID, "dp: engine %d says it is engine %d", k, h.engine_index);
-    if (e->hello) {
-        log_warn("data parallel engine %d said hello again (restarted?); ignored", k);
-        return VLLM_OK;
-    }
+    if (e->alive) /* a new engine under this index: the old one is gone */
+        engine_died(c, k, "was replaced by a new engine under its index");
+    bool again = e->ever_ready;
     if (h0 && k != 0 && c->eng[0].hello &&
         (h.info.vocab_size != h0->info.vocab_size || h.info.max_model_len != h0->info.max_model_len))
         return vllm_error(VLLM_ERR_INVALID, "dp: engine %d serves a different model (vocab %d, max_model_len %d; "
                           "engine 0: vocab %d, max_model_len %d)", k, h.info.vocab_size, h.info.max_model_len,
                           h0->info.vocab_size, h0->info.max_model_len);
+    if (again) { /* its requests have failed: start from nothing */
+        e->waiting = e->running = 0;
+        e->adds_sent = e->adds_acked = e->live = 0;
+        memset(&e->stats, 0, sizeof e->stats);
+        e->cur.count = e->prev.count = 0;
+        if (e->cur.slots) memset(e->cur.slots, 0, PREFIX_SET_SIZE * sizeof *e->cur.slots);
+        if (e->prev.slots) memset(e->prev.slots, 0, PREFIX_SET_SIZE * sizeof *e->prev.slots);
+    }
+    e->ever_ready = true;
     e->hello = e->alive = true;
     e->num_gpu_blocks = h.info.num_gpu_blocks;
     c->num_alive++;
@@ -364,8 +422,8 @@ static vllm_status take_hello(dp_client *c, int32_t k, const void *data, size_t 
         h0->info.kv_cache_storage_dtype = h0->kv_cache_storage_dtype;
     }
     if (!c->block_size) c->block_size = h.info.block_size;
-    log_info("data parallel engine %d is ready (pid %d%s, %d KV blocks)", k, h.pid, e->pid ? "" : ", remote",
-             h.info.num_gpu_blocks);
+    log_info("data parallel engine %d is ready%s (pid %d%s, %d KV blocks)", k, again ? " again" : "", h.pid,
+             e->pid ? "" : ", remote", h.info.num_gpu_blocks);
     return VLLM_OK;
 }
 
@@ -382,7 +440,11 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
     if (!c) return vllm_error(VLLM_ERR_NOMEM, "dp: client");
     c->cfg = *cfg;
     c->n = cfg->size;
+    c->argc = argc;
+    c->argv = argv;
     c->wake_fd = -1;
+    pthread_mutex_init(&c->ctl_mu, NULL);
+    pthread_cond_init(&c->ctl_cv, NULL);
     map_init(&c->reqs);
     c->eng = calloc((size_t)c->n, sizeof *c->eng);
     c->zctx = zmq_ctx_new();
@@ -398,6 +460,7 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
         c->eng[k].rid_len = (size_t)snprintf(c->eng[k].rid, sizeof c->eng[k].rid, "engine-%d", k);
     int one = 1, zero = 0, ivl = DP_HEARTBEAT_IVL_MS, hto = DP_HEARTBEAT_TIMEOUT_MS;
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one); /* a restarted engine takes its id back */
     zmq_setsockopt(c->router, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &zero, sizeof zero);
     zmq_setsockopt(c->router, ZMQ_LINGER, &zero, sizeof zero);
@@ -426,6 +489,7 @@ vllm_status dp_client_create(const dp_config *cfg, int argc, char **argv, dp_cli
         const char *colon = strrchr(last, ':');
         port = colon ? atoi(colon + 1) : 0;
     }
+    c->port = port;
     log_info("data parallel: %d engines (%d started here), front end at tcp://%s:%d, routing %s", c->n, local,
              cfg->address, port, cfg->routing == DP_ROUTING_PREFIX_CACHE ? "prefix_cache" : "least_loaded");
     for (int32_t k = 0; k < local; k++) {
@@ -506,6 +570,10 @@ void dp_client_free(dp_client *c) {
     dp_wire_free(&c->w);
     dp_wire_output_decoder_free(&c->dec);
     free(c->eng);
+    free(c->ctl_name);
+    free(c->ctl_path);
+    pthread_cond_destroy(&c->ctl_cv);
+    pthread_mutex_destroy(&c->ctl_mu);
     free(c);
 }
 
@@ -621,6 +689,83 @@ static void note_output(dp_client *c, int32_t k, const dp_output_decoder *d) {
     }
 }
 
+/* A queued LoRA update to every live engine (engine thread). */
+static void ctl_send(dp_client *c) {
+    pthread_mutex_lock(&c->ctl_mu);
+    if (c->ctl == CTL_QUEUED) {
+        dp_wire_reset(&c->w);
+        dp_wire_lora(&c->w, c->ctl_seq, c->ctl_load, c->ctl_name, c->ctl_path);
+        c->ctl_expected = c->ctl_replies = 0;
+        for (int32_t k = 0; k < c->n; k++) {
+            dp_eng *e = &c->eng[k];
+            e->ctl_asked = e->ctl_replied = false;
+            if (e->alive && send_to(c, k) == 0) e->ctl_asked = true, c->ctl_expected++;
+        }
+        c->ctl = CTL_SENT;
+        if (!c->ctl_expected) {
+            c->ctl_status = VLLM_ERR_IO;
+            snprintf(c->ctl_err, sizeof c->ctl_err, "No data parallel engine is alive; see the server log.");
+            c->ctl = CTL_DONE;
+            pthread_cond_broadcast(&c->ctl_cv);
+        }
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
+}
+
+static void ctl_take_reply(dp_client *c, int32_t k, const void *p, size_t len) {
+    uint64_t seq;
+    vllm_status st;
+    const char *err;
+    if (dp_wire_read_reply(p, len, &seq, &st, &err) != VLLM_OK) {
+        log_error("dp: a bad REPLY from engine %d: %s", k, vllm_errmsg());
+        return;
+    }
+    pthread_mutex_lock(&c->ctl_mu);
+    dp_eng *e = &c->eng[k];
+    if (c->ctl == CTL_SENT && seq == c->ctl_seq && e->ctl_asked && !e->ctl_replied) {
+        e->ctl_replied = true;
+        if (st != VLLM_OK) log_warn("data parallel engine %d: LoRA update refused: %s", k, err ? err : "?");
+        ctl_reply_locked(c, st, err);
+    }
+    pthread_mutex_unlock(&c->ctl_mu);
+}
+
+vllm_status dp_client_lora(dp_client *c, bool load, const char *name, const char *path) {
+    char *n = strdup(name), *pth = path ? strdup(path) : NULL;
+    if (!n || (path && !pth)) {
+        free(n);
+        free(pth);
+        return vllm_error(VLLM_ERR_NOMEM, "dp: a LoRA update");
+    }
+    pthread_mutex_lock(&c->ctl_mu);
+    while (c->ctl != CTL_IDLE) pthread_cond_wait(&c->ctl_cv, &c->ctl_mu); /* one update at a time */
+    free(c->ctl_name);
+    free(c->ctl_path);
+    c->ctl_name = n;
+    c->ctl_path = pth;
+    c->ctl_load = load;
+    c->ctl_seq++;
+    c->ctl_status = VLLM_OK;
+    c->ctl_err[0] = 0;
+    c->ctl = CTL_QUEUED;
+    pthread_mutex_unlock(&c->ctl_mu);
+    op_wake(c);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DP_CONTROL_TIMEOUT_S;
+    pthread_mutex_lock(&c->ctl_mu);
+    int w = 0;
+    while (c->ctl != CTL_DONE && w != ETIMEDOUT) w = pthread_cond_timedwait(&c->ctl_cv, &c->ctl_mu, &until);
+    vllm_status rc = c->ctl == CTL_DONE ? c->ctl_status : VLLM_ERR_IO;
+    char err[512];
+    snprintf(err, sizeof err, "%s", c->ctl == CTL_DONE ? c->ctl_err
+                                                       : "the data parallel engines did not answer the LoRA update");
+    c->ctl = CTL_IDLE;
+    pthread_cond_broadcast(&c->ctl_cv);
+    pthread_mutex_unlock(&c->ctl_mu);
+    return rc == VLLM_OK ? VLLM_OK : vllm_error(rc, "%s", err);
+}
+
 static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engine_index) {
     dp_client *c = ud;
     *out = NULL;
@@ -646,6 +791,7 @@ static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engi
         return VLLM_OK;
     }
     if (c->num_alive == 0) return vllm_error(VLLM_ERR_IO, "every data parallel engine is gone");
+    ctl_send(c);
     bool probing = clock_now() < c->probe_until;
     if (probing) probe(c);
     zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0},
@@ -680,6 +826,10 @@ static vllm_status op_step(void *ud, const vllm_step_output **out, int32_t *engi
         return VLLM_OK;
     }
     if (!c->eng[k].alive) return VLLM_OK; /* a late message from an engine given up on */
+    if (p[0] == DP_MSG_REPLY) {
+        ctl_take_reply(c, k, p, len);
+        return VLLM_OK;
+    }
     if (p[0] != DP_MSG_OUTPUT || dp_wire_read_output(p, len, &c->dec) != VLLM_OK) {
         log_error("dp: a bad message from engine %d: %s", k, p[0] == DP_MSG_OUTPUT ? vllm_errmsg() : "unknown type");
         return VLLM_OK;
@@ -699,7 +849,8 @@ const frontend_engine_ops *dp_client_ops(void) {
 
 /* ---- headless ------------------------------------------------------------------------ */
 
-int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv) {
+int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv,
+                           dp_engine_setup_fn setup) {
     int32_t local = c->size_local < 0 ? 1 : c->size_local;
     int32_t port = c->rpc_port ? c->rpc_port : DP_DEFAULT_RPC_PORT;
     if (local < 1 || c->start_rank + local > c->size) {
@@ -708,9 +859,7 @@ int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int a
         return 2;
     }
     if (local == 1) {
-        char ep[300];
-        snprintf(ep, sizeof ep, "tcp://%s:%d", c->address, port);
-        return dp_engine_run(ea, ep, c->start_rank);
+        return dp_engine_run(ea, c->address, port, c->api_server_count, c->start_rank, setup);
     }
     pid_t *pids = calloc((size_t)local, sizeof *pids);
     if (!pids) return 1;

@@ -26,6 +26,13 @@
  * the engine, its requests finish with finish_reason "error" and a message
  * naming the engine, and the others keep serving; when none is left, step
  * fails and the frontend reports the engine dead (/health 503).
+ *
+ * With --data-parallel-restart-engines, a local engine that dies after it
+ * was ready is started again (a WARNING names it and its new pid); an
+ * engine that says HELLO again under its index (restarted here, or a
+ * headless one started again on its host) takes its place once more: the
+ * old one's requests have failed, new requests reach it again. One that
+ * dies before its HELLO is not restarted.
  */
 #ifndef VLLM_DIST_DP_CLIENT_H
 #define VLLM_DIST_DP_CLIENT_H
@@ -34,11 +41,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "dist/dp_engine.h"
 #include "dist/dp_wire.h"
 #include "server/frontend.h"
 
 #define DP_DEFAULT_RPC_PORT 29550    /* vLLM's data_parallel_rpc_port */
 #define DP_PREFIX_SLACK 8            /* two waiting requests */
+#define DP_RESTART_MAX 5             /* restarts of one engine (--data-parallel-restart-engines) */
+#define DP_CONTROL_TIMEOUT_S 60      /* a runtime LoRA update's wait for every engine */
 
 typedef enum dp_routing { DP_ROUTING_LEAST_LOADED = 0, DP_ROUTING_PREFIX_CACHE } dp_routing;
 
@@ -52,7 +62,9 @@ typedef struct dp_config {
                                         port when every engine is local) */
     bool headless;                   /* --headless: engines only, no API server */
     dp_routing routing;              /* --data-parallel-routing */
-    int32_t api_server_count;        /* --api-server-count: only 1 is accepted so far */
+    bool restart_engines;            /* --data-parallel-restart-engines (beyond vLLM): a local
+                                        engine that dies after it was ready is started again */
+    int32_t api_server_count;        /* -asc/--api-server-count: API server processes (1; dist/api_servers.h) */
     double ready_timeout;            /* seconds to wait for every engine's HELLO
                                         (VLLM_ENGINE_READY_TIMEOUT_S, 600) */
 } dp_config;
@@ -75,6 +87,12 @@ const frontend_engine_ops *dp_client_ops(void);
 /* Frees without a frontend (start-up failed): stops the local engines. */
 void dp_client_free(dp_client *c);
 
+/* A runtime LoRA update (load: vllm_engine_load_lora(name, path), else
+ * unload) on every live engine; any thread, waits for every engine's answer
+ * (up to DP_CONTROL_TIMEOUT_S). VLLM_OK when all did it, else the first
+ * refusal's status and message. Updates run one at a time. */
+vllm_status dp_client_lora(dp_client *c, bool load, const char *name, const char *path);
+
 /* Requests each engine was sent so far (for tests and logs); the engine
  * count; an engine's KV pool in blocks (from its HELLO). */
 int64_t dp_client_num_routed(dp_client *c, int32_t engine_index);
@@ -82,7 +100,8 @@ int32_t dp_client_size(const dp_client *c);
 int32_t dp_client_num_gpu_blocks(const dp_client *c, int32_t engine_index);
 
 /* Headless: runs this node's engines (size_local of them from start_rank)
- * until they end; returns the exit status. */
-int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv);
+ * until they end; returns the exit status. setup: dp_engine_run's. */
+int dp_client_run_headless(const dp_config *c, const vllm_engine_args *ea, int argc, char **argv,
+                           dp_engine_setup_fn setup);
 
 #endif

@@ -34,10 +34,19 @@
 #define DP_HEARTBEAT_IVL_MS 1000
 #define DP_HEARTBEAT_TIMEOUT_MS 5000
 
-/* Builds the engine and serves the front end at endpoint
- * ("tcp://host:port") as engine engine_index until the front end goes away
- * (returns 0) or a step fails (returns 1). */
-int dp_engine_run(const vllm_engine_args *ea, const char *endpoint, int32_t engine_index);
+/* Builds the engine and serves the front end at tcp://address:port as
+ * engine engine_index until the front end goes away (returns 0) or a step
+ * fails (returns 1). num_clients > 1 (--api-server-count): one front end
+ * per API server, at ports port .. port + num_clients - 1, each sent its own
+ * requests' outputs and every step's stats (the step's counters only to the
+ * lowest-numbered one still connected, so that summed over the front ends
+ * they count once); the engine keeps serving while any is connected.
+ * setup (may be NULL) runs once the engine is built, before the HELLO: serve
+ * passes the loading of its --lora-modules adapters; its failure is the
+ * engine's (logged, status 1). */
+typedef vllm_status (*dp_engine_setup_fn)(vllm_engine *e, const vllm_engine_args *ea);
+int dp_engine_run(const vllm_engine_args *ea, const char *address, int32_t port, int32_t num_clients,
+                  int32_t engine_index, dp_engine_setup_fn setup);
 
 /* Starts `<this executable> serve ARGS... --headless
  * --data-parallel-start-rank RANK --data-parallel-size-local 1

@@ -195,6 +195,9 @@ void dp_wire_add(dp_wire_writer *w, const dp_add *a) {
         put_u8(w, so->disable_any_whitespace);
         dp_wire_str(w, so->whitespace_pattern);
     }
+    dp_wire_str(w, a->opts.lora_name);
+    dp_wire_str(w, a->opts.kv_remote_host);
+    dp_wire_i32(w, a->opts.kv_remote_port);
 }
 
 vllm_status dp_wire_read_add(const void *msg, size_t len, dp_add_scratch *s, dp_add *out) {
@@ -219,6 +222,9 @@ vllm_status dp_wire_read_add(const void *msg, size_t len, dp_add_scratch *s, dp_
         so->disable_any_whitespace = get_u8(&r, "disable_any_whitespace") != 0;
         so->whitespace_pattern = dp_wire_get_str(&r, "whitespace_pattern");
     }
+    out->opts.lora_name = dp_wire_get_str(&r, "lora_name");
+    out->opts.kv_remote_host = dp_wire_get_str(&r, "kv_remote_host");
+    out->opts.kv_remote_port = dp_wire_get_i32(&r, "kv_remote_port");
     if (r.bad || !out->request_id) {
         if (!r.bad) r.bad = "request_id";
         return read_done(&r, "ADD");
@@ -239,6 +245,44 @@ vllm_status dp_wire_read_add(const void *msg, size_t len, dp_add_scratch *s, dp_
     s->sp.num_bad_words = nbl;
     out->sp = &s->sp;
     return VLLM_OK;
+}
+
+/* ---- LORA / REPLY ------------------------------------------------------------------- */
+
+void dp_wire_lora(dp_wire_writer *w, uint64_t seq, bool load, const char *name, const char *path) {
+    put_u8(w, DP_MSG_LORA);
+    dp_wire_put(w, &seq, sizeof seq);
+    put_u8(w, load);
+    dp_wire_str(w, name);
+    dp_wire_str(w, path);
+}
+
+vllm_status dp_wire_read_lora(const void *msg, size_t len, uint64_t *seq, bool *load, const char **name,
+                              const char **path) {
+    dp_wire_reader r = {msg, len, NULL};
+    get_u8(&r, "type");
+    dp_wire_get(&r, seq, sizeof *seq, "seq");
+    *load = get_u8(&r, "load") != 0;
+    *name = dp_wire_get_str(&r, "name");
+    *path = dp_wire_get_str(&r, "path");
+    if (!r.bad && !*name) r.bad = "name";
+    return read_done(&r, "LORA");
+}
+
+void dp_wire_reply(dp_wire_writer *w, uint64_t seq, vllm_status status, const char *error) {
+    put_u8(w, DP_MSG_REPLY);
+    dp_wire_put(w, &seq, sizeof seq);
+    dp_wire_i32(w, (int32_t)status);
+    dp_wire_str(w, error);
+}
+
+vllm_status dp_wire_read_reply(const void *msg, size_t len, uint64_t *seq, vllm_status *status, const char **error) {
+    dp_wire_reader r = {msg, len, NULL};
+    get_u8(&r, "type");
+    dp_wire_get(&r, seq, sizeof *seq, "seq");
+    *status = (vllm_status)dp_wire_get_i32(&r, "status");
+    *error = dp_wire_get_str(&r, "error");
+    return read_done(&r, "REPLY");
 }
 
 /* ---- ABORT / STOP / PING --------------------------------------------------------- */

@@ -14,10 +14,17 @@
  *                                 is built)
  *   ADD     front end -> engine   request id, prompt token ids, sampling
  *                                 params (with their arrays), priority,
- *                                 cache salt, structured outputs
+ *                                 cache salt, structured outputs, LoRA
+ *                                 adapter name, kv_transfer_params' remote
+ *                                 host and port
  *   ABORT   front end -> engine   request id
  *   STOP    front end -> engine   request id, sequence index
  *   PING    front end -> engine   nothing (liveness probe; ignored)
+ *   LORA    front end -> engine   sequence number, load or unload, adapter
+ *                                 name and path (runtime LoRA updates, sent
+ *                                 to every engine)
+ *   REPLY   engine -> front end   the LORA's sequence number, its status
+ *                                 and error message
  *   OUTPUT  engine -> front end   the number of ADDs received so far, one
  *                                 vllm_step_output (every pointer field
  *                                 serialized), whether a step ran
@@ -34,7 +41,7 @@
 
 #include "vllm/vllm.h"
 
-#define DP_WIRE_VERSION 1
+#define DP_WIRE_VERSION 2            /* 2: ADD carries lora_name and kv_remote_host/port */
 
 typedef enum dp_msg_type {
     DP_MSG_HELLO = 'H',
@@ -43,6 +50,8 @@ typedef enum dp_msg_type {
     DP_MSG_STOP = 'S',
     DP_MSG_PING = 'P',
     DP_MSG_OUTPUT = 'O',
+    DP_MSG_LORA = 'L',
+    DP_MSG_REPLY = 'R',
 } dp_msg_type;
 
 /* A message being written: a growable byte buffer. oom latches. */
@@ -106,6 +115,13 @@ vllm_status dp_wire_read_add(const void *msg, size_t len, dp_add_scratch *s, dp_
 
 void dp_wire_id(dp_wire_writer *w, dp_msg_type type, const char *request_id, int32_t index);
 vllm_status dp_wire_read_id(const void *msg, size_t len, const char **request_id, int32_t *index);
+
+/* LORA and its REPLY. Strings point into the message. */
+void dp_wire_lora(dp_wire_writer *w, uint64_t seq, bool load, const char *name, const char *path);
+vllm_status dp_wire_read_lora(const void *msg, size_t len, uint64_t *seq, bool *load, const char **name,
+                              const char **path);
+void dp_wire_reply(dp_wire_writer *w, uint64_t seq, vllm_status status, const char *error);
+vllm_status dp_wire_read_reply(const void *msg, size_t len, uint64_t *seq, vllm_status *status, const char **error);
 
 /* OUTPUT: num_adds = ADDs the engine has received; stepped = a step ran
  * (else the stats' per-step counters are zero). */

@@ -70,6 +70,7 @@ typedef struct prefix_entry { int64_t requests, queries, hits; } prefix_entry;
 
 struct metrics {
     metrics_config cfg;
+    metrics_forward fwd;             /* fwd.ud != NULL: every call goes there (metrics_create_forward) */
     char *model_name, *hidden_version, *cache_dtype, *hash_algo;
     char engine[16];
     bool show_hidden;
@@ -536,8 +537,24 @@ vllm_status metrics_create(const metrics_config *c, metrics **out) {
     return VLLM_OK;
 }
 
+/* ---- forwarding (several API server processes, one registry) ------------- */
+
+vllm_status metrics_create_forward(const metrics_forward *f, metrics **out) {
+    *out = NULL;
+    metrics *m = calloc(1, sizeof *m);
+    if (!m) return vllm_error(VLLM_ERR_NOMEM, "metrics: forwarder");
+    m->fwd = *f;
+    *out = m;
+    return VLLM_OK;
+}
+
 void metrics_free(metrics *m) {
     if (!m) return;
+    if (m->fwd.ud) {
+        if (m->fwd.free) m->fwd.free(m->fwd.ud);
+        free(m);
+        return;
+    }
     for (int32_t i = 0; i < m->num_engines; i++) {
         metrics *e = m->engines[i];
         free(e->spec_per_pos);
@@ -568,6 +585,7 @@ void metrics_free(metrics *m) {
 }
 
 vllm_status metrics_add_engine(metrics *m, int32_t engine_index, int64_t num_gpu_blocks) {
+    if (m->fwd.ud) return m->fwd.add_engine(m->fwd.ud, engine_index, num_gpu_blocks);
     if (engine_index <= 0 || m->owner)
         return vllm_error(VLLM_ERR_INVALID, "metrics: engine %d cannot be added here", engine_index);
     metrics **grown = realloc(m->engines, ((size_t)m->num_engines + 1) * sizeof *grown);
@@ -612,6 +630,10 @@ static metrics *engine_of(metrics *m, int32_t engine_index) {
 }
 
 void metrics_log_engine_initialized(metrics *m) {
+    if (m->fwd.ud) {
+        m->fwd.log_engine_initialized(m->fwd.ud);
+        return;
+    }
     for (int32_t i = 0; i < m->num_engines; i++) metrics_log_engine_initialized(m->engines[i]);
     if (m->cfg.num_gpu_blocks > 0)
         log_info("Engine %03d: vllm cache_config_info with initialization after num_gpu_blocks is: %lld",
@@ -622,6 +644,7 @@ void metrics_log_engine_initialized(metrics *m) {
 
 vllm_status metrics_request_arrived(metrics *m, const char *request_id, double arrival,
                                     int32_t num_prompt_tokens, int32_t n, int32_t max_tokens) {
+    if (m->fwd.ud) return m->fwd.request_arrived(m->fwd.ud, request_id, arrival, num_prompt_tokens, n, max_tokens);
     pthread_mutex_lock(&m->req_mu);
     vllm_status rc = stats_add_request(m->st, request_id, arrival, num_prompt_tokens, n, max_tokens);
     pthread_mutex_unlock(&m->req_mu);
@@ -629,6 +652,10 @@ vllm_status metrics_request_arrived(metrics *m, const char *request_id, double a
 }
 
 void metrics_request_released(metrics *m, const char *request_id) {
+    if (m->fwd.ud) {
+        m->fwd.request_released(m->fwd.ud, request_id);
+        return;
+    }
     pthread_mutex_lock(&m->req_mu);
     stats_remove_request(m->st, request_id);
     if (m->obs.request_released) m->obs.request_released(m->obs.ud, request_id);
@@ -636,6 +663,7 @@ void metrics_request_released(metrics *m, const char *request_id) {
 }
 
 void metrics_set_observer(metrics *m, const metrics_observer *o) {
+    if (m->fwd.ud) return; /* the owner's registry has no observer */
     pthread_mutex_lock(&m->req_mu);
     if (o) m->obs = *o;
     else memset(&m->obs, 0, sizeof m->obs);
@@ -795,6 +823,10 @@ void metrics_on_step(metrics *m, const vllm_step_output *out, double now) {
 
 void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_output *out, double now) {
     if (!out) return;
+    if (m->fwd.ud) {
+        m->fwd.engine_step(m->fwd.ud, engine_index, out, now);
+        return;
+    }
     metrics *e = engine_index ? engine_of(m, engine_index) : m;
     prom_series *lora = NULL;
     if (m->lora_info) { /* a series per label set, each set to the wall time when seen (set_to_current_time) */
@@ -824,6 +856,10 @@ void metrics_on_engine_step(metrics *m, int32_t engine_index, const vllm_step_ou
 
 void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index,
                                vllm_finish_reason reason, double now) {
+    if (m->fwd.ud) {
+        m->fwd.sequence_finished(m->fwd.ud, request_id, index, reason, now);
+        return;
+    }
     pthread_mutex_lock(&m->req_mu);
     if (stats_finish_sequence(m->st, request_id, index, reason, now, &m->it) == VLLM_OK &&
         m->it.num_finished) {
@@ -839,6 +875,10 @@ void metrics_sequence_finished(metrics *m, const char *request_id, int32_t index
 
 void metrics_http_observe(metrics *m, const char *handler, const char *method, int status,
                           double duration, int64_t request_bytes, int64_t response_bytes) {
+    if (m->fwd.ud) {
+        m->fwd.http_observe(m->fwd.ud, handler, method, status, duration, request_bytes, response_bytes);
+        return;
+    }
     if (!handler) handler = "none";
     for (int i = 0; i < COUNT(http_excluded); i++)
         if (strstr(handler, http_excluded[i])) return;
@@ -870,6 +910,7 @@ void metrics_http_observe(metrics *m, const char *handler, const char *method, i
 vllm_status metrics_render(metrics *m, double now, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
+    if (m->fwd.ud) return m->fwd.render(m->fwd.ud, now, out, len);
     prom_lock(m->reg);
     for (int32_t i = -1; i < m->num_engines; i++) {
         metrics *e = i < 0 ? m : m->engines[i];
@@ -896,6 +937,7 @@ vllm_status metrics_render(metrics *m, double now, char **out, size_t *len) {
 /* ---- logging ------------------------------------------------------------------- */
 
 double metrics_prefix_cache_hit_rate(metrics *m) {
+    if (m->fwd.ud) return 0; /* the owner's */
     prom_lock(m->reg);
     double r = prefix_hit_rate_locked(m);
     prom_unlock(m->reg);
@@ -903,6 +945,7 @@ double metrics_prefix_cache_hit_rate(metrics *m) {
 }
 
 void metrics_log_stats(metrics *m, double now) {
+    if (m->fwd.ud) return; /* the owner logs */
     prom_lock(m->reg);
     double dt = now - m->last_log_time;
     double prompt_tp = dt > 0 ? (double)m->log_prompt_tokens / dt : 0.0;
@@ -969,6 +1012,7 @@ static void *logger_main(void *arg) {
 }
 
 vllm_status metrics_logger_start(metrics *m) {
+    if (m->fwd.ud) return VLLM_OK; /* the owner logs */
     if (!m->cfg.log_stats || m->logger_running) return VLLM_OK;
     m->last_log_time = clock_now();
     if (pthread_create(&m->logger, NULL, logger_main, m) != 0)

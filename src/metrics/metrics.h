@@ -167,6 +167,31 @@ void metrics_log_stats(metrics *m, double now);
  * seconds (no-op when log_stats is off); metrics_free stops it. */
 vllm_status metrics_logger_start(metrics *m);
 
+/* Several API server processes (--api-server-count, dist/metrics_link.h):
+ * one process owns the registry and each API server's metrics object only
+ * forwards its calls there. metrics_create_forward makes such an object:
+ * every function above calls the matching hook instead (render asks the
+ * owner for its text); metrics_log_stats, metrics_logger_start and
+ * metrics_set_observer do nothing, metrics_prefix_cache_hit_rate is 0.
+ * The hooks are called from the same threads as the functions. free is
+ * called by metrics_free. */
+typedef struct metrics_forward {
+    vllm_status (*request_arrived)(void *ud, const char *request_id, double arrival, int32_t num_prompt_tokens,
+                                   int32_t n, int32_t max_tokens);
+    void (*request_released)(void *ud, const char *request_id);
+    void (*engine_step)(void *ud, int32_t engine_index, const vllm_step_output *out, double now);
+    void (*sequence_finished)(void *ud, const char *request_id, int32_t index, vllm_finish_reason reason,
+                              double now);
+    void (*http_observe)(void *ud, const char *handler, const char *method, int status, double duration,
+                         int64_t request_bytes, int64_t response_bytes);
+    vllm_status (*render)(void *ud, double now, char **out, size_t *len);
+    vllm_status (*add_engine)(void *ud, int32_t engine_index, int64_t num_gpu_blocks);
+    void (*log_engine_initialized)(void *ud);
+    void (*free)(void *ud);
+    void *ud;                        /* not NULL */
+} metrics_forward;
+vllm_status metrics_create_forward(const metrics_forward *f, metrics **out);
+
 /* The prefix-cache hit rate of the log line (0..1): hits / queries over the
  * steps holding the most recent 1000 prefix-cache lookups. */
 double metrics_prefix_cache_hit_rate(metrics *m);

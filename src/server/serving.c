@@ -63,13 +63,13 @@ const char *serving_check_model(serving_ctx *ctx, const char *model, openai_erro
     if (!model) return ctx->served_names[0];
     for (int i = 0; i < ctx->num_served_names; i++)
         if (!strcmp(model, ctx->served_names[i])) return ctx->served_names[i];
-    if (ctx->lora_engine && vllm_engine_has_lora(ctx->lora_engine, model)) return model;
+    if (serving_lora_has(ctx, model)) return model;
     openai_fail(e, 404, "NotFoundError", "model", "The model `%s` does not exist.", model);
     return NULL;
 }
 
 const char *serving_lora_name(const serving_ctx *ctx, const char *model) {
-    if (!ctx->lora_engine || !model) return NULL;
+    if (!serving_lora_enabled(ctx) || !model) return NULL;
     for (int i = 0; i < ctx->num_served_names; i++)
         if (!strcmp(model, ctx->served_names[i])) return NULL;
     return model;

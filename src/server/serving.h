@@ -34,6 +34,14 @@ typedef struct tracing tracing;             /* metrics/tracing.h */
 
 /* What every call reads; set up at start-up, read-only afterwards (except
  * the counters). */
+/* The adapter calls of serving_ctx.lora_ops (thread-safe, as the engine's). */
+typedef struct serving_lora_ops {
+    bool (*has)(void *ud, const char *name);
+    int32_t (*list)(void *ud, vllm_lora_info *out, int32_t cap);
+    vllm_status (*load)(void *ud, const char *name, const char *path);
+    vllm_status (*unload)(void *ud, const char *name);
+} serving_lora_ops;
+
 typedef struct serving_ctx {
     frontend *fe;
     metrics *metrics;                    /* NULL: none; the caller feeds it engine steps */
@@ -81,6 +89,10 @@ typedef struct serving_ctx {
      * (VLLM_ALLOW_RUNTIME_LORA_UPDATING). lora_parent: an adapter's
      * base_model_name from --lora-modules, or NULL. */
     vllm_engine *lora_engine;
+    /* LoRA with engines in other processes (data parallel: dist/dp_lora.h):
+     * set, these answer the adapter calls instead of lora_engine's */
+    const serving_lora_ops *lora_ops;
+    void *lora_ud;
     bool allow_runtime_lora;
     const char *(*lora_parent)(const char *name);
     /* KV connector (docs/disagg.md): engine_id when the engine saves KV
@@ -124,6 +136,9 @@ void serving_responses_get(serving_ctx *ctx, http_request *http, const char *res
 void serving_lora_models(serving_ctx *ctx, json_t *data, int64_t now);
 void serving_load_lora_adapter(serving_ctx *ctx, http_request *r);
 void serving_unload_lora_adapter(serving_ctx *ctx, http_request *r);
+/* LoRA is on (lora_engine or lora_ops); an adapter called name is loaded. */
+bool serving_lora_enabled(const serving_ctx *ctx);
+bool serving_lora_has(const serving_ctx *ctx, const char *name);
 
 /* The token ids of a chat request's prompt (template rendered, then
  * tokenized), as /v1/chat/completions and /tokenize's chat form make them. */

@@ -42,12 +42,34 @@ static void fail(http_request *r, int status, const char *type, const char *fmt,
     serving_respond_error(r, &e);
 }
 
+bool serving_lora_enabled(const serving_ctx *ctx) { return ctx->lora_engine || ctx->lora_ops; }
+
+bool serving_lora_has(const serving_ctx *ctx, const char *name) {
+    if (ctx->lora_ops) return ctx->lora_ops->has(ctx->lora_ud, name);
+    return ctx->lora_engine && vllm_engine_has_lora(ctx->lora_engine, name);
+}
+
+static int32_t lora_list(const serving_ctx *ctx, vllm_lora_info *out, int32_t cap) {
+    if (ctx->lora_ops) return ctx->lora_ops->list(ctx->lora_ud, out, cap);
+    return vllm_engine_list_loras(ctx->lora_engine, out, cap);
+}
+
+static vllm_status lora_load(const serving_ctx *ctx, const char *name, const char *path) {
+    if (ctx->lora_ops) return ctx->lora_ops->load(ctx->lora_ud, name, path);
+    return vllm_engine_load_lora(ctx->lora_engine, name, path);
+}
+
+static vllm_status lora_unload(const serving_ctx *ctx, const char *name) {
+    if (ctx->lora_ops) return ctx->lora_ops->unload(ctx->lora_ud, name);
+    return vllm_engine_unload_lora(ctx->lora_engine, name);
+}
+
 void serving_lora_models(serving_ctx *ctx, json_t *data, int64_t now) {
-    if (!ctx->lora_engine) return;
+    if (!serving_lora_enabled(ctx)) return;
     enum { CAP = 256 };
     vllm_lora_info *info = malloc(CAP * sizeof *info);
     if (!info) return;
-    int32_t n = vllm_engine_list_loras(ctx->lora_engine, info, CAP);
+    int32_t n = lora_list(ctx, info, CAP);
     for (int32_t i = 0; i < n && i < CAP; i++) {
         /* base_model_name counts only when it is a served name (vLLM's is_base_model) */
         const char *want = ctx->lora_parent ? ctx->lora_parent(info[i].name) : NULL, *parent = ctx->served_names[0];
@@ -91,12 +113,12 @@ void serving_load_lora_adapter(serving_ctx *ctx, http_request *r) {
     char msg[512];
     if (!name || !path) {
         fail(r, 400, "InvalidUserInput", "%s%s", "Both 'lora_name' and 'lora_path' must be provided.", "");
-    } else if (!ctx->lora_engine) {
+    } else if (!serving_lora_enabled(ctx)) {
         fail(r, 400, "BadRequestError", "%s%s", "LoRA is not enabled. Please relaunch with --enable-lora.", "");
-    } else if (vllm_engine_has_lora(ctx->lora_engine, name)) {
+    } else if (serving_lora_has(ctx, name)) {
         fail(r, 400, "InvalidUserInput", "The lora adapter '%s' has already been loaded.%s", name, "");
     } else {
-        vllm_status rc = vllm_engine_load_lora(ctx->lora_engine, name, path);
+        vllm_status rc = lora_load(ctx, name, path);
         if (rc == VLLM_OK) {
             snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' added successfully.", name);
             respond_text(r, msg);
@@ -119,7 +141,7 @@ void serving_unload_lora_adapter(serving_ctx *ctx, http_request *r) {
     char msg[512];
     if (!name && !json_is_integer(json_object_get(j, "lora_int_id"))) {
         fail(r, 400, "InvalidUserInput", "%s%s", "either 'lora_name' and 'lora_int_id' needs to be provided.", "");
-    } else if (!ctx->lora_engine || !name || vllm_engine_unload_lora(ctx->lora_engine, name) != VLLM_OK) {
+    } else if (!serving_lora_enabled(ctx) || !name || lora_unload(ctx, name) != VLLM_OK) {
         fail(r, 404, "NotFoundError", "The lora adapter '%s' cannot be found.%s", name ? name : "None", "");
     } else {
         snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' removed successfully.", name);

@@ -284,6 +284,16 @@ TEST(test_regex) {
         {"[a-c]+x?", "abcab", 1},
         {"[a-c]+x?", "abx", 1},
         {"[a-c]+x?", "abxx", 0},
+        {"(x+)+y", "xxxy", 1}, /* nested quantifiers: (x+)+ is x+ */
+        {"(x+)+y", "y", 0},
+        {"(a*)+b", "b", 1},
+        {"(a*)+b", "aab", 1},
+        {"([ab]+)*c", "c", 1},
+        {"([ab]+)*c", "abbac", 1},
+        {"([ab]+)*c", "abdc", 0},
+        {"(?:[ab]+?)+c", "bc", 1},
+        {"(ab+)+", "abbab", 1},
+        {"(ab+)+", "abba", 0},
         {"(ab|cd)*", "abcdab", 1},
         {"(ab|cd)*", "abc", 0},
         {"(?:ab|cd){2}", "cdab", 1},
@@ -726,9 +736,9 @@ TEST(test_mask_memo_llama3) {
                 texts_ok = false, bad_text = (int)c;
         }
         st_matcher_free(m);
-        for (int walk = 0; walk < 2 && ok; walk++) { /* along random walks */
+        for (int walk = 0; walk < 1 && ok; walk++) { /* along a random walk */
             if (st_matcher_new(g, &m) != VLLM_OK) ok = false;
-            for (int step = 0; step < 12 && ok; step++) {
+            for (int step = 0; step < 10 && ok; step++) {
                 st_matcher_fill_mask(m, fast);
                 st_matcher_fill_mask_direct(m, direct);
                 if (memcmp(fast, direct, (size_t)words * 4))

@@ -14,7 +14,7 @@
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
-/* checks: 21 */
+/* checks: 22 */
 /* tags: tsan */
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +284,16 @@ TEST(test_regex) {
         {"[a-c]+x?", "abcab", 1},
         {"[a-c]+x?", "abx", 1},
         {"[a-c]+x?", "abxx", 0},
+        {"(x+)+y", "xxxy", 1}, /* nested quantifiers: (x+)+ is x+ */
+        {"(x+)+y", "y", 0},
+        {"(a*)+b", "b", 1},
+        {"(a*)+b", "aab", 1},
+        {"([ab]+)*c", "c", 1},
+        {"([ab]+)*c", "abbac", 1},
+        {"([ab]+)*c", "abdc", 0},
+        {"(?:[ab]+?)+c", "bc", 1},
+        {"(ab+)+", "abbab", 1},
+        {"(ab+)+", "abba", 0},
         {"(ab|cd)*", "abcdab", 1},
         {"(ab|cd)*", "abc", 0},
         {"(?:ab|cd){2}", "cdab", 1},
@@ -676,6 +686,79 @@ TEST(test_mask_llama3) {
     CHECK(end, "the JSON text should be accepted whole");
 }
 
+/* The local walk interns the sets it pushes (a set with the items of the
+ * sets it starts in, by their own interned states) and pushes a byte on an
+ * interned state once: literals in progress (their items start in sets the
+ * token pushed), alternations of literals, nested brackets and counted
+ * repetitions must give the masks of the direct walk along texts and along
+ * random walks on the Llama 3 vocabulary (long tokens: many pushes per
+ * token). */
+TEST(test_mask_memo_llama3) {
+    const char *dir = "../shared/tokenizers/llama3";
+    if (access(dir, R_OK) != 0) SKIP("%s is not here", dir);
+    static const struct { const char *gbnf, *text; } cases[] = {
+        {"root ::= \"\\\"\" [a-z ]* ( \"normal\" | \"italic\" ) [a-z ]* \"\\\"\"\n",
+         "\"the normal font is not italic or norm nor ital but normal\""},
+        {"root ::= \"{\" ( \"\\\"name\\\"\" | \"\\\"names\\\"\" | \"\\\"nominal\\\"\" ) \":\" [ ]{0,3} \"\\\"\" [a-z ]{0,16} \"\\\"\" \"}\"\n",
+         "{\"nominal\": \"no name at all\"}"},
+        {"root ::= e\ne ::= ( \"(\" e \")\" | \"[\" e \"]\" | [a-z ]{1,3} )*\n", "((ab)[cd](( ef))[]) (x)"},
+        {"root ::= ( \"<\" [a-z]{0,6} \">\" | \"<<\" [a-z]{2,3} \">>\" | [a-z ]+ )*\n", "<<abc>> plain <tag> <<de>><ab>"},
+    };
+    tokenizer *t;
+    st_vocab *v;
+    CHECK(tokenizer_load(dir, &t) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(st_vocab_new(t, NULL, 0, &v) == VLLM_OK, "%s", vllm_errmsg());
+    int32_t words = st_mask_words(v), eos = tokenizer_eos_id(t);
+    uint32_t *fast = calloc((size_t)words, 4), *direct = calloc((size_t)words, 4);
+    char why[240] = "";
+    bool ok = true, texts_ok = true;
+    int bad_text = -1;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && ok; c++) {
+        st_grammar *g;
+        if (st_compile_gbnf(cases[c].gbnf, strlen(cases[c].gbnf), v, &g) != VLLM_OK) {
+            ok = false, snprintf(why, sizeof why, "case %zu: %s", c, vllm_errmsg());
+            break;
+        }
+        int32_t *ids, n;
+        if (tokenizer_encode(t, cases[c].text, strlen(cases[c].text), false, &ids, &n) != VLLM_OK) {
+            ok = false, snprintf(why, sizeof why, "case %zu: %s", c, vllm_errmsg());
+            st_grammar_unref(g);
+            break;
+        }
+        st_matcher *m;
+        if (st_matcher_new(g, &m) != VLLM_OK) ok = false;
+        for (int32_t k = 0; k <= n && ok; k++) { /* along the text */
+            st_matcher_fill_mask(m, fast);
+            st_matcher_fill_mask_direct(m, direct);
+            if (memcmp(fast, direct, (size_t)words * 4))
+                ok = false, snprintf(why, sizeof why, "case %zu: after %d tokens of the text the mask differs from the direct walk", c, k);
+            if ((k < n && !st_matcher_accept_token(m, ids[k])) || (k == n && !mask_has(fast, eos)))
+                texts_ok = false, bad_text = (int)c;
+        }
+        st_matcher_free(m);
+        for (int walk = 0; walk < 1 && ok; walk++) { /* along a random walk */
+            if (st_matcher_new(g, &m) != VLLM_OK) ok = false;
+            for (int step = 0; step < 10 && ok; step++) {
+                st_matcher_fill_mask(m, fast);
+                st_matcher_fill_mask_direct(m, direct);
+                if (memcmp(fast, direct, (size_t)words * 4))
+                    ok = false, snprintf(why, sizeof why, "case %zu walk %d step %d: the mask differs from the direct walk", c, walk, step);
+                int32_t id = pick(v, fast, eos);
+                if (id < 0 || !st_matcher_accept_token(m, id)) break;
+            }
+            st_matcher_free(m);
+        }
+        free(ids);
+        st_grammar_unref(g);
+    }
+    free(fast);
+    free(direct);
+    st_vocab_free(v);
+    tokenizer_free(t);
+    CHECK(ok, "%s", why);
+    CHECK(texts_ok, "case %d: its text should be accepted whole", bad_text);
+}
+
 TEST(test_grammar_refcount) {
     st_grammar *g;
     CHECK(st_compile_gbnf("root ::= \"a\"", 12, sv, &g) == VLLM_OK);
@@ -756,6 +839,7 @@ int main(void) {
     RUN(test_eos);
     RUN(test_mask_equals_accept);
     RUN(test_mask_llama3);
+    RUN(test_mask_memo_llama3);
     RUN(test_grammar_refcount);
     RUN(test_threads_share_grammar);
     st_vocab_free(sv);

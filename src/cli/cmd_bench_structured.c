@@ -109,13 +109,14 @@ static double bench_now(void) {
 int cmd_bench_structured(int argc, char **argv) {
     static const char usage[] =
         "usage: vllmc bench structured --tokenizer DIR --data DIR [--limit N] [--every K] [--verbose] [--json]\n"
-        "                              [--cpu-time]\n"
+        "                              [--cpu-time] [--slow-us N]\n"
         "JSONSchemaBench's MaskBench: compile each file's schema, walk each test instance\n"
         "(json.dumps(data, ensure_ascii=False)) token by token through the matcher; prints\n"
         "compile and per-token mask time percentiles and the accepted/refused counts. One thread.\n"
-        "--cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded machine).\n";
+        "--cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded machine).\n"
+        "--slow-us N: print each mask that took N us or more (file, test, token index) on stderr.\n";
     const char *tok_dir = NULL, *data_dir = NULL;
-    int32_t limit = 0, every = 1;
+    int32_t limit = 0, every = 1, slow_us = 0;
     bool verbose = false, dump = false, as_json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -129,6 +130,9 @@ int cmd_bench_structured(int argc, char **argv) {
         else if (!strcmp(a, "--dump-instances")) dump = true;
         else if (!strcmp(a, "--json")) as_json = true;
         else if (!strcmp(a, "--cpu-time")) cpu_time = true;
+        else if (!strcmp(a, "--slow-us") && i + 1 < argc) {
+            if (!bench_parse_i32("bench structured", "--slow-us", argv[++i], 1, INT32_MAX, &slow_us)) return 2;
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
         else {
             fprintf(stderr, "vllmc bench structured: unknown or incomplete option '%s'\n%s", a, usage);
@@ -244,7 +248,11 @@ int cmd_bench_structured(int argc, char **argv) {
             for (int32_t k = 0; k <= n_ids; k++) {
                 double m0 = bench_now();
                 st_matcher_fill_mask(m, mask);
-                dvec_push(&mask_t, bench_now() - m0);
+                double mt = bench_now() - m0;
+                dvec_push(&mask_t, mt);
+                if (slow_us > 0 && mt * 1e6 >= slow_us)
+                    fprintf(stderr, "slow mask %.0f us: %s test %zu token %d after %.120s\n", mt * 1e6, names[fi], i, k,
+                            text.s);
                 if (k == n_ids) {
                     ok = eos >= 0 && eos < st_vocab_size(v) ? (mask[eos >> 5] >> (eos & 31)) & 1 : st_matcher_can_end(m);
                     break;

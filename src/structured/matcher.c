@@ -41,7 +41,14 @@
  * inside a counted repetition (maxLength: sets equal but for the count,
  * g->shape, while the count left exceeds the token's bytes left), its
  * multi-byte characters still cost a push per byte. A long repetition's
- * positions far from its end share one key (g->canon).
+ * positions far from its end share one key (g->canon). And every set a
+ * local walk pushes is interned by its items, each origin named by the
+ * interned state of the set it starts in (hash-consing the path): equal
+ * states parse every continuation alike, so pushing byte b on a state is
+ * done once per walk (walk_state.trans) and the children met again are
+ * virtual (state id, allowed bytes) until a push needs their items; a
+ * literal in progress, an unanchored pattern or a bounded count then costs
+ * a push per (state, byte), not per trie node.
  *
  * EOS ids are allowed exactly when the grammar can end; accepting one
  * terminates the matcher (it is kept as a token, so rollback undoes it).
@@ -487,6 +494,20 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Sorts a[0..n): sets have tens of items, where insertion beats qsort's calls. */
+static void sort_u64(uint64_t *a, size_t n) {
+    if (n > 48) {
+        qsort(a, n, sizeof *a, cmp_u64);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        uint64_t x = a[i];
+        size_t j = i;
+        for (; j > 0 && a[j - 1] > x; j--) a[j] = a[j - 1];
+        a[j] = x;
+    }
+}
+
 /* The items of set k that can still do something (not at an END), as
  * sorted keys pos << 32 | origin, the set's own origin as UINT32_MAX. */
 static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
@@ -496,7 +517,7 @@ static uint32_t live_items(const st_matcher *m, size_t k, uint64_t *out) {
         if (ST_SYM_KIND(m->g->syms[it.pos]) == ST_SYM_END) continue;
         out[n++] = ((uint64_t)m->g->shape[it.pos] << 32) | (it.origin == k ? UINT32_MAX : it.origin);
     }
-    qsort(out, n, sizeof *out, cmp_u64);
+    sort_u64(out, n);
     return n;
 }
 
@@ -516,7 +537,36 @@ typedef struct local_walk {
     uint32_t gen;              /* loops' generation: bumped when the table moves */
     struct loop_entry **lep;   /* per set: its loop entry, valid while lep_gen[set] == gen */
     uint32_t *lep_gen;
+    /* self-contained sets met, interned, with their byte transitions (see push_memo) */
+    struct walk_state *states;
+    size_t n_states, cap_states;
+    uint64_t *st_keys;         /* every interned state's sorted items, back to back */
+    size_t n_st_keys, cap_st_keys;
+    uint32_t *st_tab;          /* open addressing: state id + 1, 0 empty */
+    size_t cap_tab;
+    int32_t *sid;              /* per set: its interned state, -1 when it is not self-contained */
 } local_walk;
+
+/* An interned set of a local walk: its items sorted, each origin a local
+ * level set (index < base, fixed for the walk), a set before the local
+ * state (ST_OUT), the set itself (ST_OWN) or ST_REF | the interned state of
+ * an earlier set on the path. By induction equal ids mean equal sets down
+ * every origin chain, so a push of byte b gives the same child wherever the
+ * state sits: it is pushed once (trans[b]) and the child is reused, its
+ * items put on the stack (walk_materialize, each ST_REF resolved to the set
+ * of that state on the current path) only when a push needs them. */
+typedef struct walk_state {
+    uint64_t hash, sig;
+    uint32_t off, n, rem;
+    st_bset allowed;
+    uint32_t *trans;           /* 256 entries: 0 not pushed yet, 1 the child is not self-contained,
+                                  else child id + 2, bit 31 its push skipped a completion (ctx) */
+} walk_state;
+
+#define ST_OWN 0xfffffffeu
+#define ST_REF 0x80000000u  /* | state id: an origin in the set of that state (below, on the path) */
+#define ST_WALK_MAX_STATES 65536
+#define ST_WALK_MAX_KEYS ((size_t)1 << 22)
 
 /* A state's bytes: state[b] 0 not tried, 1 pushing b gives the state
  * again, 2 it does not; ctx[b] that push skipped a completion. */
@@ -587,11 +637,14 @@ static loop_entry *loops_of(local_walk *w, uint64_t h) {
     return &w->loops[q];
 }
 
+static bool walk_ensure(local_walk *w, size_t q);
+
 /* Tries every allowed byte of set `par - 1` (the top once truncated to
  * par) not tried yet; then le->safe holds its loop bytes without ctx. */
 static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
     st_matcher *lm = w->lm;
     if (le->full) return &le->safe;
+    if (!walk_ensure(w, par - 1)) return NULL;
     st_bset a = lm->allowed[par - 1];
     for (unsigned b = 0; b < 256; b++) {
         if (!st_bset_has(&a, b) || le->state[b]) continue;
@@ -607,6 +660,117 @@ static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
         if (le->state[b] == 1 && !le->ctx[b]) st_bset_add(&le->safe, b);
     le->full = 1;
     return &le->safe;
+}
+
+/* The interned state of set k (live_hash sig, set_rep_left rem), made on
+ * first sight; -1 when k is not self-contained or the table is full. */
+static int32_t walk_intern(local_walk *w, size_t k, uint64_t sig, uint32_t rem) {
+    st_matcher *lm = w->lm;
+    size_t n = lm->set_start[k + 1] - lm->set_start[k];
+    if (w->n_states >= ST_WALK_MAX_STATES || w->n_st_keys + n > ST_WALK_MAX_KEYS) return -1;
+    if (buf_grow((void **)&w->st_keys, &w->cap_st_keys, w->n_st_keys + n + 1, sizeof *w->st_keys)) return -1;
+    uint64_t *key = w->st_keys + w->n_st_keys;
+    for (size_t j = 0; j < n; j++) {
+        st_item it = lm->items[lm->set_start[k] + j];
+        uint32_t o = it.origin;
+        if (o == k) o = ST_OWN;
+        else if (o != ST_OUT && o >= w->base) {
+            if (w->sid[o] < 0) return -1;
+            o = ST_REF | (uint32_t)w->sid[o];
+        }
+        key[j] = ((uint64_t)it.pos << 32) | o;
+    }
+    sort_u64(key, n);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t j = 0; j < n; j++) h = (h ^ key[j]) * 0x100000001b3ull;
+    h ^= h >> 29;
+    if ((w->n_states + 1) * 2 > w->cap_tab) {
+        size_t cap = w->cap_tab ? w->cap_tab * 2 : 256;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (size_t q = 0; q < w->n_states; q++) {
+            size_t x = (size_t)(w->states[q].hash * 0x9e3779b97f4a7c15ull >> 32) & (cap - 1);
+            while (t[x]) x = (x + 1) & (cap - 1);
+            t[x] = (uint32_t)q + 1;
+        }
+        free(w->st_tab);
+        w->st_tab = t;
+        w->cap_tab = cap;
+    }
+    size_t x = (size_t)(h * 0x9e3779b97f4a7c15ull >> 32) & (w->cap_tab - 1);
+    for (; w->st_tab[x]; x = (x + 1) & (w->cap_tab - 1)) {
+        walk_state *o = &w->states[w->st_tab[x] - 1];
+        if (o->hash == h && o->n == n && !memcmp(w->st_keys + o->off, key, n * sizeof *key)) return (int32_t)(w->st_tab[x] - 1);
+    }
+    if (buf_grow((void **)&w->states, &w->cap_states, w->n_states + 1, sizeof *w->states)) return -1;
+    w->states[w->n_states] = (walk_state){.hash = h, .sig = sig, .off = (uint32_t)w->n_st_keys, .n = (uint32_t)n,
+                                          .rem = rem, .allowed = lm->allowed[k]};
+    w->n_st_keys += n;
+    w->st_tab[x] = (uint32_t)w->n_states + 1;
+    return (int32_t)w->n_states++;
+}
+
+/* Puts state id as set `at` (the stack truncated to at first). */
+static bool walk_materialize(local_walk *w, int32_t id, size_t at) {
+    st_matcher *lm = w->lm;
+    const walk_state *s = &w->states[id];
+    truncate_sets(lm, at);
+    if (!sets_reserve(lm, at + 1) ||
+        buf_grow((void **)&lm->items, &lm->cap_items, lm->n_items + s->n, sizeof *lm->items))
+        return false;
+    const uint64_t *key = w->st_keys + s->off;
+    uint32_t last_ref = UINT32_MAX, last_at = 0;
+    for (uint32_t j = 0; j < s->n; j++) {
+        uint32_t o = (uint32_t)key[j];
+        if (o == ST_OWN) o = (uint32_t)at;
+        else if (o != ST_OUT && (o & ST_REF)) { /* the set of that state on this path */
+            if (o != last_ref) {
+                size_t q = at;
+                while (q > w->base && w->sid[q - 1] != (int32_t)(o & ~ST_REF)) q--;
+                if (q == w->base) { /* not on the path (cannot happen): push instead */
+                    truncate_sets(lm, at);
+                    return false;
+                }
+                last_ref = o, last_at = (uint32_t)q - 1;
+            }
+            o = last_at;
+        }
+        lm->items[lm->n_items++] = (st_item){(uint32_t)(key[j] >> 32), o};
+    }
+    lm->n_sets = at + 1;
+    lm->set_start[at + 1] = (uint32_t)lm->n_items;
+    lm->allowed[at] = s->allowed;
+    return true;
+}
+
+/* Makes the walk's sets up to index q real in lm: the path's sets above
+ * lm's top are virtual (known by their interned state only, sid) until a
+ * push or a comparison needs their items. false when out of memory. */
+static bool walk_ensure(local_walk *w, size_t q) {
+    for (size_t j = w->lm->n_sets; j <= q; j++)
+        if (w->sid[j] < 0 || !walk_materialize(w, w->sid[j], j)) return false;
+    return true;
+}
+
+/* Pushes byte b on the real set par - 1 (the stack truncated to par) and
+ * records the transition when the parent is interned; sets sig, rem and sid
+ * of the new top. false when out of memory. */
+static bool push_miss(local_walk *w, uint32_t par, unsigned b, uint32_t tr) {
+    st_matcher *lm = w->lm;
+    int32_t pid = w->sid[par - 1];
+    if (lm->n_sets != par) truncate_sets(lm, par);
+    lm->ctx_hit = false;
+    if (!push_byte(lm, b)) return false;
+    w->sig[par] = live_hash(lm, par);
+    w->rem[par] = set_rep_left(lm, par);
+    int32_t cid = tr == 1 ? -1 : walk_intern(w, par, w->sig[par], w->rem[par]);
+    w->sid[par] = cid;
+    if (pid >= 0 && tr == 0) {
+        walk_state *ps = &w->states[pid];
+        if (!ps->trans) ps->trans = calloc(256, sizeof *ps->trans);
+        if (ps->trans) ps->trans[b] = cid >= 0 ? ((uint32_t)cid + 2) | ((uint32_t)lm->ctx_hit << 31) : 1;
+    }
+    return true;
 }
 
 /* The local walk: the whole trie against the local state. The local sets
@@ -641,6 +805,7 @@ static void walk_local(local_walk *w) {
     shift[0] = 0;
     sig[w->base - 1] = live_hash(lm, w->base - 1);
     rem[w->base - 1] = set_rep_left(lm, w->base - 1);
+    w->sid[w->base - 1] = walk_intern(w, w->base - 1, sig[w->base - 1], rem[w->base - 1]);
     for (uint32_t i = 0; i < (uint32_t)v->n_nodes;) {
         uint32_t d = ndepth[i], par = sdepth[d - 1];
         unsigned b = nbyte[i];
@@ -687,23 +852,32 @@ static void walk_local(local_walk *w) {
                     continue;
                 }
             }
-            if (lm->n_sets != par) truncate_sets(lm, par);
-            lm->ctx_hit = false;
-            if (!push_byte(lm, b)) { /* out of memory: the real walk decides */
-                e->unc[e->n_unc++] = (st_unc){i + 1, nend[i], d, v->toks[ntok[i]]};
-                i = nend[i];
-                continue;
+            int32_t pid = w->sid[par - 1];
+            uint32_t tr = pid >= 0 && w->states[pid].trans ? w->states[pid].trans[b] : 0;
+            if (tr >= 2) { /* pushed from this state before: the child is that state, virtual for now */
+                int32_t cid = (int32_t)((tr & 0x7fffffffu) - 2);
+                if (lm->n_sets > par) truncate_sets(lm, par);
+                lm->allowed[par] = w->states[cid].allowed;
+                sig[par] = w->states[cid].sig;
+                rem[par] = w->states[cid].rem;
+                w->sid[par] = cid;
+                lm->ctx_hit = tr >> 31;
+            } else {
+                if (!walk_ensure(w, par - 1) || !push_miss(w, par, b, tr)) { /* out of memory: the real walk decides */
+                    e->unc[e->n_unc++] = (st_unc){i + 1, nend[i], d, v->toks[ntok[i]]};
+                    i = nend[i];
+                    continue;
+                }
             }
             ctx[d] = ctx[d - 1] | lm->ctx_hit;
-            sdepth[d] = (uint32_t)lm->n_sets;
+            sdepth[d] = par + 1;
             shift[d] = 0;
-            sig[lm->n_sets - 1] = live_hash(lm, lm->n_sets - 1);
-            rem[lm->n_sets - 1] = set_rep_left(lm, lm->n_sets - 1);
-            w->lep_gen[lm->n_sets - 1] = 0;
+            w->lep_gen[par] = 0;
             if (le && !le->state[b]) {
-                bool loops = sig[lm->n_sets - 1] == sig[par - 1] && same_live(w, par - 1, lm->n_sets - 1);
+                bool ctx_hit = lm->ctx_hit;
+                bool loops = sig[par] == sig[par - 1] && walk_ensure(w, par) && same_live(w, par - 1, par);
                 le->state[b] = loops ? 1 : 2;
-                le->ctx[b] = lm->ctx_hit;
+                le->ctx[b] = ctx_hit;
             }
         }
         i++;
@@ -831,8 +1005,10 @@ static st_local *local_build(const st_grammar *g, const uint64_t *key, uint32_t 
     w.rem = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.rem);
     w.lep = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.lep);
     w.lep_gen = calloc((size_t)L + v->max_depth + 3, sizeof *w.lep_gen);
+    w.sid = malloc(((size_t)L + v->max_depth + 3) * sizeof *w.sid);
     w.gen = 1;
-    if (!w.sdepth || !w.shift || !w.sig || !w.rem || !w.lep || !w.lep_gen) {
+    if (!w.sdepth || !w.shift || !w.sig || !w.rem || !w.lep || !w.lep_gen || !w.sid) {
+        free(w.sid);
         free(w.lep);
         free(w.lep_gen);
         free(w.sdepth);
@@ -850,6 +1026,11 @@ static st_local *local_build(const st_grammar *g, const uint64_t *key, uint32_t 
     free(w.rem);
     free(w.scratch);
     free(w.loops);
+    free(w.sid);
+    for (size_t k = 0; k < w.n_states; k++) free(w.states[k].trans);
+    free(w.states);
+    free(w.st_keys);
+    free(w.st_tab);
     st_unc *u = realloc(e->unc, ((size_t)e->n_unc + 1) * sizeof *u);
     if (u) e->unc = u;
     free(ctx);

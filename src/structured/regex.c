@@ -33,6 +33,9 @@ typedef struct rx {
     size_t n, i;
     strbuf *out;
     int depth;
+    char group_q;  /* the group just parsed is one atom quantified by this ('*' or '+'), else 0 */
+    int seq_atoms; /* what the last rx_seq parsed: its atoms, */
+    char seq_q;    /* and its last atom's quantifier ('*', '+', '?', '{' or 0) */
 } rx;
 
 typedef struct rx_range {
@@ -331,6 +334,8 @@ static vllm_status rx_alt(rx *r);
 static vllm_status rx_seq(rx *r) {
     vllm_status rc = VLLM_OK;
     bool any = false;
+    int atoms = 0;
+    char last_q = 0;
     while (!rc && r->i < r->n && r->s[r->i] != '|' && r->s[r->i] != ')') {
         size_t at = r->i;
         char c = r->s[r->i];
@@ -353,6 +358,9 @@ static vllm_status rx_seq(rx *r) {
         }
         if (any && (rc = sb_add(r->out, " ", 1))) return rc;
         any = true;
+        atoms++;
+        last_q = 0;
+        char inner_q = 0; /* a group's: (x+)+ and the like */
         rx_class cls = {0};
         bool neg = false, is_cls = false;
         uint32_t cp = 0;
@@ -379,6 +387,7 @@ static vllm_status rx_seq(rx *r) {
             if (r->i >= r->n || r->s[r->i] != ')') return rx_err(r, at, "unbalanced parentheses: '(' is never closed");
             r->i++;
             r->depth--;
+            inner_q = r->group_q;
             if ((rc = sb_add(r->out, ")", 1))) return rc;
         } else if (c == '[') {
             if ((rc = rx_class_body(r, &cls, &neg))) {
@@ -439,19 +448,39 @@ static vllm_status rx_seq(rx *r) {
             if (r->i < r->n && r->s[r->i] == '?') r->i++; /* lazy: the same language */
             if (r->i < r->n && (r->s[r->i] == '*' || r->s[r->i] == '+' || r->s[r->i] == '?'))
                 return rx_err(r, r->i, "nothing to repeat before '%c'", r->s[r->i]);
+            last_q = q == '{' ? '{' : q;
+            /* (x+)+ is x+, (x*)+ (x+)* (x*)* are x*: the same language, without
+             * the ambiguity that gives the parser an item per way to split the
+             * run (every token a new, growing state) */
+            size_t L = r->out->len;
+            if (inner_q && (q == '*' || q == '+') && L >= 2 && r->out->s[L - 2] == inner_q && r->out->s[L - 1] == ')') {
+                r->out->s[L - 2] = ')';
+                r->out->len = L - 1;
+                r->out->s[L - 1] = 0;
+                tmp[0] = inner_q == '*' || q == '*' ? '*' : '+';
+                tmp[1] = 0;
+                last_q = tmp[0];
+            }
             if ((rc = sb_add(r->out, tmp, strlen(tmp)))) return rc;
         }
     }
     if (!rc && !any) rc = sb_add(r->out, "\"\"", 2);
+    r->seq_atoms = atoms;
+    r->seq_q = last_q;
     return rc;
 }
 
 static vllm_status rx_alt(rx *r) {
     vllm_status rc = rx_seq(r);
+    bool one = true;
+    char q = r->seq_q;
+    int atoms = r->seq_atoms;
     while (!rc && r->i < r->n && r->s[r->i] == '|') {
+        one = false;
         r->i++;
         if (!(rc = sb_add(r->out, " | ", 3))) rc = rx_seq(r);
     }
+    r->group_q = one && atoms == 1 && (q == '*' || q == '+') ? q : 0;
     return rc;
 }
 

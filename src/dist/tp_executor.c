@@ -451,21 +451,24 @@ static vllm_status node_setup(tp_node *t, const tp_start *s, vllm_status rc, int
     return rc;
 }
 
-/* Rank 0: the batches it may keep in flight (pp > 1): pp, as vLLM's
+/* Rank 0: the batches it may keep in flight with pp stages: pp, as vLLM's
  * max_concurrent_batches, or VLLMC_PP_BATCHES_IN_FLIGHT (1..16; 1 = the
- * stages take turns). */
-static vllm_status flights_create(tp_node *t, int32_t max_tokens) {
-    t->max_flights = 1;
-    if (t->pp == 1) return VLLM_OK;
-    t->max_flights = t->pp;
+ * stages take turns); 1 without pp. */
+static vllm_status max_in_flight_of(int32_t pp, int32_t *out) {
+    *out = pp;
     const char *env = getenv("VLLMC_PP_BATCHES_IN_FLIGHT");
-    if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end || n < 1 || n > 16)
-            return vllm_error(VLLM_ERR_INVALID, "VLLMC_PP_BATCHES_IN_FLIGHT '%s' must be an integer in 1..16", env);
-        t->max_flights = (int32_t)n;
-    }
+    if (pp == 1 || !env || !*env) return VLLM_OK;
+    char *end;
+    long n = strtol(env, &end, 10);
+    if (*end || n < 1 || n > 16)
+        return vllm_error(VLLM_ERR_INVALID, "VLLMC_PP_BATCHES_IN_FLIGHT '%s' must be an integer in 1..16", env);
+    *out = (int32_t)n;
+    return VLLM_OK;
+}
+
+/* Rank 0 with pp > 1: the ring of t->max_flights batches. */
+static vllm_status flights_create(tp_node *t, int32_t max_tokens) {
+    if (t->pp == 1) return VLLM_OK;
     if (!(t->flights = calloc((size_t)t->max_flights, sizeof *t->flights)))
         return vllm_error(VLLM_ERR_NOMEM, "pipeline parallel: out of memory");
     size_t rows = (size_t)max_tokens * (size_t)t->full->config.hidden_size * sizeof(float);
@@ -492,15 +495,22 @@ static vllm_status factory(void *ctx, const vllm_engine_args *args, const model 
     if (strlen(args->model) >= sizeof s.model)
         return vllm_error(VLLM_ERR_INVALID, "tensor parallel: model path longer than %d bytes", TP_PATH_CAP - 1);
     strcpy(s.model, args->model);
+    int32_t max_flights;
+    vllm_status rc = max_in_flight_of(mpi_group_pp(g), &max_flights);
+    if (rc != VLLM_OK) return rc; /* before the start message: tp_executor_finish stops the workers */
     tp_node *t = calloc(1, sizeof *t);
     if (!t) return vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory");
     t->g = g;
+    t->max_flights = max_flights;
     t->full = (model *)m; /* the engine's: the shard's views point into it (its x16 copies are dropped) */
     started = true;
-    vllm_status rc = bcast(t, &s, sizeof s, false);
+    rc = bcast(t, &s, sizeof s, false);
     if (rc == VLLM_OK) rc = node_place(t);
     if (rc == VLLM_OK) rc = node_setup(t, &s, VLLM_OK, &cfg->num_blocks);
-    if (rc == VLLM_OK) rc = flights_create(t, s.max_num_batched_tokens);
+    if (rc == VLLM_OK && (rc = flights_create(t, s.max_num_batched_tokens)) != VLLM_OK) {
+        int32_t h[TP_HDR_LEN] = {[H_CMD] = TP_CMD_STOP}; /* the workers are in their step loop */
+        if (bcast(t, h, sizeof h, false) != VLLM_OK) log_warn("tensor parallel: %s", vllm_errmsg());
+    }
     if (rc != VLLM_OK) {
         node_free(t);
         return rc;

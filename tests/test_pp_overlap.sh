@@ -12,18 +12,25 @@
 #  - requests aborted while their batch is in flight (clients that hang up
 #    on a stream): the server goes on serving, equal tokens, KV usage 0;
 #  - rank 1 killed while batches are in flight: rank 0 logs which rank is
-#    gone and the server exits within 20 s.
+#    gone and the server exits within 20 s;
+#  - structured outputs with -tp 2 and -pp 2 (the grammar masks are applied
+#    on rank 0, where sampling is): 4 greedy response_format json_schema
+#    completions sent at once (with -pp 2 alongside the other requests, so
+#    masked sequences ride in overlapped batches) give tp=1's texts, and
+#    each validates against the schema (jsonschema, .venv; skipped
+#    without it).
 # tp=1 is the reference (checked against transformers in
 # test_forward_ref.sh). Needs mpirun (openmpi-bin) and /usr/bin/python3
 # with numpy; SKIPPED otherwise.
-# checks: 10
+# checks: 14
 set -u
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 VLLMC_BIN=$(cd "$BUILD_DIR" && pwd)/vllmc
 names="pp2_overlap_equals_tp1 pp2_overlap_run_to_run pp2_overlap_happened pp2_overlap_kv_freed
        pp2_one_in_flight_equals_tp1 pp2_one_in_flight_not_overlapped pp_bad_batches_env
-       pp2_abort_in_flight_served pp2_kill_logged pp2_kill_clean_exit"
+       pp2_abort_in_flight_served pp2_kill_logged pp2_kill_clean_exit
+       structured_tp1_valid structured_tp2_equals_tp1 structured_pp2_equals_tp1 structured_pp2_valid"
 skip_all() { for n in $names; do echo "skip $n: $1"; done; exit 0; }
 command -v mpirun >/dev/null || skip_all "mpirun is missing (openmpi-bin, scripts/setup.sh)"
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || skip_all "/usr/bin/python3 lacks numpy"
@@ -54,7 +61,35 @@ stop() {
 }
 overlapped() { sed -n 's/.*pipeline parallel: [0-9]* batches, \([0-9]*\) of them submitted while another.*/\1/p' "$1" | tail -1; }
 
-if server_start R "$m" "${common[@]}" && client "$R_URL" "$tmp/tp1.json"; then :; else
+# structured outputs: the masks are rank 0's (it samples); tp/pp only move the forward
+st_names="structured_tp1_valid structured_tp2_equals_tp1 structured_pp2_equals_tp1 structured_pp2_valid"
+VPY=.venv/bin/python
+SCHEMA='{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":["a","b","c"]},"tag":{"type":"string","maxLength":4}},"required":["ok","n","tag"],"additionalProperties":false}'
+# st_run URL OUT: 4 json_schema completions at once, their texts (one JSON string a line) into OUT
+st_run() {
+  local i pids=()
+  for i in 0 1 2 3; do
+    local p; p=$(sed -n "$((i + 1))p" <<< $'Once upon a time\nThe little dog\nLily and Tom went\nOne day, a big bird')
+    curl -s --max-time 120 "$1/v1/completions" -H 'Content-Type: application/json' -d '{"model":"'"$m"'","prompt":"'"$p"'",
+      "max_tokens":48,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":'"$SCHEMA"'}},
+      "structured_outputs":{"disable_any_whitespace":true}}' > "$2.$i" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for i in 0 1 2 3; do jq -c '.choices[0].text' "$2.$i" || echo null; done > "$2"
+}
+# st_valid OUT: every text parses and validates against SCHEMA (jsonschema)
+st_valid() { $VPY -c '
+import json, sys, jsonschema
+schema = json.loads(sys.argv[1])
+for line in open(sys.argv[2]):
+    jsonschema.validate(json.loads(json.loads(line)), schema)
+' "$SCHEMA" "$1" 2>&1 | tail -1; }
+st=true; $VPY -c 'import jsonschema' 2>/dev/null || st=false
+
+if server_start R "$m" "${common[@]}" && client "$R_URL" "$tmp/tp1.json"; then
+  $st && st_run "$R_URL" "$tmp/st.tp1"
+else
   for n in $names; do echo "FAIL $n: the tp=1 server or its requests failed"; done; exit 0
 fi
 server_stop_all
@@ -76,7 +111,10 @@ if server_start P "$m" "${common[@]}" -pp 2 && client "$P_URL" "$tmp/pp.json" &&
       >/dev/null 2>&1 &
     cpids+=($!)
   done
-  client "$P_URL" "$tmp/pp.3.json" # runs alongside the streams
+  stpid=
+  if $st; then st_run "$P_URL" "$tmp/st.pp2" & stpid=$!; fi
+  client "$P_URL" "$tmp/pp.3.json" # runs alongside the streams and the structured requests
+  [ -n "$stpid" ] && wait "$stpid"
   wait "${cpids[@]}"
   sleep 0.5
   u=$(kv_usage "$P_URL")
@@ -144,3 +182,19 @@ else
   echo "FAIL pp2_kill_logged: no pp=2 server"; echo "FAIL pp2_kill_clean_exit: no pp=2 server"
 fi
 server_stop_all
+
+if ! $st; then
+  for n in $st_names; do echo "skip $n: .venv lacks jsonschema (tests/ref/requirements.txt)"; done
+else
+  if server_start S "$m" "${common[@]}" -tp 2; then st_run "$S_URL" "$tmp/st.tp2"; else : > "$tmp/st.tp2"; fi
+  server_stop_all
+  for conf in tp1 pp2; do
+    v=$(st_valid "$tmp/st.$conf")
+    if [ "$(wc -l < "$tmp/st.$conf")" = 4 ] && [ -z "$v" ]; then echo "ok structured_${conf}_valid"
+    else echo "FAIL structured_${conf}_valid: ${v:-no output} ($(head -c 300 "$tmp/st.$conf"))"; fi
+  done
+  for conf in tp2 pp2; do
+    if [ -s "$tmp/st.tp1" ] && cmp -s "$tmp/st.tp1" "$tmp/st.$conf"; then echo "ok structured_${conf}_equals_tp1 ($(head -1 "$tmp/st.tp1"))"
+    else echo "FAIL structured_${conf}_equals_tp1: $(head -c 200 "$tmp/st.$conf") vs $(head -c 200 "$tmp/st.tp1")"; fi
+  done
+fi

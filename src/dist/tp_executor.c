@@ -14,6 +14,16 @@
  * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats on the
  * stage's communicator, from inside runner_forward (runner_config.all_reduce);
  * between stages, point to point on the group's: TAG_HIDDEN, TAG_SCORED.
+ *
+ * Batches in flight (pp > 1, rank 0): the workers do not change, each
+ * stage runs the steps in the order they were broadcast. Rank 0 posts the
+ * MPI_Irecv of a batch's scored rows before it runs stage 0 of it, so the
+ * last stage's send always has a receive to land in: rank 0 may be busy
+ * with a later batch (or waiting for its own send to stage 1, which stage
+ * 1 takes only after sending the earlier batch's rows), and a send with no
+ * posted receive there would deadlock once messages pass the eager limit.
+ * Rows arrive in order (one sender, one tag). MPI non-overtaking order
+ * also matches the step broadcasts, which all ranks join in one order.
  */
 #include "dist/tp_executor.h"
 

@@ -747,7 +747,10 @@ void vllm_engine_free(vllm_engine *e) {
         request *r = map_entry(n, request, by_id);
         forget_request(e, r);
         fsm_remove(e, r);
-        if (e->sched) scheduler_abort_request(e->sched, r);
+        if (e->sched) {
+            scheduler_abort_request(e->sched, r);
+            scheduler_take_news(e->sched); /* its seqs are on the news list: the next abort would write into them */
+        }
         list_remove(&r->node);
         request_free(r);
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_pp_overlap.sh - pipeline parallelism with batches in flight
 # (dist/tp_executor.c, engine.c step_pipelined; docs/deploy.md):
-#  - `-pp 2` keeps two disjoint batches in flight (vLLM's
-#    max_concurrent_batches = pp): 10 prompts sent at once, 32 greedy tokens
+#  - `-pp 2` with disjoint batches in flight (vLLM's max_concurrent_batches
+#    = pp; here VLLMC_PP_BATCHES_IN_FLIGHT=3, so that two stay in flight
+#    between steps): 10 prompts sent at once, 32 greedy tokens
 #    each, equal to one rank's tokens and logprobs (pp adds in one rank's
 #    order) and identical from run to run; rank 0's log counts batches
 #    submitted while another was in flight (> 0); KV cache usage is back
@@ -94,8 +95,10 @@ else
 fi
 server_stop_all
 
-# two batches in flight (the default for -pp 2)
-if server_start P "$m" "${common[@]}" -pp 2 && client "$P_URL" "$tmp/pp.json" && client "$P_URL" "$tmp/pp.2.json"; then
+# three batches in flight over the two stages (the default, 2, is test_tp.sh's pp2 rows and the
+# kill below): between steps two are in flight, so a request aborted in one of them is reported
+# before its batch is back and must outlive it (engine.c's deferred list)
+if VLLMC_PP_BATCHES_IN_FLIGHT=3 server_start P "$m" "${common[@]}" -pp 2 && client "$P_URL" "$tmp/pp.json" && client "$P_URL" "$tmp/pp.2.json"; then
   if same "$tmp/tp1.json" "$tmp/pp.json"; then echo "ok pp2_overlap_equals_tp1"
   else echo "FAIL pp2_overlap_equals_tp1: $($PY tests/tp_client.py compare "$tmp/tp1.json" "$tmp/pp.json" | tr '\n' ' ')"; fi
   if same "$tmp/pp.json" "$tmp/pp.2.json"; then echo "ok pp2_overlap_run_to_run"
@@ -103,19 +106,26 @@ if server_start P "$m" "${common[@]}" -pp 2 && client "$P_URL" "$tmp/pp.json" &&
   u=$(kv_usage "$P_URL")
   if [ "$u" = 0 ]; then echo "ok pp2_overlap_kv_freed"; else echo "FAIL pp2_overlap_kv_freed: vllm:kv_cache_usage_perc ${u:-missing}"; fi
 
-  # clients that hang up while their batch is in flight, then full runs again
+  # clients that hang up while their batch is in flight: each stream is cut
+  # once it has tokens (it is decoding, in one of the two batches), one
+  # after another, while the other requests run
   cpids=()
-  for i in 1 2 3 4 5 6; do
-    curl -s -N --max-time 0.$((i + 2)) "$P_URL/v1/completions" -H 'Content-Type: application/json' \
+  for i in 1 2 3 4 5 6 7 8; do
+    curl -s -N --max-time 60 "$P_URL/v1/completions" -H 'Content-Type: application/json' \
       -d '{"model":"'$m'","prompt":"Once upon a time","max_tokens":300,"temperature":0,"ignore_eos":true,"stream":true}' \
-      >/dev/null 2>&1 &
+      > "$tmp/stream.$i" 2>&1 &
     cpids+=($!)
   done
+  ( for i in 1 2 3 4 5 6 7 8; do
+      for _ in $(seq 600); do [ "$(grep -c '^data:' "$tmp/stream.$i" 2>/dev/null)" -ge $((2 + i)) ] && break; sleep 0.05; done
+      kill "${cpids[$((i - 1))]}" 2>/dev/null
+    done ) &
+  cutter=$!
   stpid=
   if $st; then st_run "$P_URL" "$tmp/st.pp2" & stpid=$!; fi
   client "$P_URL" "$tmp/pp.3.json" # runs alongside the streams and the structured requests
   [ -n "$stpid" ] && wait "$stpid"
-  wait "${cpids[@]}"
+  wait "$cutter" "${cpids[@]}" 2>/dev/null
   sleep 0.5
   u=$(kv_usage "$P_URL")
   if same "$tmp/tp1.json" "$tmp/pp.3.json" && [ "$u" = 0 ]; then echo "ok pp2_abort_in_flight_served"

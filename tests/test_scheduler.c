@@ -2,8 +2,10 @@
  * chunked prefill within the token budget, long_prefill_token_threshold,
  * running before waiting, preemption victims (FCFS: last; priority: max
  * (priority, arrival)), priority admission order, n > 1 forks with shared
- * blocks and copy-on-write, prefix-cache hits and salts, aborts, stop rules. */
-/* checks: 10 */
+ * blocks and copy-on-write, prefix-cache hits and salts, aborts, stop rules,
+ * batches in flight (pipeline parallel: in_flight sequences skipped and never
+ * preempted, the batch cap, updates of an earlier schedule's copy). */
+/* checks: 11 */
 #include <stdlib.h>
 #include <string.h>
 
@@ -381,6 +383,69 @@ TEST(test_abort_and_stop_rules) {
     fx_done(&f);
 }
 
+/* A schedule's copy, as the engine keeps one per batch in flight; its
+ * sequences marked in flight. */
+typedef struct flight_copy {
+    scheduler_output o;
+    scheduled_seq seqs[8];
+} flight_copy;
+
+static void take_flight(flight_copy *c, const scheduler_output *o) {
+    c->o = *o;
+    memcpy(c->seqs, o->seqs, (size_t)o->num_seqs * sizeof *o->seqs);
+    c->o.seqs = c->seqs;
+    for (int32_t i = 0; i < o->num_seqs; i++) c->seqs[i].seq->in_flight = true;
+}
+
+static vllm_status land_flight(fixture *f, flight_copy *c, int32_t tok) {
+    int32_t sampled[8], counts[8];
+    for (int32_t i = 0; i < c->o.num_seqs; i++) {
+        c->seqs[i].seq->in_flight = false;
+        sampled[i] = tok;
+        counts[i] = c->seqs[i].num_out;
+    }
+    return scheduler_update_output(f->s, &c->o, sampled, counts, f->now);
+}
+
+TEST(test_in_flight_batches) {
+    fixture f;
+    flight_copy fa, fb;
+    /* 6 blocks of 4: a and b take 3 each with 11-token prompts */
+    if (!fx_init(&f, 6, false, 4, 64, 0, VLLM_SCHEDULING_FCFS)) return;
+    request *a = fx_add(&f, 11, 0, 8, 1, 0, NULL);
+    request *b = fx_add(&f, 11, 40, 8, 1, 0, NULL);
+    scheduler_set_batch_cap(f.s, 1);
+    const scheduler_output *o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 1 && o->seqs[0].seq == &a->seqs[0], "the cap: one entry, got %d", o->num_seqs);
+    take_flight(&fa, o);
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 1 && o->seqs[0].seq == &b->seqs[0], "a is in flight: b's batch");
+    take_flight(&fb, o);
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 0, "both in flight: nothing to schedule");
+    CHECK(land_flight(&f, &fa, 50) == VLLM_OK && a->seqs[0].num_tokens == 12 && a->seqs[0].num_computed_tokens == 11);
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 1 && o->seqs[0].seq == &a->seqs[0] && o->seqs[0].num_new_tokens == 1, "a decodes");
+    take_flight(&fa, o);
+    CHECK(land_flight(&f, &fb, 51) == VLLM_OK && b->seqs[0].num_tokens == 12);
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 1 && o->seqs[0].seq == &b->seqs[0], "b decodes (12 tokens fit its 3 blocks)");
+    take_flight(&fb, o);
+    CHECK(land_flight(&f, &fa, 52) == VLLM_OK && a->seqs[0].num_tokens == 13);
+    /* a needs a 4th block and the pool is full: FCFS would preempt b (the
+     * last running), but b is in flight, so a preempts itself */
+    scheduler_set_batch_cap(f.s, 0);
+    o = scheduler_schedule(f.s, ++f.now);
+    CHECK(o->num_seqs == 0 && o->num_preemptions == 1 && a->seqs[0].status == SEQ_STATUS_PREEMPTED &&
+          b->seqs[0].status == SEQ_STATUS_RUNNING, "preempted %d, a %d b %d", o->num_preemptions,
+          a->seqs[0].status, b->seqs[0].status);
+    CHECK(land_flight(&f, &fb, 53) == VLLM_OK && b->seqs[0].num_tokens == 13);
+    while (scheduler_has_unfinished(f.s)) fx_step(&f, 55);
+    CHECK(a->seqs[0].num_tokens == 19 && b->seqs[0].num_tokens == 19, "both run to max_tokens 8");
+    CHECK(block_pool_num_free(kv_cache_manager_pool(f.kv)) == 6);
+    fx_done(&f);
+}
+
 TEST(test_config_checks) {
     kv_cache_manager *kv;
     CHECK(kv_cache_manager_create(4, BS, true, &kv) == VLLM_OK);
@@ -400,6 +465,7 @@ int main(void) {
     RUN(test_prefix_cache_hits_and_salt);
     RUN(test_shared_prompt_burst);
     RUN(test_abort_and_stop_rules);
+    RUN(test_in_flight_batches);
     RUN(test_config_checks);
     return harness_done();
 }

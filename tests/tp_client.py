@@ -2,10 +2,11 @@
 """tp_client.py - greedy completions from a running `vllmc serve`, for
 tests/test_tp.sh and bench/tp_allreduce.sh (standard library only).
 
-    tp_client.py URL MODEL OUT.json [--prompts N] [--max-tokens N]
+    tp_client.py URL MODEL OUT.json [--prompts N] [--max-tokens N] [--repeat R]
         N prompts (default 8) sent at once (one batch on the server), each
         greedy with ignore_eos and logprobs 5; OUT.json gets, per prompt,
         the token ids and each position's top-5 {token id: logprob}.
+        --repeat R: each prompt is its text R times (longer prefills).
     tp_client.py compare A.json B.json
         prints "same N M" (prompts, tokens each) when every token id agrees,
         else "differ PROMPT POSITION"; then "maxdiff X": the largest
@@ -36,9 +37,10 @@ def complete(url, model, prompt, max_tokens, out, i):
     out[i] = {"prompt": prompt, "ids": ids, "top": tops}
 
 
-def run(url, model, path, n, max_tokens):
+def run(url, model, path, n, max_tokens, repeat=1):
     out = [None] * n
-    ts = [threading.Thread(target=complete, args=(url, model, PROMPTS[i % len(PROMPTS)], max_tokens, out, i))
+    ts = [threading.Thread(target=complete, args=(url, model, " ".join([PROMPTS[i % len(PROMPTS)]] * repeat),
+                                                  max_tokens, out, i))
           for i in range(n)]
     for t in ts:
         t.start()
@@ -79,4 +81,5 @@ if __name__ == "__main__":
             n = int(args[args.index("--prompts") + 1])
         if "--max-tokens" in args:
             mt = int(args[args.index("--max-tokens") + 1])
-        run(args[0], args[1], args[2], n, mt)
+        rep = int(args[args.index("--repeat") + 1]) if "--repeat" in args else 1
+        run(args[0], args[1], args[2], n, mt, rep)

@@ -14,6 +14,16 @@
  * and per layer two MPI_Iallreduce (sum) of (tokens, hidden) floats on the
  * stage's communicator, from inside runner_forward (runner_config.all_reduce);
  * between stages, point to point on the group's: TAG_HIDDEN, TAG_SCORED.
+ *
+ * Batches in flight (pp > 1, rank 0): the workers do not change, each
+ * stage runs the steps in the order they were broadcast. Rank 0 posts the
+ * MPI_Irecv of a batch's scored rows before it runs stage 0 of it, so the
+ * last stage's send always has a receive to land in: rank 0 may be busy
+ * with a later batch (or waiting for its own send to stage 1, which stage
+ * 1 takes only after sending the earlier batch's rows), and a send with no
+ * posted receive there would deadlock once messages pass the eager limit.
+ * Rows arrive in order (one sender, one tag). MPI non-overtaking order
+ * also matches the step broadcasts, which all ranks join in one order.
  */
 #include "dist/tp_executor.h"
 
@@ -51,6 +61,16 @@ typedef struct tp_start {
     char model[TP_PATH_CAP];
 } tp_start;
 
+/* Rank 0 with pp > 1: one batch in flight (submitted, not yet collected). */
+typedef struct tp_flight {
+    int32_t h[TP_HDR_LEN];
+    uint8_t *buf;                    /* its payload, which view points into */
+    size_t buf_cap;
+    step_batch view;
+    float *rows;                     /* (max_num_batched_tokens, hidden) its scored rows from the last stage */
+    MPI_Request recv;                /* their MPI_Irecv, posted at submit; MPI_REQUEST_NULL if none */
+} tp_flight;
+
 /* One rank's side: its stage and shard, its runner, the message buffers. */
 typedef struct tp_node {
     executor base;                   /* rank 0: the engine's executor */
@@ -65,6 +85,11 @@ typedef struct tp_node {
     uint8_t *buf;                    /* step payload */
     size_t buf_cap;
     bool signalled;                  /* rank 0 sent itself SIGTERM */
+    tp_flight *flights;              /* rank 0, pp > 1: (max_flights) a ring, oldest at head */
+    int32_t max_flights, head, num_flights;
+    int64_t batches, overlapped;     /* submitted; of them, while another was in flight */
+    double busy_since, busy_seconds; /* rank 0: time with a batch in flight */
+    double collect_seconds;          /* rank 0: of it, waiting for the last stage's rows */
     /* all-reduce statistics (logged at the end; docs/deploy.md) */
     int64_t reduces, reduce_bytes;
     double reduce_seconds;
@@ -96,14 +121,16 @@ static vllm_status all_reduce(void *ctx, float *x, int64_t n) {
     return rc;
 }
 
-static vllm_status reserve(tp_node *t, size_t bytes) {
-    if (bytes <= t->buf_cap) return VLLM_OK;
+static vllm_status reserve_buf(uint8_t **buf, size_t *buf_cap, size_t bytes) {
+    if (bytes <= *buf_cap) return VLLM_OK;
     size_t cap = bytes + bytes / 2 + 4096;
-    uint8_t *p = realloc(t->buf, cap);
+    uint8_t *p = realloc(*buf, cap);
     if (!p) return vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory for a %zu-byte step", bytes);
-    t->buf = p, t->buf_cap = cap;
+    *buf = p, *buf_cap = cap;
     return VLLM_OK;
 }
+
+static vllm_status reserve(tp_node *t, size_t bytes) { return reserve_buf(&t->buf, &t->buf_cap, bytes); }
 
 /* The payload's arrays in order: (pointer into b, count of int32 or int64). */
 typedef struct field {
@@ -185,28 +212,100 @@ static vllm_status lost(tp_node *t, vllm_status rc) {
     return rc;
 }
 
-static vllm_status tp_execute(executor *ex, const step_batch *b, float *logits) {
-    tp_node *t = node_of(ex);
-    int32_t h[TP_HDR_LEN] = {
-        [H_CMD] = TP_CMD_STEP, [H_TOKENS] = b->num_tokens, [H_GROUPS] = b->num_kv_groups, [H_SEQS] = b->num_seqs,
-        [H_MAX_BLOCKS] = b->max_blocks_per_seq, [H_SCORED] = b->num_scored, [H_COPIES] = b->num_copies,
-        [H_HAS_SCORED_START] = b->scored_start != NULL, [H_HAS_LORA] = b->lora_ids != NULL,
-    };
-    step_batch view = *b;
+/* The step message of b: the header h and the payload, packed into *buf
+ * (grown as needed); view (if not NULL) becomes b over *buf. */
+static vllm_status pack(const step_batch *b, int32_t *h, uint8_t **buf, size_t *buf_cap, step_batch *view) {
+    memset(h, 0, TP_HDR_LEN * sizeof *h);
+    h[H_CMD] = TP_CMD_STEP, h[H_TOKENS] = b->num_tokens, h[H_GROUPS] = b->num_kv_groups, h[H_SEQS] = b->num_seqs;
+    h[H_MAX_BLOCKS] = b->max_blocks_per_seq, h[H_SCORED] = b->num_scored, h[H_COPIES] = b->num_copies;
+    h[H_HAS_SCORED_START] = b->scored_start != NULL, h[H_HAS_LORA] = b->lora_ids != NULL;
+    step_batch src = *b;
     field f[10];
-    int k = fields_of(&view, h, f);
+    int k = fields_of(&src, h, f);
     int64_t bytes = payload_bytes(f, k);
     if (bytes > INT_MAX) return vllm_error(VLLM_ERR_INVALID, "tensor parallel: a step of %lld bytes", (long long)bytes);
     h[H_BYTES] = (int32_t)bytes;
-    vllm_status rc = reserve(t, (size_t)bytes);
+    vllm_status rc = reserve_buf(buf, buf_cap, (size_t)bytes);
     if (rc != VLLM_OK) return rc;
     size_t off = 0;
     for (int i = 0; i < k; i++) {
         size_t n = (size_t)f[i].n * f[i].size;
-        if (n) memcpy(t->buf + off, *f[i].p, n);
+        if (n) memcpy(*buf + off, *f[i].p, n);
         off += n;
     }
-    if ((rc = bcast(t, h, sizeof h, false)) != VLLM_OK || (rc = bcast(t, t->buf, bytes, false)) != VLLM_OK)
+    if (view) {
+        *view = *b;
+        k = fields_of(view, h, f);
+        off = 0;
+        for (int i = 0; i < k; i++) {
+            *f[i].p = *buf + off;
+            off += (size_t)f[i].n * f[i].size;
+        }
+    }
+    return VLLM_OK;
+}
+
+/* Pipeline parallel, rank 0 (stage 0): the step message, an MPI_Irecv for
+ * the batch's scored rows (posted now, so the last stage's send never waits
+ * for rank 0 to get round to it), stage 0's layers, their output sent on. */
+static vllm_status tp_submit(executor *ex, const step_batch *b) {
+    tp_node *t = node_of(ex);
+    if (t->num_flights == t->max_flights)
+        return vllm_error(VLLM_ERR_INVALID, "pipeline parallel: %d batches in flight already", t->num_flights);
+    tp_flight *f = &t->flights[(t->head + t->num_flights) % t->max_flights];
+    vllm_status rc = pack(b, f->h, &f->buf, &f->buf_cap, &f->view);
+    if (rc != VLLM_OK) return rc;
+    if ((rc = bcast(t, f->h, sizeof f->h, false)) != VLLM_OK || (rc = bcast(t, f->buf, f->h[H_BYTES], false)) != VLLM_OK)
+        return lost(t, rc);
+    int64_t dim = t->full->config.hidden_size, T = b->num_tokens;
+    f->recv = MPI_REQUEST_NULL;
+    if (b->num_scored && MPI_Irecv(f->rows, (int)(b->num_scored * dim), MPI_FLOAT, (t->pp - 1) * t->tp, TAG_SCORED,
+                                   mpi_group_comm(t->g), &f->recv) != MPI_SUCCESS)
+        return lost(t, vllm_error(VLLM_ERR_IO, "pipeline parallel: MPI_Irecv failed"));
+    t->batches++;
+    t->overlapped += t->num_flights > 0;
+    if (t->num_flights == 0) t->busy_since = clock_now();
+    t->num_flights++;
+    rc = runner_forward(t->runner, &f->view, NULL);
+    if (rc == VLLM_OK && T > 0) rc = p2p(t, false, runner_hidden(t->runner), T * dim, t->rank + t->tp, TAG_HIDDEN);
+    return rc == VLLM_OK ? rc : lost(t, rc);
+}
+
+/* The oldest batch in flight: its scored rows from the last stage, then the
+ * final norm and lm_head here. */
+static vllm_status tp_collect(executor *ex, float *logits) {
+    tp_node *t = node_of(ex);
+    if (t->num_flights == 0) return vllm_error(VLLM_ERR_INVALID, "pipeline parallel: no batch in flight to collect");
+    tp_flight *f = &t->flights[t->head];
+    t->head = (t->head + 1) % t->max_flights;
+    t->num_flights--;
+    const step_batch *b = &f->view;
+    double t0 = clock_now();
+    vllm_status rc = b->num_scored ? mpi_group_wait(t->g, &f->recv, false) : VLLM_OK;
+    double t1 = clock_now();
+    t->collect_seconds += t1 - t0;
+    if (t->num_flights == 0) t->busy_seconds += t1 - t->busy_since;
+    if (rc != VLLM_OK) return lost(t, rc);
+    if (!b->num_scored) return VLLM_OK;
+    int64_t dim = t->full->config.hidden_size;
+    float *x = runner_hidden(t->runner);
+    for (int32_t i = 0; i < b->num_scored; i++)
+        memcpy(x + (int64_t)b->scored_indices[i] * dim, f->rows + (int64_t)i * dim, (size_t)dim * sizeof *x);
+    return runner_logits(t->runner, b, logits);
+}
+
+static int32_t tp_max_in_flight(const executor *ex) { return node_of(ex)->max_flights; }
+
+static vllm_status tp_execute(executor *ex, const step_batch *b, float *logits) {
+    tp_node *t = node_of(ex);
+    vllm_status rc;
+    if (t->pp > 1) {
+        if (t->num_flights) return vllm_error(VLLM_ERR_INVALID, "pipeline parallel: execute with batches in flight");
+        return (rc = tp_submit(ex, b)) == VLLM_OK ? tp_collect(ex, logits) : rc;
+    }
+    int32_t h[TP_HDR_LEN];
+    if ((rc = pack(b, h, &t->buf, &t->buf_cap, NULL)) != VLLM_OK) return rc;
+    if ((rc = bcast(t, h, sizeof h, false)) != VLLM_OK || (rc = bcast(t, t->buf, h[H_BYTES], false)) != VLLM_OK)
         return lost(t, rc);
     rc = node_forward(t, b, logits);
     return rc == VLLM_OK ? rc : lost(t, rc);
@@ -226,6 +325,10 @@ static vllm_status tp_write_kv(executor *ex, int32_t layer, int32_t block, const
 static threadpool *tp_threadpool(executor *ex) { return runner_threadpool(node_of(ex)->runner); }
 
 static void node_log_stats(const tp_node *t) {
+    if (t->batches)
+        log_info("pipeline parallel: %lld batches, %lld of them submitted while another was in flight; "
+                 "rank 0 waited %.2f s of %.2f s with batches in flight for the later stages",
+                 (long long)t->batches, (long long)t->overlapped, t->collect_seconds, t->busy_seconds);
     if (t->reduces && t->tp > 1)
         log_info("tensor parallel rank %d: %lld all-reduces, %.1f MiB, %.3f s (%.1f us each)", mpi_group_rank(t->g),
                  (long long)t->reduces, (double)t->reduce_bytes / 1048576.0, t->reduce_seconds,
@@ -233,6 +336,11 @@ static void node_log_stats(const tp_node *t) {
 }
 
 static void node_free(tp_node *t) {
+    for (int32_t i = 0; t->flights && i < t->max_flights; i++) {
+        free(t->flights[i].buf);
+        free(t->flights[i].rows);
+    }
+    free(t->flights);
     runner_free(t->runner);
     tp_shard_free(t->shard);
     if (t->tp_comm && t->tp_comm != MPI_COMM_NULL && !mpi_group_broken(t->g)) MPI_Comm_free(&t->tp_comm);
@@ -244,6 +352,10 @@ static void node_free(tp_node *t) {
 static void tp_free(executor *ex) {
     tp_node *t = node_of(ex);
     node_log_stats(t);
+    /* batches still in flight: let their scored rows arrive (and drop them) */
+    for (; t->num_flights > 0 && !mpi_group_broken(t->g); t->num_flights--, t->head = (t->head + 1) % t->max_flights)
+        if (t->flights[t->head].view.num_scored && mpi_group_wait(t->g, &t->flights[t->head].recv, false) != VLLM_OK)
+            log_warn("pipeline parallel: %s", vllm_errmsg());
     if (!mpi_group_broken(t->g)) {
         int32_t h[TP_HDR_LEN] = {[H_CMD] = TP_CMD_STOP};
         if (bcast(t, h, sizeof h, false) != VLLM_OK) log_warn("tensor parallel: %s", vllm_errmsg());
@@ -260,6 +372,9 @@ static const executor_ops tp_ops = {
     .write_kv = tp_write_kv,
     .threadpool = tp_threadpool,
     .free = tp_free,
+    .max_in_flight = tp_max_in_flight,
+    .submit = tp_submit,
+    .collect = tp_collect,
 };
 
 /* ---- every rank: shard, pool agreement, runner ------------------------------ */
@@ -346,6 +461,35 @@ static vllm_status node_setup(tp_node *t, const tp_start *s, vllm_status rc, int
     return rc;
 }
 
+/* Rank 0: the batches it may keep in flight with pp stages: pp, as vLLM's
+ * max_concurrent_batches, or VLLMC_PP_BATCHES_IN_FLIGHT (1..16; 1 = the
+ * stages take turns); 1 without pp. */
+static vllm_status max_in_flight_of(int32_t pp, int32_t *out) {
+    *out = pp;
+    const char *env = getenv("VLLMC_PP_BATCHES_IN_FLIGHT");
+    if (pp == 1 || !env || !*env) return VLLM_OK;
+    char *end;
+    long n = strtol(env, &end, 10);
+    if (*end || n < 1 || n > 16)
+        return vllm_error(VLLM_ERR_INVALID, "VLLMC_PP_BATCHES_IN_FLIGHT '%s' must be an integer in 1..16", env);
+    *out = (int32_t)n;
+    return VLLM_OK;
+}
+
+/* Rank 0 with pp > 1: the ring of t->max_flights batches. */
+static vllm_status flights_create(tp_node *t, int32_t max_tokens) {
+    if (t->pp == 1) return VLLM_OK;
+    if (!(t->flights = calloc((size_t)t->max_flights, sizeof *t->flights)))
+        return vllm_error(VLLM_ERR_NOMEM, "pipeline parallel: out of memory");
+    size_t rows = (size_t)max_tokens * (size_t)t->full->config.hidden_size * sizeof(float);
+    for (int32_t i = 0; i < t->max_flights; i++) {
+        t->flights[i].recv = MPI_REQUEST_NULL;
+        if (!(t->flights[i].rows = malloc(rows))) return vllm_error(VLLM_ERR_NOMEM, "pipeline parallel: out of memory");
+    }
+    log_info("pipeline parallel: up to %d batches in flight over %d stages", t->max_flights, t->pp);
+    return VLLM_OK;
+}
+
 static vllm_status factory(void *ctx, const vllm_engine_args *args, const model *m, runner_config *cfg,
                            executor **out) {
     *out = NULL;
@@ -361,14 +505,22 @@ static vllm_status factory(void *ctx, const vllm_engine_args *args, const model 
     if (strlen(args->model) >= sizeof s.model)
         return vllm_error(VLLM_ERR_INVALID, "tensor parallel: model path longer than %d bytes", TP_PATH_CAP - 1);
     strcpy(s.model, args->model);
+    int32_t max_flights;
+    vllm_status rc = max_in_flight_of(mpi_group_pp(g), &max_flights);
+    if (rc != VLLM_OK) return rc; /* before the start message: tp_executor_finish stops the workers */
     tp_node *t = calloc(1, sizeof *t);
     if (!t) return vllm_error(VLLM_ERR_NOMEM, "tensor parallel: out of memory");
     t->g = g;
+    t->max_flights = max_flights;
     t->full = (model *)m; /* the engine's: the shard's views point into it (its x16 copies are dropped) */
     started = true;
-    vllm_status rc = bcast(t, &s, sizeof s, false);
+    rc = bcast(t, &s, sizeof s, false);
     if (rc == VLLM_OK) rc = node_place(t);
     if (rc == VLLM_OK) rc = node_setup(t, &s, VLLM_OK, &cfg->num_blocks);
+    if (rc == VLLM_OK && (rc = flights_create(t, s.max_num_batched_tokens)) != VLLM_OK) {
+        int32_t h[TP_HDR_LEN] = {[H_CMD] = TP_CMD_STOP}; /* the workers are in their step loop */
+        if (bcast(t, h, sizeof h, false) != VLLM_OK) log_warn("tensor parallel: %s", vllm_errmsg());
+    }
     if (rc != VLLM_OK) {
         node_free(t);
         return rc;

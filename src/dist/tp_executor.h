@@ -8,8 +8,12 @@
  * the all-reduces on the stage's own communicator). With pp > 1 each
  * stage receives the residual stream from the one before and sends its
  * own on (MPI_Isend / MPI_Irecv), the last stage sends the scored rows to
- * rank 0, and rank 0 projects them (runner_logits); one batch is in
- * flight at a time, so the stages take turns. Per
+ * rank 0, and rank 0 projects them (runner_logits). With pp > 1 up to pp
+ * batches are in flight (executor submit / collect, vLLM's
+ * max_concurrent_batches; VLLMC_PP_BATCHES_IN_FLIGHT=1..16 overrides):
+ * rank 0 posts the receive of a batch's scored rows when it submits it,
+ * runs stage 0 and sends the result on, and collects the oldest batch
+ * later, so the stages work on different batches at once. Per
  * engine step rank 0 broadcasts the step_batch (model/step_batch.h: a
  * header of counts, then its flat arrays in one message), every rank runs
  * the forward over its heads and its part of the MLP with an MPI_Allreduce

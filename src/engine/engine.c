@@ -83,6 +83,12 @@ typedef struct mask_job {
     int32_t num_drafts;
 } mask_job;
 
+/* Pipeline parallelism: one batch in flight (see step_pipelined). */
+typedef struct flight {
+    scheduler_output so;             /* a copy of its schedule (seqs, copies: arrays of its own) */
+    int32_t *scored_start;           /* (max_num_seqs + 1) its entries' first scored rows */
+} flight;
+
 struct vllm_engine {
     vllm_engine_args args;           /* strings owned (copies); kv_cache_dtype static */
     vllm_engine_info info;
@@ -146,6 +152,11 @@ struct vllm_engine {
     spec_request *spec_reqs;         /* (max_num_seqs) this step's asks */
     int32_t *spec_per_pos;           /* (num_speculative_tokens) this step's accepted drafts by position */
     int32_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted; /* this step */
+
+    /* pipeline parallelism: batches in flight, a ring oldest at flight_head */
+    flight *flights;                 /* (max_flights) when the executor takes more than one */
+    int32_t max_flights, flight_head, num_flights;
+    list_node deferred;              /* finished requests a batch in flight still names (by request.node) */
 
     /* step output */
     vllm_step_output out;
@@ -392,6 +403,7 @@ static vllm_status size_kv_pool(vllm_engine *e, int32_t *num_blocks) {
 }
 
 static void fsm_remove(vllm_engine *e, request *r);
+static vllm_status create_flights(vllm_engine *e);
 
 static void *alloc_array(size_t n, size_t size, vllm_status *rc) {
     void *p = calloc(n ? n : 1, size);
@@ -527,6 +539,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     if (e->args.structured_outputs_compile_timeout <= 0)
         e->args.structured_outputs_compile_timeout = DEFAULT_COMPILE_TIMEOUT;
     list_init(&e->reported);
+    list_init(&e->deferred);
     list_init(&e->fsm_waiting);
     list_init(&e->kv_waiting);
     if (rc != VLLM_OK) goto fail;
@@ -633,6 +646,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
         goto fail;
     map_init(&e->requests);
     if ((rc = alloc_step_scratch(e)) != VLLM_OK) goto fail;
+    if ((rc = create_flights(e)) != VLLM_OK) goto fail;
     if ((rc = resolve_spec_config(&args->speculative_config, &info->speculative_config)) != VLLM_OK) goto fail;
     const vllm_speculative_config *spc = &info->speculative_config;
     if (spc->method == VLLM_SPEC_METHOD_NGRAM) {
@@ -696,6 +710,51 @@ fail:
     return rc;
 }
 
+static void free_flights(vllm_engine *e) {
+    for (int32_t i = 0; e->flights && i < e->max_flights; i++) {
+        free(e->flights[i].so.seqs);
+        free(e->flights[i].so.copies);
+        free(e->flights[i].scored_start);
+    }
+    free(e->flights);
+    e->flights = NULL;
+}
+
+/* The batches the executor can keep in flight (pipeline parallel), each a
+ * schedule's copy; 1 needs none. */
+static vllm_status create_flights(vllm_engine *e) {
+    e->max_flights = executor_max_in_flight(e->exec);
+    if (e->max_flights <= 1) return VLLM_OK;
+    vllm_status rc = VLLM_OK;
+    size_t S = (size_t)e->info.max_num_seqs;
+    e->flights = alloc_array((size_t)e->max_flights, sizeof *e->flights, &rc);
+    for (int32_t i = 0; rc == VLLM_OK && i < e->max_flights; i++) {
+        e->flights[i].so.seqs = alloc_array(S, sizeof(scheduled_seq), &rc);
+        e->flights[i].so.copies = alloc_array(S * (size_t)e->layout->num_groups, sizeof(block_copy), &rc);
+        e->flights[i].scored_start = alloc_array(S + 1, sizeof(int32_t), &rc);
+    }
+    return rc;
+}
+
+/* A finished request whose sequence is in a batch in flight. */
+static bool request_in_flight(const request *r) {
+    for (int32_t i = 0; i < r->n; i++)
+        if (r->seqs[i].in_flight) return true;
+    return false;
+}
+
+/* Frees the requests on head, except those a batch in flight still names:
+ * they go to deferred (freed by a later step). */
+static void free_requests_done(list_node *head, list_node *deferred) {
+    for (list_node *n = head->next, *next; n != head; n = next) {
+        next = n->next;
+        request *r = list_entry(n, request, node);
+        list_remove(n);
+        if (request_in_flight(r)) list_push_back(deferred, n);
+        else request_free(r);
+    }
+}
+
 static void free_requests_in(list_node *head) {
     while (!list_empty(head)) {
         list_node *n = head->next;
@@ -712,7 +771,10 @@ void vllm_engine_free(vllm_engine *e) {
         request *r = map_entry(n, request, by_id);
         forget_request(e, r);
         fsm_remove(e, r);
-        if (e->sched) scheduler_abort_request(e->sched, r);
+        if (e->sched) {
+            scheduler_abort_request(e->sched, r);
+            scheduler_take_news(e->sched); /* its seqs are on the news list: the next abort would write into them */
+        }
         list_remove(&r->node);
         request_free(r);
     }
@@ -720,7 +782,9 @@ void vllm_engine_free(vllm_engine *e) {
         for (request *r; (r = scheduler_pop_finished(e->sched));)
             if (!r->in_map) request_free(r);
     free_requests_in(&e->reported);
+    free_requests_in(&e->deferred);
     map_deinit(&e->requests);
+    free_flights(e);
     free_step_scratch(e);
     free(e->mask_tmp);
     grammar_cache_free(e->grammars); /* after the requests: they held references */
@@ -1164,6 +1228,7 @@ vllm_status vllm_engine_stop_sequence(vllm_engine *e, const char *request_id, in
 
 bool vllm_engine_has_unfinished(const vllm_engine *e) {
     return scheduler_has_unfinished(e->sched) || scheduler_has_news(e->sched) || e->num_fsm_waiting > 0 ||
+           e->num_flights > 0 ||
            e->num_kv_waiting > 0;
 }
 
@@ -1234,7 +1299,7 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
     prompt_logprobs(e, so, b);
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
-        if (en->num_scored == 0) continue;
+        if (en->num_scored == 0 || en->seq->status == SEQ_STATUS_FINISHED) continue; /* finished in flight */
         int32_t row0 = b->scored_start[i] + en->num_prompt_rows; /* the first sampling row */
         float *rows = e->logits + (size_t)row0 * (size_t)e->vocab;
         const uint32_t *allowed = NULL;
@@ -1292,7 +1357,8 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
         e->num_committed[i] = 0;
-        for (int32_t k = 0; k < en->num_samples; k++, ns++) {
+        int32_t num_samples = en->num_scored && en->seq->status != SEQ_STATUS_FINISHED ? en->num_samples : 0;
+        for (int32_t k = 0; k < num_samples; k++, ns++) {
             const sample_seq *x = &e->samples[ns];
             e->num_committed[i] += x->num_out;
             if (x->num_drafts > 0) { /* vLLM counts before stop checks: the verifier's accepted drafts */
@@ -1324,8 +1390,8 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
     return VLLM_OK;
 }
 
-/* Steps 3 and 4: the step batch, the forward, the sampling. */
-static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
+/* Step 3's batch: so's sequences flattened into e->builder. */
+static vllm_status build_batch(vllm_engine *e, const scheduler_output *so) {
     step_builder *b = e->builder;
     step_builder_reset(b);
     vllm_status rc;
@@ -1340,9 +1406,61 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
                                        q->req->lora_id)) != VLLM_OK)
             return rc;
     }
-    const step_batch *batch = step_builder_batch(b);
+    return VLLM_OK;
+}
+
+/* Steps 3 and 4: the step batch, the forward, the sampling. */
+static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
+    vllm_status rc = build_batch(e, so);
+    if (rc != VLLM_OK) return rc;
+    const step_batch *batch = step_builder_batch(e->builder);
     if ((rc = executor_execute(e->exec, batch, e->logits)) != VLLM_OK) return rc;
     return sample(e, so, batch);
+}
+
+/* Steps 2 to 5 with pipeline parallelism (vLLM's batch queue,
+ * max_concurrent_batches = pp): schedules and submits batches while fewer
+ * than max_flights are in flight, each capped at its share of the
+ * sequences so they spread over the stages; a sequence in flight is not
+ * scheduled again (its next token is not known yet). Then collects the
+ * oldest batch and samples and updates it as a plain step would: the
+ * executor runs batches in order, each stage's KV only ever touched by its
+ * batches in that order, so tokens are a plain step's. *done: the collected
+ * schedule, or NULL if nothing was in flight. */
+static vllm_status step_pipelined(vllm_engine *e, double now, const scheduler_output **done) {
+    *done = NULL;
+    vllm_status rc;
+    while (e->num_flights < e->max_flights && scheduler_has_unfinished(e->sched)) {
+        int32_t active = scheduler_num_running(e->sched) + scheduler_num_waiting(e->sched);
+        scheduler_set_batch_cap(e->sched, (active + e->max_flights - 1) / e->max_flights);
+        const scheduler_output *so = scheduler_schedule(e->sched, now);
+        scheduler_set_batch_cap(e->sched, 0);
+        if (so->num_seqs == 0) break;
+        flight *f = &e->flights[(e->flight_head + e->num_flights) % e->max_flights];
+        scheduled_seq *seqs = f->so.seqs;
+        block_copy *copies = f->so.copies;
+        f->so = *so;
+        f->so.seqs = memcpy(seqs, so->seqs, (size_t)so->num_seqs * sizeof *seqs);
+        f->so.copies = so->num_copies ? memcpy(copies, so->copies, (size_t)so->num_copies * sizeof *copies) : copies;
+        if ((rc = build_batch(e, &f->so)) != VLLM_OK) return rc;
+        const step_batch *b = step_builder_batch(e->builder);
+        memcpy(f->scored_start, b->scored_start, (size_t)(so->num_seqs + 1) * sizeof *f->scored_start);
+        if ((rc = executor_submit(e->exec, b)) != VLLM_OK) return rc;
+        for (int32_t i = 0; i < f->so.num_seqs; i++) f->so.seqs[i].seq->in_flight = true;
+        e->num_flights++;
+    }
+    if (e->num_flights == 0) return VLLM_OK;
+    flight *f = &e->flights[e->flight_head];
+    e->flight_head = (e->flight_head + 1) % e->max_flights;
+    e->num_flights--;
+    for (int32_t i = 0; i < f->so.num_seqs; i++) f->so.seqs[i].seq->in_flight = false;
+    if ((rc = executor_collect(e->exec, e->logits)) != VLLM_OK) return rc;
+    step_batch sb = {.num_seqs = f->so.num_seqs, .scored_start = f->scored_start};
+    if ((rc = sample(e, &f->so, &sb)) != VLLM_OK) return rc;
+    if ((rc = scheduler_update_output(e->sched, &f->so, e->committed, e->num_committed, now)) != VLLM_OK) return rc;
+    if (e->grammars) accept_committed(e);
+    *done = &f->so;
+    return VLLM_OK;
 }
 
 /* Step 6: drafts for every running sequence that decodes, to be scored in
@@ -1565,7 +1683,15 @@ static vllm_status step_failed(vllm_engine *e, vllm_status rc) {
 vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
     *out = NULL;
     if (e->dead) return vllm_error(VLLM_ERR_INVALID, "engine is dead after a failed step");
-    free_requests_in(&e->reported);
+    for (list_node *n = e->deferred.next, *next; n != &e->deferred; n = next) { /* their batches are back */
+        next = n->next;
+        request *r = list_entry(n, request, node);
+        if (!request_in_flight(r)) {
+            list_remove(n);
+            request_free(r);
+        }
+    }
+    free_requests_done(&e->reported, &e->deferred);
     if (e->loras) { /* unloaded adapters: their cached prefix blocks go */
         int32_t ids[16], n;
         while ((n = lora_table_take_removed(e->loras, ids, 16)) > 0)
@@ -1589,7 +1715,10 @@ vllm_status vllm_engine_step(vllm_engine *e, const vllm_step_output **out) {
         }
     }
     e->num_sampled = 0;
-    if (scheduler_has_unfinished(e->sched)) {
+    if (e->max_flights > 1 && e->spec.num_speculative_tokens == 0 && !e->conn) {
+        vllm_status rc = step_pipelined(e, vllm_monotonic_time(), &so);
+        if (rc != VLLM_OK) return step_failed(e, rc);
+    } else if (scheduler_has_unfinished(e->sched)) {
         double now = vllm_monotonic_time();
         so = scheduler_schedule(e->sched, now);
         vllm_status rc;

@@ -18,6 +18,16 @@
  * executor_read_kv / executor_write_kv: one block of one layer at a time, in
  * the pool's own layout, wherever the pool lives.
  *
+ * Batches in flight (pipeline parallelism, vLLM's max_concurrent_batches):
+ * an executor whose max_in_flight is P > 1 also takes submit / collect.
+ * submit starts a batch (the first stage runs it here and passes it on)
+ * and returns; collect waits for the oldest submitted batch and writes its
+ * logits. Up to P batches are submitted before the oldest is collected, so
+ * while a later stage computes batch A the first computes batch B; batches
+ * come back in the order they went in. The engine keeps the batches
+ * disjoint (a sequence is in at most one: its next token is unknown until
+ * its batch is sampled). execute = submit + collect of one batch.
+ *
  * Lifetime: executor_create_local / executor_free. One thread at a time
  * (the engine's) calls an executor.
  */
@@ -49,6 +59,10 @@ typedef struct executor_ops {
     /* Worker threads of this process that are idle between steps, or NULL. */
     threadpool *(*threadpool)(executor *ex);
     void (*free)(executor *ex);
+    /* Optional (NULL: one batch in flight): see "Batches in flight" above. */
+    int32_t (*max_in_flight)(const executor *ex);
+    vllm_status (*submit)(executor *ex, const step_batch *b);
+    vllm_status (*collect)(executor *ex, float *logits);
 } executor_ops;
 
 struct executor {
@@ -79,6 +93,12 @@ static inline bool executor_set_layer_hooks(executor *ex, const runner_layer_hoo
     return true;
 }
 static inline threadpool *executor_threadpool(executor *ex) { return ex->ops->threadpool(ex); }
+/* Batches the executor can have in flight (>= 1); submit / collect exist when > 1. */
+static inline int32_t executor_max_in_flight(const executor *ex) {
+    return ex->ops->max_in_flight ? ex->ops->max_in_flight(ex) : 1;
+}
+static inline vllm_status executor_submit(executor *ex, const step_batch *b) { return ex->ops->submit(ex, b); }
+static inline vllm_status executor_collect(executor *ex, float *logits) { return ex->ops->collect(ex, logits); }
 /* NULL is a no-op. */
 static inline void executor_free(executor *ex) {
     if (ex) ex->ops->free(ex);

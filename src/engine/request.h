@@ -77,6 +77,8 @@ typedef struct seq {
     int32_t num_computed_tokens;     /* tokens whose K/V are in the pool */
     int32_t num_cached_tokens;       /* prompt tokens served by the prefix cache, first schedule */
     bool scheduled_once;
+    bool in_flight;                  /* in a batch the engine has not sampled yet (pipeline parallel):
+                                        not scheduled again, not preempted until it is back */
     spec_policy_seq spec;            /* speculative decoding: its acceptance record (spec/spec_policy.h) */
 
     /* KV state, kept by kv_cache_manager: a block table per KV cache group,

@@ -32,6 +32,7 @@ struct scheduler {
     scheduler_output out;
     seq **copy_owner;                 /* (max_copies) which sequence each copy belongs to */
     kv_connector *conn;               /* NULL = none */
+    int32_t batch_cap;                /* entries per schedule (scheduler_set_batch_cap), 0 = no cap */
 };
 
 vllm_status scheduler_create(const scheduler_config *cfg, kv_cache_manager *kv, scheduler **out) {
@@ -218,13 +219,16 @@ static void unschedule(scheduler *s, seq *q, int32_t *budget) {
     o->num_copies = k;
 }
 
+/* The running sequence to preempt, or NULL if every one is in flight. */
 static seq *pick_victim(scheduler *s) {
-    seq *victim = list_entry(s->running.prev, seq, node);
-    if (use_priority(s))
-        for (list_node *n = s->running.next; n != &s->running; n = n->next) {
-            seq *q = list_entry(n, seq, node);
-            if (seq_compare(q, victim, true) > 0) victim = q;
-        }
+    seq *victim = NULL;
+    for (list_node *n = s->running.prev; n != &s->running; n = n->prev) {
+        seq *q = list_entry(n, seq, node);
+        if (q->in_flight) continue;
+        if (!victim) victim = q;
+        if (!use_priority(s)) break;
+        if (seq_compare(q, victim, true) > 0) victim = q;
+    }
     return victim;
 }
 
@@ -312,8 +316,12 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
 
     /* 1. running sequences: decodes (with their drafts) and partial prefills */
     list_node *n = s->running.next;
-    while (n != &s->running && budget > 0) {
+    while (n != &s->running && budget > 0 && (s->batch_cap == 0 || o->num_seqs < s->batch_cap)) {
         seq *q = list_entry(n, seq, node);
+        if (q->in_flight) { /* its next token is not known yet */
+            n = n->next;
+            continue;
+        }
         int32_t num_new = cap_new_tokens(s, q->num_tokens + q->num_drafts - q->num_computed_tokens, budget);
         num_new = cap_prompt_rows(s, q, num_new);
         if (num_new <= 0) {
@@ -328,6 +336,10 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
                 continue;
             }
             seq *victim = pick_victim(s);
+            if (!victim) { /* the others are in flight: q waits for a later batch */
+                preempted_self = true;
+                break;
+            }
             preempt(s, victim, &budget, now);
             if (victim == q) {
                 preempted_self = true;
@@ -352,6 +364,7 @@ const scheduler_output *scheduler_schedule(scheduler *s, double now) {
         if (lora_blocked && q->req->lora_id != 0) continue;
         int32_t seats = seq_num_seats(q);
         if (s->running_seats + seats > s->cfg.max_num_seqs) break;
+        if (s->batch_cap > 0 && o->num_seqs >= s->batch_cap) break;
         if (!lora_fits(s, q->req->lora_id)) {
             lora_blocked = true;
             continue;
@@ -530,9 +543,15 @@ static vllm_status commit(scheduler *s, const scheduled_seq *e, const int32_t *t
     return VLLM_OK;
 }
 
+void scheduler_set_batch_cap(scheduler *s, int32_t cap) { s->batch_cap = cap > 0 ? cap : 0; }
+
 vllm_status scheduler_update(scheduler *s, const int32_t *committed, const int32_t *num_committed, double now) {
+    return scheduler_update_output(s, &s->out, committed, num_committed, now);
+}
+
+vllm_status scheduler_update_output(scheduler *s, const scheduler_output *o, const int32_t *committed,
+                                    const int32_t *num_committed, double now) {
     (void)now;
-    const scheduler_output *o = &s->out;
     vllm_status rc = VLLM_OK;
     for (int32_t i = 0; i < o->num_seqs && rc == VLLM_OK; i++) {
         const scheduled_seq *e = &o->seqs[i];

@@ -146,6 +146,16 @@ seq *scheduler_entry_seq(const scheduled_seq *e, int32_t k);
  * partly applied and the engine must stop. */
 vllm_status scheduler_update(scheduler *s, const int32_t *committed, const int32_t *num_committed, double now);
 
+/* Pipeline parallelism (several batches in flight): scheduler_update of a
+ * copy of an earlier schedule's output (seqs and copies arrays of the
+ * caller's); and a cap on the entries of each schedule (0 = none), so the
+ * sequences spread over the batches in flight. Sequences marked in_flight
+ * (request.h) are neither scheduled nor preempted; a running sequence that
+ * needs blocks only an in-flight sequence holds waits for a later schedule. */
+vllm_status scheduler_update_output(scheduler *s, const scheduler_output *o, const int32_t *committed,
+                                    const int32_t *num_committed, double now);
+void scheduler_set_batch_cap(scheduler *s, int32_t cap);
+
 /* Finishes one sequence now (abort, or a stop string seen by the front end):
  * takes it out of its queue and frees its blocks. No-op if already finished.
  * Unforked siblings of an aborted seq 0 finish with it. */

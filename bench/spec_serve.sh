@@ -8,19 +8,20 @@
 # ratio should be 1.0 within noise (vLLM's blog reports slowdowns here for a
 # fixed k); "adaptive": false shows what a fixed k costs.
 #
-#   bench/spec_serve.sh [--num-prompts 32] [--concurrency 16] [--input-len 128] [--output-len 64]
+#   bench/spec_serve.sh [--num-prompts 32] [--concurrency 16] [--input-len 128] [--output-len 64] [--only ngram,draft]
 # Needs scripts/fetch_models.sh smollm2 (target: SmolLM2-135M-Instruct Q4_1;
 # draft-model rows: the F32 copy bench/spec_decode.sh makes, drafted by Q4_1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-np=32 conc=16 ilen=128 olen=64
+np=32 conc=16 ilen=128 olen=64 only=ngram,draft
 while [ $# -gt 0 ]; do
   case $1 in
     --num-prompts) np=$2; shift 2 ;;
     --concurrency) conc=$2; shift 2 ;;
     --input-len) ilen=$2; shift 2 ;;
     --output-len) olen=$2; shift 2 ;;
-    *) echo "usage: bench/spec_serve.sh [--num-prompts N] [--concurrency N] [--input-len N] [--output-len N]" >&2; exit 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "usage: bench/spec_serve.sh [--num-prompts N] [--concurrency N] [--input-len N] [--output-len N] [--only ngram,draft]" >&2; exit 2 ;;
   esac
 done
 source tests/server_helpers.sh
@@ -46,13 +47,16 @@ tput() { # label model [serve args...]: prints the output throughput
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "?" }'; }
 NG='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3}'
 NGF='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false}'
-p=$(tput plain "$smol")
-n=$(tput ngram "$smol" --speculative-config "$NG")
-nf=$(tput ngram_fixed "$smol" --speculative-config "$NGF")
-echo "SmolLM2 Q4_1 plain            | $p tok/s"
-echo "SmolLM2 Q4_1 ngram k=4        | $n tok/s | ratio $(ratio "$n" "$p")"
-echo "SmolLM2 Q4_1 ngram k=4 fixed  | $nf tok/s | ratio $(ratio "$nf" "$p")"
-if [ -s "$f32" ]; then
+if [[ $only == *ngram* ]]; then
+  p=$(tput plain "$smol")
+  n=$(tput ngram "$smol" --speculative-config "$NG")
+  nf=$(tput ngram_fixed "$smol" --speculative-config "$NGF")
+  echo "SmolLM2 Q4_1 plain            | $p tok/s"
+  echo "SmolLM2 Q4_1 ngram k=4        | $n tok/s | ratio $(ratio "$n" "$p")"
+  echo "SmolLM2 Q4_1 ngram k=4 fixed  | $nf tok/s | ratio $(ratio "$nf" "$p")"
+fi
+if [[ $only != *draft* ]]; then :
+elif [ -s "$f32" ]; then
   DM="{\"method\":\"draft_model\",\"model\":\"$smol\",\"num_speculative_tokens\":3}"
   DMF="{\"method\":\"draft_model\",\"model\":\"$smol\",\"num_speculative_tokens\":3,\"adaptive\":false}"
   pf=$(tput plain_f32 "$f32")

@@ -351,3 +351,5 @@ spec_proposer draft_model_as_proposer(draft_model *d) {
                            .draft_probs = draft_probs,
                            .ud = d};
 }
+
+const model *draft_model_model(const draft_model *d) { return d->m; }

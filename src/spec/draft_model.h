@@ -71,4 +71,7 @@ void draft_model_free(draft_model *d);
 /* The proposer the engine calls (spec/spec.h); d is borrowed. */
 spec_proposer draft_model_as_proposer(draft_model *d);
 
+/* The draft's weights (for the adaptive k's cost model). */
+const struct model *draft_model_model(const draft_model *d);
+
 #endif

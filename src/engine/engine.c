@@ -631,6 +631,7 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                                  .num_blocks = info->num_gpu_blocks,
                                  .kv_cache_dtype = e->kv_type,
                                  .num_threads = args->num_threads,
+                                 .pool = executor_threadpool(e->exec),
                                  .sample = !spc->exact_acceptance};
         if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,

@@ -58,6 +58,7 @@ typedef struct draft_model_config {
     int32_t num_blocks;              /* the draft's KV pool */
     kv_dtype kv_cache_dtype;
     int32_t num_threads;             /* 0 = online CPUs */
+    struct threadpool *pool;         /* borrowed: the target's workers (NULL: its own of num_threads) */
     bool sample;                     /* sampled requests: draw drafts from q (vLLM's rejection sampler
                                         verifies them); false: argmax drafts, exact verification */
 } draft_model_config;

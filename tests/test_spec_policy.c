@@ -3,7 +3,8 @@
  * from its rules, worked by hand: the first step gets k; then
  * floor(mean accepted) + 1 with the mean weighted 1/2 on the newest step;
  * below a mean of 1/4 only every 8th output token proposes; the batch's K
- * is the one with the most expected tokens per cost, cost = w + R + sum k_i
+ * is the one with the most expected tokens per cost (a sequence accepting
+ * a draft with chance p expects p + ... + p^k of k), cost = w + R + sum k_i
  * (+ a draft model's K w_d + c_d (sum k_i + sum a_i + catch-up)), and 0
  * unless it beats R / (w + R) by 5%. Every expected value below is worked
  * out in the comment beside it.
@@ -56,25 +57,39 @@ TEST(batch_ngram) {
     /* no candidates: 0 */
     spec_policy_batch_init(&b, 3);
     CHECK(spec_policy_batch_k(&b, &c, 8) == 0);
-    /* 16 sequences accepting 0.5 (own limit 1): base 16/19 = 0.842;
+    /* 16 sequences accepting 0.5 (p = 1/2, own limit 1): base 16/19 = 0.842;
      * K=1 (16 + 8)/(19 + 16) = 0.686 (and K > 1 adds nothing): K = 0 */
-    spec_policy_seq half = {.mean_accepted = 0.5f, .num_verified = 3};
+    spec_policy_seq half = {.mean_accepted = 0.5f, .num_verified = 3, .hits = 1.0f, .tries = 2.0f};
     spec_policy_batch_init(&b, 4);
     for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &half, 1, 50, 10);
     CHECK(spec_policy_batch_k(&b, &c, 16) == 0);
-    /* 16 accepting 3 (own 4), k = 4: need > 0.842 x 1.05 = 0.884;
-     * K=1 32/35 = 0.914, K=2 48/51 = 0.941, K=3 64/67 = 0.955,
-     * K=4 (16 + 48)/(19 + 64) = 0.771: K = 3 */
-    spec_policy_seq three = {.mean_accepted = 3.0f, .num_verified = 3};
+    /* 16 accepting every draft (p = 4/4 = 1, own 4), k = 4: need > 0.842 x
+     * 1.05 = 0.884; K=1 32/35 = 0.914, K=2 48/51 = 0.941, K=3 64/67 =
+     * 0.955, K=4 80/83 = 0.964: K = 4 */
+    spec_policy_seq all = {.mean_accepted = 4.0f, .num_verified = 3, .hits = 4.0f, .tries = 4.0f};
     spec_policy_batch_init(&b, 4);
-    for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &three, 4, 50, 10);
-    CHECK(spec_policy_batch_k(&b, &c, 16) == 3);
+    for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &all, 4, 50, 10);
+    CHECK(spec_policy_batch_k(&b, &c, 16) == 4);
     /* the same 16 and 16 more decoding without candidates (R = 32):
-     * base 32/35 = 0.914, x 1.05 = 0.960; K=3 (32 + 48)/(35 + 48) = 0.964: 3;
-     * with R = 40: base 40/43 x 1.05 = 0.977, K=3 88/91 = 0.967,
-     * K=2 72/75 = 0.96, K=1 56/59 = 0.949: 0 */
-    CHECK(spec_policy_batch_k(&b, &c, 32) == 3);
+     * base 32/35 x 1.05 = 0.960; K=4 (32 + 64)/(35 + 64) = 0.970: 4;
+     * R = 40: base 40/43 x 1.05 = 0.977, K=4 104/107 = 0.972, K=3 88/91 =
+     * 0.967 (and less below): 0 */
+    CHECK(spec_policy_batch_k(&b, &c, 32) == 4);
     CHECK(spec_policy_batch_k(&b, &c, 40) == 0);
+    /* 16 whose drafts are accepted with p = 3/4 (expected accepted of K:
+     * 0.75, 1.3125, 1.734, 2.051): K=1 (16 + 12)/35 = 0.80, K=2 0.726,
+     * K=3 0.653, K=4 0.588, all below 0.884: 0 */
+    spec_policy_seq most = {.mean_accepted = 3.0f, .num_verified = 3, .hits = 3.0f, .tries = 4.0f};
+    spec_policy_batch_init(&b, 4);
+    for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &most, 4, 50, 10);
+    CHECK(spec_policy_batch_k(&b, &c, 16) == 0);
+    /* the record: 3 of 4 accepted, then 2 of 2: hits 0.5 x 3 + 2 = 3.5,
+     * tries 0.5 x 4 + 2 = 4 (the first step's rejected draft counts, the
+     * unjudged ones after it do not) */
+    spec_policy_seq r = {0};
+    spec_policy_update(&r, 4, 3);
+    spec_policy_update(&r, 2, 2);
+    CHECK(r.hits == 3.5f && r.tries == 4.0f, "hits %f tries %f", r.hits, r.tries);
 }
 
 /* a draft model: w = 20 (an F32 target), w_d = 3, c_d = 1 (its Q4 copy) */
@@ -88,17 +103,24 @@ TEST(batch_draft_model) {
     spec_policy_batch_init(&b, 4);
     spec_policy_batch_add(&b, &fresh, 4, 100, 50);
     CHECK(spec_policy_batch_k(&b, &c, 1) == 4);
-    /* 16 accepting 3 (own 4), k = 3, 4 tokens behind, room 100 (catch-up
-     * 16 x 4/32 = 2): base 16/36 = 0.444; K=3 (16 + 48)/(36 + 48 + 9 + 48
-     * + 48 + 2) = 0.335, K=1 32/(52 + 3 + 16 + 16 + 2) = 0.360: K = 0 */
-    spec_policy_seq three = {.mean_accepted = 3.0f, .num_verified = 3, .proposed_at = 96};
+    /* 16 with p = 3/4 (own 4), k = 3, 4 tokens behind, room 100 (catch-up
+     * 16 x 4/32 = 2): base 16/36 = 0.444; K=1 (16 + 12)/(36 + 16 + 3 + 16 +
+     * 12 + 2) = 0.329, K=2 0.287, K=3 0.256: K = 0 */
+    spec_policy_seq most = {.mean_accepted = 3.0f, .num_verified = 3, .proposed_at = 96, .hits = 3.0f, .tries = 4.0f};
     spec_policy_batch_init(&b, 3);
-    for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &three, 4, 100, 100);
+    for (int i = 0; i < 16; i++) spec_policy_batch_add(&b, &most, 4, 100, 100);
     CHECK(spec_policy_batch_k(&b, &c, 16) == 0);
-    /* 2 of them: base 2/22 = 0.0909 (x 1.05 = 0.0955); K=3 8/(28 + 9 + 6 + 6
-     * + 0.25) = 0.162, K=2 6/(26 + 6 + 4 + 4 + 0.25) = 0.149: K = 3 */
+    /* 2 of them: base 2/22 = 0.0909 (x 1.05 = 0.0955); K=1 3.5/(22 + 2 + 3
+     * + 2 + 1.5 + 0.25) = 0.114, K=2 4.625/(22 + 4 + 6 + 4 + 2.625 + 0.25)
+     * = 0.119, K=3 5.469/(22 + 6 + 9 + 6 + 3.469 + 0.25) = 0.117: K = 2 */
     spec_policy_batch_init(&b, 3);
-    for (int i = 0; i < 2; i++) spec_policy_batch_add(&b, &three, 4, 100, 100);
+    for (int i = 0; i < 2; i++) spec_policy_batch_add(&b, &most, 4, 100, 100);
+    CHECK(spec_policy_batch_k(&b, &c, 2) == 2);
+    /* 2 accepting every draft (p = 1): K=3 8/(28 + 9 + 6 + 6 + 0.25) =
+     * 0.162 beats K=2 6/(26 + 6 + 4 + 4 + 0.25) = 0.149: K = 3 */
+    spec_policy_seq all = {.mean_accepted = 3.0f, .num_verified = 3, .proposed_at = 96, .hits = 3.0f, .tries = 3.0f};
+    spec_policy_batch_init(&b, 3);
+    for (int i = 0; i < 2; i++) spec_policy_batch_add(&b, &all, 4, 100, 100);
     CHECK(spec_policy_batch_k(&b, &c, 2) == 3);
     /* a paused sequence 3,000 tokens behind with room 10: catch-up 300 rows:
      * K=1 2/(22 + 3 + 2 + 300) < 1/21: K = 0 */

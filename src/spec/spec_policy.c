@@ -20,6 +20,8 @@ void spec_policy_update(spec_policy_seq *s, int32_t num_drafts, int32_t num_acce
     if (num_drafts <= 0) return;
     s->mean_accepted = s->num_verified == 0 ? (float)num_accepted : 0.5f * s->mean_accepted + 0.5f * (float)num_accepted;
     s->num_verified++;
+    s->hits = 0.5f * s->hits + (float)num_accepted;
+    s->tries = 0.5f * s->tries + (float)num_accepted + (num_accepted < num_drafts ? 1.0f : 0.0f);
 }
 
 /* Bytes and parameters of the matmul weights a forward reads (the
@@ -77,9 +79,11 @@ void spec_policy_batch_add(spec_policy_batch *b, const spec_policy_seq *s, int32
         int32_t n = K < own ? K : own;
         /* no record yet, or a probe: as if it accepted every draft (the
          * first step gets k, a probe its one draft, or it never recovers) */
-        double m = s->num_verified > 0 && s->mean_accepted >= 0.25f ? (double)s->mean_accepted : (double)n;
+        double p = s->num_verified > 0 && s->mean_accepted >= 0.25f && s->tries > 0.0f ? s->hits / s->tries : 1.0;
+        double a = 0.0, pj = 1.0;
+        for (int32_t j = 0; j < n; j++) a += (pj *= p);
         b->drafts[K] += n;
-        b->accepted[K] += m < n ? m : n;
+        b->accepted[K] += a;
     }
 }
 

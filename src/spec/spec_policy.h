@@ -22,8 +22,9 @@
  *   quantized 135M model is compute-bound from a few rows on. Without
  *   speculation a step of R decoding sequences makes R tokens for w + R.
  *   With K drafts, sequence i scores k_i = min(K, its own limit) more rows
- *   and is expected to accept a_i = min(k_i, its mean) of them (k_i
- *   without a record yet, or for a probe); a draft
+ *   and is expected to accept a_i = p + p^2 + ... + p^k_i of them, p the
+ *   sequence's recent chance that a draft is accepted given the ones
+ *   before it were (k_i without a record yet, or for a probe); a draft
  *   model adds K forwards of its own (w_d each, in the target's c) over
  *   sum(k_i + a_i) rows (c_d each): a row per draft, and the accepted
  *   drafts its next proposal catches up with (and, spread over the
@@ -57,6 +58,9 @@ typedef struct spec_policy_seq {
     float mean_accepted;             /* EWMA of accepted drafts per verified step */
     int32_t num_verified;            /* verified steps so far */
     int32_t proposed_at;             /* the sequence's length at its last proposal (0: none yet) */
+    float hits, tries;               /* drafts accepted, and drafts judged (the accepted ones and
+                                      * the first rejected one), halved each verified step: their
+                                      * ratio is the chance that one more draft is accepted */
 } spec_policy_seq;
 
 /* The cost of a step, in units of one target row's compute (see the top). */

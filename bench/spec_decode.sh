@@ -9,7 +9,10 @@
 # Rows:
 #   ngram      n-gram prompt lookup on an input-copying prompt (bench_spec's
 #              default: "repeat this passage"), stories260K and
-#              SmolLM2-135M-Instruct Q4_1, k = 3 and 4, adaptive k
+#              SmolLM2-135M-Instruct Q4_1, k = 3 and 4, adaptive k; and
+#              stories260K on a repeat-style prompt it does copy in part
+#              ("The dog ran. The dog ran. ...": the 260K-parameter model
+#              does not repeat a passage, but continues a repetition)
 #   pair       self-speculation by quantization: SmolLM2-135M-Instruct in F32
 #              as the target, its published Q4_1 file as the draft. The F32
 #              copy is made here, once, by gguf-py's dequantizer
@@ -17,11 +20,18 @@
 #              tests/test_real_models.sh makes) into
 #              ~/.cache/vllmc/models/derived/<name>-f32-<sha256 prefix>.gguf
 #   tinyllama  a TinyLlama-1.1B-shaped random model in F16 with its own Q4_0
-#              quantization as the draft (bench/side_by_side.sh writes them
-#              to $VLLMC_BENCH_DIR or /tmp/vllmc-bench; skipped if absent).
-#              Random weights: the Q4_0 noise flips nearly every argmax, so
-#              acceptance is near 0 and the row shows the cost of a useless
-#              draft (with the adaptive k, small)
+#              quantization as the draft. Random weights give nearly equal
+#              logits, so Q4_0 rounding noise flips most argmaxes: the target
+#              is made here (once) from the same random weights rounded
+#              through Q4_0 first (tools/make_gguf.py --snap q4_0), so the
+#              Q4_0 draft holds exactly the target's weights and differs only
+#              by the kernels' arithmetic. A short prompt: the draft's first
+#              proposal fills its cache over the whole prompt (compute-bound,
+#              a row of the draft per prompt token), which 48 output tokens
+#              of a long prompt cannot pay back, and the adaptive k then
+#              rightly drafts nothing. bench/side_by_side.sh writes the
+#              random model and the Q4_0 file to $VLLMC_BENCH_DIR or
+#              /tmp/vllmc-bench (skipped if absent)
 # Needs: make (build/bench/bench_spec), scripts/fetch_models.sh smollm2, and
 # .venv (gguf) for the F32 copy. The machine's load is printed: a loaded
 # machine moves every figure.
@@ -54,6 +64,8 @@ if [[ $only == *ngram* ]]; then
     if [ -s "$smol" ]; then row "ngram SmolLM2-135M Q4_1 k=$k adaptive" --model "$smol" --k $k --adaptive
     else echo "ngram SmolLM2: skipped ($smol missing: scripts/fetch_models.sh smollm2)"; fi
   done
+  rep="The dog ran. The dog ran. The dog ran. The dog ran. The dog ran. The dog"
+  for k in 3 4; do row "ngram stories260K repeat prompt k=$k adaptive" --model models/stories260K --k $k --adaptive --prompt "$rep"; done
 fi
 if [[ $only == *pair* ]]; then
   if [ ! -s "$smol" ]; then echo "pair SmolLM2: skipped ($smol missing: scripts/fetch_models.sh smollm2)"
@@ -72,8 +84,14 @@ if [[ $only == *pair* ]]; then
 fi
 if [[ $only == *tinyllama* ]]; then
   dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench}
-  if [ -s "$dir/tinyllama-f16.gguf" ] && [ -s "$dir/tinyllama-q4_0.gguf" ]; then
-    row "draft_model TinyLlama-shaped F16 <- Q4_0 k=4 adaptive" --model "$dir/tinyllama-f16.gguf" \
-      --draft "$dir/tinyllama-q4_0.gguf" --k 4 --adaptive --max-tokens 32
-  else echo "tinyllama: skipped (no $dir/tinyllama-{f16,q4_0}.gguf: bench/side_by_side.sh --only decode writes them)"; fi
+  snap=$dir/tinyllama-f16-snap-q4_0.gguf
+  if [ ! -s "$snap" ] && [ -s "$dir/tinyllama/config.json" ]; then
+    /usr/bin/python3 tools/make_gguf.py "$dir/tinyllama" "$snap.tmp" --type f16 --snap q4_0 >/dev/null && mv "$snap.tmp" "$snap"
+  fi
+  if [ -s "$snap" ] && [ -s "$dir/tinyllama-q4_0.gguf" ]; then
+    for k in 3 4; do
+      row "draft_model TinyLlama-shaped F16 (Q4_0-rounded) <- Q4_0 k=$k adaptive" --model "$snap" \
+        --draft "$dir/tinyllama-q4_0.gguf" --k $k --adaptive --max-tokens 48 --prompt "Once upon a time"
+    done
+  else echo "tinyllama: skipped (no $dir/tinyllama/ and $dir/tinyllama-q4_0.gguf: bench/side_by_side.sh --only decode writes them)"; fi
 fi

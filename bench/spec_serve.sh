@@ -8,19 +8,24 @@
 # ratio should be 1.0 within noise (vLLM's blog reports slowdowns here for a
 # fixed k); "adaptive": false shows what a fixed k costs.
 #
-#   bench/spec_serve.sh [--num-prompts 32] [--concurrency 16] [--input-len 128] [--output-len 64]
+#   bench/spec_serve.sh [--num-prompts 32] [--concurrency 16] [--input-len 128] [--output-len 64] [--only ngram,draft] [--rounds 1]
+# --rounds N: every server of a group runs N times, alternating (plain, spec,
+# fixed, plain, ...), so all see the same spells of machine load; each row is
+# the median.
 # Needs scripts/fetch_models.sh smollm2 (target: SmolLM2-135M-Instruct Q4_1;
 # draft-model rows: the F32 copy bench/spec_decode.sh makes, drafted by Q4_1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-np=32 conc=16 ilen=128 olen=64
+np=32 conc=16 ilen=128 olen=64 only=ngram,draft rounds=1
 while [ $# -gt 0 ]; do
   case $1 in
     --num-prompts) np=$2; shift 2 ;;
     --concurrency) conc=$2; shift 2 ;;
     --input-len) ilen=$2; shift 2 ;;
     --output-len) olen=$2; shift 2 ;;
-    *) echo "usage: bench/spec_serve.sh [--num-prompts N] [--concurrency N] [--input-len N] [--output-len N]" >&2; exit 2 ;;
+    --only) only=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: bench/spec_serve.sh [--num-prompts N] [--concurrency N] [--input-len N] [--output-len N] [--only ngram,draft] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 source tests/server_helpers.sh
@@ -28,7 +33,7 @@ models=${VLLMC_MODELS:-$HOME/.cache/vllmc/models}
 smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
 f32=$models/derived/$(basename "$smol" .gguf)-f32-$(sha256sum "$smol" 2>/dev/null | cut -c1-16).gguf
 [ -s "$smol" ] || { echo "bench/spec_serve.sh: $smol missing (scripts/fetch_models.sh smollm2)" >&2; exit 1; }
-echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $np prompts, concurrency $conc, input $ilen, output $olen"
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $np prompts, concurrency $conc, input $ilen, output $olen, rounds $rounds"
 tput() { # label model [serve args...]: prints the output throughput
   local label=$1 model=$2; shift 2
   if ! server_start S "$model" --served-model-name m --max-num-seqs "$conc" "$@" >/dev/null; then echo "$label | server failed"; return; fi
@@ -46,21 +51,33 @@ tput() { # label model [serve args...]: prints the output throughput
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "?" }'; }
 NG='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3}'
 NGF='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false}'
-p=$(tput plain "$smol")
-n=$(tput ngram "$smol" --speculative-config "$NG")
-nf=$(tput ngram_fixed "$smol" --speculative-config "$NGF")
-echo "SmolLM2 Q4_1 plain            | $p tok/s"
-echo "SmolLM2 Q4_1 ngram k=4        | $n tok/s | ratio $(ratio "$n" "$p")"
-echo "SmolLM2 Q4_1 ngram k=4 fixed  | $nf tok/s | ratio $(ratio "$nf" "$p")"
-if [ -s "$f32" ]; then
+median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0 || v[1] == "?") print "?"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+if [[ $only == *ngram* ]]; then
+  P= N= NF=
+  for ((r = 0; r < rounds; r++)); do
+    P+=" $(tput plain "$smol")"
+    N+=" $(tput ngram "$smol" --speculative-config "$NG")"
+    NF+=" $(tput ngram_fixed "$smol" --speculative-config "$NGF")"
+  done
+  p=$(median $P) n=$(median $N) nf=$(median $NF)
+  echo "SmolLM2 Q4_1 plain            | $p tok/s  (runs:$P)"
+  echo "SmolLM2 Q4_1 ngram k=4        | $n tok/s | ratio $(ratio "$n" "$p")  (runs:$N)"
+  echo "SmolLM2 Q4_1 ngram k=4 fixed  | $nf tok/s | ratio $(ratio "$nf" "$p")  (runs:$NF)"
+fi
+if [[ $only != *draft* ]]; then :
+elif [ -s "$f32" ]; then
   DM="{\"method\":\"draft_model\",\"model\":\"$smol\",\"num_speculative_tokens\":3}"
   DMF="{\"method\":\"draft_model\",\"model\":\"$smol\",\"num_speculative_tokens\":3,\"adaptive\":false}"
-  pf=$(tput plain_f32 "$f32")
-  d=$(tput draft "$f32" --speculative-config "$DM")
-  df=$(tput draft_fixed "$f32" --speculative-config "$DMF")
-  echo "SmolLM2 F32 plain             | $pf tok/s"
-  echo "SmolLM2 F32 <- Q4_1 k=3       | $d tok/s | ratio $(ratio "$d" "$pf")"
-  echo "SmolLM2 F32 <- Q4_1 k=3 fixed | $df tok/s | ratio $(ratio "$df" "$pf")"
+  PF= D= DF=
+  for ((r = 0; r < rounds; r++)); do
+    PF+=" $(tput plain_f32 "$f32")"
+    D+=" $(tput draft "$f32" --speculative-config "$DM")"
+    DF+=" $(tput draft_fixed "$f32" --speculative-config "$DMF")"
+  done
+  pf=$(median $PF) d=$(median $D) df=$(median $DF)
+  echo "SmolLM2 F32 plain             | $pf tok/s  (runs:$PF)"
+  echo "SmolLM2 F32 <- Q4_1 k=3       | $d tok/s | ratio $(ratio "$d" "$pf")  (runs:$D)"
+  echo "SmolLM2 F32 <- Q4_1 k=3 fixed | $df tok/s | ratio $(ratio "$df" "$pf")  (runs:$DF)"
 else
   echo "draft_model rows: skipped ($f32 missing: bench/spec_decode.sh --only pair makes it)"
 fi

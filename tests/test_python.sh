@@ -29,7 +29,7 @@
 # cached, and on builds other than build/ (the package links its own
 # position-independent build, not a sanitizer one).
 #
-# checks: 30
+# checks: 31
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-$PWD/build}

@@ -21,6 +21,9 @@
 #   vocab_mismatch       a draft with another vocabulary: a start-up error naming both sizes
 #   serve_draft          vllmc serve with the self draft: the completion is generate's, every
 #                        draft accepted in /metrics
+#   self_adaptive_off    the self draft with the adaptive k (the default): its forwards cost
+#                        what the target's do, so the cost model drafts nothing, and the
+#                        outputs are the ones without speculation
 # and with vLLM's rejection sampler (the default: sampled requests' drafts drawn
 # from the draft's q under the request's temperature, accepted with
 # probability min(1, p/q)):
@@ -31,7 +34,7 @@
 #   random_repeats       the random draft: the same outputs twice (seeded requests repeat), the
 #                        greedy ones without speculation, every KV block back in the pool
 #
-# checks: 8
+# checks: 9
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -60,8 +63,11 @@ run() { # out err [spec]
   if [ -n "${3:-}" ]; then "$VLLMC" generate --model $M --prompts-file "$PF" --json --stats --speculative-config "$3" >"$1" 2>"$2"
   else "$VLLMC" generate --model $M --prompts-file "$PF" --json --stats >"$1" 2>"$2"; fi
 }
-SELF="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4,\"draft_token_acceptance_method\":\"exact\"}"
-SELFR="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4}"
+# "adaptive": false: a draft as costly as its target never pays, so the
+# adaptive k (spec/spec_policy.h) would draft nothing (self_adaptive_off)
+SELF="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4,\"draft_token_acceptance_method\":\"exact\",\"adaptive\":false}"
+SELFR="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4,\"adaptive\":false}"
+SELFA="{\"method\":\"draft_model\",\"model\":\"$M\",\"num_speculative_tokens\":4}"
 
 PF=$tmp/prompts.jsonl
 run "$tmp/ref.json" "$tmp/ref.err"
@@ -87,13 +93,18 @@ $PY tools/make_random_model.py --arch llama --dtype f32 --hidden-size 32 --inter
   --heads 4 --kv-heads 2 --vocab-size 600 --max-pos 512 --seed 4 "$tmp/rand600" >/dev/null 2>>"$tmp/mk.err" ||
   echo "make_random_model.py: $(tail -2 "$tmp/mk.err")" >&2
 PF=$tmp/prompts.jsonl
-RAND="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3,\"draft_token_acceptance_method\":\"exact\"}"
-RANDR="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3}"
+RAND="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3,\"draft_token_acceptance_method\":\"exact\",\"adaptive\":false}"
+RANDR="{\"method\":\"draft_model\",\"model\":\"$tmp/rand\",\"num_speculative_tokens\":3,\"adaptive\":false}"
 if run "$tmp/rnd.json" "$tmp/rnd.err" "$RAND" && cmp -s "$tmp/ref.json" "$tmp/rnd.json"; then echo "ok random_same"
 else echo "FAIL random_same: $(tail -2 "$tmp/rnd.err")"; fi
 if $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert 0 < s["spec_decode_num_draft_tokens"] and s["spec_decode_num_accepted_tokens"] < s["spec_decode_num_draft_tokens"] and s["num_blocks_free_at_end"] == s["num_blocks_total"], s' "$(stats "$tmp/rnd.err")" 2>/dev/null
 then echo "ok random_rejects  # $(stats "$tmp/rnd.err" | $PY -c 'import json,sys; s=json.load(sys.stdin); print(s["spec_decode_num_accepted_tokens"], "of", s["spec_decode_num_draft_tokens"])')"
 else echo "FAIL random_rejects: $(stats "$tmp/rnd.err")"; fi
+
+run "$tmp/selfa.json" "$tmp/selfa.err" "$SELFA"
+if cmp -s "$tmp/ref.json" "$tmp/selfa.json" &&
+   $PY -c 'import json,sys; s=json.loads(sys.argv[1]); assert s["spec_decode_num_drafts"] == 0, s' "$(stats "$tmp/selfa.err")" 2>/dev/null
+then echo "ok self_adaptive_off"; else echo "FAIL self_adaptive_off: $(stats "$tmp/selfa.err")"; fi
 
 # the rejection sampler: greedy lines (the first 4) as without speculation
 greedy4() { head -4 "$1"; }

@@ -42,6 +42,11 @@ by it, the others (iq4_nl, q2_k, q3_k, q5_k, q4_k, q6_k) by the numpy
 quantizers here; --dump-ref's deq.bin is then gguf.quants.dequantize of the
 bytes written (ggml's own Python definitions, independent of this file and
 of our C). Types q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q5_k need it.
+--snap TYPE rounds every 2-D weight through TYPE's quantizer and back to
+F32 before writing it as --type: a model (e.g. F16) whose own TYPE file
+holds exactly its weights, so the two compute nearly the same function (a
+self-speculation pair with high acceptance even for random weights; see
+bench/spec_decode.sh).
 --raw-tensor NAME=TYPE (gguf-py writer) writes tensor NAME as random bytes
 of ggml type TYPE (e.g. IQ4_XS): a file with a type the reader rejects.
 """
@@ -443,6 +448,7 @@ def main(argv):
     p.add_argument("--dump-ref", help="directory for src.bin / deq.bin / names.txt")
     p.add_argument("--k-samples", action="store_true", help="add test.q4_k / test.q6_k random-block tensors")
     p.add_argument("--writer", default="numpy", choices=["numpy", "gguf-py"])
+    p.add_argument("--snap", choices=sorted(NUMPY_QUANTIZERS), help="round 2-D weights through this type first")
     p.add_argument("--raw-tensor", action="append", default=[], metavar="NAME=TYPE",
                    help="(gguf-py writer) tensor NAME as random bytes of ggml type TYPE")
     a = p.parse_args(argv)
@@ -540,6 +546,8 @@ def main(argv):
             if nhead:
                 x = permute_rope(x, nhead)
             x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+            if a.snap and len(ne) == 2:
+                x = np.ascontiguousarray(dequantize(quantize(a.snap, x, None), a.snap), dtype=np.float32)
             raw = quantize(kind, x, gguf_py)
             assert raw.size == size, (name, raw.size, size)
             yield name, kind, x, raw

@@ -179,6 +179,31 @@ def test_not_implemented_features(llm):
     LLM(STORIES, swap_space=4, gpu_memory_utilization=0.5, enforce_eager=True)  # accepted, unused
 
 
+def test_speculative_draft_model(llm):
+    """A draft model (vLLM's speculative_config "model"): stories260K drafting
+    for itself with exact verification; its greedy drafts are the target's own
+    argmaxes, so every draft is accepted, and the tokens are the ones without
+    speculation, bit for bit."""
+    from vllmc import LLM, SamplingParams
+    prompts = ["Once upon a time", "Lily and Tom went to the park.", "The dog"]
+    sp = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    ref = [o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
+    spec = LLM(STORIES, speculative_config={"model": STORIES, "num_speculative_tokens": 3, "adaptive": False,
+                                            "draft_token_acceptance_method": "exact"})
+    out = [o.outputs[0].token_ids for o in spec.generate(prompts, sp, use_tqdm=False)]
+    assert out == ref
+    m = {x.name: x.value for x in spec.get_metrics()}
+    assert 0 < m["vllm:spec_decode_num_drafts"] <= m["vllm:spec_decode_num_draft_tokens"]
+    assert m["vllm:spec_decode_num_accepted_tokens"] == m["vllm:spec_decode_num_draft_tokens"], m
+    m0 = {x.name: x.value for x in llm.get_metrics()}
+    assert m0["vllm:spec_decode_num_draft_tokens"] == 0
+    with pytest.raises(ValueError, match="needs a 'model'"):
+        LLM(STORIES, speculative_config={"method": "draft_model", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="draft_token_acceptance_method"):
+        LLM(STORIES, speculative_config={"model": STORIES, "num_speculative_tokens": 2,
+                                         "draft_token_acceptance_method": "typical"})
+
+
 def test_prompt_forms(llm):
     from vllmc import SamplingParams, TokensPrompt
     sp = SamplingParams(temperature=0, max_tokens=8)

@@ -295,6 +295,7 @@ typedef struct {
     int busy;                        /* generate is running (with the GIL released) */
     /* this engine's totals for get_metrics() */
     long long num_steps, num_preemptions, prefix_queries, prefix_hits, prompt_tokens, generation_tokens;
+    long long spec_drafts, spec_draft_tokens, spec_accepted; /* speculative decoding, summed over steps */
     long long num_requests_finished;
     vllm_scheduler_stats last_stats;
 } EngineObject;
@@ -367,7 +368,8 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     vllm_engine_args a;
     vllm_engine_args_init(&a);
     long long seed = (long long)a.seed, kv_bytes = a.kv_cache_memory_bytes;
-    const char *policy = NULL, *spec = NULL;
+    const char *policy = NULL, *spec = NULL, *spec_model = NULL, *spec_accept = NULL;
+    a.speculative_config.adaptive = true; /* the CLI's default (spec/spec_policy.h) */
     if (get_str(d, "model", &a.model) < 0 || get_str(d, "tokenizer", &a.tokenizer) < 0 ||
         get_i32(d, "max_model_len", 0, INT32_MAX, &a.max_model_len) < 0 ||
         get_i32(d, "block_size", 1, 1 << 20, &a.block_size) < 0 ||
@@ -389,7 +391,10 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         get_i32(d, "disable_by_batch_size", 0, INT32_MAX, &a.speculative_config.disable_by_batch_size) < 0 ||
         get_bool(d, "enable_lora", &a.enable_lora) < 0 || get_i32(d, "max_loras", 1, 4096, &a.max_loras) < 0 ||
         get_i32(d, "max_lora_rank", 1, 4096, &a.max_lora_rank) < 0 ||
-        get_i32(d, "max_cpu_loras", 0, INT32_MAX, &a.max_cpu_loras) < 0)
+        get_i32(d, "max_cpu_loras", 0, INT32_MAX, &a.max_cpu_loras) < 0 ||
+        get_str(d, "spec_model", &spec_model) < 0 ||
+        get_str(d, "draft_token_acceptance_method", &spec_accept) < 0 ||
+        get_bool(d, "spec_adaptive", &a.speculative_config.adaptive) < 0)
         return -1;
     a.seed = (uint64_t)seed;
     a.kv_cache_memory_bytes = kv_bytes;
@@ -407,9 +412,27 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     }
     if (spec) {
         if (!strcmp(spec, "ngram")) a.speculative_config.method = VLLM_SPEC_METHOD_NGRAM;
+        else if (!strcmp(spec, "draft_model")) a.speculative_config.method = VLLM_SPEC_METHOD_DRAFT_MODEL;
         else {
-            PyErr_Format(PyExc_NotImplementedError,
-                         "speculative_config method '%s' is not implemented in vllm.c (only 'ngram')", spec);
+            PyErr_Format(PyExc_NotImplementedError, "speculative_config method '%s' is not implemented in "
+                         "vllm.c (only 'ngram' and 'draft_model')", spec);
+            return -1;
+        }
+    }
+    if (spec_model) {
+        size_t n = strlen(spec_model);
+        if (n >= sizeof a.speculative_config.model) {
+            PyErr_Format(PyExc_ValueError, "speculative_config model: the path is %zu bytes, at most %zu", n,
+                         sizeof a.speculative_config.model - 1);
+            return -1;
+        }
+        memcpy(a.speculative_config.model, spec_model, n + 1);
+    }
+    if (spec_accept) {
+        if (!strcmp(spec_accept, "exact")) a.speculative_config.exact_acceptance = true;
+        else if (strcmp(spec_accept, "rejection_sampler")) {
+            PyErr_Format(PyExc_ValueError, "speculative_config draft_token_acceptance_method must be "
+                         "'rejection_sampler' (vLLM's) or 'exact', got '%s'", spec_accept);
             return -1;
         }
     }
@@ -547,13 +570,15 @@ static PyObject *Engine_reset_prefix_cache(EngineObject *self, PyObject *unused)
 static PyObject *Engine_stats(EngineObject *self, PyObject *unused) {
     NEED_ENGINE_IDLE_OR_NOT(self);
     const vllm_scheduler_stats *s = &self->last_stats;
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:d,s:i,s:i}", "num_steps", self->num_steps,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:d,s:i,s:i,s:L,s:L,s:L}", "num_steps", self->num_steps,
                          "num_preemptions", self->num_preemptions, "prefix_cache_queries", self->prefix_queries,
                          "prefix_cache_hits", self->prefix_hits, "prompt_tokens", self->prompt_tokens,
                          "generation_tokens", self->generation_tokens, "num_requests_finished",
                          self->num_requests_finished, "num_running", s->num_running, "num_waiting",
                          s->num_waiting, "kv_cache_usage", (double)s->kv_cache_usage, "num_blocks_total",
-                         s->num_blocks_total, "num_blocks_free", s->num_blocks_free);
+                         s->num_blocks_total, "num_blocks_free", s->num_blocks_free, "spec_decode_num_drafts",
+                         self->spec_drafts, "spec_decode_num_draft_tokens", self->spec_draft_tokens,
+                         "spec_decode_num_accepted_tokens", self->spec_accepted);
 }
 
 /* One sequence's output as it accumulates. */
@@ -910,6 +935,9 @@ static PyObject *Engine_generate(EngineObject *self, PyObject *args, PyObject *k
         self->num_preemptions += st->num_preemptions;
         self->prefix_queries += st->prefix_cache_queries;
         self->prefix_hits += st->prefix_cache_hits;
+        self->spec_drafts += st->spec_num_drafts;
+        self->spec_draft_tokens += st->spec_num_draft_tokens;
+        self->spec_accepted += st->spec_num_accepted_tokens;
         self->last_stats = *st;
         for (int32_t j = 0; j < res->num_deltas; j++) {
             self->generation_tokens += res->deltas[j].num_tokens;
@@ -1026,6 +1054,9 @@ static PyObject *Engine_step(EngineObject *self, PyObject *args) {
     self->num_preemptions += st->num_preemptions;
     self->prefix_queries += st->prefix_cache_queries;
     self->prefix_hits += st->prefix_cache_hits;
+    self->spec_drafts += st->spec_num_drafts;
+    self->spec_draft_tokens += st->spec_num_draft_tokens;
+    self->spec_accepted += st->spec_num_accepted_tokens;
     self->last_stats = *st;
     self->num_requests_finished += res->num_done;
     for (int32_t j = 0; j < res->num_deltas; j++) {

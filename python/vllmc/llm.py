@@ -109,17 +109,29 @@ class LLM:
         if speculative_config:
             spec = dict(speculative_config)
             method = spec.pop("method", None)
-            if method != "ngram":
+            draft = spec.pop("model", None)
+            if method is None and draft is not None:  # vLLM: a model without a method is a draft model
+                method = "ngram" if draft in ("ngram", "[ngram]") else "draft_model"
+            if method not in ("ngram", "draft_model"):
                 raise NotImplementedError(f"speculative decoding with method {method!r} is not implemented "
-                                          "in vllm.c (only 'ngram')")
-            args["spec_method"] = "ngram"
+                                          "in vllm.c (only 'ngram' and 'draft_model')")
+            args["spec_method"] = method
+            if method == "draft_model":
+                if not draft:
+                    raise ValueError("speculative_config: method 'draft_model' needs a 'model' (the draft's "
+                                     "directory or GGUF file)")
+                args["spec_model"] = _resolve_model(str(draft))
             if spec.get("num_speculative_tokens") is None:
-                raise ValueError("num_speculative_tokens is required for method 'ngram'")
-            for k in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "disable_by_batch_size"):
+                raise ValueError(f"num_speculative_tokens is required for method {method!r}")
+            for k in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "disable_by_batch_size",
+                      "draft_token_acceptance_method"):
                 if spec.get(k) is not None:
                     args[k] = spec.pop(k)
                 else:
                     spec.pop(k, None)
+            if spec.get("adaptive") is not None:  # vllm.c's (spec/spec_policy.h), default true
+                args["spec_adaptive"] = bool(spec.pop("adaptive"))
+            spec.pop("adaptive", None)
             if spec:
                 raise NotImplementedError(f"speculative_config keys {sorted(spec)} are not implemented in vllm.c")
         self.model = model
@@ -383,4 +395,7 @@ class LLM:
             Counter(name="vllm:prompt_tokens", labels={}, value=s["prompt_tokens"]),
             Counter(name="vllm:generation_tokens", labels={}, value=s["generation_tokens"]),
             Counter(name="vllm:request_success", labels={}, value=s["num_requests_finished"]),
+            Counter(name="vllm:spec_decode_num_drafts", labels={}, value=s["spec_decode_num_drafts"]),
+            Counter(name="vllm:spec_decode_num_draft_tokens", labels={}, value=s["spec_decode_num_draft_tokens"]),
+            Counter(name="vllm:spec_decode_num_accepted_tokens", labels={}, value=s["spec_decode_num_accepted_tokens"]),
         ]

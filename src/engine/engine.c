@@ -669,12 +669,14 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
                                  .num_blocks = info->num_gpu_blocks,
                                  .kv_cache_dtype = e->kv_type,
                                  .num_threads = args->num_threads,
+                                 .pool = executor_threadpool(e->exec),
                                  .sample = !spc->exact_acceptance};
         if ((rc = draft_model_create(&dc, &e->draft)) != VLLM_OK) goto fail;
         spec_config cfg = {.num_speculative_tokens = spc->num_speculative_tokens,
                            .disable_by_batch_size = spc->disable_by_batch_size,
                            .adaptive = spc->adaptive,
-                           .proposer = draft_model_as_proposer(e->draft)};
+                           .proposer = draft_model_as_proposer(e->draft),
+                           .cost = spec_policy_cost_of(e->model, draft_model_model(e->draft))};
         if ((rc = engine_set_spec(e, &cfg)) != VLLM_OK) goto fail;
         log_info("speculative decoding: draft_model %s, num_speculative_tokens %d, disable_by_batch_size %d, "
                  "adaptive %s, draft_token_acceptance_method %s", spc->model, spc->num_speculative_tokens,
@@ -846,6 +848,7 @@ vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
         return vllm_error(VLLM_ERR_INVALID, "num_speculative_tokens %d exceeds max_model_len %d or %d",
                           cfg->num_speculative_tokens, e->info.max_model_len, VLLM_MAX_SPEC_TOKENS);
     e->spec = *cfg;
+    if (e->spec.cost.weight_rows <= 0.0 && e->model) e->spec.cost = spec_policy_cost_of(e->model, NULL);
     vllm_status rc = alloc_step_scratch(e);
     if (rc != VLLM_OK) {
         e->spec = off;
@@ -1470,21 +1473,22 @@ static vllm_status step_pipelined(vllm_engine *e, double now, const scheduler_ou
 static void propose(vllm_engine *e) {
     const list_node *running = scheduler_running(e->sched);
     int32_t num = 0, K = e->spec.num_speculative_tokens;
+    int32_t num_running = scheduler_num_running(e->sched);
+    if (e->spec.disable_by_batch_size > 0 && num_running >= e->spec.disable_by_batch_size) return;
+    spec_policy_batch pb;
+    spec_policy_batch_init(&pb, K);
     for (const list_node *n = running->next; n != running && num < e->info.max_num_seqs; n = n->next) {
         seq *q = list_entry(n, seq, node);
         const request *r = q->req;
         if (!r->forked || q->num_drafts || q->num_computed_tokens != q->num_tokens - 1) continue;
-        if (e->spec.disable_by_batch_size > 0 && scheduler_num_running(e->sched) >= e->spec.disable_by_batch_size)
-            return;
         int32_t m = K;
-        if (e->spec.adaptive &&
-            (m = spec_policy_num_drafts(&q->spec, m, scheduler_num_running(e->sched), seq_num_output_tokens(q))) <= 0)
-            continue;
+        if (e->spec.adaptive && (m = spec_policy_num_drafts(&q->spec, m, seq_num_output_tokens(q))) <= 0) continue;
         int32_t room_out = r->max_tokens - seq_num_output_tokens(q) - 1;
         int32_t room_len = e->info.max_model_len - q->num_tokens - 1;
         if (m > room_out) m = room_out;
         if (m > room_len) m = room_len;
         if (m <= 0) continue;
+        if (e->spec.adaptive) spec_policy_batch_add(&pb, &q->spec, m, q->num_tokens, room_out + 1);
         e->spec_reqs[num] = (spec_request){.view = {.request_id = r->id,
                                                     .index = q->index,
                                                     .tokens = q->tokens,
@@ -1496,6 +1500,14 @@ static void propose(vllm_engine *e) {
                                            .drafts = e->drafts + (size_t)num * (size_t)K,
                                            .owner = q};
         num++;
+    }
+    if (num > 0 && e->spec.adaptive) { /* the batch's K: the step's cost model (spec/spec_policy.h) */
+        int32_t waiting = scheduler_num_waiting(e->sched), decoding = num_running + waiting;
+        if (decoding > e->info.max_num_seqs) decoding = e->info.max_num_seqs;
+        int32_t bk = spec_policy_batch_k(&pb, &e->spec.cost, decoding);
+        for (int32_t i = 0; i < num; i++)
+            if (e->spec_reqs[i].max_drafts > bk) e->spec_reqs[i].max_drafts = bk;
+        if (bk <= 0) num = 0;
     }
     if (num == 0) return;
     if (e->spec.proposer.propose_batch) {
@@ -1511,6 +1523,7 @@ static void propose(vllm_engine *e) {
         seq *q = x->owner;
         int32_t got = x->num_drafts > x->max_drafts ? x->max_drafts : x->num_drafts, ok = 0;
         while (ok < got && x->drafts[ok] >= 0 && x->drafts[ok] < e->vocab) ok++;
+        q->spec.proposed_at = q->num_tokens;
         if (ok <= 0 || seq_reserve(q, q->num_tokens + ok) != VLLM_OK) continue;
         memcpy(q->tokens + q->num_tokens, x->drafts, (size_t)ok * sizeof *x->drafts);
         q->num_drafts = ok;

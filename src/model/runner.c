@@ -301,7 +301,8 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->has_sliding = model_has_sliding_layers(c);
     r->glu = c->hidden_act == MODEL_ACT_GELU_TANH ? act_geglu : act_swiglu;
 
-    if ((rc = threadpool_create(cfg->num_threads, &r->pool)) != VLLM_OK) goto fail;
+    if (cfg->shared_pool) r->pool = cfg->shared_pool;
+    else if ((rc = threadpool_create(cfg->num_threads, &r->pool)) != VLLM_OK) goto fail;
     r->nth = threadpool_num_threads(r->pool);
     r->cfg.num_threads = r->nth;
 
@@ -374,7 +375,7 @@ fail:
 
 void runner_free(runner *r) {
     if (!r) return;
-    threadpool_free(r->pool);
+    if (r->pool != r->cfg.shared_pool) threadpool_free(r->pool);
     if (r->kv) munmap(r->kv, r->kv_bytes);
     free(r->inv_freq);
     free(r->inv_freq_local);

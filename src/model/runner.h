@@ -67,6 +67,10 @@ typedef struct runner_config {
      * runner_hidden() rows 0..num_tokens-1 instead of the embeddings. The
      * model is the stage's layers only (dist/pp_stage.h). */
     bool no_embed;
+    /* A thread pool to borrow instead of starting one (a draft model shares
+     * the target's: the two forwards alternate on one thread, and one set of
+     * workers on the cores beats two). NULL: its own, of num_threads. */
+    threadpool *shared_pool;
 } runner_config;
 
 typedef struct runner runner;

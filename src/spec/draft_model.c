@@ -87,7 +87,8 @@ vllm_status draft_model_create(const draft_model_config *cfg, draft_model **out)
                           .max_num_batched_tokens = cfg->max_model_len,
                           .max_num_seqs = DRAFT_MAX_SEQS,
                           .num_threads = cfg->num_threads,
-                          .kv_cache_dtype = cfg->kv_cache_dtype};
+                          .kv_cache_dtype = cfg->kv_cache_dtype,
+                          .shared_pool = cfg->pool};
     if ((rc = runner_create(d->m, &rcfg, &d->r))) goto fail;
     int32_t max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size + 1;
     step_builder_config bc = {.max_tokens = cfg->max_model_len,
@@ -351,3 +352,5 @@ spec_proposer draft_model_as_proposer(draft_model *d) {
                            .draft_probs = draft_probs,
                            .ud = d};
 }
+
+const model *draft_model_model(const draft_model *d) { return d->m; }

@@ -58,6 +58,7 @@ typedef struct draft_model_config {
     int32_t num_blocks;              /* the draft's KV pool */
     kv_dtype kv_cache_dtype;
     int32_t num_threads;             /* 0 = online CPUs */
+    struct threadpool *pool;         /* borrowed: the target's workers (NULL: its own of num_threads) */
     bool sample;                     /* sampled requests: draw drafts from q (vLLM's rejection sampler
                                         verifies them); false: argmax drafts, exact verification */
 } draft_model_config;
@@ -70,5 +71,8 @@ void draft_model_free(draft_model *d);
 
 /* The proposer the engine calls (spec/spec.h); d is borrowed. */
 spec_proposer draft_model_as_proposer(draft_model *d);
+
+/* The draft's weights (for the adaptive k's cost model). */
+const struct model *draft_model_model(const draft_model *d);
 
 #endif

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "sample/sampler.h"
+#include "spec/spec_policy.h"
 #include "vllm/status.h"
 
 /* What a proposer sees of one sequence; borrowed for the call. */
@@ -77,6 +78,8 @@ typedef struct spec_config {
     int32_t num_speculative_tokens;  /* k: drafts per sequence per step at most (0 = off) */
     int32_t disable_by_batch_size;   /* no drafts while this many sequences run (0 = never) */
     bool adaptive;                   /* k per sequence and step from spec/spec_policy.h (else always k) */
+    spec_policy_cost cost;           /* the adaptive k's step cost model; zeroed: the target's alone
+                                      * (engine_set_spec fills it), as for a proposer without forwards */
     spec_proposer proposer;
     spec_verify_fn verify;           /* NULL: sampler_sample_batch */
     void *verify_ud;

@@ -196,6 +196,14 @@ bool kv_store_contains(kv_store *s, block_hash h) {
     return access(path, R_OK) == 0;
 }
 
+/* A found block: most recently used in its tier's LRU, and counted as that tier's hit. */
+static void hit(kv_store *s, entry *en) {
+    list_remove(&en->lru);
+    list_push_front(en->tier == TIER_RAM ? &s->ram_lru : &s->disk_lru, &en->lru);
+    if (en->tier == TIER_RAM) s->st.ram_hits++;
+    else s->st.disk_hits++;
+}
+
 bool kv_store_get(kv_store *s, block_hash h, void *dst) {
     if (!tiered(s)) {
         bool ok = read_file(s, h, dst);
@@ -206,18 +214,14 @@ bool kv_store_get(kv_store *s, block_hash h, void *dst) {
     if (!en) return false;
     if (en->tier == TIER_RAM) {
         memcpy(dst, en->data, s->cfg.block_bytes);
-        list_remove(&en->lru);
-        list_push_front(&s->ram_lru, &en->lru);
-        s->st.ram_hits++;
+        hit(s, en);
         return true;
     }
     if (!read_file(s, h, dst)) {
         drop_entry(s, en);
         return false;
     }
-    list_remove(&en->lru);
-    list_push_front(&s->disk_lru, &en->lru);
-    s->st.disk_hits++;
+    hit(s, en);
     return true;
 }
 
@@ -347,18 +351,14 @@ bool kv_store_open(kv_store *s, block_hash h, void *dst, kv_store_ref *ref) {
     if (en->tier == TIER_RAM) {
         memcpy(dst, en->data, s->cfg.block_bytes);
         ref->in_ram = true;
-        list_remove(&en->lru);
-        list_push_front(&s->ram_lru, &en->lru);
-        s->st.ram_hits++;
+        hit(s, en);
         return true;
     }
     if (!open_file(s, h, ref)) {
         drop_entry(s, en);
         return false;
     }
-    list_remove(&en->lru);
-    list_push_front(&s->disk_lru, &en->lru);
-    s->st.disk_hits++;
+    hit(s, en);
     return true;
 }
 

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +24,7 @@
 #include "base/log.h"
 #include "dist/dp_engine.h"
 #include "dist/metrics_link.h"
+#include "dist/self_exec.h"
 
 #define ENV_INDEX "VLLMC_API_SERVER_INDEX"
 #define ENV_OWNER "VLLMC_METRICS_OWNER"
@@ -82,45 +82,16 @@ static int free_port_run(const char *address, int n) {
  * with VLLMC_API_SERVER_INDEX=i and VLLMC_METRICS_OWNER=owner. */
 static vllm_status spawn_api_server(int argc, char **argv, int32_t i, int port, int rpc_port, const char *owner,
                                     pid_t *pid) {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return vllm_error(VLLM_ERR_IO, "cannot find this executable (/proc/self/exe): %s", strerror(errno));
-    exe[n] = 0;
-    char **args = calloc((size_t)argc + 8, sizeof *args);
-    if (!args) return vllm_error(VLLM_ERR_NOMEM, "spawning API server %d", i);
-    char port_s[16], rpc_s[16], index_s[16];
+    char port_s[16], rpc_s[16], index_e[64], owner_e[1024], what[32];
     snprintf(port_s, sizeof port_s, "%d", port);
     snprintf(rpc_s, sizeof rpc_s, "%d", rpc_port);
-    snprintf(index_s, sizeof index_s, "%d", i);
-    int k = 0;
-    args[k++] = exe;
-    for (int a = 0; a < argc; a++) args[k++] = argv[a];
-    args[k++] = "--port";
-    args[k++] = port_s;
-    args[k++] = "--data-parallel-rpc-port";
-    args[k++] = rpc_s;
-    args[k] = NULL;
-    pid_t parent = getpid();
-    pid_t p = fork();
-    if (p < 0) {
-        free(args);
-        return vllm_error(VLLM_ERR_IO, "cannot fork API server %d: %s", i, strerror(errno));
-    }
-    if (p == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        setenv(ENV_INDEX, index_s, 1);
-        setenv(ENV_OWNER, owner, 1);
-        execv(exe, args);
-        fprintf(stderr, "vllmc: cannot run %s for API server %d: %s\n", exe, i, strerror(errno));
-        _exit(127);
-    }
-    free(args);
-    *pid = p;
-    return VLLM_OK;
+    snprintf(index_e, sizeof index_e, ENV_INDEX "=%d", i);
+    if (snprintf(owner_e, sizeof owner_e, ENV_OWNER "=%s", owner) >= (int)sizeof owner_e)
+        return vllm_error(VLLM_ERR_INVALID, "metrics owner endpoint too long: %s", owner);
+    snprintf(what, sizeof what, "API server %d", i);
+    const char *extra[] = {"--port", port_s, "--data-parallel-rpc-port", rpc_s, NULL};
+    const char *env[] = {index_e, owner_e, NULL};
+    return self_exec_spawn(argc, argv, extra, env, what, pid);
 }
 
 static void describe(int st, char *buf, size_t cap) {

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -16,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "dist/dp_wire.h"
+#include "dist/self_exec.h"
 
 typedef struct refused {
     char *id;
@@ -380,39 +380,11 @@ out:
 }
 
 vllm_status dp_engine_spawn(int argc, char **argv, int32_t rank, const char *address, int32_t port, pid_t *pid) {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return vllm_error(VLLM_ERR_IO, "dp: cannot find this executable (/proc/self/exe): %s", strerror(errno));
-    exe[n] = 0;
-    char **args = calloc((size_t)argc + 16, sizeof *args);
-    if (!args) return vllm_error(VLLM_ERR_NOMEM, "dp: spawning engine %d", rank);
-    char rank_s[16], port_s[16];
+    char rank_s[16], port_s[16], what[48];
     snprintf(rank_s, sizeof rank_s, "%d", rank);
     snprintf(port_s, sizeof port_s, "%d", port);
-    int k = 0;
-    args[k++] = exe;
-    for (int i = 0; i < argc; i++) args[k++] = argv[i];
+    snprintf(what, sizeof what, "data parallel engine %d", rank);
     const char *extra[] = {"--headless", "--data-parallel-start-rank", rank_s, "--data-parallel-size-local", "1",
                            "--data-parallel-address", address, "--data-parallel-rpc-port", port_s, NULL};
-    for (int i = 0; extra[i]; i++) args[k++] = (char *)extra[i];
-    args[k] = NULL;
-    pid_t parent = getpid();
-    pid_t p = fork();
-    if (p < 0) {
-        free(args);
-        return vllm_error(VLLM_ERR_IO, "dp: cannot fork engine %d: %s", rank, strerror(errno));
-    }
-    if (p == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execv(exe, args);
-        fprintf(stderr, "vllmc: cannot run %s for data parallel engine %d: %s\n", exe, rank, strerror(errno));
-        _exit(127);
-    }
-    free(args);
-    *pid = p;
-    return VLLM_OK;
+    return self_exec_spawn(argc, argv, extra, NULL, what, pid);
 }

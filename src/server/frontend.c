@@ -426,12 +426,7 @@ static void register_added(frontend *f, fe_batch *b, fe_added *a) {
     if (a->rc != VLLM_OK) {
         const char *err = a->err_off == SIZE_MAX ? vllm_status_str(a->rc) : b->strs + a->err_off;
         r->sink.on_added(r->sink.ud, a->rc, err);
-        r->sink.on_done(r->sink.ud);
-        req_free(r);
-        pthread_mutex_lock(&f->mu);
-        f->num_live--;
-        pthread_cond_broadcast(&f->idle_cv);
-        pthread_mutex_unlock(&f->mu);
+        request_done(f, r);
         return;
     }
     output_request q = {
@@ -452,12 +447,7 @@ static void register_added(frontend *f, fe_batch *b, fe_added *a) {
          * outputs find no request in the processor (ignored). */
         enqueue(f, CMD_ABORT, r->id, 0);
         r->sink.on_added(r->sink.ud, rc, vllm_errmsg());
-        r->sink.on_done(r->sink.ud);
-        req_free(r);
-        pthread_mutex_lock(&f->mu);
-        f->num_live--;
-        pthread_cond_broadcast(&f->idle_cv);
-        pthread_mutex_unlock(&f->mu);
+        request_done(f, r);
         return;
     }
     r->sink.on_added(r->sink.ud, VLLM_OK, NULL);

@@ -10,8 +10,7 @@ int32_t spec_policy_num_drafts(const spec_policy_seq *s, int32_t k, int32_t num_
     int32_t n = k;
     if (s->num_verified > 0) {
         if (s->mean_accepted < 0.25f && num_output % SPEC_POLICY_PROBE_EVERY != 0) return 0;
-        int32_t own = (int32_t)s->mean_accepted + 1;
-        if (own < n) n = own;
+        if (s->limit < n) n = s->limit;
     }
     return n > 0 ? n : 0;
 }
@@ -22,6 +21,12 @@ void spec_policy_update(spec_policy_seq *s, int32_t num_drafts, int32_t num_acce
     s->num_verified++;
     s->hits = 0.5f * s->hits + (float)num_accepted;
     s->tries = 0.5f * s->tries + (float)num_accepted + (num_accepted < num_drafts ? 1.0f : 0.0f);
+    if (num_accepted >= num_drafts) { /* every draft accepted: twice as many next (kept if more) */
+        int32_t twice = num_drafts > SPEC_POLICY_MAX_K / 2 ? SPEC_POLICY_MAX_K : 2 * num_drafts;
+        if (s->limit < twice) s->limit = twice;
+    } else {
+        s->limit = (int32_t)s->mean_accepted + 1;
+    }
 }
 
 /* Bytes and parameters of the matmul weights a forward reads (the
@@ -77,9 +82,9 @@ void spec_policy_batch_add(spec_policy_batch *b, const spec_policy_seq *s, int32
     if (lag > 0) b->catchup += (double)lag / (h > 1 ? h : 1);
     for (int32_t K = 1; K <= b->k; K++) {
         int32_t n = K < own ? K : own;
-        /* no record yet, or a probe: as if it accepted every draft (the
-         * first step gets k, a probe its one draft, or it never recovers) */
-        double p = s->num_verified > 0 && s->mean_accepted >= 0.25f && s->tries > 0.0f ? s->hits / s->tries : 1.0;
+        /* no record yet, or a probe: the prior (spec_policy.h) */
+        double p = s->num_verified > 0 && s->mean_accepted >= 0.25f && s->tries > 0.0f ? s->hits / s->tries
+                                                                                     : SPEC_POLICY_PRIOR;
         double a = 0.0, pj = 1.0;
         for (int32_t j = 0; j < n; j++) a += (pj *= p);
         b->drafts[K] += n;

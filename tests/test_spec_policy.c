@@ -183,16 +183,16 @@ TEST(cost_from_weights) {
     layer_weights lw = {0}, lq = {0};
     tensor *tf[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate_proj, &lw.up_proj, &lw.down_proj};
     tensor *tq[] = {&lq.q_proj, &lq.k_proj, &lq.v_proj, &lq.o_proj, &lq.gate_proj, &lq.up_proj, &lq.down_proj};
-    for (int i = 0; i < 7; i++) {
-        *tf[i] = (tensor){.type = DTYPE_F32, .ndim = 2, .shape = {64, 64}, .data = dummy};
-        *tq[i] = (tensor){.type = DTYPE_Q4_0, .ndim = 2, .shape = {64, 64}, .data = dummy};
+    for (int i = 0; i < 7; i++) { /* 16 MiB each in F32, 2.25 MiB in Q4_0: more than the caches keep */
+        *tf[i] = (tensor){.type = DTYPE_F32, .ndim = 2, .shape = {4096, 1024}, .data = dummy};
+        *tq[i] = (tensor){.type = DTYPE_Q4_0, .ndim = 2, .shape = {4096, 1024}, .data = dummy};
     }
     model t = {0}, d = {0};
     t.config.num_hidden_layers = d.config.num_hidden_layers = 1;
     t.w.layers = &lw;
     d.w.layers = &lq;
-    t.w.lm_head = (tensor){.type = DTYPE_F32, .ndim = 2, .shape = {128, 64}, .data = dummy};
-    d.w.lm_head = (tensor){.type = DTYPE_Q4_0, .ndim = 2, .shape = {128, 64}, .data = dummy};
+    t.w.lm_head = (tensor){.type = DTYPE_F32, .ndim = 2, .shape = {8192, 1024}, .data = dummy};
+    d.w.lm_head = (tensor){.type = DTYPE_Q4_0, .ndim = 2, .shape = {8192, 1024}, .data = dummy};
     /* F32: 4 bytes a parameter: 10 x 4 / 2 = 20 */
     spec_policy_cost c = spec_policy_cost_of(&t, NULL);
     CHECK(c.weight_rows > 19.999 && c.weight_rows < 20.001, "w %f", c.weight_rows);
@@ -201,6 +201,11 @@ TEST(cost_from_weights) {
     c = spec_policy_cost_of(&t, &d);
     CHECK(c.draft_weight_rows > 2.8124 && c.draft_weight_rows < 2.8126, "w_d %f", c.draft_weight_rows);
     CHECK(c.draft_row > 0.9999 && c.draft_row < 1.0001, "c_d %f", c.draft_row);
+    /* a model of 8 x 64 x 64 F32 weights (128 KiB) stays in the caches: a tenth, 2 */
+    for (int i = 0; i < 7; i++) tf[i]->shape[0] = tf[i]->shape[1] = 64;
+    t.w.lm_head.shape[0] = t.w.lm_head.shape[1] = 64;
+    c = spec_policy_cost_of(&t, NULL);
+    CHECK(c.weight_rows > 1.9999 && c.weight_rows < 2.0001, "w %f", c.weight_rows);
 }
 
 int main(void) {

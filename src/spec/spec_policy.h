@@ -24,7 +24,8 @@
  *   compute (c). Measured in rows of c, W is w = (flops per byte the
  *   machine does) x (weight bytes) / (2 x parameters): about 20 rows for an
  *   F32 model, 10 for F16, 3 for Q4_x on a 2-core AVX-512 machine, so a
- *   quantized 135M model is compute-bound from a few rows on. Without
+ *   quantized 135M model is compute-bound from a few rows on; a tenth of
+ *   that for weights of at most 8 MiB, which the caches keep. Without
  *   speculation a step of R decoding sequences makes R tokens for w + R.
  *   With K drafts, sequence i scores k_i = min(K, its own limit) more rows
  *   and is expected to accept a_i = p + p^2 + ... + p^k_i of them, p the
@@ -61,6 +62,9 @@ struct model;
 #define SPEC_POLICY_MIN_GAIN 1.05        /* speculate only when the model predicts this much more */
 #define SPEC_POLICY_MAX_K 128
 #define SPEC_POLICY_HORIZON 32           /* steps a draft cache's catch-up is spread over */
+#define SPEC_POLICY_CACHED_BYTES (8.0 * 1024 * 1024) /* weights this small stay in the caches:
+                                          * their read costs a tenth (stories260K: w = 2, where each
+                                          * extra row costs about as much as the step) */
 #define SPEC_POLICY_PRIOR 0.75           /* the chance a draft is accepted, for a sequence without a
                                           * record (or probing): see the top */
 

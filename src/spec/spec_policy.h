@@ -32,9 +32,10 @@
  *   sequence's recent chance that a draft is accepted given the ones
  *   before it were (SPEC_POLICY_PRIOR, 3/4, without a record yet and
  *   for a probe: enough for a lone sequence to try 3 drafts, and for no
- *   more than about 5 decoding sequences (a Q4 model) to try any: a loaded server never pays
- *   for drafts nobody has shown it will accept, nor for the probes of 16
- *   sequences that started together, all at once on their 8th token); a draft
+ *   more than about 5 decoding sequences of a Q4 model to try any: a
+ *   loaded server never pays for drafts nobody has shown it will accept,
+ *   nor for the probes of 16 sequences that started together, all at once
+ *   on their 8th token); a draft
  *   model adds K forwards of its own (w_d each, in the target's c) over
  *   sum(k_i + a_i) rows (c_d each): a row per draft, and the accepted
  *   drafts its next proposal catches up with (and, spread over the

@@ -1,11 +1,13 @@
 /*
  * bench_spec.c - single-request decode speed with and without speculative
  * decoding: n-gram prompt lookup on a prompt that asks for a passage to be
- * copied (where prompt lookup pays off), or a draft model (--draft).
+ * copied or code to be edited (where prompt lookup pays off; --task), or a
+ * draft model (--draft).
  *
  *   build/bench/bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1]
  *                          [--lookup-max 3] [--max-tokens 128] [--rounds 5]
- *                          [--threads 2] [--prompt TEXT] [--draft DIR|GGUF]
+ *                          [--threads 2] [--prompt TEXT | --task passage|short|code]
+ *                          [--draft DIR|GGUF]
  *                          [--adaptive] [--exact] [--concurrency 1]
  *
  * Two engines over the same weights, one plain and one with
@@ -40,7 +42,27 @@
 
 #define MAX_ROUNDS 64
 
-static const char *default_prompt =
+/* Built-in tasks (--task), each an input-copying task as issue 19 asks:
+ * "passage" (the default): repeat a passage of ~110 tokens (SmolLM2's
+ * tokenizer), longer than the 96 output tokens bench/spec_decode.sh times, so
+ * the timed output is the copy; "short": the earlier, shorter passage (64
+ * tokens), after which a model writes on freely; "code": rewrite a Python
+ * function with a variable renamed (chat markup of SmolLM2-Instruct). */
+static const char *passage_prompt =
+    "Repeat this passage exactly.\n\n"
+    "Passage: Lily and Tom went to the park on a sunny day. They saw a big brown dog under a tree. "
+    "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
+    "They played until the sun went down. On the way home they met the dog's owner, an old man with a red hat, "
+    "who thanked them for taking such good care of his friend. He gave each of them an apple from his garden, "
+    "and they walked home together, tired and happy.\n\n"
+    "Repeated passage: Lily and Tom went to the park on a sunny day. They saw a big brown dog under a tree. "
+    "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
+    "They played until the sun went down. On the way home they met the dog's owner, an old man with a red hat, "
+    "who thanked them for taking such good care of his friend. He gave each of them an apple from his garden, "
+    "and they walked home together, tired and happy.\n\n"
+    "Repeated passage: Lily and Tom";
+
+static const char *short_prompt =
     "Repeat this passage exactly.\n\n"
     "Passage: Lily and Tom went to the park on a sunny day. They saw a big brown dog under a tree. "
     "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
@@ -49,6 +71,28 @@ static const char *default_prompt =
     "The dog wagged its tail and ran to them. Lily gave the dog a stick, and Tom threw a ball. "
     "They played until the sun went down, and then they walked home together, tired and happy.\n\n"
     "Repeated passage: Lily and Tom";
+
+static const char *code_prompt =
+    "<|im_start|>user\n"
+    "Rewrite this Python code with the variable `total` renamed to `result`. Change nothing else.\n\n"
+    "```python\n"
+    "def summarize(orders):\n"
+    "    total = 0\n"
+    "    count = 0\n"
+    "    for order in orders:\n"
+    "        if order.status == \"paid\":\n"
+    "            total += order.amount\n"
+    "            count += 1\n"
+    "    if count == 0:\n"
+    "        return None\n"
+    "    average = total / count\n"
+    "    print(\"paid orders:\", count)\n"
+    "    print(\"total amount:\", total)\n"
+    "    print(\"average amount:\", average)\n"
+    "    return total, count, average\n"
+    "```\n<|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "```python\n";
 
 typedef struct run_result {
     double decode_tps;
@@ -112,13 +156,14 @@ static int run_once(vllm_engine *e, const int32_t *prompt, int32_t len, const vl
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_spec --model DIR|GGUF [--k 4] [--lookup-min 1] [--lookup-max 3] "
-                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT] [--draft DIR|GGUF] "
+                    "[--max-tokens 128] [--rounds 5] [--threads 2] [--prompt TEXT | --task passage|short|code] "
+                    "[--draft DIR|GGUF] "
                     "[--adaptive] [--exact] [--concurrency 1]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *text = default_prompt, *draft = NULL;
+    const char *model = NULL, *text = passage_prompt, *draft = NULL;
     int k = 4, lmin = 1, lmax = 3, max_tokens = 128, rounds = 5, threads = 2, conc = 1;
     bool adaptive = false, exact = false;
     int nargs = 1; /* argv with the flags --adaptive / --exact taken out */
@@ -140,6 +185,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) text = argv[i + 1];
+        else if (!strcmp(argv[i], "--task")) {
+            if (!strcmp(argv[i + 1], "passage")) text = passage_prompt;
+            else if (!strcmp(argv[i + 1], "short")) text = short_prompt;
+            else if (!strcmp(argv[i + 1], "code")) text = code_prompt;
+            else return usage();
+        }
         else if (!strcmp(argv[i], "--draft")) draft = argv[i + 1];
         else if (!strcmp(argv[i], "--concurrency")) conc = atoi(argv[i + 1]);
         else return usage();

@@ -7,9 +7,13 @@
 #   bench/spec_decode.sh [--rounds 3] [--max-tokens 96] [--only ngram,pair,tinyllama]
 #
 # Rows:
-#   ngram      n-gram prompt lookup on an input-copying prompt (bench_spec's
-#              default: "repeat this passage"), stories260K and
-#              SmolLM2-135M-Instruct Q4_1, k = 3 and 4, adaptive k; and
+#   ngram      n-gram prompt lookup on input-copying prompts (bench_spec
+#              --task: "passage", repeat a passage longer than the timed
+#              output; "short", the earlier passage of 64 tokens, after
+#              which the model writes freely for the rest of max_tokens;
+#              "code", rewrite a Python function with a variable renamed),
+#              SmolLM2-135M-Instruct Q4_1 and (short) stories260K, k = 3 and
+#              4, adaptive k; and
 #              stories260K on a repeat-style prompt it does copy in part
 #              ("The dog ran. The dog ran. ...": the 260K-parameter model
 #              does not repeat a passage, but continues a repetition)
@@ -60,10 +64,14 @@ row() { # label, then bench_spec arguments
 }
 if [[ $only == *ngram* ]]; then
   for k in 3 4; do
-    row "ngram stories260K k=$k adaptive" --model models/stories260K --k $k --adaptive
-    if [ -s "$smol" ]; then row "ngram SmolLM2-135M Q4_1 k=$k adaptive" --model "$smol" --k $k --adaptive
+    row "ngram stories260K k=$k adaptive (short passage)" --model models/stories260K --k $k --adaptive --task short
+    if [ -s "$smol" ]; then row "ngram SmolLM2-135M Q4_1 k=$k adaptive (passage)" --model "$smol" --k $k --adaptive --task passage
     else echo "ngram SmolLM2: skipped ($smol missing: scripts/fetch_models.sh smollm2)"; fi
   done
+  if [ -s "$smol" ]; then
+    row "ngram SmolLM2-135M Q4_1 k=3 adaptive (short passage)" --model "$smol" --k 3 --adaptive --task short
+    for k in 3 4; do row "ngram SmolLM2-135M Q4_1 k=$k adaptive (code edit)" --model "$smol" --k $k --adaptive --task code; done
+  fi
   rep="The dog ran. The dog ran. The dog ran. The dog ran. The dog ran. The dog"
   for k in 3 4; do row "ngram stories260K repeat prompt k=$k adaptive" --model models/stories260K --k $k --adaptive --prompt "$rep"; done
 fi

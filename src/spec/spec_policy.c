@@ -3,6 +3,8 @@
  */
 #include "spec/spec_policy.h"
 
+#include <stdlib.h>
+
 #include "base/dtype.h"
 #include "model/model.h"
 
@@ -10,8 +12,7 @@ int32_t spec_policy_num_drafts(const spec_policy_seq *s, int32_t k, int32_t num_
     int32_t n = k;
     if (s->num_verified > 0) {
         if (s->mean_accepted < 0.25f && num_output % SPEC_POLICY_PROBE_EVERY != 0) return 0;
-        int32_t own = (int32_t)s->mean_accepted + 1;
-        if (own < n) n = own;
+        if (s->limit < n) n = s->limit;
     }
     return n > 0 ? n : 0;
 }
@@ -22,6 +23,12 @@ void spec_policy_update(spec_policy_seq *s, int32_t num_drafts, int32_t num_acce
     s->num_verified++;
     s->hits = 0.5f * s->hits + (float)num_accepted;
     s->tries = 0.5f * s->tries + (float)num_accepted + (num_accepted < num_drafts ? 1.0f : 0.0f);
+    if (num_accepted >= num_drafts) { /* every draft accepted: twice as many next (kept if more) */
+        int32_t twice = num_drafts > SPEC_POLICY_MAX_K / 2 ? SPEC_POLICY_MAX_K : 2 * num_drafts;
+        if (s->limit < twice) s->limit = twice;
+    } else {
+        s->limit = (int32_t)s->mean_accepted + 1;
+    }
 }
 
 /* Bytes and parameters of the matmul weights a forward reads (the
@@ -47,16 +54,22 @@ static void weight_size(const model *m, double *bytes, double *params) {
     }
 }
 
+/* What a read of weights this large costs against one from memory: weights
+ * that stay in the caches between steps are read ~10x faster. */
+static double cached(double bytes) { return bytes <= SPEC_POLICY_CACHED_BYTES ? 0.1 : 1.0; }
+
 spec_policy_cost spec_policy_cost_of(const model *target, const model *draft) {
     spec_policy_cost c = {0};
     double bt, pt;
     weight_size(target, &bt, &pt);
     if (pt <= 0.0) return c;
-    c.weight_rows = SPEC_POLICY_FLOPS_PER_BYTE * bt / (2.0 * pt);
+    c.weight_rows = cached(bt) * SPEC_POLICY_FLOPS_PER_BYTE * bt / (2.0 * pt);
+    const char *dbg = getenv("VLLMC_SPEC_WEIGHT_ROWS"); /* tuning: w by hand */
+    if (dbg && atof(dbg) > 0.0) c.weight_rows = atof(dbg);
     if (draft) {
         double bd, pd;
         weight_size(draft, &bd, &pd);
-        c.draft_weight_rows = SPEC_POLICY_FLOPS_PER_BYTE * bd / (2.0 * pt);
+        c.draft_weight_rows = cached(bd) * SPEC_POLICY_FLOPS_PER_BYTE * bd / (2.0 * pt);
         c.draft_row = pd / pt;
     }
     return c;
@@ -77,9 +90,9 @@ void spec_policy_batch_add(spec_policy_batch *b, const spec_policy_seq *s, int32
     if (lag > 0) b->catchup += (double)lag / (h > 1 ? h : 1);
     for (int32_t K = 1; K <= b->k; K++) {
         int32_t n = K < own ? K : own;
-        /* no record yet, or a probe: as if it accepted every draft (the
-         * first step gets k, a probe its one draft, or it never recovers) */
-        double p = s->num_verified > 0 && s->mean_accepted >= 0.25f && s->tries > 0.0f ? s->hits / s->tries : 1.0;
+        /* no record yet, or a probe: the prior (spec_policy.h) */
+        double p = s->num_verified > 0 && s->mean_accepted >= 0.25f && s->tries > 0.0f ? s->hits / s->tries
+                                                                                     : SPEC_POLICY_PRIOR;
         double a = 0.0, pj = 1.0;
         for (int32_t j = 0; j < n; j++) a += (pj *= p);
         b->drafts[K] += n;

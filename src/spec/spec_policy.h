@@ -6,9 +6,14 @@
  *
  * - The sequence's own acceptance. Each verified step updates an
  *   exponentially weighted mean of its accepted drafts (weight 1/2 on the
- *   newest); the next step proposes floor(mean) + 1 drafts (at most k): one
- *   more than it has been accepting, so k climbs back when the text turns
- *   predictable. A sequence that has had no verified step yet gets k. Below
+ *   newest) and the sequence's limit: after a step that accepted every
+ *   draft the limit doubles (at least twice that step's drafts), so a text
+ *   that copies well climbs back to k within a few steps of a rejection;
+ *   after a rejection it is floor(mean) + 1, one more than the sequence has
+ *   been accepting. (The mean alone climbs too slowly: from a mean in
+ *   [n, n + 1), n + 1 accepted drafts per step keep it below n + 1 forever,
+ *   so a rejection at the start of a long copy capped the rest of it.) A
+ *   sequence that has had no verified step yet may have k. Below
  *   a mean of 1/4 accepted drafts a sequence only probes: it proposes on
  *   every 8th output token, so a proposer that keeps missing (a model that
  *   does not copy its prompt) costs about an eighth of one scored row per
@@ -19,12 +24,18 @@
  *   compute (c). Measured in rows of c, W is w = (flops per byte the
  *   machine does) x (weight bytes) / (2 x parameters): about 20 rows for an
  *   F32 model, 10 for F16, 3 for Q4_x on a 2-core AVX-512 machine, so a
- *   quantized 135M model is compute-bound from a few rows on. Without
+ *   quantized 135M model is compute-bound from a few rows on; a tenth of
+ *   that for weights of at most 8 MiB, which the caches keep. Without
  *   speculation a step of R decoding sequences makes R tokens for w + R.
  *   With K drafts, sequence i scores k_i = min(K, its own limit) more rows
  *   and is expected to accept a_i = p + p^2 + ... + p^k_i of them, p the
  *   sequence's recent chance that a draft is accepted given the ones
- *   before it were (k_i without a record yet, or for a probe); a draft
+ *   before it were (SPEC_POLICY_PRIOR, 3/4, without a record yet and
+ *   for a probe: enough for a lone sequence to try 3 drafts, and for no
+ *   more than about 5 decoding sequences of a Q4 model to try any: a
+ *   loaded server never pays for drafts nobody has shown it will accept,
+ *   nor for the probes of 16 sequences that started together, all at once
+ *   on their 8th token); a draft
  *   model adds K forwards of its own (w_d each, in the target's c) over
  *   sum(k_i + a_i) rows (c_d each): a row per draft, and the accepted
  *   drafts its next proposal catches up with (and, spread over the
@@ -52,11 +63,17 @@ struct model;
 #define SPEC_POLICY_MIN_GAIN 1.05        /* speculate only when the model predicts this much more */
 #define SPEC_POLICY_MAX_K 128
 #define SPEC_POLICY_HORIZON 32           /* steps a draft cache's catch-up is spread over */
+#define SPEC_POLICY_CACHED_BYTES (8.0 * 1024 * 1024) /* weights this small stay in the caches:
+                                          * their read costs a tenth (stories260K: w = 2, where each
+                                          * extra row costs about as much as the step) */
+#define SPEC_POLICY_PRIOR 0.75           /* the chance a draft is accepted, for a sequence without a
+                                          * record (or probing): see the top */
 
 /* A sequence's acceptance record (zeroed: none yet). */
 typedef struct spec_policy_seq {
     float mean_accepted;             /* EWMA of accepted drafts per verified step */
     int32_t num_verified;            /* verified steps so far */
+    int32_t limit;                   /* the most drafts the next proposal may have (once verified) */
     int32_t proposed_at;             /* the sequence's length at its last proposal (0: none yet) */
     float hits, tries;               /* drafts accepted, and drafts judged (the accepted ones and
                                       * the first rejected one), halved each verified step: their

@@ -1315,9 +1315,12 @@ static vllm_status gen_number(sc *c, json_t *s, strbuf *b, bool *never) {
 
 
 /* The regex as JSON Schema's `pattern` means it (a search): unanchored ends
- * widened with [\s\S]*, per top-level alternative. */
+ * widened with [\s\S]*, per top-level alternative, after trimming what they
+ * absorb (st_regex_search_trim: an optional tail is one Earley item per
+ * place the match could end). */
 static vllm_status pattern_wrap(const char *re, strbuf *o) {
     size_t n = strlen(re);
+    strbuf core = {0};
     /* split at top-level '|' */
     size_t start = 0;
     int depth = 0;
@@ -1341,17 +1344,27 @@ static vllm_status pattern_wrap(const char *re, strbuf *o) {
             while (bs + 2 <= m && a[m - 2 - bs] == '\\') bs++;
             anc_e = bs % 2 == 0 && !(anc_s && m == 1);
         }
-        if (!first) rc = sb_puts(o, "|");
+        /* what the unanchored ends absorb goes (search.c) */
+        core.len = 0;
+        bool universal = false;
+        rc = st_regex_search_trim(a + anc_s, m - anc_s - anc_e, !anc_s, !anc_e, &core, &universal);
+        if (!rc && universal && (!anc_s || !anc_e)) { /* matches every string: so does the pattern */
+            o->len = 0;
+            rc = sb_puts(o, "[\\s\\S]*");
+            break;
+        }
+        if (!rc && !first) rc = sb_puts(o, "|");
         first = false;
         if (!rc) rc = sb_puts(o, "(?:");
         if (!rc && !anc_s) rc = sb_puts(o, "[\\s\\S]*");
         if (!rc) rc = sb_puts(o, "(?:");
-        if (!rc) rc = sb_add(o, a + anc_s, m - anc_s - anc_e);
+        if (!rc) rc = sb_add(o, core.s ? core.s : "", core.len);
         if (!rc) rc = sb_puts(o, ")");
         if (!rc && !anc_e) rc = sb_puts(o, "[\\s\\S]*");
         if (!rc) rc = sb_puts(o, ")");
         start = i + 1;
     }
+    free(core.s);
     return rc;
 }
 

@@ -573,6 +573,7 @@ typedef struct walk_state {
 typedef struct loop_entry {
     uint64_t hash;
     uint8_t used, full;      /* full: every allowed byte tried, safe is known */
+    uint8_t u8;              /* u8_loops: 0 not tried, 1 yes, 2 no */
     uint8_t state[256], ctx[256];
     st_bset safe;            /* the loop bytes whose push skipped no completion */
 } loop_entry;
@@ -660,6 +661,62 @@ static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
         if (le->state[b] == 1 && !le->ctx[b]) st_bset_add(&le->safe, b);
     le->full = 1;
     return &le->safe;
+}
+
+/* Below u8_loops: pushes every valid continuation of UTF-8 state q on set
+ * t (the top), bytes that the same terminal items accept going to the same
+ * UTF-8 state pushed once; at a character boundary the set must equal set
+ * p again. false when a valid byte is rejected, a set differs, the budget
+ * of pushes runs out or memory does. */
+static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget) {
+    st_matcher *lm = w->lm;
+    const st_grammar *g = lm->g;
+    uint32_t tj[64], n_t = 0;
+    for (uint32_t j = lm->set_start[t]; j < lm->set_start[t + 1]; j++)
+        if (ST_SYM_KIND(g->syms[lm->items[j].pos]) == ST_SYM_T) {
+            if (n_t == 64) return false;
+            tj[n_t++] = ST_SYM_ID(g->syms[lm->items[j].pos]);
+        }
+    uint64_t rep_sig[128];
+    uint8_t rep_q[128];
+    uint32_t n_rep = 0;
+    for (unsigned b = 0x80; b < 0x100; b++) {
+        uint8_t nq = st_u8_next(q, b);
+        if (nq == ST_U8_BAD) continue;
+        uint64_t sig = 0;
+        for (uint32_t k = 0; k < n_t; k++)
+            if (st_bset_has(&g->terms[tj[k]], b)) sig |= 1ull << k;
+        if (!sig) return false; /* a valid byte the state rejects */
+        uint32_t r = 0;
+        while (r < n_rep && !(rep_sig[r] == sig && rep_q[r] == nq)) r++;
+        if (r < n_rep) continue; /* the same kernel, the same UTF-8 state: the same result */
+        rep_sig[n_rep] = sig, rep_q[n_rep++] = nq;
+        if (--*budget < 0) return false;
+        truncate_sets(lm, t + 1);
+        if (!push_byte(lm, b)) return false;
+        bool ok = nq ? u8_explore(w, p, t + 1, nq, budget) : same_live(w, p, t + 1);
+        truncate_sets(lm, t + 1);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* Does set par - 1 (its loop entry le) take every valid UTF-8 multibyte
+ * character back to itself, every byte on the way allowed? Then (walk_local)
+ * a trie subtree whose tokens are valid UTF-8 and whose ASCII bytes are safe
+ * loop bytes is accepted whole: a string's non-ASCII tokens (a quarter of
+ * Llama 3's vocabulary) cost no visit. Sets inside a counted repetition are
+ * not tried (equal by shape is not equal there). Known once per state. */
+static bool u8_loops(local_walk *w, loop_entry *le, uint32_t par) {
+    if (le->u8) return le->u8 == 1;
+    le->u8 = 2;
+    if (!walk_ensure(w, par - 1) || set_rep_left(w->lm, par - 1) != UINT32_MAX) return false;
+    truncate_sets(w->lm, par);
+    int budget = 256;
+    bool ok = u8_explore(w, par - 1, par - 1, 0, &budget);
+    truncate_sets(w->lm, par);
+    le->u8 = ok ? 1 : 2;
+    return ok;
 }
 
 /* The interned state of set k (live_hash sig, set_rep_left rem), made on
@@ -824,6 +881,17 @@ static void walk_local(local_walk *w) {
             if (le && le->state[b] == 1 && (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
                 (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
                 !(u->w[2] & ~safe->w[2]) && !(u->w[3] & ~safe->w[3])) {
+                for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
+                    int32_t id = v->toks[k];
+                    e->acc[id >> 5] |= 1u << (id & 31);
+                }
+                i = nend[i];
+                continue;
+            }
+            /* the same with the subtree's non-ASCII bytes valid UTF-8 that the state loops through */
+            if (le && ((u->w[2] | u->w[3]) != 0) && (v->node_u8[i] & 1) && rem[par - 1] == UINT32_MAX &&
+                (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
+                u8_loops(w, le, par)) {
                 for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
                     int32_t id = v->toks[k];
                     e->acc[id >> 5] |= 1u << (id & 31);

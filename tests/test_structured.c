@@ -768,6 +768,15 @@ TEST(test_mask_memo_llama3) {
         {"root ::= \"<\" [^>\\u4e00-\\u9fff]* \">\" [a-z]*\n", "<h\u00e9llo \U0001F600>abc"},
         {"root ::= \"\\\"\" [\\x20-\\x21\\x23-\\x7E\\u0080-\\u07FF]* \"\\\"\"\n", "\"h\u00e9llo \u0436\""},
         {"root ::= \"\\\"\" ( [a-z ] | [\\u0080-\\U0010FFFF] \"!\" )* \"\\\"\"\n", "\"ab \u00e9! c \u4e2d!\""},
+        /* the same inside counted repetitions (maxLength): far from the bound and up to it */
+        {"root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,300} \"\\\"\"\n", "\"h\u00e9llo w\u00f6rld \u4e2d\u6587 \U0001F600 ok\""},
+        {"root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{2,9} \"\\\"\"\n", "\"h\u00e9llo\u4e2d\u6587\""},
+        /* the required part of x{m,n} (minLength): a run of m x's, counted like the optional tail */
+        {"root ::= \"\\\"\" ch{12,40} \"\\\"\"\nch ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "\"h\u00e9llo w\u00f6rld \u4e2d\u6587 ok\\tok\""},
+        {"root ::= \"[\" [a-z ]{133,140} \"]\"\n",
+         "[the quick brown fox jumps over the lazy dog and then some more words to make it long enough for a run "
+         "of more than one hundred and thirty]"},
     };
     tokenizer *t;
     st_vocab *v;

@@ -126,7 +126,9 @@ struct st_mask_cache {
 /* ---- grammars -------------------------------------------------------------------- */
 
 /* Three maps of the grammar's positions, for counted repetitions (gbnf.c:
- * x EXIT x EXIT ... x END, x not nullable; each x takes a byte at least):
+ * x EXIT x EXIT ... x END, x not nullable; each x takes a byte at least;
+ * also a run x x .. x of ST_RUN_MIN or more inside a production, the
+ * required part of x{m,n}):
  *   rep_left - how many x's may still come (UINT32_MAX outside them);
  *   shape    - every position after the first x as the first such position
  *              of its parity: sets equal by shape differ only in their
@@ -136,6 +138,7 @@ struct st_mask_cache {
  *              max_depth bytes, so none can tell those positions apart and
  *              a string with maxLength 32767 is one cached state), else the
  *              position itself. */
+#define ST_RUN_MIN 8
 static vllm_status rep_positions(st_grammar *g) {
     size_t n = (size_t)g->n_syms + 1;
     g->canon = malloc(n * sizeof *g->canon);
@@ -158,6 +161,24 @@ static vllm_status rep_positions(st_grammar *g) {
             if (j < 2 || p0 + j == end) continue;
             g->shape[p0 + j] = p0 + 2 + (j & 1);
             if (n_x - done > margin) g->canon[p0 + j] = p0 + 2 + (j & 1);
+        }
+        /* runs of one symbol in other productions (x{m,n}'s m required x's:
+         * minLength) are counted the same way: before the j-th x of a run of
+         * m, m - j x's are left; after its first x, one shape. Short runs
+         * (a literal's "aaa", hex{3}) are left alone: a set's count is its
+         * items' least, which would hold back the loops of the rest. */
+        for (uint32_t a = p0; !rep && a < end;) {
+            uint32_t y = g->syms[a], b = a + 1;
+            bool ok = ST_SYM_KIND(y) == ST_SYM_T || (ST_SYM_KIND(y) == ST_SYM_NT && !g->nullable[ST_SYM_ID(y)]);
+            while (b < end && g->syms[b] == y) b++;
+            uint32_t m = b - a;
+            for (uint32_t j = 0; ok && m >= ST_RUN_MIN && j < m; j++) {
+                g->rep_left[a + j] = m - j;
+                if (!j) continue;
+                g->shape[a + j] = a + 1;
+                if (m - j > margin) g->canon[a + j] = a + 1;
+            }
+            a = b;
         }
         p0 = end + 1;
     }
@@ -705,12 +726,14 @@ static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget
  * character back to itself, every byte on the way allowed? Then (walk_local)
  * a trie subtree whose tokens are valid UTF-8 and whose ASCII bytes are safe
  * loop bytes is accepted whole: a string's non-ASCII tokens (a quarter of
- * Llama 3's vocabulary) cost no visit. Sets inside a counted repetition are
- * not tried (equal by shape is not equal there). Known once per state. */
+ * Llama 3's vocabulary) cost no visit. Inside a counted repetition "itself"
+ * is equal by shape, as for loop bytes: the caller takes the subtree only
+ * while more x's are left than it has bytes (each character is an x of a
+ * byte at least). Known once per state. */
 static bool u8_loops(local_walk *w, loop_entry *le, uint32_t par) {
     if (le->u8) return le->u8 == 1;
     le->u8 = 2;
-    if (!walk_ensure(w, par - 1) || set_rep_left(w->lm, par - 1) != UINT32_MAX) return false;
+    if (!walk_ensure(w, par - 1)) return false;
     truncate_sets(w->lm, par);
     int budget = 256;
     bool ok = u8_explore(w, par - 1, par - 1, 0, &budget);
@@ -889,7 +912,8 @@ static void walk_local(local_walk *w) {
                 continue;
             }
             /* the same with the subtree's non-ASCII bytes valid UTF-8 that the state loops through */
-            if (le && ((u->w[2] | u->w[3]) != 0) && (v->node_u8[i] & 1) && rem[par - 1] == UINT32_MAX &&
+            if (le && ((u->w[2] | u->w[3]) != 0) && (v->node_u8[i] & 1) &&
+                (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
                 (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
                 u8_loops(w, le, par)) {
                 for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {

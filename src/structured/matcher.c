@@ -594,9 +594,10 @@ typedef struct walk_state {
 typedef struct loop_entry {
     uint64_t hash;
     uint8_t used, full;      /* full: every allowed byte tried, safe is known */
-    uint8_t u8;              /* u8_loops: 0 not tried, 1 yes, 2 no */
+    uint8_t u8;              /* u8_loops tried: u8lead is known */
     uint8_t state[256], ctx[256];
     st_bset safe;            /* the loop bytes whose push skipped no completion */
+    st_bset u8lead;          /* u8_loops */
 } loop_entry;
 
 /* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
@@ -688,18 +689,21 @@ static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
  * t (the top), bytes that the same terminal items accept going to the same
  * UTF-8 state pushed once; at a character boundary the set must equal set
  * p again. false when a valid byte is rejected, a set differs, the budget
- * of pushes runs out or memory does. */
-static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget) {
+ * of pushes runs out or memory does. With leads (at a boundary, q = 0) the
+ * lead bytes are judged one by one: those whose every character passes go
+ * to *leads, and the answer is true. */
+static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget, st_bset *leads) {
     st_matcher *lm = w->lm;
     const st_grammar *g = lm->g;
     uint32_t tj[64], n_t = 0;
     for (uint32_t j = lm->set_start[t]; j < lm->set_start[t + 1]; j++)
         if (ST_SYM_KIND(g->syms[lm->items[j].pos]) == ST_SYM_T) {
-            if (n_t == 64) return false;
+            if (n_t == 64) return leads != NULL;
             tj[n_t++] = ST_SYM_ID(g->syms[lm->items[j].pos]);
         }
     uint64_t rep_sig[128];
     uint8_t rep_q[128];
+    bool rep_ok[128];
     uint32_t n_rep = 0;
     for (unsigned b = 0x80; b < 0x100; b++) {
         uint8_t nq = st_u8_next(q, b);
@@ -707,39 +711,47 @@ static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget
         uint64_t sig = 0;
         for (uint32_t k = 0; k < n_t; k++)
             if (st_bset_has(&g->terms[tj[k]], b)) sig |= 1ull << k;
-        if (!sig) return false; /* a valid byte the state rejects */
-        uint32_t r = 0;
-        while (r < n_rep && !(rep_sig[r] == sig && rep_q[r] == nq)) r++;
-        if (r < n_rep) continue; /* the same kernel, the same UTF-8 state: the same result */
-        rep_sig[n_rep] = sig, rep_q[n_rep++] = nq;
-        if (--*budget < 0) return false;
-        truncate_sets(lm, t + 1);
-        if (!push_byte(lm, b)) return false;
-        bool ok = nq ? u8_explore(w, p, t + 1, nq, budget) : same_live(w, p, t + 1);
-        truncate_sets(lm, t + 1);
-        if (!ok) return false;
+        bool ok = sig != 0; /* else a valid byte the state rejects */
+        if (ok) {
+            uint32_t r = 0;
+            while (r < n_rep && !(rep_sig[r] == sig && rep_q[r] == nq)) r++;
+            if (r < n_rep) { /* the same kernel, the same UTF-8 state: the same result */
+                ok = rep_ok[r];
+            } else {
+                ok = --*budget >= 0;
+                if (ok) {
+                    truncate_sets(lm, t + 1);
+                    ok = push_byte(lm, b) && (nq ? u8_explore(w, p, t + 1, nq, budget, NULL) : same_live(w, p, t + 1));
+                    truncate_sets(lm, t + 1);
+                }
+                rep_sig[n_rep] = sig, rep_q[n_rep] = nq, rep_ok[n_rep++] = ok;
+            }
+        }
+        if (!leads && !ok) return false;
+        if (leads && ok) st_bset_add(leads, b);
     }
     return true;
 }
 
-/* Does set par - 1 (its loop entry le) take every valid UTF-8 multibyte
- * character back to itself, every byte on the way allowed? Then (walk_local)
- * a trie subtree whose tokens are valid UTF-8 and whose ASCII bytes are safe
- * loop bytes is accepted whole: a string's non-ASCII tokens (a quarter of
- * Llama 3's vocabulary) cost no visit. Inside a counted repetition "itself"
- * is equal by shape, as for loop bytes: the caller takes the subtree only
- * while more x's are left than it has bytes (each character is an x of a
- * byte at least). Known once per state. */
-static bool u8_loops(local_walk *w, loop_entry *le, uint32_t par) {
-    if (le->u8) return le->u8 == 1;
-    le->u8 = 2;
-    if (!walk_ensure(w, par - 1)) return false;
+/* The lead bytes of the UTF-8 characters that all take set par - 1 (its
+ * loop entry le) back to itself, every byte on the way allowed. Then
+ * (walk_local) a trie subtree whose tokens are valid UTF-8, whose lead bytes
+ * are among these and whose ASCII bytes are safe loop bytes is accepted
+ * whole: a string's non-ASCII tokens (a quarter of Llama 3's vocabulary)
+ * cost no visit, also where a few characters are left out ([^\s] leaves
+ * out U+00A0, U+2000..). Inside a counted repetition "itself" is equal by
+ * shape, as for loop bytes: the caller takes the subtree only while more
+ * x's are left than it has bytes (each character is an x of a byte at
+ * least). Known once per state; NULL when memory runs out. */
+static const st_bset *u8_loops(local_walk *w, loop_entry *le, uint32_t par) {
+    if (le->u8) return &le->u8lead;
+    le->u8 = 1;
+    if (!walk_ensure(w, par - 1)) return NULL;
     truncate_sets(w->lm, par);
     int budget = 256;
-    bool ok = u8_explore(w, par - 1, par - 1, 0, &budget);
+    u8_explore(w, par - 1, par - 1, 0, &budget, &le->u8lead);
     truncate_sets(w->lm, par);
-    le->u8 = ok ? 1 : 2;
-    return ok;
+    return &le->u8lead;
 }
 
 /* The interned state of set k (live_hash sig, set_rep_left rem), made on
@@ -912,10 +924,11 @@ static void walk_local(local_walk *w) {
                 continue;
             }
             /* the same with the subtree's non-ASCII bytes valid UTF-8 that the state loops through */
+            const st_bset *lead;
             if (le && ((u->w[2] | u->w[3]) != 0) && (v->node_u8[i] & 1) &&
                 (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
                 (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
-                u8_loops(w, le, par)) {
+                (lead = u8_loops(w, le, par)) && !(u->w[3] & ~lead->w[3])) {
                 for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
                     int32_t id = v->toks[k];
                     e->acc[id >> 5] |= 1u << (id & 31);

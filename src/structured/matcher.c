@@ -669,14 +669,37 @@ static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
     if (le->full) return &le->safe;
     if (!walk_ensure(w, par - 1)) return NULL;
     st_bset a = lm->allowed[par - 1];
+    /* bytes the same terminal items take make the same kernel, so the same
+     * set: one push per such group (a string's ASCII is one or two) */
+    const st_grammar *g = lm->g;
+    uint32_t tj[64], n_t = 0, n_rep = 0;
+    bool group = true;
+    for (uint32_t j = lm->set_start[par - 1]; j < lm->set_start[par] && group; j++)
+        if (ST_SYM_KIND(g->syms[lm->items[j].pos]) == ST_SYM_T) {
+            if (n_t == 64) group = false;
+            else tj[n_t++] = ST_SYM_ID(g->syms[lm->items[j].pos]);
+        }
+    uint64_t rep_sig[256];
+    uint8_t rep_b[256];
     for (unsigned b = 0; b < 256; b++) {
         if (!st_bset_has(&a, b) || le->state[b]) continue;
+        uint64_t sig = 0;
+        uint32_t r = 0;
+        for (uint32_t k = 0; group && k < n_t; k++)
+            if (st_bset_has(&g->terms[tj[k]], b)) sig |= 1ull << k;
+        while (group && r < n_rep && rep_sig[r] != sig) r++;
+        if (group && r < n_rep) {
+            le->state[b] = le->state[rep_b[r]];
+            le->ctx[b] = le->ctx[rep_b[r]];
+            continue;
+        }
         if (lm->n_sets != par) truncate_sets(lm, par);
         lm->ctx_hit = false;
         if (!push_byte(lm, b)) return NULL; /* out of memory: no shortcut */
         bool loops = live_hash(lm, par) == w->sig[par - 1] && same_live(w, par - 1, par);
         le->state[b] = loops ? 1 : 2;
         le->ctx[b] = lm->ctx_hit;
+        if (group) rep_sig[n_rep] = sig, rep_b[n_rep++] = (uint8_t)b;
     }
     truncate_sets(lm, par);
     for (unsigned b = 0; b < 256; b++)

@@ -14,7 +14,7 @@
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
-/* checks: 22 */
+/* checks: 23 */
 /* tags: tsan */
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +168,62 @@ TEST(test_vocab_gemma_gguf) {
     const char *home = getenv("HOME");
     snprintf(path, sizeof path, "%s/.cache/vllmc/models/gemma-3-270m-q4_k_m.gguf", home ? home : "");
     vocab_case(path, "\xe2\x96\x81the", " the", 262144);
+}
+
+/* RFC 3629 by code points: may s[0..n) be the start of valid UTF-8 (every
+ * complete character in range, not a surrogate, not overlong, and the
+ * incomplete last one still completable)? Written apart from vocab.c's DFA. */
+static bool utf8_prefix_ok(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len = c >= 0xf8 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+        if (!len) return false;
+        uint32_t lo = c & (0x7fu >> len), k = 1;
+        for (; k < len && i + k < n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return false;
+            lo = lo << 6 | (s[i + k] & 0x3fu);
+        }
+        uint32_t hi = lo;
+        for (uint32_t r = k; r < len; r++) lo <<= 6, hi = hi << 6 | 0x3f; /* the completions' range */
+        uint32_t mn = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000, mx = len == 2 ? 0x7ff : len == 3 ? 0xffff : 0x10ffff;
+        if (hi < mn || lo > mx || (lo >= 0xd800 && hi <= 0xdfff)) return false;
+        if (k == len && (lo < mn || lo > mx)) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* vocab.c's node_u8 bit 0 (the mask's shortcut over a string's non-ASCII
+ * tokens rests on it): every trie node's subtree, from the node's byte on,
+ * is valid UTF-8 so far exactly when the bit says so, on Llama 3's
+ * byte-level vocabulary (tokens that start or stop inside characters). */
+TEST(test_vocab_utf8_summary) {
+    const char *dir = "../shared/tokenizers/llama3";
+    if (access(dir, R_OK) != 0) SKIP("%s is not here", dir);
+    tokenizer *t;
+    st_vocab *v;
+    CHECK(tokenizer_load(dir, &t) == VLLM_OK, "%s", vllm_errmsg());
+    CHECK(st_vocab_new(t, NULL, 0, &v) == VLLM_OK, "%s", vllm_errmsg());
+    long bad = 0, valid = 0;
+    int32_t first = -1;
+    for (int32_t i = 0; i < v->n_nodes; i++) {
+        bool want = true;
+        uint32_t d = v->node_depth[i];
+        for (uint32_t k = v->node_tok[i]; k < v->node_tok[v->node_end[i]] && want; k++) {
+            int32_t id = v->toks[k];
+            want = utf8_prefix_ok(v->bytes + v->off[id] + d - 1, v->off[id + 1] - v->off[id] - (d - 1));
+        }
+        valid += want;
+        if (want != (v->node_u8[i] & 1) && bad++ == 0) first = i;
+    }
+    CHECK(bad == 0 && valid > 0 && valid < v->n_nodes, "%ld of %d nodes disagree (first %d), %ld valid", bad,
+          v->n_nodes, first, valid);
+    st_vocab_free(v);
+    tokenizer_free(t);
 }
 
 /* ---- GBNF -------------------------------------------------------------------- */
@@ -703,6 +759,24 @@ TEST(test_mask_memo_llama3) {
          "{\"nominal\": \"no name at all\"}"},
         {"root ::= e\ne ::= ( \"(\" e \")\" | \"[\" e \"]\" | [a-z ]{1,3} )*\n", "((ab)[cd](( ef))[]) (x)"},
         {"root ::= ( \"<\" [a-z]{0,6} \">\" | \"<<\" [a-z]{2,3} \">>\" | [a-z ]+ )*\n", "<<abc>> plain <tag> <<de>><ab>"},
+        /* strings with non-ASCII: subtrees of valid UTF-8 accepted whole where every character
+         * leads back to the state (u8_loops), and where one does not: a character left out,
+         * a range of lengths left out, a character that must be followed by something */
+        {"root ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt] )* \"\\\"\"\n",
+         "\"h\u00e9llo w\u00f6rld \u4e2d\u6587 \U0001F600 \\n ok\""},
+        {"root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F\\u00e9]* \"\\\"\"\n", "\"hallo w\u00f6rld \u4e2d\u6587\""},
+        {"root ::= \"<\" [^>\\u4e00-\\u9fff]* \">\" [a-z]*\n", "<h\u00e9llo \U0001F600>abc"},
+        {"root ::= \"\\\"\" [\\x20-\\x21\\x23-\\x7E\\u0080-\\u07FF]* \"\\\"\"\n", "\"h\u00e9llo \u0436\""},
+        {"root ::= \"\\\"\" ( [a-z ] | [\\u0080-\\U0010FFFF] \"!\" )* \"\\\"\"\n", "\"ab \u00e9! c \u4e2d!\""},
+        /* the same inside counted repetitions (maxLength): far from the bound and up to it */
+        {"root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,300} \"\\\"\"\n", "\"h\u00e9llo w\u00f6rld \u4e2d\u6587 \U0001F600 ok\""},
+        {"root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{2,9} \"\\\"\"\n", "\"h\u00e9llo\u4e2d\u6587\""},
+        /* the required part of x{m,n} (minLength): a run of m x's, counted like the optional tail */
+        {"root ::= \"\\\"\" ch{12,40} \"\\\"\"\nch ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n",
+         "\"h\u00e9llo w\u00f6rld \u4e2d\u6587 ok\\tok\""},
+        {"root ::= \"[\" [a-z ]{133,140} \"]\"\n",
+         "[the quick brown fox jumps over the lazy dog and then some more words to make it long enough for a run "
+         "of more than one hundred and thirty]"},
     };
     tokenizer *t;
     st_vocab *v;
@@ -824,6 +898,7 @@ int main(void) {
     RUN(test_vocab_llama3);
     RUN(test_vocab_qwen3);
     RUN(test_vocab_gemma_gguf);
+    RUN(test_vocab_utf8_summary);
     RUN(test_gbnf_errors);
     RUN(test_gbnf_dialect);
     RUN(test_left_recursion);

@@ -126,7 +126,9 @@ struct st_mask_cache {
 /* ---- grammars -------------------------------------------------------------------- */
 
 /* Three maps of the grammar's positions, for counted repetitions (gbnf.c:
- * x EXIT x EXIT ... x END, x not nullable; each x takes a byte at least):
+ * x EXIT x EXIT ... x END, x not nullable; each x takes a byte at least;
+ * also a run x x .. x of ST_RUN_MIN or more inside a production, the
+ * required part of x{m,n}):
  *   rep_left - how many x's may still come (UINT32_MAX outside them);
  *   shape    - every position after the first x as the first such position
  *              of its parity: sets equal by shape differ only in their
@@ -136,6 +138,7 @@ struct st_mask_cache {
  *              max_depth bytes, so none can tell those positions apart and
  *              a string with maxLength 32767 is one cached state), else the
  *              position itself. */
+#define ST_RUN_MIN 8
 static vllm_status rep_positions(st_grammar *g) {
     size_t n = (size_t)g->n_syms + 1;
     g->canon = malloc(n * sizeof *g->canon);
@@ -158,6 +161,24 @@ static vllm_status rep_positions(st_grammar *g) {
             if (j < 2 || p0 + j == end) continue;
             g->shape[p0 + j] = p0 + 2 + (j & 1);
             if (n_x - done > margin) g->canon[p0 + j] = p0 + 2 + (j & 1);
+        }
+        /* runs of one symbol in other productions (x{m,n}'s m required x's:
+         * minLength) are counted the same way: before the j-th x of a run of
+         * m, m - j x's are left; after its first x, one shape. Short runs
+         * (a literal's "aaa", hex{3}) are left alone: a set's count is its
+         * items' least, which would hold back the loops of the rest. */
+        for (uint32_t a = p0; !rep && a < end;) {
+            uint32_t y = g->syms[a], b = a + 1;
+            bool ok = ST_SYM_KIND(y) == ST_SYM_T || (ST_SYM_KIND(y) == ST_SYM_NT && !g->nullable[ST_SYM_ID(y)]);
+            while (b < end && g->syms[b] == y) b++;
+            uint32_t m = b - a;
+            for (uint32_t j = 0; ok && m >= ST_RUN_MIN && j < m; j++) {
+                g->rep_left[a + j] = m - j;
+                if (!j) continue;
+                g->shape[a + j] = a + 1;
+                if (m - j > margin) g->canon[a + j] = a + 1;
+            }
+            a = b;
         }
         p0 = end + 1;
     }
@@ -573,8 +594,10 @@ typedef struct walk_state {
 typedef struct loop_entry {
     uint64_t hash;
     uint8_t used, full;      /* full: every allowed byte tried, safe is known */
+    uint8_t u8;              /* u8_loops tried: u8lead is known */
     uint8_t state[256], ctx[256];
     st_bset safe;            /* the loop bytes whose push skipped no completion */
+    st_bset u8lead;          /* u8_loops */
 } loop_entry;
 
 /* Set k's live items as an order-free hash (its own origin as UINT32_MAX). */
@@ -646,20 +669,112 @@ static const st_bset *loop_safe(local_walk *w, loop_entry *le, uint32_t par) {
     if (le->full) return &le->safe;
     if (!walk_ensure(w, par - 1)) return NULL;
     st_bset a = lm->allowed[par - 1];
+    /* bytes the same terminal items take make the same kernel, so the same
+     * set: one push per such group (a string's ASCII is one or two) */
+    const st_grammar *g = lm->g;
+    uint32_t tj[64], n_t = 0, n_rep = 0;
+    bool group = true;
+    for (uint32_t j = lm->set_start[par - 1]; j < lm->set_start[par] && group; j++)
+        if (ST_SYM_KIND(g->syms[lm->items[j].pos]) == ST_SYM_T) {
+            if (n_t == 64) group = false;
+            else tj[n_t++] = ST_SYM_ID(g->syms[lm->items[j].pos]);
+        }
+    uint64_t rep_sig[256];
+    uint8_t rep_b[256];
     for (unsigned b = 0; b < 256; b++) {
         if (!st_bset_has(&a, b) || le->state[b]) continue;
+        uint64_t sig = 0;
+        uint32_t r = 0;
+        for (uint32_t k = 0; group && k < n_t; k++)
+            if (st_bset_has(&g->terms[tj[k]], b)) sig |= 1ull << k;
+        while (group && r < n_rep && rep_sig[r] != sig) r++;
+        if (group && r < n_rep) {
+            le->state[b] = le->state[rep_b[r]];
+            le->ctx[b] = le->ctx[rep_b[r]];
+            continue;
+        }
         if (lm->n_sets != par) truncate_sets(lm, par);
         lm->ctx_hit = false;
         if (!push_byte(lm, b)) return NULL; /* out of memory: no shortcut */
         bool loops = live_hash(lm, par) == w->sig[par - 1] && same_live(w, par - 1, par);
         le->state[b] = loops ? 1 : 2;
         le->ctx[b] = lm->ctx_hit;
+        if (group) rep_sig[n_rep] = sig, rep_b[n_rep++] = (uint8_t)b;
     }
     truncate_sets(lm, par);
     for (unsigned b = 0; b < 256; b++)
         if (le->state[b] == 1 && !le->ctx[b]) st_bset_add(&le->safe, b);
     le->full = 1;
     return &le->safe;
+}
+
+/* Below u8_loops: pushes every valid continuation of UTF-8 state q on set
+ * t (the top), bytes that the same terminal items accept going to the same
+ * UTF-8 state pushed once; at a character boundary the set must equal set
+ * p again. false when a valid byte is rejected, a set differs, the budget
+ * of pushes runs out or memory does. With leads (at a boundary, q = 0) the
+ * lead bytes are judged one by one: those whose every character passes go
+ * to *leads, and the answer is true. */
+static bool u8_explore(local_walk *w, size_t p, size_t t, uint8_t q, int *budget, st_bset *leads) {
+    st_matcher *lm = w->lm;
+    const st_grammar *g = lm->g;
+    uint32_t tj[64], n_t = 0;
+    for (uint32_t j = lm->set_start[t]; j < lm->set_start[t + 1]; j++)
+        if (ST_SYM_KIND(g->syms[lm->items[j].pos]) == ST_SYM_T) {
+            if (n_t == 64) return leads != NULL;
+            tj[n_t++] = ST_SYM_ID(g->syms[lm->items[j].pos]);
+        }
+    uint64_t rep_sig[128];
+    uint8_t rep_q[128];
+    bool rep_ok[128];
+    uint32_t n_rep = 0;
+    for (unsigned b = 0x80; b < 0x100; b++) {
+        uint8_t nq = st_u8_next(q, b);
+        if (nq == ST_U8_BAD) continue;
+        uint64_t sig = 0;
+        for (uint32_t k = 0; k < n_t; k++)
+            if (st_bset_has(&g->terms[tj[k]], b)) sig |= 1ull << k;
+        bool ok = sig != 0; /* else a valid byte the state rejects */
+        if (ok) {
+            uint32_t r = 0;
+            while (r < n_rep && !(rep_sig[r] == sig && rep_q[r] == nq)) r++;
+            if (r < n_rep) { /* the same kernel, the same UTF-8 state: the same result */
+                ok = rep_ok[r];
+            } else {
+                ok = --*budget >= 0;
+                if (ok) {
+                    truncate_sets(lm, t + 1);
+                    ok = push_byte(lm, b) && (nq ? u8_explore(w, p, t + 1, nq, budget, NULL) : same_live(w, p, t + 1));
+                    truncate_sets(lm, t + 1);
+                }
+                rep_sig[n_rep] = sig, rep_q[n_rep] = nq, rep_ok[n_rep++] = ok;
+            }
+        }
+        if (!leads && !ok) return false;
+        if (leads && ok) st_bset_add(leads, b);
+    }
+    return true;
+}
+
+/* The lead bytes of the UTF-8 characters that all take set par - 1 (its
+ * loop entry le) back to itself, every byte on the way allowed. Then
+ * (walk_local) a trie subtree whose tokens are valid UTF-8, whose lead bytes
+ * are among these and whose ASCII bytes are safe loop bytes is accepted
+ * whole: a string's non-ASCII tokens (a quarter of Llama 3's vocabulary)
+ * cost no visit, also where a few characters are left out ([^\s] leaves
+ * out U+00A0, U+2000..). Inside a counted repetition "itself" is equal by
+ * shape, as for loop bytes: the caller takes the subtree only while more
+ * x's are left than it has bytes (each character is an x of a byte at
+ * least). Known once per state; NULL when memory runs out. */
+static const st_bset *u8_loops(local_walk *w, loop_entry *le, uint32_t par) {
+    if (le->u8) return &le->u8lead;
+    le->u8 = 1;
+    if (!walk_ensure(w, par - 1)) return NULL;
+    truncate_sets(w->lm, par);
+    int budget = 256;
+    u8_explore(w, par - 1, par - 1, 0, &budget, &le->u8lead);
+    truncate_sets(w->lm, par);
+    return &le->u8lead;
 }
 
 /* The interned state of set k (live_hash sig, set_rep_left rem), made on
@@ -824,6 +939,19 @@ static void walk_local(local_walk *w) {
             if (le && le->state[b] == 1 && (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
                 (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
                 !(u->w[2] & ~safe->w[2]) && !(u->w[3] & ~safe->w[3])) {
+                for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
+                    int32_t id = v->toks[k];
+                    e->acc[id >> 5] |= 1u << (id & 31);
+                }
+                i = nend[i];
+                continue;
+            }
+            /* the same with the subtree's non-ASCII bytes valid UTF-8 that the state loops through */
+            const st_bset *lead;
+            if (le && ((u->w[2] | u->w[3]) != 0) && (v->node_u8[i] & 1) &&
+                (rem[par - 1] == UINT32_MAX || rem[par - 1] > left) &&
+                (safe = loop_safe(w, le, par)) && !(u->w[0] & ~safe->w[0]) && !(u->w[1] & ~safe->w[1]) &&
+                (lead = u8_loops(w, le, par)) && !(u->w[3] & ~lead->w[3])) {
                 for (uint32_t k = ntok[i]; k < ntok[nend[i]]; k++) {
                     int32_t id = v->toks[k];
                     e->acc[id >> 5] |= 1u << (id & 31);

@@ -111,6 +111,7 @@
 
 #define ST_SCHEMA_MAX_BYTES (1u << 20)        /* schema text */
 #define ST_SCHEMA_MAX_GRAMMAR (16u << 20)     /* GBNF text we write */
+#define ST_FLAT_KEY_BYTES 16384               /* additional keys: the flat form's prefix bytes at most (gen_other_key) */
 #define ST_SCHEMA_MAX_WS 20                   /* whitespace characters between tokens */
 #define ST_SCHEMA_MAX_MOD 1000                /* largest integer multipleOf */
 #define ST_SCHEMA_MAX_DEPTH 200               /* nesting of schemas (C stack) */
@@ -1315,9 +1316,12 @@ static vllm_status gen_number(sc *c, json_t *s, strbuf *b, bool *never) {
 
 
 /* The regex as JSON Schema's `pattern` means it (a search): unanchored ends
- * widened with [\s\S]*, per top-level alternative. */
+ * widened with [\s\S]*, per top-level alternative, after trimming what they
+ * absorb (st_regex_search_trim: an optional tail is one Earley item per
+ * place the match could end). */
 static vllm_status pattern_wrap(const char *re, strbuf *o) {
     size_t n = strlen(re);
+    strbuf core = {0};
     /* split at top-level '|' */
     size_t start = 0;
     int depth = 0;
@@ -1341,17 +1345,27 @@ static vllm_status pattern_wrap(const char *re, strbuf *o) {
             while (bs + 2 <= m && a[m - 2 - bs] == '\\') bs++;
             anc_e = bs % 2 == 0 && !(anc_s && m == 1);
         }
-        if (!first) rc = sb_puts(o, "|");
+        /* what the unanchored ends absorb goes (search.c) */
+        core.len = 0;
+        bool universal = false;
+        rc = st_regex_search_trim(a + anc_s, m - anc_s - anc_e, !anc_s, !anc_e, &core, &universal);
+        if (!rc && universal && (!anc_s || !anc_e)) { /* matches every string: so does the pattern */
+            o->len = 0;
+            rc = sb_puts(o, "[\\s\\S]*");
+            break;
+        }
+        if (!rc && !first) rc = sb_puts(o, "|");
         first = false;
         if (!rc) rc = sb_puts(o, "(?:");
         if (!rc && !anc_s) rc = sb_puts(o, "[\\s\\S]*");
         if (!rc) rc = sb_puts(o, "(?:");
-        if (!rc) rc = sb_add(o, a + anc_s, m - anc_s - anc_e);
+        if (!rc) rc = sb_add(o, core.s ? core.s : "", core.len);
         if (!rc) rc = sb_puts(o, ")");
         if (!rc && !anc_e) rc = sb_puts(o, "[\\s\\S]*");
         if (!rc) rc = sb_puts(o, ")");
         start = i + 1;
     }
+    free(core.s);
     return rc;
 }
 
@@ -1750,15 +1764,31 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
     }
     rname base;
     rn_new(c, &base);
-    /* The trie's nodes are the distinct prefixes; node rule:
-     *   <base>_<id> ::= ("" unless a known name ends here) | "c" <child> ...
-     *                 | [^c... "\\\x00-\x1F] <kchar>* | <kesc> <kchar>*   */
+    /* The trie's nodes are the distinct prefixes. An other key is a proper
+     * prefix of the known names that is none of them (N, nested rules), or
+     * a prefix then a character that leaves the trie there, then anything
+     * (one flat production per trie node):
+     *   <base>_0     ::= <base>_n0 | "p" <base>_x<p> <kchar>* | ...
+     *   <base>_n<id> ::= ("" unless a known name ends here) | "c" <base>_n<child> ...
+     *   <base>_x<id> ::= [^c... "\\\x00-\x1F] | <kesc>
+     * The free tail's items then start at the key's start, which the mask
+     * cache's local state sees (the set after the quote). Written as nested
+     * rules with the tail at the bottom (above ST_FLAT_KEY_BYTES of
+     * prefixes, where the flat form would grow quadratically), every
+     * character of the tail completes the chain of trie rules back past the
+     * key's start, which a local state cannot see: each such state is a
+     * first walk of the whole vocabulary, and its rejected tokens are
+     * walked again at every mask (matcher.c). */
     /* collect prefixes as (start index into names, length) with ids */
     int cap = 1;
     for (int i = 0; i < n; i++) cap += (int)strlen(keys[i].name);
     const char **pfx = malloc(sizeof *pfx * (size_t)cap);
     size_t *plen = malloc(sizeof *plen * (size_t)cap);
-    if (!pfx || !plen) { free(pfx); free(plen); return vllm_error(VLLM_ERR_NOMEM, "schema: out of memory"); }
+    bool *known = malloc(sizeof *known * (size_t)cap), *alive = malloc(sizeof *alive * (size_t)cap);
+    if (!pfx || !plen || !known || !alive) {
+        free(pfx); free(plen); free(known); free(alive);
+        return vllm_error(VLLM_ERR_NOMEM, "schema: out of memory");
+    }
     int np = 0;
     pfx[np] = ""; plen[np++] = 0;
     for (int i = 0; i < n; i++) {
@@ -1771,14 +1801,26 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
             if (!have) { pfx[np] = keys[i].name; plen[np++] = j; }
         }
     }
-    strbuf body = {0}, cls = {0};
+    /* known: a name ends here; alive: N derives a string below (longest prefixes first) */
+    for (int q = 0; q < np; q++) {
+        known[q] = false;
+        for (int i = 0; i < n; i++) known[q] |= strlen(keys[i].name) == plen[q] && !memcmp(keys[i].name, pfx[q], plen[q]);
+    }
+    for (int q = 0; q < np; q++) {
+        alive[q] = false;
+        for (int r2 = 0; r2 < np && !alive[q]; r2++)
+            alive[q] = !known[r2] && plen[r2] >= plen[q] && !memcmp(pfx[r2], pfx[q], plen[q]);
+    }
+    size_t flat_bytes = 0;
+    for (int q = 0; q < np; q++) flat_bytes += plen[q];
+    bool flat = flat_bytes <= ST_FLAT_KEY_BYTES;
+    strbuf body = {0}, nbody = {0}, cls = {0}, top = {0};
     for (int q = 0; q < np && !rc; q++) {
         body.len = 0;
+        nbody.len = 0;
         cls.len = 0;
-        bool known = false;
-        for (int i = 0; i < n; i++) known |= strlen(keys[i].name) == plen[q] && !memcmp(keys[i].name, pfx[q], plen[q]);
-        bool first = true;
-        if (!known) { rc = sb_puts(&body, "\"\""); first = false; }
+        bool nfirst = true;
+        if (!known[q]) { rc = sb_puts(&nbody, "\"\""); nfirst = false; }
         /* children: prefixes one character longer */
         rc = rc ? rc : sb_puts(&cls, "[^\"\\\\\\x00-\\x1F");
         for (int r2 = 0; r2 < np && !rc; r2++) {
@@ -1787,10 +1829,14 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
             const unsigned char *ch = (const unsigned char *)pfx[r2] + plen[q];
             size_t want = ch[0] < 0x80 ? 1 : ch[0] < 0xE0 ? 2 : ch[0] < 0xF0 ? 3 : 4;
             if (cl != want) continue;
-            if (!first) rc = sb_puts(&body, " | ");
-            first = false;
-            if (!rc) rc = gb_lit(&body, (const char *)ch, cl);
-            if (!rc) rc = sb_printf(&body, " %s_%d", base.s, r2);
+            if (!flat && !rc) rc = gb_lit(&body, (const char *)ch, cl);
+            if (!flat && !rc) rc = sb_printf(&body, " %s_d%d | ", base.s, r2);
+            if (!rc && alive[r2]) {
+                if (!nfirst) rc = sb_puts(&nbody, " | ");
+                nfirst = false;
+                if (!rc) rc = gb_lit(&nbody, (const char *)ch, cl);
+                if (!rc) rc = sb_printf(&nbody, " %s_n%d", base.s, r2);
+            }
             /* the code point, excluded from the "other" class */
             uint32_t cp = ch[0];
             if (cl == 2) cp = ((ch[0] & 0x1Fu) << 6) | (ch[1] & 0x3Fu);
@@ -1799,16 +1845,34 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
             if (!rc) rc = gb_class_cp(&cls, cp);
         }
         if (!rc) rc = sb_puts(&cls, "]");
-        if (!rc) rc = sb_printf(&body, "%s%s %s_kchar* | %s_kesc %s_kchar*", first ? "" : " | ", cls.s, c->root, c->root, c->root);
+        if (!rc) rc = sb_printf(&body, "%s | %s_kesc", cls.s, c->root);
         rname nm;
-        rn_printf(&nm, "%s_%d", base.s, q);
+        rn_printf(&nm, flat ? "%s_x%d" : "%s_d%d", base.s, q);
         if (!rc) rc = sc_rule(c, &nm, &body);
+        if (flat && !rc) { /* the top's production for a key leaving the trie here */
+            if (top.len) rc = sb_puts(&top, " | ");
+            if (!rc && plen[q]) rc = gb_lit(&top, pfx[q], plen[q]);
+            if (!rc) rc = sb_printf(&top, " %s_x%d %s_kchar*", base.s, q, c->root);
+        }
+        rn_printf(&nm, "%s_n%d", base.s, q);
+        if (!rc && alive[q]) rc = sc_rule(c, &nm, &nbody);
     }
+    body.len = 0;
+    if (!rc && alive[0]) rc = sb_printf(&body, "%s_n0 | ", base.s);
+    if (!rc && flat) rc = sb_add(&body, top.s, top.len);
+    else if (!rc) rc = sb_printf(&body, "%s_d0 %s_kchar*", base.s, c->root);
+    rname topname;
+    rn_printf(&topname, "%s_0", base.s);
+    if (!rc) rc = sc_rule(c, &topname, &body);
+    free(top.s);
     free(body.s);
+    free(nbody.s);
     free(cls.s);
     free(pfx);
     free(plen);
-    rn_printf(out, "%s_0", base.s);
+    free(known);
+    free(alive);
+    *out = topname;
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #ifndef VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 #define VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/strbuf.h"
@@ -18,5 +19,12 @@
  * operators and grouping pass through. A class that matches no character
  * JSON can write is an error. */
 vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
+
+/* A JSON-Schema pattern's top-level alternative (re[0..n), its ^ and $
+ * taken off) trimmed for a search whose front / back is unanchored: the
+ * shortest regex with the same search language, appended to out; *empty
+ * when nothing is left (the alternative matches every string). A regex it
+ * does not understand is appended as it is (search.c). */
+vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back, strbuf *out, bool *empty);
 
 #endif

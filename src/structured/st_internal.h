@@ -67,6 +67,8 @@ struct st_vocab {
     uint32_t *node_end;
     uint32_t *node_tok;   /* n_nodes + 1 entries */
     uint16_t *node_maxd;  /* the deepest depth in node i's subtree (its longest token's length) */
+    uint8_t *node_u8;     /* bit q: from UTF-8 state q before node i, every token of its subtree is
+                             valid UTF-8 so far (st_u8_next's states; bit 0: at a character boundary) */
     uint32_t *node_cls;   /* the bytes of node i's subtree (its own and below): cls[node_cls[i]] */
     st_bset *cls;
     uint32_t n_cls;
@@ -75,6 +77,32 @@ struct st_vocab {
 };
 
 enum { ST_TOK_NORMAL = 0, ST_TOK_EXCLUDED = 1, ST_TOK_EOS = 2 };
+
+/* UTF-8 as a DFA over bytes (RFC 3629: no overlongs, no surrogates, at
+ * most U+10FFFF): 0 at a character boundary, 1-3 continuation bytes to go
+ * (80-BF), 4 after E0 (A0-BF next), 5 after ED (80-9F), 6 after F0
+ * (90-BF), 7 after F4 (80-8F); ST_U8_BAD for a byte that cannot come. */
+#define ST_U8_STATES 8
+#define ST_U8_BAD 0xff
+static inline uint8_t st_u8_next(uint8_t q, unsigned b) {
+    switch (q) {
+    case 0:
+        if (b < 0x80) return 0;
+        if (b >= 0xc2 && b <= 0xdf) return 1;
+        if (b == 0xe0) return 4;
+        if (b == 0xed) return 5;
+        if (b >= 0xe1 && b <= 0xef) return 2;
+        if (b == 0xf0) return 6;
+        if (b >= 0xf1 && b <= 0xf3) return 3;
+        if (b == 0xf4) return 7;
+        return ST_U8_BAD;
+    case 1: case 2: case 3: return b >= 0x80 && b <= 0xbf ? (uint8_t)(q - 1) : ST_U8_BAD;
+    case 4: return b >= 0xa0 && b <= 0xbf ? 1 : ST_U8_BAD;
+    case 5: return b >= 0x80 && b <= 0x9f ? 1 : ST_U8_BAD;
+    case 6: return b >= 0x90 && b <= 0xbf ? 2 : ST_U8_BAD;
+    default: return b >= 0x80 && b <= 0x8f ? 2 : ST_U8_BAD;
+    }
+}
 
 /* ---- grammar ----------------------------------------------------------------- */
 

@@ -29,6 +29,7 @@ void st_vocab_free(st_vocab *v) {
     free(v->node_end);
     free(v->node_tok);
     free(v->node_maxd);
+    free(v->node_u8);
     free(v->node_cls);
     free(v->cls);
     free(v->toks);
@@ -167,6 +168,20 @@ static vllm_status build_trie(st_vocab *v) {
         for (uint32_t j = i + 1; j < v->node_end[i]; j = v->node_end[j])
             if (v->node_maxd[j] > m) m = v->node_maxd[j];
         v->node_maxd[i] = (uint16_t)(m > 65535 ? 65535 : m);
+    }
+    /* node_u8: children first; bit q holds when node i's byte is valid in
+     * UTF-8 state q and every child holds the bit of the state after it */
+    v->node_u8 = malloc((size_t)nodes + 1);
+    if (!v->node_u8) return vllm_error(VLLM_ERR_NOMEM, "structured vocab: out of memory");
+    for (uint32_t i = nodes; i-- > 0;) {
+        uint8_t bits = 0;
+        for (uint8_t q = 0; q < ST_U8_STATES; q++) {
+            uint8_t nq = st_u8_next(q, v->node_byte[i]);
+            bool ok = nq != ST_U8_BAD;
+            for (uint32_t j = i + 1; ok && j < v->node_end[i]; j = v->node_end[j]) ok = (v->node_u8[j] >> nq) & 1;
+            bits |= (uint8_t)(ok << q);
+        }
+        v->node_u8[i] = bits;
     }
     return subtree_classes(v);
 }

@@ -1314,6 +1314,25 @@ static vllm_status gen_number(sc *c, json_t *s, strbuf *b, bool *never) {
 
 /* ---- strings --------------------------------------------------------------------- */
 
+/* The wrapper below splits re at its top-level '|' and puts each part in
+ * brackets of its own, which would close a '(' or '[' that re leaves open:
+ * so an unbalanced pattern is refused first, as the regex compiler would. */
+static vllm_status pattern_balanced(const char *re, size_t n) {
+    size_t depth = 0, open_at = 0, class_at = 0;
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = re[i];
+        if (ch == '\\') i++;
+        else if (in_class) in_class = ch != ']';
+        else if (ch == '[') in_class = true, class_at = i;
+        else if (ch == '(' && depth++ == 0) open_at = i;
+        else if (ch == ')' && depth-- == 0)
+            return vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: ')' without '(' at offset %zu", i);
+    }
+    if (in_class) return vllm_error(VLLM_ERR_INVALID, "regex: unterminated character class at offset %zu", class_at);
+    if (depth) return vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: '(' is never closed at offset %zu", open_at);
+    return VLLM_OK;
+}
 
 /* The regex as JSON Schema's `pattern` means it (a search): unanchored ends
  * widened with [\s\S]*, per top-level alternative, after trimming what they
@@ -1321,6 +1340,7 @@ static vllm_status gen_number(sc *c, json_t *s, strbuf *b, bool *never) {
  * place the match could end). */
 static vllm_status pattern_wrap(const char *re, strbuf *o) {
     size_t n = strlen(re);
+    if (pattern_balanced(re, n)) return VLLM_ERR_INVALID;
     strbuf core = {0};
     /* split at top-level '|' */
     size_t start = 0;
@@ -1374,10 +1394,8 @@ static vllm_status gen_pattern_rule(sc *c, const char *re, rname *r) {
     strbuf wrapped = {0}, g = {0};
     rn_new(c, r);
     vllm_status rc = pattern_wrap(re, &wrapped);
-    if (!rc) {
-        rc = st_regex_to_gbnf(wrapped.s, wrapped.len, r->s, &g);
-        if (rc) vllm_error_prefix("%s: pattern", sc_path(c));
-    }
+    if (!rc) rc = st_regex_to_gbnf(wrapped.s, wrapped.len, r->s, &g);
+    if (rc) vllm_error_prefix("%s: pattern", sc_path(c));
     if (!rc) rc = st_gbnf_json_string(g.s, g.len, c->out);
     free(wrapped.s);
     free(g.s);
@@ -1398,19 +1416,9 @@ static int regex_search(const char *re, const char *s, size_t n) {
 }
 
 static vllm_status gen_pattern(sc *c, const char *re, strbuf *b) {
-    strbuf wrapped = {0}, g = {0};
     rname r;
-    rn_new(c, &r);
-    vllm_status rc = pattern_wrap(re, &wrapped);
-    if (!rc) {
-        rc = st_regex_to_gbnf(wrapped.s, wrapped.len, r.s, &g);
-        if (rc) vllm_error_prefix("%s: pattern", sc_path(c));
-    }
-    if (!rc) rc = st_gbnf_json_string(g.s, g.len, c->out);
-    if (!rc) rc = sb_printf(b, "\"\\\"\" %s \"\\\"\"", r.s);
-    free(wrapped.s);
-    free(g.s);
-    return rc;
+    vllm_status rc = gen_pattern_rule(c, re, &r);
+    return rc ? rc : sb_printf(b, "\"\\\"\" %s \"\\\"\"", r.s);
 }
 
 static const char *const formats_spec[] = {

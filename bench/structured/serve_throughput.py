@@ -71,10 +71,25 @@ def run(url, bodies):
     return res, time.monotonic() - t0
 
 
-def one_run(url, con, msgs, ss, t_compile):
+def cpu_seconds(pid):
+    """The server's user + system CPU time so far (/proc; 0 elsewhere)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def one_run(url, con, msgs, ss, t_compile, pid):
     """One constrained run, then the same requests unconstrained (length
-    matched per request), then the earlier mean-length run."""
+    matched per request), then the earlier mean-length run. Also the
+    server's CPU seconds per run: on a machine shared with other work the
+    wall clock moves 2x between identical runs, CPU time much less (but it
+    cannot show work moved off the critical path)."""
+    c0 = cpu_seconds(pid)
     res_c, t_c = run(url, con)
+    c1 = cpu_seconds(pid)
     for r in res_c:
         if "error" in r:
             sys.exit("constrained request failed: " + r["error"]["message"])
@@ -94,7 +109,9 @@ def one_run(url, con, msgs, ss, t_compile):
             pass
     plain = [{"messages": m, "max_tokens": n, "temperature": 0.7, "seed": i, "ignore_eos": True}
              for i, (m, n) in enumerate(zip(msgs, lens))]
+    c2 = cpu_seconds(pid)
     res_p, t_p = run(url, plain)
+    c3 = cpu_seconds(pid)
     toks_p = sum(r["usage"]["completion_tokens"] for r in res_p)
     mean = max(1, round(toks_c / len(res_c)))
     res_m, t_m = run(url, [dict(b, max_tokens=mean) for b in plain])
@@ -105,6 +122,8 @@ def one_run(url, con, msgs, ss, t_compile):
             "lengths": sorted(lens), "unconstrained_tokens": toks_p, "unconstrained_s": round(t_p, 3),
             "unconstrained_tok_s": round(tp, 1), "ratio": round(tc / tp, 3),
             "mean_len_tok_s": round(tm, 1), "ratio_mean_len": round(tc / tm, 3),
+            "constrained_cpu_s": round(c1 - c0, 3), "unconstrained_cpu_s": round(c3 - c2, 3),
+            "ratio_cpu": round((c3 - c2) / (c1 - c0) * toks_c / toks_p, 3) if c1 > c0 and c3 > c2 else None,
             "outputs_stopped": stopped, "outputs_valid": valid,
             "validator": "jsonschema" if jsonschema else "json"}
 
@@ -142,7 +161,7 @@ def serve_once(a):
         post(url, {"messages": msgs[0], "max_tokens": 4})  # warm-up (and the prompt path)
         # compiles first (one token each): the timed run below finds every grammar cached
         _, t_compile = run(url, [dict(b, max_tokens=1) for b in con])
-        return one_run(url, con, msgs, ss, t_compile)
+        return one_run(url, con, msgs, ss, t_compile, srv.pid)
     finally:
         srv.terminate()
         try:
@@ -168,7 +187,8 @@ def main():
         print(json.dumps(lines[-1]), flush=True)
     if len(lines) > 1:
         med = {k: statistics.median(x[k] for x in lines)
-               for k in ("constrained_tok_s", "unconstrained_tok_s", "ratio", "mean_len_tok_s", "ratio_mean_len")}
+               for k in ("constrained_tok_s", "unconstrained_tok_s", "ratio", "mean_len_tok_s", "ratio_mean_len",
+                         "constrained_cpu_s", "unconstrained_cpu_s", "ratio_cpu")}
         print(json.dumps({"runs": len(lines), "median": med,
                           "outputs_valid_min": min(x["outputs_valid"] for x in lines)}))
 

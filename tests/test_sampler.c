@@ -6,9 +6,11 @@
  * edges), seeding, validation messages and a timing report on a 128k vocab;
  * the step's batch: draft verification by hand (greedy rows with known
  * argmaxes), seeded rows equal to drawing them one by one, grammar masks,
- * shared rows, and the pool-split batch equal to the serial one.
+ * shared rows, masks of every word kind (empty, full, mixed, the partial
+ * tail) against the masked row's log-softmax by hand, and the pool-split
+ * batch equal to the serial one.
  */
-/* checks: 18 */
+/* checks: 19 */
 /* tags: tsan */
 #include <math.h>
 #include <stdint.h>
@@ -790,6 +792,58 @@ TEST(test_batch_grammar_mask_and_shared_rows) {
     sampler_free(s);
 }
 
+/* Masks made of empty, full and mixed words and a partial last word: the
+ * greedy token is the argmax over the allowed ids and its logprob is its
+ * logit minus the log-sum-exp over the allowed ids alone (computed here in
+ * double). The logits are all close, so one wrongly kept or dropped id
+ * moves the logprob by ~1/1000 of the mass or more. */
+TEST(test_batch_grammar_mask_words) {
+    enum { V = 1000, CASES = 200 }; /* 31 full words and 8 ids in the last */
+    sampler *s;
+    CHECK(sampler_create(V, (int32_t[]){1}, 1, NULL, &s) == VLLM_OK);
+    vllm_sampling_params p;
+    vllm_sampling_params_init(&p);
+    p.temperature = 0;
+    p.logprobs = 0;
+    static float row[V];
+    uint32_t mask[(V + 31) / 32];
+    uint64_t x = 88172645463325252ull;
+    for (int c = 0; c < CASES; c++) {
+        for (int32_t i = 0; i < V; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            row[i] = (float)(x % 1000) / 1000.0f;
+        }
+        for (int32_t w = 0; w < (V + 31) / 32; w++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int kind = (int)(x % 4);
+            mask[w] = kind == 0 ? 0u : kind == 1 ? UINT32_MAX : kind == 2 ? (uint32_t)(x >> 20) : 1u << (x >> 40) % 32;
+        }
+        mask[c % ((V + 31) / 32)] |= 1u; /* at least one id allowed */
+        double mx = -1e30, sum = 0;
+        int32_t want = -1;
+        for (int32_t i = 0; i < V; i++)
+            if (mask[i / 32] >> (i % 32) & 1u) {
+                if (row[i] > mx) mx = row[i], want = i;
+            }
+        for (int32_t i = 0; i < V; i++)
+            if (mask[i / 32] >> (i % 32) & 1u) sum += exp((double)row[i] - mx);
+        int32_t tokens[2] = {3, 4}, out[1];
+        sampler_rng rng;
+        sampler_rng_seed(&rng, 1);
+        sample_result res = {.top = NULL};
+        sample_seq q = {.params = &p, .rng = &rng, .tokens = tokens, .num_prompt = 2, .num_tokens = 2,
+                        .logits = row, .allowed = mask, .out_tokens = out, .out_results = &res};
+        CHECK(sampler_sample_batch(s, &q, 1) == VLLM_OK, "case %d", c);
+        double lp = -log(sum);
+        CHECK(out[0] == want, "case %d: token %d, want %d (the argmax of the allowed ids)", c, out[0], want);
+        CHECK(fabs(res.logprob - lp) < 1e-5, "case %d: logprob %.7f, want %.7f", c, res.logprob, lp);
+        for (int32_t i = 0; i < V; i++)
+            CHECK((mask[i / 32] >> (i % 32) & 1u) ? isfinite(row[i]) : row[i] == -INFINITY,
+                  "case %d: id %d is %g with mask bit %u", c, i, row[i], mask[i / 32] >> (i % 32) & 1u);
+    }
+    sampler_free(s);
+}
+
 TEST(test_batch_on_pool_equals_serial) {
     enum { V = 500, N = 40 };
     threadpool *pool;
@@ -847,6 +901,7 @@ int main(void) {
     RUN(test_batch_drafts_accepted_while_equal);
     RUN(test_batch_seeded_rows_equal_sequential);
     RUN(test_batch_grammar_mask_and_shared_rows);
+    RUN(test_batch_grammar_mask_words);
     RUN(test_batch_on_pool_equals_serial);
     RUN(test_speed_128k_vocab);
     free_reference();

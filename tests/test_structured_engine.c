@@ -12,7 +12,9 @@
  *    n = 3) give the same tokens and logprobs bit for bit alone, in a batch
  *    of unconstrained ones, with a KV pool so small that preemption by
  *    recompute happens (and did), and with n-gram speculative decoding
- *    (masks on every draft row, matchers rolled back);
+ *    (masks on every draft row, matchers rolled back); and the same with
+ *    the masks filled after the forward (VLLMC_DEBUG_SYNC_MASKS=1) instead
+ *    of on the helper thread beside it;
  *  - n = 3 seeded s equals three requests seeded s, s + 1, s + 2;
  *  - WAITING_FOR_FSM: while a grammar compiles (the cache's debug delay), an
  *    unconstrained request runs and the constrained one is counted waiting,
@@ -349,11 +351,24 @@ TEST(test_batch_invariance) {
                                                      .prompt_lookup_max = 2};
     run_info si;
     CHECK(run(&s, reqs, all, NB, spec, &si));
+    /* the same three runs with the masks filled after the forward instead
+     * of beside it (the engine reads the switch when it makes its grammar
+     * cache) */
+    static req_out together_sync[NB], tiny_sync[NB], spec_sync[NB];
+    setenv("VLLMC_DEBUG_SYNC_MASKS", "1", 1);
+    bool ok = run(&a, reqs, all, NB, together_sync, NULL) && run(&t, reqs, all, NB, tiny_sync, NULL) &&
+              run(&s, reqs, all, NB, spec_sync, NULL);
+    unsetenv("VLLMC_DEBUG_SYNC_MASKS");
+    CHECK(ok);
     for (int32_t i = 0; i < NB; i += 4) {
         for (int32_t k = 0; k < reqs[i].sp.n; k++) {
             CHECK(same_seq(&alone[i].seqs[k], &together[i].seqs[k]), "request %d seq %d: alone != batch", i, k);
             CHECK(same_seq(&alone[i].seqs[k], &tiny[i].seqs[k]), "request %d seq %d: alone != preempted", i, k);
             CHECK(same_seq(&alone[i].seqs[k], &spec[i].seqs[k]), "request %d seq %d: alone != speculative", i, k);
+            CHECK(same_seq(&alone[i].seqs[k], &together_sync[i].seqs[k]) &&
+                      same_seq(&alone[i].seqs[k], &tiny_sync[i].seqs[k]) &&
+                      same_seq(&alone[i].seqs[k], &spec_sync[i].seqs[k]),
+                  "request %d seq %d: masks filled after the forward != beside it", i, k);
         }
     }
 }

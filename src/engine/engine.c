@@ -52,6 +52,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/map.h"
+#include "base/overlap.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "engine/grammar_cache.h"
@@ -129,6 +130,7 @@ struct vllm_engine {
     int32_t *prior_tokens;           /* (max_num_seqs) each sampled seq's num_tokens before the update */
     int32_t num_sampled;             /* sampled seqs this step (e->sampled_seqs) */
     struct mask_job *mask_jobs;      /* (max_num_seqs) this step's grammar masks to fill */
+    overlap *mask_side;              /* fills them while the forward runs (NULL: after it) */
 
     /* step scratch (sized at create, or by engine_set_spec) */
     int32_t max_scored;              /* rows of logits per step for sampling */
@@ -789,6 +791,7 @@ void vllm_engine_free(vllm_engine *e) {
     free_flights(e);
     free_step_scratch(e);
     free(e->mask_tmp);
+    overlap_free(e->mask_side);
     grammar_cache_free(e->grammars); /* after the requests: they held references */
     ngram_free(e->ngram);
     draft_model_free(e->draft);
@@ -872,8 +875,12 @@ vllm_status engine_set_spec(vllm_engine *e, const spec_config *cfg) {
  *
  * Every sequence has its matcher (n > 1: forked from seq 0's before any
  * output), which follows the committed output only:
- *   - before sampling, each scored entry's mask rows are filled (in
- *     parallel over entries on the runner's pool): row 0 from the matcher,
+ *   - each scored entry's mask rows are filled while the forward runs, on
+ *     the mask helper thread (e->mask_side, base/overlap.h: the matchers
+ *     are the engine thread's, but it only runs the forward until the
+ *     join), and the join before sampling does the entries the helper has
+ *     not claimed on the runner's pool (the pipelined path fills them all
+ *     there after collecting): row 0 from the matcher,
  *     then, with drafts, the matcher advanced through them one row at a
  *     time and rolled back at the end, so each draft position is masked as
  *     if the drafts before it had been committed (a draft the grammar
@@ -911,6 +918,10 @@ grammar_cache *engine_grammar_cache(vllm_engine *e) {
         grammar_cache_free(c);
         return NULL;
     }
+    /* the helper's masks use mask_tmp's last row (ith num_threads); without
+     * it they are filled after the forward (VLLMC_DEBUG_SYNC_MASKS=1 too) */
+    const char *sync = getenv("VLLMC_DEBUG_SYNC_MASKS");
+    if (!(sync && sync[0] == '1') && overlap_create(e->info.num_threads, &e->mask_side) != VLLM_OK) e->mask_side = NULL;
     e->grammars = c;
     return c;
 }
@@ -1086,6 +1097,23 @@ static void fill_masks(vllm_engine *e, int32_t num_jobs) {
     mask_batch b = {e, e->mask_jobs};
     if (num_jobs > 1) threadpool_run(executor_threadpool(e->exec), stage_masks, &b, num_jobs, 1);
     else if (num_jobs == 1) stage_masks(&b, 0, 1, 0);
+}
+
+/* The step's mask jobs into e->mask_jobs, one per entry that samples with a
+ * matcher (a fork's n samples share seq 0's rows); their rows are indexed by
+ * logits row. Returns how many. */
+static int32_t plan_masks(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < so->num_seqs; i++) {
+        const scheduled_seq *en = &so->seqs[i];
+        if (en->num_scored == 0 || en->seq->status == SEQ_STATUS_FINISHED || !en->seq->matcher) continue;
+        int32_t row0 = b->scored_start[i] + en->num_prompt_rows;
+        e->mask_jobs[n++] = (mask_job){.m = en->seq->matcher,
+                                       .rows = e->masks + (size_t)row0 * (size_t)e->mask_words,
+                                       .drafts = en->seq->tokens + en->seq->num_tokens,
+                                       .num_drafts = en->num_drafts};
+    }
+    return n;
 }
 
 /* After scheduler_update: each sampled sequence's matcher accepts the
@@ -1296,24 +1324,17 @@ static void prompt_logprobs(vllm_engine *e, const scheduler_output *so, const st
 
 /* Step 4: one sample_seq per sequence that samples, over its entry's rows
  * (after its prompt rows, if any); then each entry's committed count and
- * the public form of the logprobs. */
-static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step_batch *b) {
-    int32_t ns = 0, num_jobs = 0;
+ * the public form of the logprobs. masks_ready: execute filled the masks
+ * while the forward ran. */
+static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step_batch *b, bool masks_ready) {
+    int32_t ns = 0;
     prompt_logprobs(e, so, b);
     for (int32_t i = 0; i < so->num_seqs; i++) {
         const scheduled_seq *en = &so->seqs[i];
         if (en->num_scored == 0 || en->seq->status == SEQ_STATUS_FINISHED) continue; /* finished in flight */
         int32_t row0 = b->scored_start[i] + en->num_prompt_rows; /* the first sampling row */
         float *rows = e->logits + (size_t)row0 * (size_t)e->vocab;
-        const uint32_t *allowed = NULL;
-        if (en->seq->matcher) { /* one job per entry: a fork's n samples share seq 0's rows */
-            uint32_t *m = e->masks + (size_t)row0 * (size_t)e->mask_words;
-            e->mask_jobs[num_jobs++] = (mask_job){.m = en->seq->matcher,
-                                                  .rows = m,
-                                                  .drafts = en->seq->tokens + en->seq->num_tokens,
-                                                  .num_drafts = en->num_drafts};
-            allowed = m;
-        }
+        const uint32_t *allowed = en->seq->matcher ? e->masks + (size_t)row0 * (size_t)e->mask_words : NULL;
         for (int32_t k = 0; k < en->num_samples; k++) {
             seq *q = scheduler_entry_seq(en, k);
             const request *r = q->req;
@@ -1344,7 +1365,7 @@ static vllm_status sample(vllm_engine *e, const scheduler_output *so, const step
         }
     }
     e->num_sampled = ns;
-    fill_masks(e, num_jobs);
+    if (e->grammars && !masks_ready) fill_masks(e, plan_masks(e, so, b));
     vllm_status rc = e->spec.verify ? e->spec.verify(e->spec.verify_ud, e->samples, ns)
                                     : sampler_sample_batch(e->sampler, e->samples, ns);
     if (rc == VLLM_ERR_INVALID && finish_masked_out(e, ns)) rc = VLLM_OK;
@@ -1417,8 +1438,18 @@ static vllm_status execute(vllm_engine *e, const scheduler_output *so) {
     vllm_status rc = build_batch(e, so);
     if (rc != VLLM_OK) return rc;
     const step_batch *batch = step_builder_batch(e->builder);
-    if ((rc = executor_execute(e->exec, batch, e->logits)) != VLLM_OK) return rc;
-    return sample(e, so, batch);
+    /* the masks depend only on the matchers (the committed output), not on
+     * the logits: fill them while the forward runs, joined before sampling */
+    bool side = e->grammars && e->mask_side;
+    mask_batch mb = {e, e->mask_jobs};
+    if (side) overlap_start(e->mask_side, stage_masks, &mb, plan_masks(e, so, batch));
+    rc = executor_execute(e->exec, batch, e->logits);
+    if (side) {
+        threadpool *pool = executor_threadpool(e->exec);
+        overlap_join(e->mask_side, pool && threadpool_num_threads(pool) <= e->info.num_threads ? pool : NULL);
+    }
+    if (rc != VLLM_OK) return rc;
+    return sample(e, so, batch, side);
 }
 
 /* Steps 2 to 5 with pipeline parallelism (vLLM's batch queue,
@@ -1459,7 +1490,7 @@ static vllm_status step_pipelined(vllm_engine *e, double now, const scheduler_ou
     for (int32_t i = 0; i < f->so.num_seqs; i++) f->so.seqs[i].seq->in_flight = false;
     if ((rc = executor_collect(e->exec, e->logits)) != VLLM_OK) return rc;
     step_batch sb = {.num_seqs = f->so.num_seqs, .scored_start = f->scored_start};
-    if ((rc = sample(e, &f->so, &sb)) != VLLM_OK) return rc;
+    if ((rc = sample(e, &f->so, &sb, false)) != VLLM_OK) return rc;
     if ((rc = scheduler_update_output(e->sched, &f->so, e->committed, e->num_committed, now)) != VLLM_OK) return rc;
     if (e->grammars) accept_committed(e);
     *done = &f->so;

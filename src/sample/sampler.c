@@ -769,15 +769,23 @@ void sampler_free(sampler *s) {
     free(s);
 }
 
-/* Tokens whose bit is clear in mask get -inf. */
+/* Tokens whose bit is clear in mask get -inf. A grammar's mask is mostly
+ * empty words (a whole word of -inf: vector stores) and a few mixed ones
+ * (their clear bits, lowest first). */
 static void apply_allowed(float *logits, const uint32_t *mask, int32_t vocab_size) {
-    for (int32_t w = 0; w * 32 < vocab_size; w++) {
+    int32_t full = vocab_size / 32;
+    for (int32_t w = 0; w < full; w++) {
         uint32_t m = mask[w];
+        float *x = logits + (size_t)w * 32;
         if (m == UINT32_MAX) continue;
-        int32_t end = w * 32 + 32 < vocab_size ? w * 32 + 32 : vocab_size;
-        for (int32_t i = w * 32; i < end; i++)
-            if (!(m >> (i - w * 32) & 1u)) logits[i] = -INFINITY;
+        if (m == 0) {
+            for (int k = 0; k < 32; k++) x[k] = -INFINITY;
+            continue;
+        }
+        for (uint32_t c = ~m; c; c &= c - 1) x[__builtin_ctz(c)] = -INFINITY;
     }
+    for (int32_t i = full * 32; i < vocab_size; i++)
+        if (!(mask[full] >> (i - full * 32) & 1u)) logits[i] = -INFINITY;
 }
 
 /* Inverse-CDF draw from unnormalised weights w (n, mass > 0) with uniform u;

@@ -99,7 +99,8 @@
  * throughout (quant_act_order() decides), so batch invariance holds on each.
  *
  * x16 copies are data, not state of this module: the model owns them
- * (model/model.h, tensor.x16: made at load when quant_use_block(), unmapped
+ * (model/model.h, tensor.x16: made at load for the types quant_x16_wanted,
+ * Q8_0 / Q4_0 when quant_use_block(), Q4_K on AVX-512 without AMX; unmapped
  * by model_free), and whoever calls a matmul passes the weight's copy along
  * with its rows (matmul_args.x16, the x16 argument of
  * quant_matmul_act_range). The kernels keep no table and look nothing up;

@@ -1,7 +1,8 @@
 /*
  * quant_k_x16.c - Q4_K weights in the rows-in-lanes x16 layout: the repack,
- * the AVX-512 VNNI kernel that reads it (prefill and batched decode on
- * AVX-512 machines without AMX), its portable mirror, and the dispatch that
+ * the AVX-512 VNNI kernel that reads it (every token count on AVX-512
+ * machines without AMX: prefill, batches and single-token decode, where it
+ * also beats the row kernel), its portable mirror, and the dispatch that
  * sends a call's whole 16-row groups to the copy and the rows around them to
  * quant_k.c's row kernels.
  *

@@ -69,7 +69,7 @@ typedef struct matmul_args {
     int64_t ldx;
     const void *w;           /* (n, k) row-major, dtype wtype */
     dtype wtype;
-    /* Optional, Q8_0/Q4_0 weights only: w's x16 copy (kernels/quant.h; the
+    /* Optional, Q8_0/Q4_0/Q4_K weights only: w's x16 copy (kernels/quant.h; the
      * model's, tensor.x16), group g = rows [16g, 16g + 16) of w, or NULL.
      * Borrowed. A caller that passes w from row n0 on passes
      * quant_x16_rows(x16, wtype, k, n0) with it. */

@@ -279,6 +279,10 @@ void quant_quantize_row_q4_0(const float *x, void *dst, int64_t n) {
 /* ---- the x16 layout --------------------------------------------------------- */
 
 void quant_repack_x16(dtype type, const void *src, void *dst, int64_t g0, int64_t g1, int64_t k) {
+    if (type == DTYPE_Q4_K) {
+        quant_repack_x16_q4_k(src, dst, g0, g1, k);
+        return;
+    }
     const size_t stride = dtype_row_bytes(type, k), bb = dtype_block_bytes(type), rec = 16 * bb;
     const int64_t nb = k / QUANT_QK, nq = type == DTYPE_Q8_0 ? 8 : 4; /* dwords of quants per row block */
     for (int64_t g = g0; g < g1; g++)
@@ -844,7 +848,7 @@ void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t 
     if (!quant_has_act_kernel(type)) abort(); /* a caller bug: no integer kernel for this type */
     kernels_isa isa = kernels_isa_get();
     if (quant_is_k(type)) { /* one order on every level (quant_k.c) */
-        quant_matmul_act_range_k(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
+        quant_matmul_act_range_k_x16(type, w, x16, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
     } else if (quant_is_wide(type)) { /* the wide order on every level */
         if (isa >= KERNELS_ISA_AVX512) quant_matmul_act_range_avx512(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);
         else if (isa >= KERNELS_ISA_AVX2) quant_matmul_act_range_wide_avx2(type, w, k, xq, ldxq, y, ldy, r0, r1, t0, t1);

@@ -99,7 +99,8 @@
  * throughout (quant_act_order() decides), so batch invariance holds on each.
  *
  * x16 copies are data, not state of this module: the model owns them
- * (model/model.h, tensor.x16: made at load when quant_use_block(), unmapped
+ * (model/model.h, tensor.x16: made at load for the types quant_x16_wanted,
+ * Q8_0 / Q4_0 when quant_use_block(), Q4_K on AVX-512 without AMX; unmapped
  * by model_free), and whoever calls a matmul passes the weight's copy along
  * with its rows (matmul_args.x16, the x16 argument of
  * quant_matmul_act_range). The kernels keep no table and look nothing up;
@@ -181,8 +182,8 @@ void quant_quantize_act_row_portable(const float *x, void *dst, int64_t k);
  * x16: NULL, or W's x16 copy (below) holding at least its rows
  * [0, r1 / 16 * 16), group g = rows [16g, 16g + 16); a block-order process
  * (quant_use_block()) then reads the whole groups inside [r0, r1) from it and
- * the rows around them from w: the same outputs, faster. Other processes
- * and types (all but Q8_0 / Q4_0) ignore it. */
+ * the rows around them from w: the same outputs, faster. So does a Q4_K
+ * call when quant_k_use_x16(). Other processes and types ignore it. */
 void quant_matmul_act_range(dtype type, const void *w, const void *x16, int64_t k, const void *xq, int64_t ldxq,
                             float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 float quant_dot_act(dtype t, const void *row, const void *xq, int64_t k);
@@ -238,7 +239,7 @@ void quant_matmul_act_range_avx512_block(dtype type, const void *w, int64_t k, c
 void quant_matmul_act_range_amx(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 /* The x16 layout of a Q8_0 / Q4_0 matrix (rows a multiple of 16), the same
- * size as the GGUF rows: 16-row groups one after the other, each a record
+ * size as the GGUF rows (Q4_K's: below): 16-row groups one after the other, each a record
  * per block b in order; a record is the 16 rows' f16 scales (32 bytes), then
  * the quants as dwords (j, r) at 64j + 4r holding bytes 4j..4j+3 of row r's
  * block (Q8_0: int8 q, j < 8; Q4_0: qs bytes, j < 4). A zmm load is then 16
@@ -260,13 +261,30 @@ void quant_matmul_act_range_x16_avx2(dtype type, const void *w, int64_t k, const
                                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_avx2_block(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                        int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-/* The x16 copy of rows [n0, ...) of a matrix whose whole copy is x16: the
- * same byte offset as the rows' own (the two layouts have the same size);
- * NULL when x16 is NULL or n0 is not a multiple of 16 (no group starts
- * there). For callers that pass a matrix's rows from n0 on. */
+/* Q4_K's x16 layout (quant_k_x16.c has the details): per 16-row group and
+ * super-block a record of QUANT_X16_Q4_K_REC bytes, the 16 rows' f16 d and
+ * dmin, their 6-bit scales and mins unpacked to bytes (block-major), then
+ * the qs bytes as dwords (i, r) at 64i + 4r, as Q4_0's. 148 bytes per row
+ * and super-block against the GGUF rows' 144 (+2.8%). quant_repack_x16
+ * makes it too; the x16 kernels of Q4_K are quant_k.h's. */
+#define QUANT_X16_Q4_K_REC 2368
+/* Bytes per row of type's x16 copy (k elements): the GGUF row's, but
+ * Q4_K's 148 per super-block. */
+static inline size_t quant_x16_row_bytes(dtype type, int64_t k) {
+    return type == DTYPE_Q4_K ? (size_t)(k / QUANT_QK_K) * (QUANT_X16_Q4_K_REC / 16) : dtype_row_bytes(type, k);
+}
+/* True when this process's kernels read an x16 copy of type t's weights
+ * (the model makes copies of those, model_make_x16): Q8_0 / Q4_0 when
+ * quant_use_block(), Q4_K when quant_k_use_x16() (quant_k.h). */
+bool quant_x16_wanted(dtype t);
+
+/* The x16 copy of rows [n0, ...) of a matrix whose whole copy is x16: row
+ * n0's group (n0 * quant_x16_row_bytes on); NULL when x16 is NULL or n0 is
+ * not a multiple of 16 (no group starts there). For callers that pass a
+ * matrix's rows from n0 on. */
 static inline const void *quant_x16_rows(const void *x16, dtype type, int64_t k, int64_t n0) {
     if (!x16 || n0 % 16) return NULL;
-    return (const uint8_t *)x16 + (size_t)n0 * dtype_row_bytes(type, k);
+    return (const uint8_t *)x16 + (size_t)n0 * quant_x16_row_bytes(type, k);
 }
 
 /* True when the CPU has AMX-TILE/INT8 (and the AVX-512 level) and the OS

@@ -34,7 +34,9 @@
  * bit. Dispatch (quant_matmul_act_range_k): below AVX2 portable; with AMX
  * (quant_use_amx()) groups of 4+ tokens of Q4_K / Q6_K go to the tiles; the
  * rest (and every Q2_K / Q3_K / Q5_K token) to the AVX-512 VNNI kernel on
- * the AVX-512 level, the AVX2 kernel on the AVX2 one.
+ * the AVX-512 level, the AVX2 kernel on the AVX2 one. Q4_K weights with an
+ * x16 copy (AVX-512 without AMX) go to quant_k_x16.c first, which sends
+ * the whole 16-row groups to its rows-in-lanes kernel and the rest here.
  *
  * AVX2: one weight row x up to 4 tokens at a time (single tokens: four rows
  * far apart in turn, four memory streams); the row's super-block is decoded

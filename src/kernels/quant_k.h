@@ -32,6 +32,30 @@ void quant_matmul_act_range_k_amx(dtype type, const void *w, int64_t k, const vo
 void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq, float *y,
                                      int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
+/* ---- Q4_K's x16 copies (quant_k_x16.c; layout: quant.h, QUANT_X16_Q4_K_REC) ---- */
+
+/* True when Q4_K calls read x16 copies: the AVX-512 level without AMX
+ * tiles (quant_use_amx(): they keep the AMX kernel), unless
+ * VLLM_QUANT_K_X16=0. Decided once per process. */
+bool quant_k_use_x16(void);
+/* Groups [g0, g1) of the n-row Q4_K matrix src (rows of k elements) into
+ * their records at dst (quant_repack_x16 calls it for Q4_K). */
+void quant_repack_x16_q4_k(const void *src, void *dst, int64_t g0, int64_t g1, int64_t k);
+/* quant_matmul_act_range for a K type with an x16 copy (or NULL): the
+ * whole 16-row groups inside [r0, r1) from the copy when the type has one
+ * (Q4_K) and quant_k_use_x16(), the rest (and everything otherwise) on
+ * quant_matmul_act_range_k; the same bits either way. */
+void quant_matmul_act_range_k_x16(dtype type, const void *w, const void *x16, int64_t k, const void *xq,
+                                  int64_t ldxq, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0,
+                                  int64_t t1);
+/* The x16 kernels on their own: w the copy's start, rows [r0, r1)
+ * multiples of 16, type Q4_K (abort otherwise); the AVX-512 one aborts
+ * unless kernels_cpu_has_avx512(). The portable one is the mirror in C. */
+void quant_matmul_act_range_x16_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_x16_k_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                           float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
 /* A Q4_K super-block's eight 6-bit scales (sc8) and mins (m8), one per byte,
  * block j in byte j: the 12 scale bytes at b + 4 read as three words
  * (scales 0..3 = u0 & 63, 4..7 = (u2 & 15) | (u0 >> 6) << 4; mins 0..3 =

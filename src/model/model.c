@@ -28,10 +28,10 @@
  * adjacent pairs, which costs nothing (q.k is invariant under the same row
  * permutation of q and k).
  *
- * Last, model_make_x16 gives the Q8_0 / Q4_0 matmul weights their x16 copies
- * when the process's kernels want them (model.h): the one place the loader
- * copies weights, because the block-order kernels read 16 rows per vector
- * lane group ~1.5-3x faster than GGUF rows. It runs on a thread pool of its
+ * Last, model_make_x16 gives the Q8_0 / Q4_0 / Q4_K matmul weights their x16
+ * copies when the process's kernels want them (model.h, quant_x16_wanted):
+ * the one place the loader copies weights, because the x16 kernels read 16
+ * rows per vector lane group ~1.5-3x faster than GGUF rows. It runs on a thread pool of its
  * own (every online CPU, for the seconds it takes on a large model) since
  * the loader knows nothing of the runner's; the copies touch every page of
  * those weights, so a quantized model is read in full at load.
@@ -467,12 +467,12 @@ static void repack_groups(void *arg, int64_t lo, int64_t hi, int ith) {
     quant_repack_x16(j->type, j->src, j->dst, lo, hi, j->k);
 }
 
-/* t's x16 copy, if it qualifies (Q8_0 / Q4_0, whole 16-row groups); counts it. */
+/* t's x16 copy, if it qualifies (a type quant_x16_wanted, whole 16-row groups); counts it. */
 static void make_x16(tensor *t, threadpool **pool, int *made, size_t *total) {
-    if (t->x16 || (t->type != DTYPE_Q8_0 && t->type != DTYPE_Q4_0) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
-        t->shape[1] % QUANT_QK)
+    if (t->x16 || !quant_x16_wanted(t->type) || !t->data || t->ndim != 2 || t->shape[0] % 16 ||
+        t->shape[1] % dtype_block_elems(t->type))
         return;
-    size_t bytes = (size_t)t->shape[0] * dtype_row_bytes(t->type, t->shape[1]);
+    size_t bytes = (size_t)t->shape[0] * quant_x16_row_bytes(t->type, t->shape[1]);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return;
     repack_job job = {t->type, t->data, p, t->shape[1]};
@@ -489,7 +489,7 @@ static size_t num_expert_tensors(const model *m) {
 }
 
 void model_make_x16(model *m) {
-    if (!quant_use_block() || !m->w.layers) return;
+    if (!(quant_x16_wanted(DTYPE_Q8_0) || quant_x16_wanted(DTYPE_Q4_K)) || !m->w.layers) return;
     threadpool *pool = NULL;
     int made = 0;
     size_t total = 0;

@@ -15,11 +15,13 @@
  * tensor.data pointer is borrowed from the model and valid until model_free.
  *
  * x16 copies, the one exception to "never copied": in a process whose Q8_0 /
- * Q4_0 dots use the block order (kernels/quant.h: quant_use_block()),
- * model_load repacks each Q8_0 / Q4_0 matmul weight whose rows come in whole
+ * Q4_0 dots use the block order (kernels/quant.h: quant_use_block()), or
+ * whose Q4_K dots read x16 copies (quant_k_use_x16: AVX-512 without AMX),
+ * model_load repacks each such matmul weight whose rows come in whole
  * 16-row groups (q/k/v/o, gate/up/down, lm_head) into the x16 layout, a
- * private anonymous mapping the same size as the rows, and hangs it on the
- * tensor (tensor.x16). The model owns them: model_free unmaps them, so
+ * private anonymous mapping the same size as the rows (Q4_K: 148 bytes per
+ * row and super-block instead of 144, quant_x16_row_bytes), and hangs it
+ * on the tensor (tensor.x16). The model owns them: model_free unmaps them, so
  * tensor.x16 is borrowed exactly as tensor.data is. The forward pass passes
  * a weight's copy to the kernels with its rows (matmul_args.x16); the
  * kernels read it instead of the rows, with the same results bit for bit.

@@ -228,8 +228,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     model *m = NULL;
-    if (model_load(dir, &m) != VLLM_OK) {
+    if (model_load(dir, &m) != VLLM_OK ||
+        (engine_dtype_bf16(dtype_name_arg, m->config.torch_dtype) == 1 && model_convert_bf16(m, NULL) != VLLM_OK)) {
         fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
+        model_free(m);
         return 1;
     }
     if (ctx_list) {

@@ -6,9 +6,12 @@
  * rounding after each add), not taken from our output; the AVX512-BF16
  * kernel must equal the portable emulation bit for bit, stay within the
  * FP32 error bound of a double-precision dot of the rounded activations,
- * and give a token the same bits alone or in any batch.
+ * and give a token the same bits alone or in any batch, with the
+ * activations rounded by the kernel or beforehand (matmul_bf16_round_act,
+ * the runner's way), and with its k-blocks (8 tokens of a long k are cut
+ * into blocks whose accumulators wait in memory) adding in the same order.
  */
-/* checks: 6 */
+/* checks: 10 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +102,80 @@ static void check_hand(matmul_fn fn, const char *name) {
           dot_ones(fn, x4, 32));
 }
 
+/* 8 tokens x 4 rows (a 3-row tile and a 1-row one) of a dot with w = 1 and
+ * k = 4096: 8 tokens' 64 KiB of rounded activations are cut into k-blocks
+ * (equal whole 32-steps; 3 blocks of 43 steps). Lane 0 holds 1 after step
+ * 0; the pair of step 43 (element 1376, the first of block 2), 2^-24 and
+ * 2^-24, adds odd then even to that same accumulator: 1 + 2^-24 is a tie
+ * (stays 1), twice. A kernel that summed each block apart and added the
+ * block sums (or restarted a block at zero) would give 1 + 2^-23. */
+static void check_hand_blocked(matmul_fn fn, const char *name) {
+    enum { K = 4096, T = 8, N = 4 };
+    float *x = calloc((size_t)T * K, sizeof(float)), y[T * N];
+    uint16_t *w = malloc(2 * (size_t)N * K);
+    for (int64_t i = 0; i < N * K; i++) w[i] = 0x3f80;
+    for (int t = 0; t < T; t++) {
+        x[t * K] = 1.0f;
+        x[t * K + 1376] = x[t * K + 1377] = 0x1p-24f;
+    }
+    for (int i = 0; i < T * N; i++) y[i] = -1;
+    matmul_args a = {.y = y, .ldy = N, .x = x, .ldx = K, .w = w, .wtype = DTYPE_BF16, .n = N, .k = K};
+    fn(&a, 0, N, 0, T);
+    int bad = -1;
+    for (int i = 0; i < T * N; i++)
+        if (y[i] != 1.0f) bad = i;
+    free(x);
+    free(w);
+    CHECK(bad < 0, "%s: k-blocked output %d (token %d, row %d) is %.9g, want 1", name, bad, bad / N, bad % N,
+          bad < 0 ? 1.0 : (double)y[bad]);
+}
+
+/* Activations rounded beforehand (a->xq from matmul_bf16_round_act, rows
+ * padded to their stride) give the bits of the kernel rounding them
+ * itself, and of the portable emulation, over shapes that cross the row
+ * blocks (48), the k-blocks and the k tail. */
+static void check_prerounded(matmul_fn fn, const char *name) {
+    static const int64_t kv[] = {5, 33, 2048, 5632, 7000};
+    for (int d = 0; d < 5; d++) {
+        int64_t n = 101, k = kv[d], T = 21;
+        matmul_args a = make_args(n, k, T, true, d % 2);
+        size_t bytes = sizeof(float) * (size_t)(T * a.ldy), stride = matmul_bf16_act_bytes(k) + 64;
+        float *own = malloc(bytes), *port = malloc(bytes);
+        fill_y(&a, T, 0.25f);
+        matmul_bf16_range_portable(&a, 0, n, 0, T);
+        memcpy(port, a.y, bytes);
+        fill_y(&a, T, 0.25f);
+        fn(&a, 0, n, 0, T);
+        memcpy(own, a.y, bytes);
+        uint8_t *xq = malloc(stride * (size_t)T);
+        memset(xq, 0x7f, stride * (size_t)T); /* garbage beyond each row's padding */
+        bool pad_zero = true;
+        for (int64_t t = 0; t < T; t++) {
+            uint16_t *row = (uint16_t *)(xq + t * stride);
+            matmul_bf16_round_act(a.x + t * a.ldx, k, row);
+            for (int64_t i = k; i < (k + 31) / 32 * 32; i++) pad_zero &= row[i] == 0;
+        }
+        a.xq = xq;
+        a.ldxq = (int64_t)stride;
+        fill_y(&a, T, 0.25f);
+        fn(&a, 0, n, 0, T);
+        bool same_own = !memcmp(own, a.y, bytes), same_port = !memcmp(port, a.y, bytes);
+        fill_y(&a, T, 0.25f);
+        for (int64_t t = 0; t < T; t += 5) fn(&a, 0, n, t, t + 5 < T ? t + 5 : T); /* xq rows from t on */
+        bool same_split = !memcmp(own, a.y, bytes);
+        free(xq);
+        free(own);
+        free(port);
+        free_args(&a);
+        CHECK(pad_zero, "%s k=%lld: matmul_bf16_round_act left the padding to 32 non-zero", name, (long long)k);
+        CHECK(same_own, "%s k=%lld: pre-rounded activations differ from the kernel's own rounding", name,
+              (long long)k);
+        CHECK(same_port, "%s k=%lld: pre-rounded activations differ from the portable emulation", name,
+              (long long)k);
+        CHECK(same_split, "%s k=%lld: pre-rounded, 5 tokens a call, differs from one call", name, (long long)k);
+    }
+}
+
 static const int64_t ks[] = {1, 5, 31, 32, 33, 64, 100, 257, 1029, 2048};
 static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
 static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9, 17};
@@ -174,6 +251,20 @@ TEST(test_bf16_hand_avx512) {
     check_hand(matmul_bf16_range_avx512, "avx512bf16");
 }
 
+TEST(test_bf16_hand_blocked_portable) { check_hand_blocked(matmul_bf16_range_portable, "portable"); }
+
+TEST(test_bf16_hand_blocked_avx512) {
+    if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
+    check_hand_blocked(matmul_bf16_range_avx512, "avx512bf16");
+}
+
+TEST(test_bf16_prerounded_portable) { check_prerounded(matmul_bf16_range_portable, "portable"); }
+
+TEST(test_bf16_prerounded_avx512) {
+    if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
+    check_prerounded(matmul_bf16_range_avx512, "avx512bf16");
+}
+
 TEST(test_bf16_portable_vs_double) { check_vs_reference(matmul_bf16_range_portable, "portable", false); }
 
 TEST(test_bf16_avx512_vs_portable) {
@@ -191,6 +282,10 @@ TEST(test_bf16_invariance_avx512) {
 int main(void) {
     RUN(test_bf16_hand_portable);
     RUN(test_bf16_hand_avx512);
+    RUN(test_bf16_hand_blocked_portable);
+    RUN(test_bf16_hand_blocked_avx512);
+    RUN(test_bf16_prerounded_portable);
+    RUN(test_bf16_prerounded_avx512);
     RUN(test_bf16_portable_vs_double);
     RUN(test_bf16_avx512_vs_portable);
     RUN(test_bf16_invariance_portable);

@@ -242,7 +242,8 @@ int main(int argc, char **argv) {
     }
     int64_t *slots = NULL;
     float *logits = NULL;
-    if (model_load(dir, &m) != VLLM_OK) {
+    if (model_load(dir, &m) != VLLM_OK ||
+        (engine_dtype_bf16(dtype_arg, m->config.torch_dtype) == 1 && model_convert_bf16(m, NULL) != VLLM_OK)) {
         fprintf(stderr, "dump_logits: %s\n", vllm_errmsg());
         goto done;
     }

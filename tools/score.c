@@ -62,8 +62,10 @@ int main(int argc, char **argv) {
     fclose(f);
 
     model *m = NULL;
-    if (model_load(path, &m) != VLLM_OK) {
+    if (model_load(path, &m) != VLLM_OK ||
+        (engine_dtype_bf16(dtype_arg, m->config.torch_dtype) == 1 && model_convert_bf16(m, NULL) != VLLM_OK)) {
         fprintf(stderr, "score: %s\n", vllm_errmsg());
+        model_free(m);
         return 1;
     }
     /* scored rows: the last ctx - ctx/2 positions; the very last has no next token to score */

@@ -546,6 +546,10 @@ vllm_status vllm_engine_create(const vllm_engine_args *args, vllm_engine **out) 
     list_init(&e->kv_waiting);
     if (rc != VLLM_OK) goto fail;
     if ((rc = model_load(args->model, &e->model)) != VLLM_OK) goto fail;
+    /* --dtype bfloat16 on F16 / F32 weights: BF16 copies, before the KV pool takes its share of memory */
+    if (engine_dtype_bf16(args->dtype, e->model->config.torch_dtype) == 1 &&
+        (rc = model_convert_bf16(e->model, NULL)) != VLLM_OK)
+        goto fail;
 
     const model_config *mc = &e->model->config;
     vllm_engine_info *info = &e->info;

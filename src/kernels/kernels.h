@@ -80,7 +80,8 @@ typedef struct matmul_args {
     bool accumulate;
     /* Optional, Q8_0/Q4_0 weights only: x already quantized by
      * quant_quantize_act_row, (tokens, ldxq bytes). NULL: matmul_range_quant
-     * quantizes the rows it needs itself (the same bytes, so the same result). */
+     * quantizes the rows it needs itself (the same bytes, so the same result).
+     * The AMX and BF16 paths take their own prepared rows here (below). */
     const void *xq;
     int64_t ldxq;
 } matmul_args;
@@ -146,6 +147,14 @@ bool matmul_amx_takes(dtype wtype);
  * matmul_bf16_range takes the AVX512-BF16 kernel when kernels_isa_get() is
  * AVX-512 and the CPU has it (matmul_bf16_cpu_has_dot), else the portable one. */
 void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Optional input of the BF16 path: a->xq = the activations already rounded
+ * by matmul_bf16_round_act, ldxq >= matmul_bf16_act_bytes(k) bytes per token
+ * (the same bits the kernel would make itself, so the same result: the
+ * runner rounds each stage's input once instead of once per work item). */
+size_t matmul_bf16_act_bytes(int64_t k);
+/* One row of k floats rounded to BF16 (nearest even, as the kernel rounds)
+ * into xb, zero-padded to k rounded up to 32 elements. */
+void matmul_bf16_round_act(const float *x, int64_t k, uint16_t *xb);
 void matmul_bf16_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Requires matmul_bf16_cpu_has_dot(). */
 void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);

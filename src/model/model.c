@@ -515,6 +515,71 @@ void model_free_x16(model *m) {
     }
 }
 
+/* ---- BF16 copies (model.h, model_convert_bf16) ----------------------------- */
+
+typedef struct {
+    const tensor *src;
+    uint16_t *dst;
+} bf16_job;
+
+/* Rows [lo, hi) of a job's F16 / F32 matrix rounded to BF16 into its copy. */
+static void convert_rows(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    const bf16_job *j = arg;
+    const int64_t k = j->src->shape[1];
+    for (int64_t i = lo * k; i < hi * k; i++)
+        j->dst[i] = f32_to_bf16(j->src->type == DTYPE_F16 ? f16_to_f32(((const uint16_t *)j->src->data)[i])
+                                                            : ((const float *)j->src->data)[i]);
+}
+
+/* t converted (see model_convert_bf16) if it is an F16 / F32 matrix. */
+static vllm_status convert_bf16(tensor *t, const char *name, threadpool **pool, int *made, size_t *total) {
+    if ((t->type != DTYPE_F16 && t->type != DTYPE_F32) || !t->data || t->ndim != 2) return VLLM_OK;
+    size_t bytes = (size_t)t->shape[0] * (size_t)t->shape[1] * 2;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return vllm_error(VLLM_ERR_NOMEM, "--dtype bfloat16: no memory for the BF16 copy of %s (%.1f MiB)", name,
+                          (double)bytes / (1 << 20));
+    bf16_job job = {t, p};
+    if (!*pool && threadpool_create(0, pool) != VLLM_OK) *pool = NULL;
+    if (*pool) threadpool_run(*pool, convert_rows, &job, t->shape[0], 64);
+    else convert_rows(&job, 0, t->shape[0], 0);
+    t->copy = p, t->copy_bytes = bytes;
+    t->data = p, t->type = DTYPE_BF16;
+    (*made)++, *total += bytes;
+    return VLLM_OK;
+}
+
+vllm_status model_convert_bf16(model *m, int *converted) {
+    if (converted) *converted = 0;
+    if (!m->w.layers) return VLLM_OK;
+    static const char *const names[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    threadpool *pool = NULL;
+    int made = 0;
+    size_t total = 0;
+    vllm_status rc = VLLM_OK;
+    for (int64_t i = 0; rc == VLLM_OK && i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
+        char name[64];
+        if (i == 7 * (int64_t)m->config.num_hidden_layers) snprintf(name, sizeof name, "lm_head");
+        else snprintf(name, sizeof name, "layer %lld %s", (long long)(i / 7), names[i % 7]);
+        rc = convert_bf16(matmul_weight(m, i), name, &pool, &made, &total);
+    }
+    threadpool_free(pool);
+    if (made) log_info("--dtype bfloat16: %d F16/F32 weights rounded to BF16 copies, %.2f GiB", made,
+                       (double)total / (1 << 30));
+    if (converted) *converted = made;
+    return rc;
+}
+
+static void free_copies(model *m) {
+    if (!m->w.layers) return;
+    for (int64_t i = 0; i <= 7 * (int64_t)m->config.num_hidden_layers; i++) {
+        tensor *t = matmul_weight(m, i);
+        if (t->copy) munmap(t->copy, t->copy_bytes);
+        t->copy = NULL, t->copy_bytes = 0;
+    }
+}
+
 /* Maps path and binds its llama metadata and tensors (see the top). */
 static vllm_status load_gguf(model *m, const char *path) {
     if (!(m->gguf = calloc(1, sizeof *m->gguf))) return vllm_error(VLLM_ERR_NOMEM, "out of memory");
@@ -570,6 +635,7 @@ vllm_status model_load(const char *dir, model **out) {
 void model_free(model *m) {
     if (!m) return;
     model_free_x16(m);
+    free_copies(m);
     for (int32_t i = 0; i < m->num_files; i++) {
         safetensors_deinit(m->files[i]);
         free(m->files[i]);

@@ -26,7 +26,9 @@
  * a weight's copy to the kernels with its rows (matmul_args.x16); the
  * kernels read it instead of the rows, with the same results bit for bit.
  * A copy that cannot be mapped is simply not made (x16 NULL, the rows are
- * read). After model_load returns the model is not written again, so
+ * read). BF16 copies are the other exception: --dtype bfloat16 replaces
+ * F16 / F32 matmul weights by rounded copies (model_convert_bf16, below),
+ * once, before any runner. After that the model is not written again, so
  * several runners may share it.
  */
 #ifndef VLLM_MODEL_MODEL_H
@@ -160,6 +162,9 @@ typedef struct tensor {
     void *x16;                       /* (x16_bytes) data in the x16 layout (kernels/quant.h), owned by the
                                       * model (model_make_x16 / model_free_x16); NULL if none */
     size_t x16_bytes;
+    void *copy;                      /* (copy_bytes) the model's own BF16 copy that data points to
+                                      * (model_convert_bf16), unmapped by model_free; NULL if none */
+    size_t copy_bytes;
 } tensor;
 
 /* A layer's sparse MLP block: router logits = x router^T, then each chosen
@@ -236,6 +241,18 @@ void model_make_x16(model *m);
 /* Unmaps every x16 copy of m and sets the tensors' x16 to NULL (model_free
  * does this). */
 void model_free_x16(model *m);
+
+/* --dtype bfloat16 for F16 / F32 weights (docs/dtype.md): each F16 or F32
+ * matmul weight (q/k/v/o, gate/up/down, lm_head; not the embedding rows,
+ * norms, biases, MoE routers or experts) becomes a BF16 copy the model owns
+ * (tensor.copy, a private anonymous mapping; data and type point to it),
+ * every element rounded to nearest even (F16 widened to F32 first, exactly:
+ * torch's .to(torch.bfloat16)), so the runner's BF16 path takes it. The
+ * second exception to "never copied"; call it before any runner uses m.
+ * *converted (may be NULL) = the number of weights converted. On a failed
+ * mapping returns VLLM_ERR_NOMEM naming the weight; those converted so far
+ * stay converted (model_free releases them). */
+vllm_status model_convert_bf16(model *m, int *converted);
 
 /* Parses config.json text (path used only in messages). Exposed for tests and
  * fuzzing. Validates every value (positive dims, heads divisible by KV heads,

@@ -152,6 +152,9 @@ struct runner {
     uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
                                  * the AMX-BF16 kernel (kernels.h), when it takes BF16/F16 weights */
     size_t xa_stride;           /* matmul_amx_act_bytes(max(dim, q_dim, inter)) */
+    uint16_t *xh;               /* (T, xh_stride bytes) a matmul input rounded to BF16, when
+                                 * bf16_compute and BF16 weights (kernels.h, matmul_bf16_round_act) */
+    size_t xh_stride;           /* matmul_bf16_act_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
     const step_batch *b;
@@ -258,6 +261,8 @@ static bool model_any_weight(const model *m, bool (*has)(dtype)) {
 /* Weights with an integer dot kernel (Q8_0/Q4_0...): inputs quantized into xq. */
 static bool model_has_act_quant(const model *m) { return model_any_weight(m, quant_has_act_kernel); }
 
+static bool is_bf16(dtype t) { return t == DTYPE_BF16; }
+
 /* Weights the AMX-BF16 kernel takes in this process: inputs packed into xa. */
 static bool uses_amx(dtype t) { return matmul_amx_takes(t); }
 
@@ -349,6 +354,12 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
         r->xa_stride = matmul_amx_act_bytes(kmax);
         r->xa = alloc_zeroed((T + 3) / 4 * 4, r->xa_stride, &rc);
     }
+    if (cfg->bf16_compute && model_any_weight(m, is_bf16)) {
+        int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
+        if (r->inter > kmax) kmax = r->inter;
+        r->xh_stride = matmul_bf16_act_bytes(kmax);
+        r->xh = alloc_zeroed(T, r->xh_stride, &rc);
+    }
     if (rc == VLLM_OK && cfg->lora) {
         r->upfull = alloc_floats(T * (size_t)r->inter, &rc);
         if (rc == VLLM_OK)
@@ -391,6 +402,7 @@ void runner_free(runner *r) {
     free(r->rope);
     free(r->xq);
     free(r->xa);
+    free(r->xh);
     free(r->att_scratch);
     free(r->att_part);
     free(r->att_nparts);
@@ -819,6 +831,15 @@ static void stage_quantize_act(void *arg, int64_t lo, int64_t hi, int ith) {
     for (int64_t t = lo; t < hi; t++) quant_quantize_act_row(a->x + t * a->ldx, r->xq + t * r->xq_stride, a->k);
 }
 
+/* xh rows lo..hi = the stage's input rows rounded to BF16 (all parts share x). */
+static void stage_round_bf16(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    runner *r = arg;
+    const matmul_args *a = &r->mm.part[0];
+    for (int64_t t = lo; t < hi; t++)
+        matmul_bf16_round_act(a->x + t * a->ldx, a->k, (uint16_t *)((char *)r->xh + t * r->xh_stride));
+}
+
 /* xa blocks lo..hi (4 tokens each) = the stage's input rows packed for the
  * AMX-BF16 kernel (all parts share x). */
 static void stage_pack_amx(void *arg, int64_t lo, int64_t hi, int ith) {
@@ -831,12 +852,16 @@ static void stage_pack_amx(void *arg, int64_t lo, int64_t hi, int ith) {
 
 /* Runs the matmul stage in r->mm; small ones (under PARALLEL_MIN_MACS) on
  * the calling thread alone. Q8_0/Q4_0 parts get r->xq, filled first;
+ * BF16 parts on the BF16 compute path get r->xh, rounded first; other
  * BF16/F16 parts on AMX get r->xa, packed first. */
 static void run_matmul(runner *r, int64_t tokens) {
     mm_op *op = &r->mm;
-    bool act = false, amx = false;
+    bool act = false, amx = false, bf16 = false;
     for (int p = 0; p < op->nparts; p++)
-        if (r->xq && quant_has_act_kernel(op->part[p].wtype)) {
+        if (r->xh && r->cfg.bf16_compute && op->part[p].wtype == DTYPE_BF16) {
+            op->part[p].xq = r->xh, op->part[p].ldxq = (int64_t)r->xh_stride;
+            bf16 = true;
+        } else if (r->xq && quant_has_act_kernel(op->part[p].wtype)) {
             op->part[p].xq = r->xq, op->part[p].ldxq = (int64_t)r->xq_stride;
             act = true;
         } else if (r->xa && uses_amx(op->part[p].wtype)) {
@@ -844,6 +869,7 @@ static void run_matmul(runner *r, int64_t tokens) {
             amx = true;
         }
     if (act) run_rows(r, stage_quantize_act, tokens);
+    if (bf16) run_rows(r, stage_round_bf16, tokens);
     if (amx) {
         op->tokens = tokens;
         threadpool_run(r->pool, stage_pack_amx, r, (tokens + 3) / 4, tokens < 64 ? (tokens + 3) / 4 : 2);

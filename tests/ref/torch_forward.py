@@ -135,7 +135,7 @@ def round_bf16(x):
     return x.to(torch.float32).to(torch.bfloat16).double()
 
 
-def forward(cfg, w, ids, act_quant=(), act_bf16=False):
+def forward(cfg, w, ids, act_quant=(), act_bf16=False, weights_bf16=False):
     arch = cfg["architectures"][0]
     dim, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
@@ -157,7 +157,7 @@ def forward(cfg, w, ids, act_quant=(), act_bf16=False):
             x = quantize_act(x)
         if act_bf16:
             x = round_bf16(x)
-        y = x @ w[name + ".weight"].T
+        y = x @ (round_bf16(w[name + ".weight"]) if weights_bf16 else w[name + ".weight"]).T
         return y + w[name + ".bias"] if bias else y
 
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
@@ -193,6 +193,8 @@ def forward(cfg, w, ids, act_quant=(), act_bf16=False):
         x = quantize_act(x)
     if act_bf16:
         x = round_bf16(x)
+    if weights_bf16:
+        head = round_bf16(head)
     return x @ head.T
 
 
@@ -222,6 +224,9 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--act-quant", help="JSON list of weights whose matmul inputs are 8-bit quantized")
     ap.add_argument("--act-bf16", action="store_true", help="every matmul input rounded to bfloat16 (--dtype bfloat16)")
+    ap.add_argument("--weights-bf16", action="store_true",
+                    help="every matmul weight (projections, lm_head; not the embedding rows) rounded to bfloat16: "
+                         "--dtype bfloat16 on F16 / F32 weights")
     a = ap.parse_args()
     name = a.name or os.path.basename(os.path.normpath(a.model))
     torch.set_num_threads(1)
@@ -231,7 +236,7 @@ def main():
     worst, where = 0.0, ""
     seqs = read_dump(a.dump, cfg["vocab_size"])
     for s, (ids, ours) in enumerate(seqs):
-        ref = forward(cfg, w, ids, act_quant, a.act_bf16).numpy()
+        ref = forward(cfg, w, ids, act_quant, a.act_bf16, a.weights_bf16).numpy()
         scale = float(np.abs(ref).max())
         err = np.abs(ours.astype(np.float64) - ref) / scale
         pos = int(err.max(axis=1).argmax())

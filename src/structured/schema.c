@@ -1314,47 +1314,41 @@ static vllm_status gen_number(sc *c, json_t *s, strbuf *b, bool *never) {
 
 /* ---- strings --------------------------------------------------------------------- */
 
-/* The wrapper below splits re at its top-level '|' and puts each part in
- * brackets of its own, which would close a '(' or '[' that re leaves open:
- * so an unbalanced pattern is refused first, as the regex compiler would. */
-static vllm_status pattern_balanced(const char *re, size_t n) {
-    size_t depth = 0, open_at = 0, class_at = 0;
-    bool in_class = false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = re[i];
-        if (ch == '\\') i++;
-        else if (in_class) in_class = ch != ']';
-        else if (ch == '[') in_class = true, class_at = i;
-        else if (ch == '(' && depth++ == 0) open_at = i;
-        else if (ch == ')' && depth-- == 0)
-            return vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: ')' without '(' at offset %zu", i);
-    }
-    if (in_class) return vllm_error(VLLM_ERR_INVALID, "regex: unterminated character class at offset %zu", class_at);
-    if (depth) return vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: '(' is never closed at offset %zu", open_at);
-    return VLLM_OK;
-}
-
 /* The regex as JSON Schema's `pattern` means it (a search): unanchored ends
  * widened with [\s\S]*, per top-level alternative, after trimming what they
  * absorb (st_regex_search_trim: an optional tail is one Earley item per
- * place the match could end). */
+ * place the match could end). Each alternative gets brackets of its own,
+ * which would close a '(' or '[' that re leaves open, so an unbalanced re is
+ * refused here, in the regex compiler's words. */
 static vllm_status pattern_wrap(const char *re, strbuf *o) {
     size_t n = strlen(re);
-    if (pattern_balanced(re, n)) return VLLM_ERR_INVALID;
     strbuf core = {0};
-    /* split at top-level '|' */
-    size_t start = 0;
+    /* split at top-level '|' (a '|' past the end closes the last one) */
+    size_t start = 0, open_at = 0, class_at = 0;
     int depth = 0;
     bool in_class = false;
     vllm_status rc = VLLM_OK;
     bool first = true;
     for (size_t i = 0; i <= n && !rc; i++) {
         char ch = i < n ? re[i] : '|';
-        if (i < n && ch == '\\') { i++; continue; }
+        if (i < n && ch == '\\') {
+            if (i + 1 == n) rc = vllm_error(VLLM_ERR_INVALID, "regex: trailing backslash at offset %zu", i);
+            i++;
+            continue;
+        }
+        if (i == n && in_class)
+            rc = vllm_error(VLLM_ERR_INVALID, "regex: unterminated character class at offset %zu", class_at);
+        else if (i == n && depth > 0)
+            rc = vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: '(' is never closed at offset %zu",
+                            open_at);
+        if (rc) break;
         if (in_class) { if (ch == ']') in_class = false; continue; }
-        if (ch == '[') { in_class = true; continue; }
-        if (ch == '(') depth++;
-        else if (ch == ')') depth--;
+        if (ch == '[') { in_class = true; class_at = i; continue; }
+        if (ch == '(' && depth++ == 0) open_at = i;
+        else if (ch == ')' && --depth < 0) {
+            rc = vllm_error(VLLM_ERR_INVALID, "regex: unbalanced parentheses: ')' without '(' at offset %zu", i);
+            break;
+        }
         if (ch != '|' || depth > 0) continue;
         const char *a = re + start;
         size_t m = i - start;

@@ -126,6 +126,7 @@ C.append(json.loads('{"name": "pattern_search_counted_escapes", "schema": {"type
 # a pattern left unbalanced is refused (the search wrapper's own brackets must not close it)
 case("pattern_unclosed_paren_refused", {"type": "string", "pattern": "(a"}, error="pattern: regex: unbalanced parentheses: '(' is never closed at offset 0")
 case("pattern_unmatched_paren_refused", {"type": "string", "pattern": "a)|b"}, error="pattern: regex: unbalanced parentheses: ')' without '(' at offset 1")
+case("pattern_trailing_backslash_refused", {"type": "string", "pattern": "ab\\"}, error="pattern: regex: trailing backslash at offset 2")
 case("pattern_unclosed_class_refused", {"properties": {"u": {"type": "string", "pattern": "x[ab"}}}, error="properties.u: pattern: regex: unterminated character class at offset 1")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)

@@ -11,7 +11,7 @@
  * A failed check is a FAIL line naming the input file; a memory error is a
  * sanitizer report in the SAN=1 build. One test per target.
  */
-/* checks: 12 */
+/* checks: 13 */
 #include <dirent.h>
 #include <stdarg.h>
 
@@ -31,6 +31,7 @@ static void fuzz_report(const char *file, int line, const char *fmt, ...) __attr
 #include "../fuzz/fuzz_openai_request.c"
 #include "../fuzz/fuzz_regex.c"
 #include "../fuzz/fuzz_safetensors.c"
+#include "../fuzz/fuzz_schema.c"
 #include "../fuzz/fuzz_tokenizer_json.c"
 #include "../fuzz/fuzz_tool_parser.c"
 
@@ -112,6 +113,7 @@ TEST(fuzz_detokenizer) { fuzz_replay("detokenizer", fuzz_detokenizer_init, fuzz_
 TEST(fuzz_openai_request) { fuzz_replay("openai_request", fuzz_openai_request_init, fuzz_openai_request_one); }
 TEST(fuzz_gbnf) { fuzz_replay("gbnf", fuzz_gbnf_init, fuzz_gbnf_one); }
 TEST(fuzz_regex) { fuzz_replay("regex", fuzz_regex_init, fuzz_regex_one); }
+TEST(fuzz_schema) { fuzz_replay("schema", fuzz_schema_init, fuzz_schema_one); }
 TEST(fuzz_chat_template) { fuzz_replay("chat_template", fuzz_chat_template_init, fuzz_chat_template_one); }
 TEST(fuzz_tool_parser) { fuzz_replay("tool_parser", fuzz_tool_parser_init, fuzz_tool_parser_one); }
 
@@ -146,6 +148,7 @@ int main(void) {
     RUN(fuzz_tool_parser);
     RUN(fuzz_gbnf);
     RUN(fuzz_regex);
+    RUN(fuzz_schema);
     for (int i = 0; i < FUZZ_TOK_COUNT; i++) tokenizer_free(fuzz_toks[i]);
     for (int i = 0; i < 2; i++) free(fuzz_template_real[i]);
     st_vocab_free(fuzz_gbnf_vocab);

@@ -12,13 +12,14 @@
 #     JSON rows skip while the schema translator is missing), completions and
 #     chat, n > 1, streaming, logprobs;
 #   - bad input: two kinds (vLLM 0.11's two messages), a grammar that does
-#     not parse, a regex with a lookaround, a schema that is not JSON,
+#     not parse, a regex with a lookaround, a schema that is not JSON, an
+#     unsupported keyword (named with its path), a 10 MB schema,
 #     response_format json_schema without its schema, an unknown
 #     response_format type -> 400 naming the field; the server healthy after;
 #   - a compile past --structured-outputs-compile-timeout (a second server
 #     whose compiles sleep: VLLMC_DEBUG_COMPILE_DELAY_MS) -> 400 naming the
 #     timeout, while unconstrained requests keep being served.
-# checks: 62
+# checks: 65
 # tags: tsan
 cd "$(dirname "$0")/.." || exit 1
 . tests/server_helpers.sh
@@ -161,6 +162,21 @@ req POST $U$C '{"prompt":"x","guided_regex":"a(?=b)"}'
 check bad_regex_lookaround_400 '.error.code == 400 and .error.param == "guided_regex" and (.error.message | test("look"; "i"))'
 req POST $U$C '{"prompt":"x","guided_json":"{not json"}'
 check bad_schema_not_json_400 '.error.code == 400 and .error.param == "guided_json"'
+# an unsupported keyword: the 400 names the keyword and where it is (the issue's example)
+req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}}'
+check bad_schema_keyword_400 '.error.code == 400 and (.error.message | contains("properties.tags") and contains("uniqueItems is not supported"))'
+# a 10 MB schema (a valid one: 200,000 properties), under the 32 MiB body limit: refused by its size
+big=$(mktemp)
+$PY -c 'import json, sys
+props = {"p%06d" % i: {"type": "string", "description": "x" * 20} for i in range(200000)}
+json.dump({"prompt": "x", "max_tokens": 3, "guided_json": {"type": "object", "properties": props}}, sys.stdout)' > "$big"
+t0=$(date +%s.%N)
+req POST $U$C "@$big"
+t1=$(date +%s.%N)
+rm -f "$big"
+check bad_schema_10mb_400 '.error.code == 400 and .error.param == "guided_json" and (.error.message | test("bytes is more than"))'
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' && echo "ok bad_schema_10mb_prompt" ||
+  echo "FAIL bad_schema_10mb_prompt: the 400 took $(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}') s"
 req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}}'
 check json_schema_missing_400 '.error.code == 400 and (.error.message | contains("When response_format type is '"'"'json_schema'"'"', the '"'"'json_schema'"'"' field must be provided."))'
 req POST $U$CH '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}'

@@ -255,7 +255,7 @@ vllm_status st_gbnf_json_string(const char *s, size_t len, strbuf *out) {
                 i++;
             }
             /* sort and merge, then complement if negated */
-            qsort(rs, n, sizeof *rs, cmp_range);
+            if (n) qsort(rs, n, sizeof *rs, cmp_range); /* [] has no ranges: rs is NULL */
             size_t m = 0;
             for (size_t k = 0; k < n; k++) {
                 if (m && rs[k].lo <= rs[m - 1].hi + 1) { if (rs[k].hi > rs[m - 1].hi) rs[m - 1].hi = rs[k].hi; }

@@ -6,7 +6,7 @@ picks or makes the Python environment and builds vllmc).
 
   side_by_side.py [--engines ours,llguidance,xgrammar] [--every K] [--limit N]
                   [--xgr-budget S] [--wall] [--data DIR] [--tokenizer DIR]
-                  [--vllmc PATH] [--json-out FILE] [--progress]
+                  [--vllmc PATH] [--json-out FILE] [--progress] [--report-from FILE]
 
 The files: those of DIR ending in .json, sorted by name, every K-th, at most
 N; they are linked into a temporary directory so that every engine reads
@@ -116,7 +116,7 @@ def loadavg():
 
 def report(a, res, names, sel, load0, load1, when):
     engines = [e for e in a.engines if e in res]
-    head = {"ours": "ours (vllmc %s)" % git_rev(os.path.join(HERE, "..", ".."))}
+    head = {"ours": "ours (vllmc %s)" % (getattr(a, "rev", None) or git_rev(os.path.join(HERE, "..", "..")))}
     for e in engines:
         if e != "ours":
             head[e] = res[e].get("version", e) + (
@@ -174,15 +174,18 @@ def report(a, res, names, sel, load0, load1, when):
         for c in cats:
             cs = [res[e]["categories"].get(c) for e in engines]
 
-            def cell(f, cs=cs):
-                return " / ".join("-" if x is None else f(x) for x in cs)
+            def cell(f, what=None, cs=cs):
+                # "-": the engine has no file of this category, or compiled none (no times)
+                return " / ".join("-" if x is None or (what and not x[what]["n"]) else f(x) for x in cs)
             out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 c, sum(1 for n in names if category(n) == c),
                 cell(lambda x: "%d" % x["passing"]), cell(lambda x: "%d" % x["invalid_accepted"]),
                 cell(lambda x: "%d" % (x["refused"] + x.get("timeout", 0))),
-                cell(lambda x: fmt(x["compile_ms"]["p50"], "ms")), cell(lambda x: fmt(x["compile_ms"]["p99"], "ms")),
-                cell(lambda x: fmt(x["mask_us"]["p50"], "us")), cell(lambda x: fmt(x["mask_us"]["p99"], "us")),
-                cell(lambda x: fmt(x["mask_us"]["max"], "us"))))
+                cell(lambda x: fmt(x["compile_ms"]["p50"], "ms"), "compile_ms"),
+                cell(lambda x: fmt(x["compile_ms"]["p99"], "ms"), "compile_ms"),
+                cell(lambda x: fmt(x["mask_us"]["p50"], "us"), "mask_us"),
+                cell(lambda x: fmt(x["mask_us"]["p99"], "us"), "mask_us"),
+                cell(lambda x: fmt(x["mask_us"]["max"], "us"), "mask_us")))
         out.append("")
     if res.get("xgrammar", {}).get("timeouts"):
         out.append("XGrammar timed out on: " + ", ".join(res["xgrammar"]["timeouts"][:20]) +
@@ -203,11 +206,19 @@ def main():
     ap.add_argument("--vllmc", default=os.environ.get("VLLMC", "build/vllmc"))
     ap.add_argument("--json-out", help="write every engine's raw results (JSON) here")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--report-from", help="print the report of a saved --json-out FILE again (runs nothing)")
     a = ap.parse_args()
     a.engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     bad = [e for e in a.engines if e not in ("ours", "llguidance", "xgrammar")]
     if bad or not a.engines or a.every < 1 or a.limit < 0:
         ap.error("--engines takes ours,llguidance,xgrammar; --every >= 1; --limit >= 0")
+    if a.report_from:
+        d = json.load(open(a.report_from))
+        a.engines = [e for e in ("ours", "llguidance", "xgrammar") if e in d["engines"]]
+        for k, v in d.get("args", {}).items():
+            setattr(a, k, v)
+        print(report(a, d["engines"], d["files"], d.get("sel", "?"), d["load"][0], d["load"][1], d["when"]))
+        return
     a.data = os.path.abspath(a.data)
     a.tokenizer = os.path.abspath(a.tokenizer)
     if not os.path.isdir(a.data):
@@ -219,6 +230,7 @@ def main():
     if a.limit:
         sel += ", the first %d" % a.limit
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    a.rev = git_rev(os.path.join(HERE, "..", ".."))
     load0 = loadavg()
     res = {}
     with tempfile.TemporaryDirectory(prefix="side_by_side.") as tmp:
@@ -257,7 +269,8 @@ def main():
     load1 = loadavg()
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({"files": names, "engines": res, "load": [load0, load1], "when": when}, f)
+            json.dump({"files": names, "engines": res, "load": [load0, load1], "when": when, "sel": sel,
+                       "args": {k: getattr(a, k) for k in ("data", "tokenizer", "xgr_budget", "wall", "rev")}}, f)
     print(report(a, res, names, sel, load0, load1, when))
 
 

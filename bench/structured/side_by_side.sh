@@ -5,7 +5,7 @@
 #
 #   bench/structured/side_by_side.sh [--engines ours,llguidance,xgrammar]
 #       [--every K] [--limit N] [--xgr-budget S] [--wall] [--data DIR]
-#       [--tokenizer DIR] [--vllmc PATH] [--json-out FILE] [--progress]
+#       [--tokenizer DIR] [--vllmc PATH] [--json-out FILE] [--progress] [--report-from FILE]
 #
 # Defaults: ../shared/data/maskbench, ../shared/tokenizers/llama3, every file,
 # thread CPU clocks, XGrammar's compile budget 10 CPU s per schema; see

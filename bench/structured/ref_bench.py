@@ -149,7 +149,11 @@ def run_file(eng, path, now, budget):
     if budget:
         used = resource.getrusage(resource.RUSAGE_SELF)
         cpu = used.ru_utime + used.ru_stime
-        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu + budget) + 1, resource.RLIM_INFINITY))
+        limit0 = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(cpu + budget) + 1
+        if limit0[1] != resource.RLIM_INFINITY:
+            soft = min(soft, limit0[1])
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, limit0[1]))
     t0 = now()
     try:
         g = eng.compile(schema)
@@ -158,7 +162,7 @@ def run_file(eng, path, now, budget):
         return r
     finally:
         if budget:
-            resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_CPU, limit0)
     r["compile_ns"] = now() - t0
     r["compiled"] = True
     ok_all = True

@@ -2,13 +2,19 @@
  * bench_forward.c - forward-pass throughput of one sequence (or a batch).
  *
  *   build/bench/bench_forward --model DIR [--threads N] [--prefill 128] [--decode 64]
- *                             [--batch 1] [--repeat 1] [--kv-cache-dtype float32]
+ *                             [--batch 1] [--chunk 2048] [--repeat 1] [--kv-cache-dtype float32]
  *   build/bench/bench_forward --model DIR --context 1024,4096 [--kv-cache-dtype float32,bfloat16,fp8]
  *                             [--decode 32] [--repeat 2] [--threads N]
  *
- * Prefill: each of --batch sequences gets --prefill random tokens, all in one
- * forward pass (logits for the last token of each). Decode: then --decode
- * steps of one token per sequence. Prints tokens/s for both phases (best of
+ * Prefill: each of --batch sequences gets --prefill random tokens, run in
+ * forward passes of at most --chunk tokens (sequence after sequence, a
+ * chunk may hold the end of one prompt and the start of the next: the
+ * engine's --max-num-batched-tokens schedule, llama-batched-bench's -b
+ * 2048), so 16 x 32k prompts need activations for 2048 tokens, not 512k;
+ * logits for each sequence's last token in a chunk, and a hash of each
+ * prompt's final logits that must not depend on --chunk. Decode: then
+ * --decode steps of one token per sequence. Prints tokens/s for both
+ * phases, as llama-batched-bench's S_PP and S_TG (best of
  * --repeat runs, each on a fresh KV) and the KV / weight sizes; the weights
  * are touched once before timing so page faults of the mmap are not counted.
  * CPU seconds (all threads) are printed beside wall time: on a shared
@@ -78,6 +84,14 @@ static size_t touch_weights(const model *m, volatile unsigned *sink) {
 }
 
 enum { MAX_LIST = 8, SWEEP_CHUNK = 512 };
+
+/* FNV-1a over the bits of n floats, continuing from h (0: a fresh hash). */
+static uint64_t hash_floats(uint64_t h, const float *x, int64_t n) {
+    if (!h) h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < (size_t)n * sizeof *x; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
 
 /* Splits a comma list of positive ints; the count, or -1 if malformed. */
 static int parse_ints(const char *s, int *out) {
@@ -199,13 +213,14 @@ static int context_sweep(const model *m, int threads, const int *ctx, int nctx, 
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *kv_list = NULL, *ctx_list = NULL, *dtype_name_arg = "auto";
-    int threads = 0, prefill = 128, decode = -1, batch = 1, repeat = 0;
+    int threads = 0, prefill = 128, decode = -1, batch = 1, repeat = 0, chunk = 2048;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefill")) prefill = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--chunk")) chunk = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kv-cache-dtype")) kv_list = argv[i + 1];
         else if (!strcmp(argv[i], "--context")) ctx_list = argv[i + 1];
@@ -218,10 +233,11 @@ int main(int argc, char **argv) {
     if (repeat < 1) repeat = ctx_list ? 2 : 1;
     bool sorted = true;
     for (int i = 1; i < nctx; i++) sorted &= ctx[i] > ctx[i - 1];
-    if (!dir || prefill < 1 || decode < 0 || batch < 1 || ntypes < 1 || nctx < 0 || (ctx_list && (nctx < 1 || !sorted)) ||
+    if (!dir || prefill < 1 || decode < 0 || batch < 1 || chunk < 1 || (int64_t)prefill * batch > 1 << 30 || ntypes < 1 || nctx < 0 || (ctx_list && (nctx < 1 || !sorted)) ||
         (!ctx_list && ntypes != 1) || (ctx_list && decode < 1) || engine_dtype_bf16(dtype_name_arg, DTYPE_F32) < 0) {
         fprintf(stderr, "usage: bench_forward --model DIR [--threads N] [--prefill 128] [--decode 64] "
-                        "[--batch 1] [--repeat 1] [--kv-cache-dtype float32] [--dtype auto|bfloat16|float32]\n"
+                        "[--batch 1] [--chunk 2048] [--repeat 1] [--kv-cache-dtype float32]\n"
+                        "                     [--dtype auto|bfloat16|float32]\n"
                         "       bench_forward --model DIR --context 1024,4096 [--kv-cache-dtype float32,bfloat16,fp8] "
                         "[--decode 32] [--repeat 2] [--threads N]\n"
                         "  contexts increasing; dtypes: float32 bfloat16 float16 fp8 fp8_e4m3 fp8_e5m2\n");
@@ -240,12 +256,14 @@ int main(int argc, char **argv) {
         return rc;
     }
     const int bs = 16, len = prefill + decode, max_blocks = (len + bs - 1) / bs;
+    /* tokens per forward: a prefill chunk, or one per sequence decoding */
+    const int32_t T = (int64_t)prefill * batch < chunk ? prefill * batch : chunk > batch ? chunk : batch;
     kv_layout *lay = malloc(sizeof *lay); /* one table per KV cache group, every block kept */
     kv_layout_init(lay, &m->config);
     const int G = lay->num_groups;
     free(lay);
     runner_config cfg = {.num_blocks = batch * max_blocks * G, .block_size = bs,
-                         .max_num_batched_tokens = prefill * batch, .max_num_seqs = batch, .num_threads = threads,
+                         .max_num_batched_tokens = T, .max_num_seqs = batch, .num_threads = threads,
                          .kv_cache_dtype = types[0],
                          .bf16_compute = engine_dtype_bf16(dtype_name_arg, m->config.torch_dtype) == 1};
     runner *r = NULL;
@@ -255,7 +273,7 @@ int main(int argc, char **argv) {
     }
     volatile unsigned sink = 0;
     size_t wbytes = touch_weights(m, &sink);
-    int32_t vocab = m->config.vocab_size, T = prefill * batch;
+    int32_t vocab = m->config.vocab_size;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
     int64_t *slots = malloc(sizeof(int64_t) * (size_t)T * G);
     int32_t *qsl = malloc(sizeof(int32_t) * (size_t)(batch + 1)), *lens = malloc(sizeof(int32_t) * (size_t)batch);
@@ -265,29 +283,48 @@ int main(int argc, char **argv) {
     for (int i = 0; i < batch * G * max_blocks; i++) tables[i] = i;
     double best_prefill = 0, best_decode = 0;
     uint32_t seed = 12345;
+    uint64_t hash = 0;
+    int forwards = 0;
     for (int rep = 0; rep < repeat; rep++) {
-        /* prefill */
-        for (int s = 0; s < batch; s++) {
-            qsl[s] = s * prefill;
-            lens[s] = prefill;
-            lidx[s] = s * prefill + prefill - 1;
-            for (int p = 0; p < prefill; p++) {
-                int t = s * prefill + p;
-                seed = seed * 1664525u + 1013904223u;
-                ids[t] = (int32_t)(seed >> 8) % vocab;
-                pos[t] = p;
-                for (int g = 0; g < G; g++)
-                    slots[t * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
-            }
-        }
-        qsl[batch] = T;
-        step_batch b = {.num_tokens = T, .token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
-                          .num_seqs = batch, .query_start_loc = qsl, .seq_lens = lens, .block_tables = tables,
-                          .max_blocks_per_seq = max_blocks, .num_scored = batch, .scored_indices = lidx};
+        /* prefill: chunks of up to `chunk` tokens walking the sequences in
+         * order (a chunk may end inside one sequence and start the next),
+         * each chunk one forward pass: the engine's --max-num-batched-tokens
+         * schedule of a batch of waiting prompts, and llama-batched-bench's
+         * -b. Token ids are drawn in (sequence, position) order, so they do
+         * not depend on the chunk size; so must the logits (the hash). */
+        step_batch b = {.token_ids = ids, .positions = pos, .num_kv_groups = G, .slot_mapping = slots,
+                        .query_start_loc = qsl, .seq_lens = lens, .max_blocks_per_seq = max_blocks,
+                        .scored_indices = lidx};
         double t0 = now_s(), c0 = cpu_s();
-        if (runner_forward(r, &b, logits) != VLLM_OK) {
-            fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
-            return 1;
+        forwards = 0;
+        for (int s = 0, p = 0; s < batch; forwards++) {
+            int n = 0, ns = 0, s0 = s;
+            while (s < batch && n < chunk) {
+                int take = prefill - p < chunk - n ? prefill - p : chunk - n;
+                qsl[ns] = n;
+                for (int i = 0; i < take; i++, n++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    ids[n] = (int32_t)(seed >> 8) % vocab;
+                    pos[n] = p + i;
+                    for (int g = 0; g < G; g++)
+                        slots[n * G + g] = (int64_t)tables[(s * G + g) * max_blocks + pos[n] / bs] * bs + pos[n] % bs;
+                }
+                p += take;
+                lens[ns] = p;
+                lidx[ns] = n - 1; /* the logits of each sequence's last token in the chunk, as vLLM computes */
+                ns++;
+                if (p == prefill) s++, p = 0;
+            }
+            qsl[ns] = n;
+            b.num_tokens = n, b.num_seqs = ns, b.num_scored = ns;
+            b.block_tables = tables + (size_t)s0 * G * max_blocks;
+            if (runner_forward(r, &b, logits) != VLLM_OK) {
+                fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
+                return 1;
+            }
+            /* a sequence whose prompt ended in this chunk: its logits, once */
+            for (int i = 0; i < ns && rep == 0; i++)
+                if (lens[i] == prefill) hash = hash_floats(hash, logits + (size_t)i * vocab, vocab);
         }
         double t1 = now_s(), c1 = cpu_s();
         /* decode: one token per sequence per step */
@@ -303,17 +340,18 @@ int main(int argc, char **argv) {
                     slots[s * G + g] = (int64_t)tables[(s * G + g) * max_blocks + p / bs] * bs + p % bs;
             }
             qsl[batch] = batch;
-            b.num_tokens = batch;
+            b.num_tokens = batch, b.num_seqs = batch, b.num_scored = batch, b.block_tables = tables;
             if (runner_forward(r, &b, logits) != VLLM_OK) {
                 fprintf(stderr, "bench_forward: %s\n", vllm_errmsg());
                 return 1;
             }
         }
         double t2 = now_s(), c2 = cpu_s();
-        double pf = T / (t1 - t0), dc = decode ? batch * decode / (t2 - t1) : 0;
-        printf("run %d: prefill %d x %d tokens in %.3f s (%.3f s CPU) = %.2f tok/s; "
+        double pf = (double)prefill * batch / (t1 - t0), dc = decode ? batch * decode / (t2 - t1) : 0;
+        printf("run %d: prefill %d x %d tokens (%d forwards of <= %d) in %.3f s (%.3f s CPU) = %.2f tok/s; "
                "decode %d x %d steps in %.3f s (%.3f s CPU) = %.2f tok/s\n",
-               rep + 1, batch, prefill, t1 - t0, c1 - c0, pf, batch, decode, t2 - t1, c2 - c1, dc);
+               rep + 1, batch, prefill, forwards, chunk, t1 - t0, c1 - c0, pf, batch, decode, t2 - t1, c2 - c1, dc);
+        fflush(stdout);
         if (pf > best_prefill) best_prefill = pf;
         if (dc > best_decode) best_decode = dc;
     }
@@ -321,6 +359,7 @@ int main(int argc, char **argv) {
            "(0 = all CPUs)\n", dir, wbytes / 1e9, dtype_name(m->w.layers[0].q_proj.type), kv_dtype_name(types[0]),
            kernels_isa_name(kernels_isa_get()), dtype_name_arg, cfg.bf16_compute ? "BF16 weights: BF16" : "FP32",
            threads);
+    printf("prefill logits hash %016llx (each sequence's last prompt token, run 1)\n", (unsigned long long)hash);
     printf("best: prefill %.2f tok/s, decode %.2f tok/s (%.1f GB/s of weights)\n", best_prefill, best_decode,
            best_decode / batch * wbytes / 1e9);
     free(ids), free(pos), free(slots), free(qsl), free(lens), free(lidx), free(tables), free(logits);

@@ -564,7 +564,15 @@ fi
 # The model has TinyLlama-1.1B's shapes but 2 layers, so that prefilling the
 # contexts takes minutes, not hours, on 2 threads; attention is then most of
 # the work at long contexts.
-LTG=16
+# Like with like: both prefill in forwards of at most 2048 tokens (llama.cpp's
+# -b 2048, its default; bench_forward --chunk 2048), walking the sequences in
+# order; llama-batched-bench keeps one KV stream per sequence (no -kvu, its
+# default), so each sequence attends to its own C positions as ours do.
+# Contexts of 16384 and more run once (repeats 1) on both sides, and every
+# run may take LONG_TIMEOUT seconds (3600): llama.cpp's 32k prefill alone
+# takes over 4 minutes on 2 quiet threads, and -d C prefills C untimed per
+# repeat.
+LTG=16 LCHUNK=2048
 if want longctx; then
   lf=${long_model:-$dir/tinyllama-2l-q8_0.gguf}
   if [ ! -f "$lf" ]; then
@@ -574,18 +582,23 @@ if want longctx; then
       >/dev/null || die "make_random_model failed"
     $py tools/make_gguf.py "$dir/tinyllama-2l" "$lf" --type q8_0 >/dev/null || die "make_gguf failed"
   fi
+  lrep() { if [ "$1" -ge 16384 ]; then echo 1; else echo "$reps"; fi; } # repeats at context $1
+  lmax=0
+  for C in ${long_ctx//,/ }; do [ "$C" -gt "$lmax" ] && lmax=$C; done
   for S in ${long_seqs//,/ }; do
     if [ "$S" = 1 ]; then
-      run "ours-longctx-decode" "$bf" --model "$lf" --threads "$threads" --context "$long_ctx" --decode "$LTG" \
-        --repeat "$reps" --kv-cache-dtype float16
+      RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "ours-longctx-decode" "$bf" --model "$lf" --threads "$threads" \
+        --context "$long_ctx" --decode "$LTG" --repeat "$(lrep "$lmax")" --kv-cache-dtype float16
     fi
     for C in ${long_ctx//,/ }; do
+      R=$(lrep "$C")
       if [ "$S" = 1 ]; then
-        run "llama-longctx-pp$C" "$lbin/llama-bench" -m "$lf" -fa on -t "$threads" -p "$C" -n 0 -r "$reps" -o json
-        run "llama-longctx-tg$C" "$lbin/llama-bench" -m "$lf" -fa on -t "$threads" -p 0 -n "$LTG" -d "$C" \
-          -r "$reps" -o json
-        run "ours-longctx-pp$C" "$bf" --model "$lf" --threads "$threads" --prefill "$C" --decode 0 --repeat "$reps" \
-          --kv-cache-dtype float16
+        RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "llama-longctx-pp$C" "$lbin/llama-bench" -m "$lf" -fa on \
+          -t "$threads" -p "$C" -n 0 -r "$R" -o json
+        RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "llama-longctx-tg$C" "$lbin/llama-bench" -m "$lf" -fa on \
+          -t "$threads" -p 0 -n "$LTG" -d "$C" -r "$R" -o json
+        RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "ours-longctx-pp$C" "$bf" --model "$lf" --threads "$threads" \
+          --prefill "$C" --chunk "$LCHUNK" --decode 0 --repeat "$R" --kv-cache-dtype float16
         o=$(sed -n "s/^run [0-9]*: float16 *context *$C: .* = \([0-9.]*\) tok\/s$/\1/p" "$logs/ours-longctx-decode.log" |
           sort -g | tail -1)
         row "long context: prefill $C tokens, 1 seq, tok/s" "$(fmt "$(lb_best "$logs/llama-longctx-pp$C.log" "$C" 0)")" \
@@ -593,10 +606,10 @@ if want longctx; then
         row "long context: decode at $C tokens, 1 seq, tok/s (tg$LTG)" \
           "$(fmt "$(lb_best "$logs/llama-longctx-tg$C.log" 0 "$LTG")")" "$(fmt "$o")" "≥ 1.0x"
       else
-        run "llama-longctx-b$S-$C" "$lbin/llama-batched-bench" -m "$lf" -fa on -t "$threads" \
-          -c $((S * (C + LTG))) -b 2048 -ub 512 -npp "$C" -ntg "$LTG" -npl "$S" --output-format jsonl
-        run "ours-longctx-b$S-$C" "$bf" --model "$lf" --threads "$threads" --batch "$S" --prefill "$C" \
-          --decode "$LTG" --repeat 1 --kv-cache-dtype float16
+        RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "llama-longctx-b$S-$C" "$lbin/llama-batched-bench" -m "$lf" -fa on \
+          -t "$threads" -c $((S * (C + LTG))) -b "$LCHUNK" -ub 512 -npp "$C" -ntg "$LTG" -npl "$S" --output-format jsonl
+        RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "ours-longctx-b$S-$C" "$bf" --model "$lf" --threads "$threads" \
+          --batch "$S" --prefill "$C" --chunk "$LCHUNK" --decode "$LTG" --repeat 1 --kv-cache-dtype float16
         row "long context: $S seqs x $C-token prompts, prefill tok/s (S_PP)" \
           "$(fmt "$(bb_field "$logs/llama-longctx-b$S-$C.log" speed_pp)")" \
           "$(fmt "$(bf_best "$logs/ours-longctx-b$S-$C.log" 1)")" "≥ 1.5x"

@@ -4,8 +4,9 @@
 # are positive, token totals equal to what was asked (input_len x num_prompts,
 # output_len x num_prompts x n), printed percentiles equal to numpy's over the
 # latencies written by --output-json, and printed floats as Python's repr;
-# build/bench/bench_forward --context's KV cache dtype table on a toy run.
-# checks: 11
+# build/bench/bench_forward --context's KV cache dtype table on a toy run;
+# bench_forward's chunked prefill: the logits do not depend on --chunk.
+# checks: 12
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VLLMC=${VLLMC:-build/vllmc}
@@ -127,3 +128,14 @@ for r in rows:
 assert rows[0][2:].count("1.00x") == 4, rows[0]
 EOF
 then ok bench_forward_kv_cache_dtypes; else fail bench_forward_kv_cache_dtypes "$(tail -4 "$tmp/bf.out") $(tail -3 "$tmp/err")"; fi
+
+# 7. bench_forward's chunked prefill (--chunk: forwards of at most that many tokens, walking
+# the sequences in order): 3 x 40 prompt tokens in 1 forward (chunk 1000), ceil(120 / 16) = 8,
+# ceil(120 / 7) = 18 (chunks spanning two prompts); each prompt's last logits the same bits
+if for c in 1000 16 7; do "$bf" --model models/stories260K --batch 3 --prefill 40 --decode 2 --chunk $c --threads 2 \
+       2>>"$tmp/err" || exit 1; done >"$tmp/chunk.out" &&
+   [ "$(sed -n 's/^run 1: prefill 3 x 40 tokens (\([0-9]*\) forwards of <= \([0-9]*\)).*/\1:\2/p' "$tmp/chunk.out" | tr '\n' ' ')" \
+     = "1:1000 8:16 18:7 " ] &&
+   [ "$(grep -c '^prefill logits hash ' "$tmp/chunk.out")" = 3 ] &&
+   [ "$(grep '^prefill logits hash ' "$tmp/chunk.out" | sort -u | wc -l)" = 1 ]
+then ok bench_forward_chunked_prefill; else fail bench_forward_chunked_prefill "$(cat "$tmp/chunk.out") $(tail -3 "$tmp/err")"; fi

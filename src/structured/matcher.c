@@ -575,7 +575,14 @@ typedef struct local_walk {
  * every origin chain, so a push of byte b gives the same child wherever the
  * state sits: it is pushed once (trans[b]) and the child is reused, its
  * items put on the stack (walk_materialize, each ST_REF resolved to the set
- * of that state on the current path) only when a push needs them. */
+ * of that state on the current path) only when a push needs them.
+ * Items at an END are left out (and with them the origins they name): once
+ * a set is closed they do nothing more (a completion looks in its origin
+ * set for items before the rule, a scan for items before a byte set), so
+ * two sets that differ only in what just completed, such as a string's
+ * character reached from two different states, are one state. The count a
+ * set still allows (rem) is part of the identity, so the loop guards of
+ * walk_local see the same value for every set of a state. */
 typedef struct walk_state {
     uint64_t hash, sig;
     uint32_t off, n, rem;
@@ -785,18 +792,21 @@ static int32_t walk_intern(local_walk *w, size_t k, uint64_t sig, uint32_t rem) 
     if (w->n_states >= ST_WALK_MAX_STATES || w->n_st_keys + n > ST_WALK_MAX_KEYS) return -1;
     if (buf_grow((void **)&w->st_keys, &w->cap_st_keys, w->n_st_keys + n + 1, sizeof *w->st_keys)) return -1;
     uint64_t *key = w->st_keys + w->n_st_keys;
-    for (size_t j = 0; j < n; j++) {
+    size_t n_all = n;
+    n = 0;
+    for (size_t j = 0; j < n_all; j++) {
         st_item it = lm->items[lm->set_start[k] + j];
+        if (ST_SYM_KIND(lm->g->syms[it.pos]) == ST_SYM_END) continue; /* completed: nothing left to do once closed */
         uint32_t o = it.origin;
         if (o == k) o = ST_OWN;
         else if (o != ST_OUT && o >= w->base) {
             if (w->sid[o] < 0) return -1;
             o = ST_REF | (uint32_t)w->sid[o];
         }
-        key[j] = ((uint64_t)it.pos << 32) | o;
+        key[n++] = ((uint64_t)it.pos << 32) | o;
     }
     sort_u64(key, n);
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0xcbf29ce484222325ull ^ rem;
     for (size_t j = 0; j < n; j++) h = (h ^ key[j]) * 0x100000001b3ull;
     h ^= h >> 29;
     if ((w->n_states + 1) * 2 > w->cap_tab) {
@@ -815,7 +825,8 @@ static int32_t walk_intern(local_walk *w, size_t k, uint64_t sig, uint32_t rem) 
     size_t x = (size_t)(h * 0x9e3779b97f4a7c15ull >> 32) & (w->cap_tab - 1);
     for (; w->st_tab[x]; x = (x + 1) & (w->cap_tab - 1)) {
         walk_state *o = &w->states[w->st_tab[x] - 1];
-        if (o->hash == h && o->n == n && !memcmp(w->st_keys + o->off, key, n * sizeof *key)) return (int32_t)(w->st_tab[x] - 1);
+        if (o->hash == h && o->n == n && o->rem == rem && !memcmp(w->st_keys + o->off, key, n * sizeof *key))
+            return (int32_t)(w->st_tab[x] - 1);
     }
     if (buf_grow((void **)&w->states, &w->cap_states, w->n_states + 1, sizeof *w->states)) return -1;
     w->states[w->n_states] = (walk_state){.hash = h, .sig = sig, .off = (uint32_t)w->n_st_keys, .n = (uint32_t)n,

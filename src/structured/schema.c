@@ -1371,11 +1371,15 @@ static vllm_status pattern_wrap(const char *re, strbuf *o) {
         if (!rc && !first) rc = sb_puts(o, "|");
         first = false;
         if (!rc) rc = sb_puts(o, "(?:");
-        if (!rc && !anc_s) rc = sb_puts(o, "[\\s\\S]*");
-        if (!rc) rc = sb_puts(o, "(?:");
-        if (!rc) rc = sb_add(o, core.s ? core.s : "", core.len);
-        if (!rc) rc = sb_puts(o, ")");
-        if (!rc && !anc_e) rc = sb_puts(o, "[\\s\\S]*");
+        bool run = false; /* S X{m} S: a run matched from its first character (search.c) */
+        if (!rc && !anc_s && !anc_e) rc = st_regex_search_run(core.s ? core.s : "", core.len, o, &run);
+        if (!rc && !run) {
+            if (!anc_s) rc = sb_puts(o, "[\\s\\S]*");
+            if (!rc) rc = sb_puts(o, "(?:");
+            if (!rc) rc = sb_add(o, core.s ? core.s : "", core.len);
+            if (!rc) rc = sb_puts(o, ")");
+            if (!rc && !anc_e) rc = sb_puts(o, "[\\s\\S]*");
+        }
         if (!rc) rc = sb_puts(o, ")");
         start = i + 1;
     }

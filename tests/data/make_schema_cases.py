@@ -123,6 +123,14 @@ C.append(json.loads('{"name": "pattern_search_group_alternatives", "schema": {"t
 C.append(json.loads('{"name": "pattern_search_nullable_group", "schema": {"type": "string", "pattern": "q(r|)s{0,3}"}, "valid": ["\\"q\\"", "\\"aqz\\"", "\\"qrsss\\""], "invalid": ["\\"r\\"", "\\"\\"", "\\"Q\\""]}'))
 C.append(json.loads('{"name": "pattern_search_universal", "schema": {"type": "string", "pattern": "a*|b"}, "valid": ["\\"\\"", "\\"zzz\\"", "\\"a\\\\\\"b\\\\n\\""], "invalid": ["1", "null"]}'))
 C.append(json.loads('{"name": "pattern_search_counted_escapes", "schema": {"type": "string", "pattern": "\\\\u00e9{2,}\\\\u4e2d+"}, "valid": ["\\"éé中\\"", "\\"xééé中中y\\""], "invalid": ["\\"é中\\"", "\\"éé\\"", "\\"ée中\\""]}'))
+# a searched run X{m} is written (?:X{0,m-1}Y)*X{m}S (search.c): runs longer than m, runs broken by one character,
+# at either end, negated classes, escapes, literals
+T("pattern_search_run_class", {"type": "string", "pattern": "[a-c]{3}"}, ['"abc"', '"xxabcx"', '"zab aabcc"', '"aaaa"', '"ab ab abc"', '"cbacba"'], ['"ab"', '"ab ab"', '"a-b-c"', '""', '"abXab"'])
+T("pattern_search_run_digits", {"type": "string", "pattern": "\\d{2}"}, ['"a12"', '"1 23"', '"999"', '"12"'], ['"1a2"', '"1 2"', '""', '"a"'])
+T("pattern_search_run_negated", {"type": "string", "pattern": "[^ ]{4}"}, ['"abcd"', '"ab cdef"', '"    xyzw"', '"a\\nbc"'], ['"abc d"', '"a b c d"', '"   "', '"ab c"'])
+T("pattern_search_run_literal", {"type": "string", "pattern": "x{2}"}, ['"xx"', '"axxb"', '"xxx"', '"x x xx"'], ['"x"', '"x x"', '"XX"', '"xyx"'])
+T("pattern_search_run_word", {"type": "string", "pattern": "\\w{3}"}, ['"ab1"', '"-a_1-"', '"\u00e9abc"'], ['"a_"', '"ab-cd"', '"a b c"'])
+T("pattern_search_run_anchored_end", {"type": "string", "pattern": "[a-c]{3}$"}, ['"abc"', '"xxabc"', '"aaaa"'], ['"abcx"', '"ab"', '"abc "'])
 # a pattern left unbalanced is refused (the search wrapper's own brackets must not close it)
 case("pattern_unclosed_paren_refused", {"type": "string", "pattern": "(a"}, error="pattern: regex: unbalanced parentheses: '(' is never closed at offset 0")
 case("pattern_unmatched_paren_refused", {"type": "string", "pattern": "a)|b"}, error="pattern: regex: unbalanced parentheses: ')' without '(' at offset 1")

@@ -2405,6 +2405,72 @@ static vllm_status gen_body(sc *c, json_t *s, strbuf *b, bool *never) {
     return rc;
 }
 
+/* The values a schema pins its instances to (a new array), or NULL: its
+ * enum / const, or those of an allOf member or a $ref target (a conjunct),
+ * or the union of every anyOf / oneOf branch's (each branch pinned). */
+static json_t *enum_candidates(sc *c, json_t *s, int depth) {
+    if (depth > 16) return NULL;
+    if (json_is_false(s)) return json_array();
+    if (!json_is_object(s)) return NULL;
+    json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+    if (json_is_array(e)) return json_copy(e);
+    if (k) return json_pack("[O]", k);
+    json_t *ref = json_object_get(s, "$ref");
+    if (json_is_string(ref)) {
+        char *ptr = NULL;
+        vllm_status rc = VLLM_OK;
+        json_t *t = ref_resolve(c, json_string_value(ref), &ptr, &rc);
+        free(ptr);
+        json_t *r = t ? enum_candidates(c, t, depth + 1) : NULL;
+        if (r) return r;
+    }
+    json_t *all = json_object_get(s, "allOf");
+    size_t i;
+    json_t *x;
+    if (json_is_array(all)) json_array_foreach(all, i, x) {
+        json_t *r = enum_candidates(c, x, depth + 1);
+        if (r) return r;
+    }
+    static const char *const alt_kw[] = {"anyOf", "oneOf"};
+    for (int q = 0; q < 2; q++) {
+        json_t *alts = json_object_get(s, alt_kw[q]);
+        if (!json_is_array(alts) || !json_array_size(alts)) continue;
+        json_t *u = json_array();
+        json_array_foreach(alts, i, x) {
+            json_t *r = enum_candidates(c, x, depth + 1);
+            if (!r) { json_decref(u); u = NULL; break; }
+            json_array_extend(u, r);
+            json_decref(r);
+        }
+        if (u) return u;
+    }
+    return NULL;
+}
+
+/* s pinned to values (enum_candidates): the values valid under all of s,
+ * checked one by one (schema_check.c), as {"enum": [...]} (a new reference);
+ * NULL when s is not pinned or a value's validity cannot be told exactly
+ * (then s is translated keyword by keyword, which may refuse it). */
+static json_t *enum_filtered(sc *c, json_t *s) {
+    json_t *cand = enum_candidates(c, s, 0);
+    if (!cand) return NULL;
+    json_t *keep = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(cand, i, v) {
+        int r = st_schema_check(c->doc, c->id, s, v, NULL);
+        if (r < 0) { json_decref(keep); keep = NULL; break; }
+        bool dup = false;
+        size_t j;
+        json_t *w;
+        if (r) json_array_foreach(keep, j, w) dup |= json_equal(w, v);
+        if (r && !dup) json_array_append(keep, v);
+    }
+    json_decref(cand);
+    if (!keep) return NULL;
+    return json_pack("{s:o}", "enum", keep);
+}
+
 /* The rule for schema s (out->s[0] == 0: s accepts nothing). */
 static vllm_status gen(sc *c, json_t *s, rname *out) {
     vllm_status rc = VLLM_OK;
@@ -2416,7 +2482,9 @@ static vllm_status gen(sc *c, json_t *s, rname *out) {
     if (json_is_false(s)) goto done;
     if (is_true_schema(s)) { rn_shared(c, out, S_VAL, "val"); goto done; }
     if (!json_is_object(s)) { rc = sc_err(c, VLLM_ERR_INVALID, "a schema must be an object or a boolean"); goto done; }
-    json_t *f = flatten(c, s, &rc);
+    json_t *f = NULL;
+    f = enum_filtered(c, s);  /* pinned to values, also through allOf / anyOf / $ref */
+    if (!f) f = flatten(c, s, &rc);
     if (!f) goto done;
     json_t *ref = json_object_get(f, "$ref");
     if (ref) {

@@ -5,6 +5,7 @@
 #ifndef VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 #define VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -26,5 +27,11 @@ vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
  * when nothing is left (the alternative matches every string). A regex it
  * does not understand is appended as it is (search.c). */
 vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back, strbuf *out, bool *empty);
+
+/* Is the JSON value v valid under schema s (JSON Schema 2020-12, and the
+ * older drafts' spellings per doc's $schema)? 1 valid, 0 invalid, -1 cannot
+ * tell exactly (*why, when not NULL, names the keyword). $refs resolve in
+ * doc (id: its $id or NULL). schema_check.c. */
+int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, const char **why);
 
 #endif

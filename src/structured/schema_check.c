@@ -92,21 +92,25 @@ static bool jeq(json_t *a, json_t *b) {
 
 static double num(json_t *v) { return json_number_value(v); }
 
-static bool is_int_value(ck *k, json_t *v) {
+static bool is_int_value(json_t *v) {
     if (json_is_integer(v)) return true;
-    if (!json_is_real(v) || k->ver <= 4) return false;
     double d = json_real_value(v);
-    return isfinite(d) && d == floor(d);
+    return json_is_real(v) && isfinite(d) && d == floor(d);
 }
 
-static bool type_ok(ck *k, const char *t, json_t *v) {
+/* 1, 0, or -1: draft 3/4 read 1.0 as a number but not an integer, and the
+ * grammar writes an integral value both ways (schema.c gen_value) */
+static int type_ok(ck *k, const char *t, json_t *v) {
     if (!strcmp(t, "null")) return json_is_null(v);
     if (!strcmp(t, "boolean")) return json_is_boolean(v);
     if (!strcmp(t, "object")) return json_is_object(v);
     if (!strcmp(t, "array")) return json_is_array(v);
     if (!strcmp(t, "string")) return json_is_string(v);
     if (!strcmp(t, "number")) return json_is_number(v);
-    if (!strcmp(t, "integer")) return json_is_number(v) && is_int_value(k, v);
+    if (!strcmp(t, "integer")) {
+        if (!json_is_number(v) || !is_int_value(v)) return 0;
+        return k->ver <= 4 ? cant(k, "type integer in draft 4 (1 and 1.0 differ)") : 1;
+    }
     return false;
 }
 
@@ -371,14 +375,18 @@ static int check(ck *k, json_t *s, json_t *v, int depth) {
     if (k->ver >= 2020 && json_is_array(json_object_get(s, "items"))) return cant(k, "items as an array (before 2020-12)");
     if (json_object_get(s, "nullable") && !json_is_false(json_object_get(s, "nullable"))) return cant(k, "nullable (OpenAPI)");
     if ((x = json_object_get(s, "type"))) {
-        bool ok = false;
+        int ok = 0;
         if (json_is_string(x)) ok = type_ok(k, json_string_value(x), v);
         else if (json_is_array(x)) {
             size_t i;
             json_t *e;
-            json_array_foreach(x, i, e) ok |= json_is_string(e) && type_ok(k, json_string_value(e), v);
+            json_array_foreach(x, i, e) {
+                int r = json_is_string(e) ? type_ok(k, json_string_value(e), v) : cant(k, "type");
+                if (r > 0) { ok = 1; break; }
+                if (r < 0) ok = -1;
+            }
         } else return cant(k, "type");
-        if (!ok) return 0;
+        FOLD(acc, ok);
     }
     if ((x = json_object_get(s, "const")) && !jeq(x, v)) return 0;
     if ((x = json_object_get(s, "enum")) && json_is_array(x)) {

@@ -128,6 +128,25 @@ case("pattern_unclosed_paren_refused", {"type": "string", "pattern": "(a"}, erro
 case("pattern_unmatched_paren_refused", {"type": "string", "pattern": "a)|b"}, error="pattern: regex: unbalanced parentheses: ')' without '(' at offset 1")
 case("pattern_trailing_backslash_refused", {"type": "string", "pattern": "ab\\"}, error="pattern: regex: trailing backslash at offset 2")
 case("pattern_unclosed_class_refused", {"properties": {"u": {"type": "string", "pattern": "x[ab"}}}, error="properties.u: pattern: regex: unterminated character class at offset 1")
+# issue 18 (coverage): a schema pinned to values (enum/const, through allOf / $ref / every anyOf branch) keeps
+# the values valid under the whole schema, every keyword evaluated on each value (2020-12 validation vocabulary)
+T("pinned_not_enum", {"allOf": [{"enum": [1, 2, "a", True, {"a": 1}]}, {"not": {"enum": [2, "b"]}}]},
+  ['1', '"a"', 'true', '{"a": 1}', '1.0'], ['2', '2.0', '3', '"b"', 'false'])
+T("pinned_numbers_by_value", {"allOf": [{"enum": [1, 2.0, 3]}, {"not": {"const": 2}}, {"not": {"const": 3.0}}]}, ['1', '1.0'], ['2', '2.0', '3', '3.0'])
+T("pinned_bool_is_not_number", {"enum": [True, 1, 0, False], "not": {"const": 1}}, ['true', '0', 'false'], ['1', '1.0'])
+T("pinned_one_of_overlapping", {"enum": [1, 5, 10, 15], "oneOf": [{"multipleOf": 3}, {"multipleOf": 5}]}, ['5', '10'], ['15', '1', '3'])
+T("pinned_if_then_else", {"enum": [1, 5, 12, 20, 22], "if": {"maximum": 10}, "then": {"minimum": 5}, "else": {"multipleOf": 4}},
+  ['5', '12', '20'], ['1', '22'])
+T("pinned_property_names_pattern_properties", {"enum": [{"a1": 1}, {"b": 2}, {"a2": "x"}, {"ab": "y"}],
+  "propertyNames": {"pattern": "^a"}, "patternProperties": {"[0-9]$": {"type": "integer"}}}, ['{"a1": 1}', '{"ab": "y"}'], ['{"b": 2}', '{"a2": "x"}'])
+T("pinned_contains_unique_items", {"enum": [[1, "x"], [1, 1], ["x"], [1, 1.0], [3, "y", 4]], "uniqueItems": True,
+  "contains": {"type": "integer"}, "maxContains": 1}, ['[1, "x"]'], ['[1, 1]', '["x"]', '[1, 1.0]', '[3, "y", 4]'])
+T("pinned_ref_target", {"$defs": {"c": {"enum": ["r", "g", "b"]}}, "$ref": "#/$defs/c", "not": {"const": "g"}}, ['"r"', '"b"'], ['"g"', '"x"'])
+T("pinned_any_of_branches", {"anyOf": [{"const": "x"}, {"enum": ["y", "z"]}], "not": {"enum": ["z"]}}, ['"x"', '"y"'], ['"z"', '"w"'])
+T("pinned_dependent_required", {"enum": [{"a": 1}, {"a": 1, "b": 2}, {"c": 3}], "dependentRequired": {"a": ["b"]},
+  "additionalProperties": {"maximum": 2}}, ['{"a": 1, "b": 2}'], ['{"a": 1}', '{"c": 3}'])
+T("pinned_through_all_of", {"type": ["object", "string"], "allOf": [{"enum": ["p", 7, {}]}], "not": {"type": "string"}}, ['{}'], ['"p"', '7', '{"a": 1}'])
+case("pinned_format_refused", {"enum": ["a@b.c"], "format": "email", "not": {"const": 1}}, error="not is not supported")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

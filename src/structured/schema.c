@@ -1509,7 +1509,18 @@ static vllm_status gen_string(sc *c, json_t *s, strbuf *b) {
             if (rc != VLLM_ERR_NOT_FOUND) return rc;
         }
     }
-    if (pat && (hmn || hmx)) return sc_err(c, VLLM_ERR_UNSUPPORTED, "pattern with minLength/maxLength is not supported");
+    if (pat && (hmn || hmx)) {
+        /* one pattern where the lengths can be read off the regex (pattern_len.c) */
+        strbuf np = {0};
+        bool nothing = false;
+        rc = st_pattern_with_length(json_string_value(pat), hmn ? mn : 0, hmx ? mx : -1, &np, &nothing);
+        if (rc == VLLM_ERR_UNSUPPORTED)
+            rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "pattern with minLength/maxLength is not supported (only where the pattern's lengths are plain: one repeated character class, the rest fixed)");
+        else if (!rc && nothing) rc = VLLM_ERR_NOT_FOUND;
+        else if (!rc) rc = gen_pattern(c, np.s, b);
+        free(np.s);
+        return rc;
+    }
     if (pat) return gen_pattern(c, json_string_value(pat), b);
     rname ch, str;
     if (!hmn && !hmx) {

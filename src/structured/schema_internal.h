@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/strbuf.h"
 #include "vllm/status.h"
@@ -27,6 +28,12 @@ vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
  * when nothing is left (the alternative matches every string). A regex it
  * does not understand is appended as it is (search.c). */
 vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back, strbuf *out, bool *empty);
+
+/* A JSON-Schema pattern whose matches must also have mn to mx code points
+ * (mx < 0: no upper bound) as one pattern, appended to out; *never when no
+ * string qualifies; VLLM_ERR_UNSUPPORTED (no message) when the lengths
+ * cannot be read off the regex exactly. pattern_len.c. */
+vllm_status st_pattern_with_length(const char *re, int64_t mn, int64_t mx, strbuf *out, bool *never);
 
 /* Is the JSON value v valid under schema s (JSON Schema 2020-12, and the
  * older drafts' spellings per doc's $schema)? 1 valid, 0 invalid, -1 cannot

@@ -147,6 +147,19 @@ T("pinned_dependent_required", {"enum": [{"a": 1}, {"a": 1, "b": 2}, {"c": 3}], 
   "additionalProperties": {"maximum": 2}}, ['{"a": 1, "b": 2}'], ['{"a": 1}', '{"c": 3}'])
 T("pinned_through_all_of", {"type": ["object", "string"], "allOf": [{"enum": ["p", 7, {}]}], "not": {"type": "string"}}, ['{}'], ['"p"', '7', '{"a": 1}'])
 case("pinned_format_refused", {"enum": ["a@b.c"], "format": "email", "not": {"const": 1}}, error="not is not supported")
+# pattern with minLength / maxLength (code points) where the regex's lengths are plain
+T("pattern_length_implied", {"type": "string", "pattern": "^[0-9]{4}$", "minLength": 3, "maxLength": 4}, ['"1234"'], ['"123"', '"12345"', '"12a4"'])
+T("pattern_length_class_bounds", {"type": "string", "pattern": "^[a-z0-9_.]+$", "minLength": 2, "maxLength": 5},
+  ['"ab"', '"a.b_1"'], ['"a"', '"abcdef"', '"A"', '""'])
+T("pattern_length_fixed_prefix", {"type": "string", "pattern": "^id-[0-9]*$", "minLength": 5, "maxLength": 7},
+  ['"id-12"', '"id-1234"'], ['"id-1"', '"id-12345"', '"id-ab"', '"xid-12"'])
+T("pattern_length_code_points", {"type": "string", "pattern": "^[^,]*$", "maxLength": 2},
+  ['"éé"', '"😀a"', '""', '"a\\n"'], ['"ééé"', '"a,"', '"abc"', '"a\\n\\t"'])
+T("pattern_length_unanchored_exact", {"type": "string", "pattern": "[0-9]{3}", "maxLength": 3}, ['"123"'], ['"1234"', '"a123"', '"12"'])
+T("pattern_length_unanchored_min", {"type": "string", "pattern": "[0-9]{3}", "minLength": 2}, ['"x123"', '"123"'], ['"12"', '"1a2"'])
+T("pattern_length_impossible", {"type": ["string", "null"], "pattern": "^[a-z]{5}$", "maxLength": 3}, ['null'], ['"abcde"', '"abc"'])
+case("pattern_length_two_parts_refused", {"type": "string", "pattern": "^[a-z]+-[a-z]+$", "maxLength": 5},
+  error="pattern with minLength/maxLength is not supported")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

@@ -117,6 +117,7 @@
 #define ST_SCHEMA_MAX_DEPTH 200               /* nesting of schemas (C stack) */
 #define ST_SCHEMA_MAX_MERGE 32                /* $ref inlined by merges, nested */
 #define ST_SCHEMA_MAX_BRANCHES 256            /* anyOf x anyOf products */
+#define ST_SCHEMA_MAX_COUNT 64                /* minProperties / maxProperties counted in rules */
 
 /* type bits */
 enum {
@@ -1958,8 +1959,13 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
     if (!rc) rc = get_count(c, s, "maxProperties", &maxp, &hmaxp);
     int n_req = 0;
     for (int j = 0; j < n; j++) n_req += keys[j].required;
-    if (!rc && hminp && minp > n_req) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "minProperties above the number of required properties is not supported");
-    if (!rc && hmaxp && (!addl_never || maxp < n)) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "maxProperties below the number of possible properties is not supported");
+    /* counted: the chain tracks how many properties are written (below) */
+    bool counted = (hminp && minp > n_req) || (hmaxp && (!addl_never || maxp < n));
+    int64_t kcap = counted ? (hmaxp ? maxp : minp) : 0;
+    if (!hminp) minp = 0;
+    if (!rc && counted && (kcap > ST_SCHEMA_MAX_COUNT || (int64_t)(n + 1) * (kcap + 1) > 4 * ST_SCHEMA_MAX_COUNT * ST_SCHEMA_MAX_COUNT))
+        rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "minProperties/maxProperties: counting %" PRId64 " properties over %d keys is not supported", kcap, n);
+    if (!rc && hmaxp && n_req > maxp) *never = true;
     /* each key's value rule */
     for (int j = 0; j < n && !rc; j++) {
         if (!keys[j].schema) { rn_shared(c, &keys[j].rule, S_VAL, "val"); continue; }
@@ -1991,6 +1997,67 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
         path_pop(c, o2);
     } else if (!addl_never) {
         rc = gen_other_key(c, keys, n, &other);
+    }
+    if (counted && !rc) {
+        /* minProperties / maxProperties: C_j_k after k properties (k capped at
+         * kcap: maxProperties, else minProperties), F_j before any:
+         *   F_j   ::= key_j C_{j+1}_1 | F_{j+1}                      (| when optional)
+         *   C_j_k ::= "," key_j C_{j+1}_{k+1} | C_{j+1}_k            (key only while k < maxProperties)
+         *   F_n   ::= (addl C_n_1)?                                  (not optional when minProperties >= 1)
+         *   C_n_k ::= ("," addl){max(0, minProperties - k), maxProperties - k} */
+        const char *none = "\"\\x00\" \"\\x00\"";  /* matches nothing in JSON text (no raw NUL) */
+        for (int j = n; j >= 0 && !rc; j--) {
+            for (int64_t cnt = 0; cnt <= kcap && !rc; cnt++) {
+                body.len = 0;
+                rname nm;
+                if (cnt == 0) rn_printf(&nm, "%s_f%d", base.s, j);
+                else rn_printf(&nm, "%s_c%d_%" PRId64, base.s, j, cnt);
+                int64_t k1 = cnt + 1 > kcap ? kcap : cnt + 1;
+                bool room = !hmaxp || cnt + 1 <= maxp;
+                if (j == n) {
+                    int64_t lo = minp - cnt > 0 ? minp - cnt : 0;
+                    if (cnt == 0) {
+                        if (!addl_never && room) {
+                            rc = sb_printf(&body, "( %s\"\\\"\" %s \"\\\"\" %s\":\" %s%s %s_c%d_1 )%s", ws, other.s, ws, ws,
+                                           addl_rule.s, base.s, n, lo ? "" : "?");
+                        } else {
+                            rc = sb_puts(&body, lo ? none : "\"\"");
+                        }
+                    } else if (addl_never || (hmaxp && cnt >= maxp)) {
+                        rc = sb_puts(&body, lo ? none : "\"\"");
+                    } else {
+                        rc = sb_printf(&body, "( %s\",\" %s\"\\\"\" %s \"\\\"\" %s\":\" %s%s ){%" PRId64 ",", ws, ws, other.s, ws,
+                                       ws, addl_rule.s, lo);
+                        if (!rc && hmaxp) rc = sb_printf(&body, "%" PRId64, maxp - cnt);
+                        if (!rc) rc = sb_puts(&body, "}");
+                    }
+                } else {
+                    bool first = true;
+                    if (keys[j].rule.s[0] && room) {
+                        rc = sb_printf(&body, "%s%s", ws, cnt ? "\",\" " : "");
+                        if (!rc && cnt) rc = sb_puts(&body, ws);
+                        if (!rc) rc = gb_json_string(&body, keys[j].name, strlen(keys[j].name));
+                        if (!rc) rc = sb_printf(&body, " %s\":\" %s%s %s_c%d_%" PRId64, ws, ws, keys[j].rule.s, base.s, j + 1, k1);
+                        first = false;
+                    }
+                    if (!rc && (!keys[j].required || !keys[j].rule.s[0])) {
+                        /* skipped: optional (a required key whose schema is false was refused above) */
+                        if (!keys[j].required) {
+                            if (!first) rc = sb_puts(&body, " | ");
+                            first = false;
+                            if (!rc && cnt == 0) rc = sb_printf(&body, "%s_f%d", base.s, j + 1);
+                            else if (!rc) rc = sb_printf(&body, "%s_c%d_%" PRId64, base.s, j + 1, cnt);
+                        }
+                    }
+                    if (!rc && first) rc = sb_puts(&body, none);
+                }
+                if (!rc) rc = sc_rule(c, &nm, &body);
+            }
+        }
+        if (!rc) rc = sb_printf(b, "\"{\" %s_f0 %s\"}\"", base.s, ws);
+        free(body.s);
+        free(keys);
+        return rc;
     }
     /* tail (j == n): additional properties */
     for (int pass = 0; pass < 2 && !rc; pass++) {

@@ -160,6 +160,17 @@ T("pattern_length_unanchored_min", {"type": "string", "pattern": "[0-9]{3}", "mi
 T("pattern_length_impossible", {"type": ["string", "null"], "pattern": "^[a-z]{5}$", "maxLength": 3}, ['null'], ['"abcde"', '"abc"'])
 case("pattern_length_two_parts_refused", {"type": "string", "pattern": "^[a-z]+-[a-z]+$", "maxLength": 5},
   error="pattern with minLength/maxLength is not supported")
+# minProperties / maxProperties counted in the property chain
+T("min_properties_additional", {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}},
+  ['{"a": "x"}', '{"a": "x", "b": "y"}'], ['{}', '{"a": 1}', '{ }'])
+T("min_properties_optional_known", {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 1},
+  ['{"a": 1}', '{"b": 2}', '{"a": 1, "b": 2}'], ['{}', '{"c": 1}'])
+T("min_properties_beyond_required", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"], "minProperties": 2},
+  ['{"a": 1, "b": 2}', '{"a": 1, "x": 3}', '{"a": 1, "b": 1, "c": 1}', '{"a": 1, "c": 1, "x": 1, "y": 2}'], ['{"a": 1}', '{"b": 1, "c": 1}', '{"a": "1", "b": 2}'])
+T("max_properties_counted", {"type": "object", "properties": {"a": {}}, "required": ["a"], "maxProperties": 2},
+  ['{"a": 1}', '{"a": 1, "z": 2}'], ['{"a": 1, "y": 2, "z": 3}', '{}'])
+T("min_max_properties", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2, "maxProperties": 3},
+  ['{"a": 1, "b": 2}', '{"a": 1, "b": 2, "c": 3}'], ['{"a": 1}', '{"a": 1, "b": 2, "c": 3, "d": 4}', '{"a": 1, "b": "x"}', '{}'])
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

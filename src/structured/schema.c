@@ -1798,7 +1798,7 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
     for (int i = 0; i < n; i++) cap += (int)strlen(keys[i].name);
     const char **pfx = malloc(sizeof *pfx * (size_t)cap);
     size_t *plen = malloc(sizeof *plen * (size_t)cap);
-    bool *known = malloc(sizeof *known * (size_t)cap), *alive = malloc(sizeof *alive * (size_t)cap);
+    bool *known = calloc((size_t)cap, sizeof *known), *alive = calloc((size_t)cap, sizeof *alive);  /* zeroed: GCC cannot see alive[0] is set */
     if (!pfx || !plen || !known || !alive) {
         free(pfx); free(plen); free(known); free(alive);
         return vllm_error(VLLM_ERR_NOMEM, "schema: out of memory");

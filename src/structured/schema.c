@@ -150,6 +150,7 @@ typedef struct sc {
     int n_refs, cap_refs;
     strbuf path;          /* JSON path of the schema being translated, for errors */
     int depth, merge_depth;
+    int disjoint_depth;   /* provably_disjoint's anyOf distribution, nested */
     unsigned fmt_done;    /* formats whose rules are written */
 } sc;
 
@@ -708,6 +709,31 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
     int count = 0;
     json_object_foreach(n, k, v) if (kw_constrains(k, v)) { only = k; val = v; count++; }
     if (count == 0) return schema_false();
+    if (count > 1) {
+        /* not (a and b) = not a or not b, when the keywords are independent of one another */
+        static const char *const indep[] = {
+            "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+            "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "required", "multipleOf",
+            "pattern", "format", "not", "anyOf", "allOf", "oneOf", NULL,
+        };
+        json_object_foreach(n, k, v) {
+            if (!kw_constrains(k, v)) continue;
+            if (!in_list(indep, k) || json_is_boolean(v)) {
+                *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "not over \"%s\" beside other keywords is not supported", k);
+                return NULL;
+            }
+        }
+        json_t *alts = json_array();
+        json_object_foreach(n, k, v) {
+            if (!kw_constrains(k, v)) continue;
+            json_t *one = json_pack("{s:O}", k, v);
+            json_t *ne = negate(c, one, depth + 1, rc);
+            json_decref(one);
+            if (!ne) { json_decref(alts); return NULL; }
+            json_array_append_new(alts, ne);
+        }
+        return json_pack("{s:o}", "anyOf", alts);
+    }
     if (count == 1) {
         if (!strcmp(only, "$ref") && json_is_string(val)) {
             char *ptr = NULL;
@@ -718,6 +744,28 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
         if (!strcmp(only, "not")) return flatten(c, val, rc);
         if (!strcmp(only, "allOf") && json_is_array(val) && json_array_size(val) == 1)
             return negate(c, json_array_get(val, 0), depth + 1, rc);
+        if (!strcmp(only, "allOf") && json_is_array(val) && json_array_size(val) > 1) {
+            /* not (a and b) = not a or not b */
+            json_t *alts = json_array();
+            size_t i;
+            json_t *e;
+            json_array_foreach(val, i, e) {
+                json_t *ne = negate(c, e, depth + 1, rc);
+                if (!ne) { json_decref(alts); return NULL; }
+                json_array_append_new(alts, ne);
+            }
+            return json_pack("{s:o}", "anyOf", alts);
+        }
+        if (!strcmp(only, "properties") && json_is_object(val) && json_object_size(val)) {
+            /* an object with some listed property present and invalid */
+            json_t *alts = json_array();
+            json_object_foreach(val, k, v) {
+                json_t *ne = negate(c, v, depth + 1, rc);
+                if (!ne) { json_decref(alts); return NULL; }
+                json_array_append_new(alts, json_pack("{s:s, s:[s], s:{s:o}}", "type", "object", "required", k, "properties", k, ne));
+            }
+            return json_pack("{s:o}", "anyOf", alts);
+        }
         if (!strcmp(only, "anyOf") && json_is_array(val) && json_array_size(val)) {
             json_t *acc = json_object();
             size_t i;
@@ -760,6 +808,17 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
         if (!strcmp(only, "required") && json_is_array(val) && json_array_size(val) == 1 &&
             json_is_string(json_array_get(val, 0)))
             return json_pack("{s:s, s:{s:b}}", "type", "object", "properties", json_string_value(json_array_get(val, 0)), 0);
+        if (!strcmp(only, "required") && json_is_array(val) && json_array_size(val) > 1) {
+            /* an object lacking one of the keys */
+            json_t *alts = json_array();
+            size_t i;
+            json_t *e;
+            json_array_foreach(val, i, e) {
+                if (!json_is_string(e)) { json_decref(alts); *rc = sc_err(c, VLLM_ERR_INVALID, "required.%zu must be a string", i); return NULL; }
+                json_array_append_new(alts, json_pack("{s:{s:b}}", "properties", json_string_value(e), 0));
+            }
+            return json_pack("{s:s, s:o}", "type", "object", "anyOf", alts);
+        }
         if ((!strcmp(only, "enum") && json_is_array(val)) || !strcmp(only, "const")) {
             json_t *list = !strcmp(only, "enum") ? json_incref(val) : json_pack("[O]", val);
             bool nul = false, tru = false, fal = false, other = false;
@@ -2373,9 +2432,31 @@ static bool provably_disjoint(sc *c, json_t *a, json_t *b) {
     a = deref(c, a);
     b = deref(c, b);
     if (!a || !b || !json_is_object(a) || !json_is_object(b)) return json_is_false(a) || json_is_false(b);
-    if (json_object_get(a, "anyOf") || json_object_get(a, "oneOf") || json_object_get(a, "allOf") ||
-        json_object_get(b, "anyOf") || json_object_get(b, "oneOf") || json_object_get(b, "allOf"))
+    if (json_object_get(a, "oneOf") || json_object_get(a, "allOf") || json_object_get(b, "oneOf") || json_object_get(b, "allOf"))
         return false;
+    /* a side with anyOf: disjoint when each of its branches (merged with its siblings) is */
+    for (int side = 0; side < 2; side++) {
+        json_t *x = side ? b : a, *y = side ? a : b;
+        json_t *alts = json_object_get(x, "anyOf");
+        if (!alts) continue;
+        if (!json_is_array(alts) || c->disjoint_depth >= 4) return false;
+        c->disjoint_depth++;
+        json_t *rest = json_copy(x);
+        json_object_del(rest, "anyOf");
+        bool all = true;
+        size_t i;
+        json_t *e;
+        json_array_foreach(alts, i, e) {
+            vllm_status rc = VLLM_OK;
+            json_t *m = merge2(c, rest, e, &rc);
+            all = m && !rc && provably_disjoint(c, m, y);
+            json_decref(m);
+            if (!all) break;
+        }
+        json_decref(rest);
+        c->disjoint_depth--;
+        return all;
+    }
     unsigned ta = value_types(c, a), tb = value_types(c, b);
     if (!(ta & tb)) return true;
     /* enumerated values: each one invalid on the other side */

@@ -171,6 +171,18 @@ T("max_properties_counted", {"type": "object", "properties": {"a": {}}, "require
   ['{"a": 1}', '{"a": 1, "z": 2}'], ['{"a": 1, "y": 2, "z": 3}', '{}'])
 T("min_max_properties", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2, "maxProperties": 3},
   ['{"a": 1, "b": 2}', '{"a": 1, "b": 2, "c": 3}'], ['{"a": 1}', '{"a": 1, "b": 2, "c": 3, "d": 4}', '{"a": 1, "b": "x"}', '{}'])
+# not by De Morgan: over several required keys, allOf, several keywords, properties
+T("not_required_several", {"type": "object", "not": {"required": ["a", "b"]}},
+  ['{}', '{"a": 1}', '{"b": 1}', '{"a": 1, "c": 2}'], ['{"a": 1, "b": 2}', '{"b": 1, "a": 1, "c": 3}', '"x"'])
+T("not_all_of", {"type": "integer", "not": {"allOf": [{"minimum": 3}, {"maximum": 5}]}}, ['2', '6', '-1'], ['3', '4', '5', '"x"'])
+T("not_keywords_together", {"not": {"type": "string", "minLength": 3}}, ['"ab"', '1', 'null', '[]', '""'], ['"abc"', '"abcd"'])
+T("not_properties", {"type": "object", "not": {"properties": {"a": {"type": "string"}}}},
+  ['{"a": 1}', '{"a": null, "b": "x"}'], ['{}', '{"a": "x"}', '{"b": 1}'])
+T("one_of_exclusive_by_not_required", {"type": "object", "properties": {"l": {"type": "number"}, "w": {"type": "number"}, "r": {"type": "number"}},
+  "oneOf": [{"required": ["l", "w"], "not": {"required": ["r"]}}, {"required": ["r"], "not": {"required": ["l", "w"]}}]},
+  ['{"l": 1, "w": 2}', '{"r": 3}', '{"l": 1, "r": 3}'], ['{"l": 1, "w": 2, "r": 3}', '{}', '{"l": 1}', '{"w": 1, "r": 2, "l": 3}'])
+case("one_of_any_of_overlap_refused", {"oneOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "integer"}]},
+  error="oneOf: branches 0 and 1 may both match")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

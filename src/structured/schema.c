@@ -1486,7 +1486,7 @@ static const char *const formats_spec[] = {
  * checked to be implied */
 static const struct { const char *name; int min, max; } formats_ours[] = {
     {"date", 10, 10}, {"time", 9, -1}, {"date-time", 20, -1}, {"uuid", 36, 36},
-    {"email", 3, -1}, {"uri", 4, -1}, {"ipv4", 7, 15},
+    {"email", 3, -1}, {"uri", 4, -1}, {"ipv4", 7, 15}, {"hostname", 1, 247},
 };
 
 /* format f as an expression in b; VLLM_ERR_NOT_FOUND: f is an annotation */
@@ -1541,6 +1541,16 @@ static vllm_status gen_format(sc *c, const char *f, int64_t mn, bool hmn, int64_
         rc = sb_printf(o, "%s ::= \"\\\"\" %s_o \".\" %s_o \".\" %s_o \".\" %s_o \"\\\"\"\n"
                           "%s_o ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n",
                        n, n, n, n, n, n);
+        break;
+    case 7:
+        /* RFC 1123 labels (letters, digits, inner hyphens, at most 63), at most
+         * 253 characters in all: up to 3 labels of any length, or up to 8 of
+         * at most 30 (a narrowing: the grammar cannot add up the labels) */
+        rc = sb_printf(o,
+                       "%s ::= \"\\\"\" (%s_l63 (\".\" %s_l63){0,2} | %s_l30 (\".\" %s_l30){0,7}) \"\\\"\"\n"
+                       "%s_l63 ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?\n"
+                       "%s_l30 ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,28} [a-zA-Z0-9])?\n",
+                       n, n, n, n, n, n, n);
         break;
     }
     return rc ? rc : sb_puts(b, n);

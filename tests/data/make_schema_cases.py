@@ -183,6 +183,9 @@ T("one_of_exclusive_by_not_required", {"type": "object", "properties": {"l": {"t
   ['{"l": 1, "w": 2}', '{"r": 3}', '{"l": 1, "r": 3}'], ['{"l": 1, "w": 2, "r": 3}', '{}', '{"l": 1}', '{"w": 1, "r": 2, "l": 3}'])
 case("one_of_any_of_overlap_refused", {"oneOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "integer"}]},
   error="oneOf: branches 0 and 1 may both match")
+T("format_hostname", {"type": "string", "format": "hostname"},
+  ['"example.com"', '"a"', '"xn--bcher-kva.example"', '"a1-b2.c3"', '"' + "a" * 63 + '.com"', '"a.b.c.d.e.f.g.h"'],
+  ['"-a.com"', '"a-.com"', '"a_b.com"', '"a..b"', '"' + "a" * 64 + '.com"', '"exa mple.com"', '""'])
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

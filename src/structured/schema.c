@@ -714,7 +714,7 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
         static const char *const indep[] = {
             "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
             "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "required", "multipleOf",
-            "pattern", "format", "not", "anyOf", "allOf", "oneOf", NULL,
+            "pattern", "format", "not", "anyOf", "allOf", "oneOf", "properties", NULL,  /* properties: not with additionalProperties or patternProperties */
         };
         json_object_foreach(n, k, v) {
             if (!kw_constrains(k, v)) continue;
@@ -2337,6 +2337,29 @@ static json_t *one_of_required(sc *c, json_t *alts) {
     return out;
 }
 
+/* oneOf as anyOf of differences: branch i merged with not-branch-j for
+ * every j whose merged form (merged[j], with the siblings) it may overlap;
+ * NULL (error cleared) when a negation or a merge is not exact */
+static json_t *one_of_difference(sc *c, json_t *alts, json_t **merged) {
+    size_t n = json_array_size(alts);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n && out; i++) {
+        json_t *acc = json_incref(json_array_get(alts, i));
+        for (size_t j = 0; j < n && acc; j++) {
+            if (j == i || provably_disjoint(c, merged[i], merged[j])) continue;
+            vllm_status rc = VLLM_OK;
+            json_t *nj = negate(c, json_array_get(alts, j), 0, &rc);
+            json_t *m = nj ? merge2(c, acc, nj, &rc) : NULL;
+            json_decref(nj);
+            json_decref(acc);
+            acc = m;
+        }
+        if (acc) json_array_append_new(out, acc);
+        else { json_decref(out); out = NULL; }
+    }
+    return out;
+}
+
 static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *never) {
     json_t *alts = json_object_get(s, kw);
     json_t *rewritten = NULL;
@@ -2351,6 +2374,7 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
     }
     if (!json_is_array(alts) || !json_array_size(alts)) return sc_err(c, VLLM_ERR_INVALID, "%s must be a non-empty array", kw);
     if (json_array_size(alts) > ST_SCHEMA_MAX_BRANCHES) return sc_err(c, VLLM_ERR_UNSUPPORTED, "%s has more than %d branches", kw, ST_SCHEMA_MAX_BRANCHES);
+    size_t b_len0 = b->len;
     json_t *sib = json_copy(s);
     json_object_del(sib, kw);
     bool has_sib = false;
@@ -2370,12 +2394,31 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
         path_pop(c, old);
     }
     if (!rc && !strcmp(kw, "oneOf")) {
-        /* exactly one: as anyOf only when no instance can match two branches */
+        /* exactly one: as anyOf when no instance can match two branches;
+         * else branch i and the negation of every branch j it may overlap
+         * (a difference, exact where negate has a positive form) */
         size_t n = json_array_size(alts);
+        json_t *diff = NULL;
         for (size_t x = 0; x < n && !rc; x++)
             for (size_t y = x + 1; y < n && !rc; y++)
-                if (!provably_disjoint(c, merged[x], merged[y]))
-                    rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches are supported; anyOf may be what you mean)", x, y);
+                if (!provably_disjoint(c, merged[x], merged[y]) && !diff) {
+                    diff = one_of_difference(c, alts, merged);
+                    if (!diff)
+                        rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches, or branches whose overlap can be negated exactly, are supported; anyOf may be what you mean)", x, y);
+                }
+        if (diff) {
+            for (size_t q = 0; q < n; q++) json_decref(merged[q]);
+            free(merged);
+            b->len = b_len0;  /* the "(" written above */
+            if (b->s) b->s[b_len0] = 0;
+            json_t *s2 = json_copy(s);
+            json_object_del(s2, "oneOf");
+            json_object_set_new(s2, "anyOf", diff);
+            rc = gen_alts(c, s2, "anyOf", b, never);
+            json_decref(s2);
+            json_decref(sib);
+            return rc;
+        }
     }
     json_array_foreach(alts, i, e) {
         if (rc) break;

@@ -186,6 +186,13 @@ case("one_of_any_of_overlap_refused", {"oneOf": [{"anyOf": [{"type": "string"}, 
 T("format_hostname", {"type": "string", "format": "hostname"},
   ['"example.com"', '"a"', '"xn--bcher-kva.example"', '"a1-b2.c3"', '"' + "a" * 63 + '.com"', '"a.b.c.d.e.f.g.h"'],
   ['"-a.com"', '"a-.com"', '"a_b.com"', '"a..b"', '"' + "a" * 64 + '.com"', '"exa mple.com"', '""'])
+# oneOf with overlapping branches: branch i and not branch j (exactly one), where not has a positive form
+T("one_of_difference_required_keys", {"type": "object", "oneOf": [{"required": ["a"], "properties": {"a": {"type": "string"}}},
+  {"required": ["b"], "properties": {"b": {"type": "string"}}}]},
+  ['{"a": "x"}', '{"b": "y"}', '{"a": "x", "b": 1}', '{"b": "y", "a": 1}'], ['{"a": "x", "b": "y"}', '{}', '{"c": 1}', '{"a": 1}'])
+T("one_of_difference_types", {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, ['"abcd"'], ['"abc"', '""', '1'])
+T("one_of_difference_bounds", {"type": "integer", "oneOf": [{"maximum": 2}, {"maximum": 5}]}, ['3', '5'], ['2', '0', '6'])
+case("one_of_difference_pattern_refused", {"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^a"}]}, error="may both match")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

@@ -118,6 +118,7 @@
 #define ST_SCHEMA_MAX_MERGE 32                /* $ref inlined by merges, nested */
 #define ST_SCHEMA_MAX_BRANCHES 256            /* anyOf x anyOf products */
 #define ST_SCHEMA_MAX_COUNT 64                /* minProperties / maxProperties counted in rules */
+#define ST_SCHEMA_PIN_BUDGET 300000           /* subschemas visited checking pinned values, per compile */
 
 /* type bits */
 enum {
@@ -151,6 +152,8 @@ typedef struct sc {
     strbuf path;          /* JSON path of the schema being translated, for errors */
     int depth, merge_depth;
     int disjoint_depth;   /* provably_disjoint's anyOf distribution, nested */
+    long disjoint_steps;  /* and its branches tried in all (bounded time) */
+    long pin_budget;      /* subschemas enum_filtered may still visit in this compile */
     unsigned fmt_done;    /* formats whose rules are written */
 } sc;
 
@@ -2402,7 +2405,7 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
         for (size_t x = 0; x < n && !rc; x++)
             for (size_t y = x + 1; y < n && !rc; y++)
                 if (!provably_disjoint(c, merged[x], merged[y]) && !diff) {
-                    diff = one_of_difference(c, alts, merged);
+                    diff = n <= 16 ? one_of_difference(c, alts, merged) : NULL;
                     if (!diff)
                         rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches, or branches whose overlap can be negated exactly, are supported; anyOf may be what you mean)", x, y);
                 }
@@ -2492,7 +2495,7 @@ static bool provably_disjoint(sc *c, json_t *a, json_t *b) {
         json_t *x = side ? b : a, *y = side ? a : b;
         json_t *alts = json_object_get(x, "anyOf");
         if (!alts) continue;
-        if (!json_is_array(alts) || c->disjoint_depth >= 4) return false;
+        if (!json_is_array(alts) || c->disjoint_depth >= 4 || ++c->disjoint_steps > 20000) return false;
         c->disjoint_depth++;
         json_t *rest = json_copy(x);
         json_object_del(rest, "anyOf");
@@ -2620,8 +2623,8 @@ static vllm_status gen_body(sc *c, json_t *s, strbuf *b, bool *never) {
 /* The values a schema pins its instances to (a new array), or NULL: its
  * enum / const, or those of an allOf member or a $ref target (a conjunct),
  * or the union of every anyOf / oneOf branch's (each branch pinned). */
-static json_t *enum_candidates(sc *c, json_t *s, int depth) {
-    if (depth > 16) return NULL;
+static json_t *enum_candidates(sc *c, json_t *s, int depth, long *budget) {
+    if (depth > 16 || --*budget < 0) return NULL;
     if (json_is_false(s)) return json_array();
     if (!json_is_object(s)) return NULL;
     json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
@@ -2633,14 +2636,14 @@ static json_t *enum_candidates(sc *c, json_t *s, int depth) {
         vllm_status rc = VLLM_OK;
         json_t *t = ref_resolve(c, json_string_value(ref), &ptr, &rc);
         free(ptr);
-        json_t *r = t ? enum_candidates(c, t, depth + 1) : NULL;
+        json_t *r = t ? enum_candidates(c, t, depth + 1, budget) : NULL;
         if (r) return r;
     }
     json_t *all = json_object_get(s, "allOf");
     size_t i;
     json_t *x;
     if (json_is_array(all)) json_array_foreach(all, i, x) {
-        json_t *r = enum_candidates(c, x, depth + 1);
+        json_t *r = enum_candidates(c, x, depth + 1, budget);
         if (r) return r;
     }
     static const char *const alt_kw[] = {"anyOf", "oneOf"};
@@ -2649,7 +2652,7 @@ static json_t *enum_candidates(sc *c, json_t *s, int depth) {
         if (!json_is_array(alts) || !json_array_size(alts)) continue;
         json_t *u = json_array();
         json_array_foreach(alts, i, x) {
-            json_t *r = enum_candidates(c, x, depth + 1);
+            json_t *r = enum_candidates(c, x, depth + 1, budget);
             if (!r) { json_decref(u); u = NULL; break; }
             json_array_extend(u, r);
             json_decref(r);
@@ -2664,13 +2667,13 @@ static json_t *enum_candidates(sc *c, json_t *s, int depth) {
  * NULL when s is not pinned or a value's validity cannot be told exactly
  * (then s is translated keyword by keyword, which may refuse it). */
 static json_t *enum_filtered(sc *c, json_t *s) {
-    json_t *cand = enum_candidates(c, s, 0);
+    json_t *cand = enum_candidates(c, s, 0, &c->pin_budget);
     if (!cand) return NULL;
     json_t *keep = json_array();
     size_t i;
     json_t *v;
     json_array_foreach(cand, i, v) {
-        int r = st_schema_check(c->doc, c->id, s, v, NULL);
+        int r = st_schema_check(c->doc, c->id, s, v, &c->pin_budget, NULL);
         if (r < 0) { json_decref(keep); keep = NULL; break; }
         bool dup = false;
         size_t j;
@@ -2782,6 +2785,7 @@ vllm_status st_schema_to_gbnf(const char *json, size_t len, const st_spec *opts,
         if (!doc) return vllm_error(VLLM_ERR_FORMAT, "schema: not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     }
     c.root = root;
+    c.pin_budget = ST_SCHEMA_PIN_BUDGET;
     c.out = out;
     c.doc = doc;
     c.opts = opts;

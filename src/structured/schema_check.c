@@ -22,7 +22,9 @@
  * pointer, a pattern PCRE2 cannot compile, a pattern with \d \w \s \b
  * (ASCII in PCRE2, Unicode in Python's re and ECMA-262 with /u) matched
  * against non-ASCII text, multipleOf whose quotient is too close to an
- * integer for a double to decide, and nesting deeper than CHECK_MAX_DEPTH.
+ * integer for a double to decide, nesting deeper than CHECK_MAX_DEPTH and
+ * more subschemas visited than the caller's budget (bounded time on any
+ * input: schema.c gives one budget to a whole compile).
  *
  * Numbers compare by value (1 == 1.0, as the spec says; an integer and a
  * double only when the double is that integer exactly). "integer" is a
@@ -47,6 +49,7 @@ typedef struct ck {
     json_t *doc;
     const char *id;
     int ver;              /* 4 (also 3), 6, 7, 2019, 2020 (the default) from the document's $schema */
+    long budget;          /* schemas left to visit: anyOf over $refs can branch exponentially */
     const char *why;
 } ck;
 
@@ -344,6 +347,7 @@ static int check_number(ck *k, json_t *s, json_t *v) {
 
 static int check(ck *k, json_t *s, json_t *v, int depth) {
     if (depth > CHECK_MAX_DEPTH) return cant(k, "schemas nested too deep");
+    if (--k->budget < 0) return cant(k, "too many subschemas to visit");
     if (json_is_boolean(s)) return json_is_true(s);
     if (!json_is_object(s)) return cant(k, "a schema that is not an object");
     int acc = 1;
@@ -447,8 +451,8 @@ static int check(ck *k, json_t *s, json_t *v, int depth) {
     return acc;
 }
 
-int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, const char **why) {
-    ck k = {.doc = doc, .id = id, .ver = 2020};
+int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, long *budget, const char **why) {
+    ck k = {.doc = doc, .id = id, .ver = 2020, .budget = *budget};
     json_t *sv = json_is_object(doc) ? json_object_get(doc, "$schema") : NULL;
     if (json_is_string(sv)) {
         const char *d = json_string_value(sv);
@@ -458,6 +462,7 @@ int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, const cha
         else if (strstr(d, "2019-09")) k.ver = 2019;
     }
     int r = check(&k, s, v, 0);
+    *budget = k.budget > 0 ? k.budget : 0;
     if (why) *why = r < 0 ? (k.why ? k.why : "?") : NULL;
     return r;
 }

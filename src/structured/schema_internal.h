@@ -38,7 +38,8 @@ vllm_status st_pattern_with_length(const char *re, int64_t mn, int64_t mx, strbu
 /* Is the JSON value v valid under schema s (JSON Schema 2020-12, and the
  * older drafts' spellings per doc's $schema)? 1 valid, 0 invalid, -1 cannot
  * tell exactly (*why, when not NULL, names the keyword). $refs resolve in
- * doc (id: its $id or NULL). schema_check.c. */
-int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, const char **why);
+ * doc (id: its $id or NULL). *budget: subschemas it may visit, decreased
+ * by those it did (-1 when it runs out). schema_check.c. */
+int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, long *budget, const char **why);
 
 #endif

@@ -2026,7 +2026,7 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
     }
     /* minProperties / maxProperties: only where the keys decide them already */
     int64_t minp = 0, maxp = 0;
-    bool hminp, hmaxp;
+    bool hminp = false, hmaxp = false;
     if (!rc) rc = get_count(c, s, "minProperties", &minp, &hminp);
     if (!rc) rc = get_count(c, s, "maxProperties", &maxp, &hmaxp);
     int n_req = 0;

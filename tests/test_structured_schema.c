@@ -16,7 +16,7 @@
  * of ../shared/data/maskbench, every 29th by name; skipped without it): no
  * invalid instance accepted.
  */
-/* checks: 105 */
+/* checks: 142 */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -263,6 +263,20 @@ TEST(test_error_recursive_allof) {
     expect_error(s, sizeof s - 1, "deeper than");
 }
 
+TEST(test_error_pinned_anyof_bomb) {
+    /* values pinned (enum) beside an anyOf that recurses three ways through
+     * $ref: checking the values would visit 3^depth subschemas; the budget
+     * (ST_SCHEMA_PIN_BUDGET per compile) keeps it to well under a second */
+    static const char s[] = "{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"$ref\": \"#/$defs/a\"}, "
+                            "{\"$ref\": \"#/$defs/a\"}, {\"const\": 1}]}}, \"enum\": [1, 2], \"allOf\": [{\"$ref\": \"#/$defs/a\"}]}";
+    double t0 = clock_now();
+    strbuf out = {0};
+    vllm_status rc = st_schema_to_gbnf(s, sizeof s - 1, NULL, "root", &out);
+    free(out.s);
+    double dt = clock_now() - t0;
+    CHECK(rc != VLLM_OK && dt < 3.0, "rc %d after %.2f s: %s", (int)rc, dt, vllm_errmsg());
+}
+
 TEST(test_error_not_a_schema) { expect_error("{\"properties\": {\"a\": 5}}", 24, "properties.a: a schema must be an object or a boolean"); }
 
 TEST(test_rule_names_prefixed) {
@@ -373,6 +387,7 @@ int main(void) {
     RUN(test_error_ten_megabytes);
     RUN(test_error_deep_nesting);
     RUN(test_error_recursive_allof);
+    RUN(test_error_pinned_anyof_bomb);
     RUN(test_error_not_a_schema);
     RUN(test_rule_names_prefixed);
     RUN(test_maskbench_sample);

@@ -7,17 +7,17 @@
 # (build/tools/schema_gbnf) compiled by XGrammar and matched with its
 # GrammarMatcher, so the grammar is judged by an engine that is not ours
 # (test_structured_schema.c walks the same cases through our matcher).
-# Needs .venv with xgrammar, jsonschema, rfc3339-validator, rfc3987
+# Needs .venv with xgrammar, jsonschema, rfc3339-validator, rfc3987, fqdn
 # (tests/ref/requirements.txt); without them every case reports skipped.
-# checks: 89
+# checks: 125
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
 VPY=.venv/bin/python
 cases=tests/data/schema_cases.json
 names() { /usr/bin/python3 -c 'import json,sys; [print(c["name"]) for c in json.load(open(sys.argv[1]))]' "$cases"; }
-if ! "$VPY" -c 'import xgrammar, jsonschema, rfc3339_validator, rfc3987' 2>/dev/null; then
-  names | while read -r n; do echo "skip $n: .venv lacks xgrammar/jsonschema/rfc3339-validator/rfc3987 (scripts/setup.sh)"; done
+if ! "$VPY" -c 'import xgrammar, jsonschema, rfc3339_validator, rfc3987, fqdn' 2>/dev/null; then
+  names | while read -r n; do echo "skip $n: .venv lacks xgrammar/jsonschema/rfc3339-validator/rfc3987/fqdn (scripts/setup.sh)"; done
   exit 0
 fi
 if [ ! -x "$BUILD/tools/schema_gbnf" ]; then

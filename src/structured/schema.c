@@ -117,6 +117,8 @@
 #define ST_SCHEMA_MAX_DEPTH 200               /* nesting of schemas (C stack) */
 #define ST_SCHEMA_MAX_MERGE 32                /* $ref inlined by merges, nested */
 #define ST_SCHEMA_MAX_BRANCHES 256            /* anyOf x anyOf products */
+#define ST_SCHEMA_MAX_COUNT 64                /* minProperties / maxProperties counted in rules */
+#define ST_SCHEMA_PIN_BUDGET 300000           /* subschemas visited checking pinned values, per compile */
 
 /* type bits */
 enum {
@@ -149,6 +151,9 @@ typedef struct sc {
     int n_refs, cap_refs;
     strbuf path;          /* JSON path of the schema being translated, for errors */
     int depth, merge_depth;
+    int disjoint_depth;   /* provably_disjoint's anyOf distribution, nested */
+    long disjoint_steps;  /* and its branches tried in all (bounded time) */
+    long pin_budget;      /* subschemas enum_filtered may still visit in this compile */
     unsigned fmt_done;    /* formats whose rules are written */
 } sc;
 
@@ -707,6 +712,31 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
     int count = 0;
     json_object_foreach(n, k, v) if (kw_constrains(k, v)) { only = k; val = v; count++; }
     if (count == 0) return schema_false();
+    if (count > 1) {
+        /* not (a and b) = not a or not b, when the keywords are independent of one another */
+        static const char *const indep[] = {
+            "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+            "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "required", "multipleOf",
+            "pattern", "format", "not", "anyOf", "allOf", "oneOf", "properties", NULL,  /* properties: not with additionalProperties or patternProperties */
+        };
+        json_object_foreach(n, k, v) {
+            if (!kw_constrains(k, v)) continue;
+            if (!in_list(indep, k) || json_is_boolean(v)) {
+                *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "not over \"%s\" beside other keywords is not supported", k);
+                return NULL;
+            }
+        }
+        json_t *alts = json_array();
+        json_object_foreach(n, k, v) {
+            if (!kw_constrains(k, v)) continue;
+            json_t *one = json_pack("{s:O}", k, v);
+            json_t *ne = negate(c, one, depth + 1, rc);
+            json_decref(one);
+            if (!ne) { json_decref(alts); return NULL; }
+            json_array_append_new(alts, ne);
+        }
+        return json_pack("{s:o}", "anyOf", alts);
+    }
     if (count == 1) {
         if (!strcmp(only, "$ref") && json_is_string(val)) {
             char *ptr = NULL;
@@ -717,6 +747,28 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
         if (!strcmp(only, "not")) return flatten(c, val, rc);
         if (!strcmp(only, "allOf") && json_is_array(val) && json_array_size(val) == 1)
             return negate(c, json_array_get(val, 0), depth + 1, rc);
+        if (!strcmp(only, "allOf") && json_is_array(val) && json_array_size(val) > 1) {
+            /* not (a and b) = not a or not b */
+            json_t *alts = json_array();
+            size_t i;
+            json_t *e;
+            json_array_foreach(val, i, e) {
+                json_t *ne = negate(c, e, depth + 1, rc);
+                if (!ne) { json_decref(alts); return NULL; }
+                json_array_append_new(alts, ne);
+            }
+            return json_pack("{s:o}", "anyOf", alts);
+        }
+        if (!strcmp(only, "properties") && json_is_object(val) && json_object_size(val)) {
+            /* an object with some listed property present and invalid */
+            json_t *alts = json_array();
+            json_object_foreach(val, k, v) {
+                json_t *ne = negate(c, v, depth + 1, rc);
+                if (!ne) { json_decref(alts); return NULL; }
+                json_array_append_new(alts, json_pack("{s:s, s:[s], s:{s:o}}", "type", "object", "required", k, "properties", k, ne));
+            }
+            return json_pack("{s:o}", "anyOf", alts);
+        }
         if (!strcmp(only, "anyOf") && json_is_array(val) && json_array_size(val)) {
             json_t *acc = json_object();
             size_t i;
@@ -759,6 +811,17 @@ static json_t *negate(sc *c, json_t *n, int depth, vllm_status *rc) {
         if (!strcmp(only, "required") && json_is_array(val) && json_array_size(val) == 1 &&
             json_is_string(json_array_get(val, 0)))
             return json_pack("{s:s, s:{s:b}}", "type", "object", "properties", json_string_value(json_array_get(val, 0)), 0);
+        if (!strcmp(only, "required") && json_is_array(val) && json_array_size(val) > 1) {
+            /* an object lacking one of the keys */
+            json_t *alts = json_array();
+            size_t i;
+            json_t *e;
+            json_array_foreach(val, i, e) {
+                if (!json_is_string(e)) { json_decref(alts); *rc = sc_err(c, VLLM_ERR_INVALID, "required.%zu must be a string", i); return NULL; }
+                json_array_append_new(alts, json_pack("{s:{s:b}}", "properties", json_string_value(e), 0));
+            }
+            return json_pack("{s:s, s:o}", "type", "object", "anyOf", alts);
+        }
         if ((!strcmp(only, "enum") && json_is_array(val)) || !strcmp(only, "const")) {
             json_t *list = !strcmp(only, "enum") ? json_incref(val) : json_pack("[O]", val);
             bool nul = false, tru = false, fal = false, other = false;
@@ -1430,7 +1493,7 @@ static const char *const formats_spec[] = {
  * checked to be implied */
 static const struct { const char *name; int min, max; } formats_ours[] = {
     {"date", 10, 10}, {"time", 9, -1}, {"date-time", 20, -1}, {"uuid", 36, 36},
-    {"email", 3, -1}, {"uri", 4, -1}, {"ipv4", 7, 15},
+    {"email", 3, -1}, {"uri", 4, -1}, {"ipv4", 7, 15}, {"hostname", 1, 247},
 };
 
 /* format f as an expression in b; VLLM_ERR_NOT_FOUND: f is an annotation */
@@ -1486,6 +1549,16 @@ static vllm_status gen_format(sc *c, const char *f, int64_t mn, bool hmn, int64_
                           "%s_o ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n",
                        n, n, n, n, n, n);
         break;
+    case 7:
+        /* RFC 1123 labels (letters, digits, inner hyphens, at most 63), at most
+         * 253 characters in all: up to 3 labels of any length, or up to 8 of
+         * at most 30 (a narrowing: the grammar cannot add up the labels) */
+        rc = sb_printf(o,
+                       "%s ::= \"\\\"\" (%s_l63 (\".\" %s_l63){0,2} | %s_l30 (\".\" %s_l30){0,7}) \"\\\"\"\n"
+                       "%s_l63 ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?\n"
+                       "%s_l30 ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,28} [a-zA-Z0-9])?\n",
+                       n, n, n, n, n, n, n);
+        break;
     }
     return rc ? rc : sb_puts(b, n);
 }
@@ -1513,7 +1586,18 @@ static vllm_status gen_string(sc *c, json_t *s, strbuf *b) {
             if (rc != VLLM_ERR_NOT_FOUND) return rc;
         }
     }
-    if (pat && (hmn || hmx)) return sc_err(c, VLLM_ERR_UNSUPPORTED, "pattern with minLength/maxLength is not supported");
+    if (pat && (hmn || hmx)) {
+        /* one pattern where the lengths can be read off the regex (pattern_len.c) */
+        strbuf np = {0};
+        bool nothing = false;
+        rc = st_pattern_with_length(json_string_value(pat), hmn ? mn : 0, hmx ? mx : -1, &np, &nothing);
+        if (rc == VLLM_ERR_UNSUPPORTED)
+            rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "pattern with minLength/maxLength is not supported (only where the pattern's lengths are plain: one repeated character class, the rest fixed)");
+        else if (!rc && nothing) rc = VLLM_ERR_NOT_FOUND;
+        else if (!rc) rc = gen_pattern(c, np.s, b);
+        free(np.s);
+        return rc;
+    }
     if (pat) return gen_pattern(c, json_string_value(pat), b);
     rname ch, str;
     if (!hmn && !hmx) {
@@ -1790,7 +1874,7 @@ static vllm_status gen_other_key(sc *c, okey *keys, int n, rname *out) {
     for (int i = 0; i < n; i++) cap += (int)strlen(keys[i].name);
     const char **pfx = malloc(sizeof *pfx * (size_t)cap);
     size_t *plen = malloc(sizeof *plen * (size_t)cap);
-    bool *known = malloc(sizeof *known * (size_t)cap), *alive = malloc(sizeof *alive * (size_t)cap);
+    bool *known = calloc((size_t)cap, sizeof *known), *alive = calloc((size_t)cap, sizeof *alive);  /* zeroed: GCC cannot see alive[0] is set */
     if (!pfx || !plen || !known || !alive) {
         free(pfx); free(plen); free(known); free(alive);
         return vllm_error(VLLM_ERR_NOMEM, "schema: out of memory");
@@ -1946,13 +2030,18 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
     }
     /* minProperties / maxProperties: only where the keys decide them already */
     int64_t minp = 0, maxp = 0;
-    bool hminp, hmaxp;
+    bool hminp = false, hmaxp = false;
     if (!rc) rc = get_count(c, s, "minProperties", &minp, &hminp);
     if (!rc) rc = get_count(c, s, "maxProperties", &maxp, &hmaxp);
     int n_req = 0;
     for (int j = 0; j < n; j++) n_req += keys[j].required;
-    if (!rc && hminp && minp > n_req) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "minProperties above the number of required properties is not supported");
-    if (!rc && hmaxp && (!addl_never || maxp < n)) rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "maxProperties below the number of possible properties is not supported");
+    /* counted: the chain tracks how many properties are written (below) */
+    bool counted = (hminp && minp > n_req) || (hmaxp && (!addl_never || maxp < n));
+    int64_t kcap = counted ? (hmaxp ? maxp : minp) : 0;
+    if (!hminp) minp = 0;
+    if (!rc && counted && (kcap > ST_SCHEMA_MAX_COUNT || (int64_t)(n + 1) * (kcap + 1) > 4 * ST_SCHEMA_MAX_COUNT * ST_SCHEMA_MAX_COUNT))
+        rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "minProperties/maxProperties: counting %" PRId64 " properties over %d keys is not supported", kcap, n);
+    if (!rc && hmaxp && n_req > maxp) *never = true;
     /* each key's value rule */
     for (int j = 0; j < n && !rc; j++) {
         if (!keys[j].schema) { rn_shared(c, &keys[j].rule, S_VAL, "val"); continue; }
@@ -1984,6 +2073,67 @@ static vllm_status gen_object(sc *c, json_t *s, strbuf *b, bool *never) {
         path_pop(c, o2);
     } else if (!addl_never) {
         rc = gen_other_key(c, keys, n, &other);
+    }
+    if (counted && !rc) {
+        /* minProperties / maxProperties: C_j_k after k properties (k capped at
+         * kcap: maxProperties, else minProperties), F_j before any:
+         *   F_j   ::= key_j C_{j+1}_1 | F_{j+1}                      (| when optional)
+         *   C_j_k ::= "," key_j C_{j+1}_{k+1} | C_{j+1}_k            (key only while k < maxProperties)
+         *   F_n   ::= (addl C_n_1)?                                  (not optional when minProperties >= 1)
+         *   C_n_k ::= ("," addl){max(0, minProperties - k), maxProperties - k} */
+        const char *none = "\"\\x00\" \"\\x00\"";  /* matches nothing in JSON text (no raw NUL) */
+        for (int j = n; j >= 0 && !rc; j--) {
+            for (int64_t cnt = 0; cnt <= kcap && !rc; cnt++) {
+                body.len = 0;
+                rname nm;
+                if (cnt == 0) rn_printf(&nm, "%s_f%d", base.s, j);
+                else rn_printf(&nm, "%s_c%d_%" PRId64, base.s, j, cnt);
+                int64_t k1 = cnt + 1 > kcap ? kcap : cnt + 1;
+                bool room = !hmaxp || cnt + 1 <= maxp;
+                if (j == n) {
+                    int64_t lo = minp - cnt > 0 ? minp - cnt : 0;
+                    if (cnt == 0) {
+                        if (!addl_never && room) {
+                            rc = sb_printf(&body, "( %s\"\\\"\" %s \"\\\"\" %s\":\" %s%s %s_c%d_1 )%s", ws, other.s, ws, ws,
+                                           addl_rule.s, base.s, n, lo ? "" : "?");
+                        } else {
+                            rc = sb_puts(&body, lo ? none : "\"\"");
+                        }
+                    } else if (addl_never || (hmaxp && cnt >= maxp)) {
+                        rc = sb_puts(&body, lo ? none : "\"\"");
+                    } else {
+                        rc = sb_printf(&body, "( %s\",\" %s\"\\\"\" %s \"\\\"\" %s\":\" %s%s ){%" PRId64 ",", ws, ws, other.s, ws,
+                                       ws, addl_rule.s, lo);
+                        if (!rc && hmaxp) rc = sb_printf(&body, "%" PRId64, maxp - cnt);
+                        if (!rc) rc = sb_puts(&body, "}");
+                    }
+                } else {
+                    bool first = true;
+                    if (keys[j].rule.s[0] && room) {
+                        rc = sb_printf(&body, "%s%s", ws, cnt ? "\",\" " : "");
+                        if (!rc && cnt) rc = sb_puts(&body, ws);
+                        if (!rc) rc = gb_json_string(&body, keys[j].name, strlen(keys[j].name));
+                        if (!rc) rc = sb_printf(&body, " %s\":\" %s%s %s_c%d_%" PRId64, ws, ws, keys[j].rule.s, base.s, j + 1, k1);
+                        first = false;
+                    }
+                    if (!rc && (!keys[j].required || !keys[j].rule.s[0])) {
+                        /* skipped: optional (a required key whose schema is false was refused above) */
+                        if (!keys[j].required) {
+                            if (!first) rc = sb_puts(&body, " | ");
+                            first = false;
+                            if (!rc && cnt == 0) rc = sb_printf(&body, "%s_f%d", base.s, j + 1);
+                            else if (!rc) rc = sb_printf(&body, "%s_c%d_%" PRId64, base.s, j + 1, cnt);
+                        }
+                    }
+                    if (!rc && first) rc = sb_puts(&body, none);
+                }
+                if (!rc) rc = sc_rule(c, &nm, &body);
+            }
+        }
+        if (!rc) rc = sb_printf(b, "\"{\" %s_f0 %s\"}\"", base.s, ws);
+        free(body.s);
+        free(keys);
+        return rc;
     }
     /* tail (j == n): additional properties */
     for (int pass = 0; pass < 2 && !rc; pass++) {
@@ -2194,6 +2344,29 @@ static json_t *one_of_required(sc *c, json_t *alts) {
     return out;
 }
 
+/* oneOf as anyOf of differences: branch i merged with not-branch-j for
+ * every j whose merged form (merged[j], with the siblings) it may overlap;
+ * NULL (error cleared) when a negation or a merge is not exact */
+static json_t *one_of_difference(sc *c, json_t *alts, json_t **merged) {
+    size_t n = json_array_size(alts);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n && out; i++) {
+        json_t *acc = json_incref(json_array_get(alts, i));
+        for (size_t j = 0; j < n && acc; j++) {
+            if (j == i || provably_disjoint(c, merged[i], merged[j])) continue;
+            vllm_status rc = VLLM_OK;
+            json_t *nj = negate(c, json_array_get(alts, j), 0, &rc);
+            json_t *m = nj ? merge2(c, acc, nj, &rc) : NULL;
+            json_decref(nj);
+            json_decref(acc);
+            acc = m;
+        }
+        if (acc) json_array_append_new(out, acc);
+        else { json_decref(out); out = NULL; }
+    }
+    return out;
+}
+
 static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *never) {
     json_t *alts = json_object_get(s, kw);
     json_t *rewritten = NULL;
@@ -2208,6 +2381,7 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
     }
     if (!json_is_array(alts) || !json_array_size(alts)) return sc_err(c, VLLM_ERR_INVALID, "%s must be a non-empty array", kw);
     if (json_array_size(alts) > ST_SCHEMA_MAX_BRANCHES) return sc_err(c, VLLM_ERR_UNSUPPORTED, "%s has more than %d branches", kw, ST_SCHEMA_MAX_BRANCHES);
+    size_t b_len0 = b->len;
     json_t *sib = json_copy(s);
     json_object_del(sib, kw);
     bool has_sib = false;
@@ -2227,12 +2401,31 @@ static vllm_status gen_alts(sc *c, json_t *s, const char *kw, strbuf *b, bool *n
         path_pop(c, old);
     }
     if (!rc && !strcmp(kw, "oneOf")) {
-        /* exactly one: as anyOf only when no instance can match two branches */
+        /* exactly one: as anyOf when no instance can match two branches;
+         * else branch i and the negation of every branch j it may overlap
+         * (a difference, exact where negate has a positive form) */
         size_t n = json_array_size(alts);
+        json_t *diff = NULL;
         for (size_t x = 0; x < n && !rc; x++)
             for (size_t y = x + 1; y < n && !rc; y++)
-                if (!provably_disjoint(c, merged[x], merged[y]))
-                    rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches are supported; anyOf may be what you mean)", x, y);
+                if (!provably_disjoint(c, merged[x], merged[y]) && !diff) {
+                    diff = n <= 16 ? one_of_difference(c, alts, merged) : NULL;
+                    if (!diff)
+                        rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "oneOf: branches %zu and %zu may both match (only provably disjoint branches, or branches whose overlap can be negated exactly, are supported; anyOf may be what you mean)", x, y);
+                }
+        if (diff) {
+            for (size_t q = 0; q < n; q++) json_decref(merged[q]);
+            free(merged);
+            b->len = b_len0;  /* the "(" written above */
+            if (b->s) b->s[b_len0] = 0;
+            json_t *s2 = json_copy(s);
+            json_object_del(s2, "oneOf");
+            json_object_set_new(s2, "anyOf", diff);
+            rc = gen_alts(c, s2, "anyOf", b, never);
+            json_decref(s2);
+            json_decref(sib);
+            return rc;
+        }
     }
     json_array_foreach(alts, i, e) {
         if (rc) break;
@@ -2299,9 +2492,31 @@ static bool provably_disjoint(sc *c, json_t *a, json_t *b) {
     a = deref(c, a);
     b = deref(c, b);
     if (!a || !b || !json_is_object(a) || !json_is_object(b)) return json_is_false(a) || json_is_false(b);
-    if (json_object_get(a, "anyOf") || json_object_get(a, "oneOf") || json_object_get(a, "allOf") ||
-        json_object_get(b, "anyOf") || json_object_get(b, "oneOf") || json_object_get(b, "allOf"))
+    if (json_object_get(a, "oneOf") || json_object_get(a, "allOf") || json_object_get(b, "oneOf") || json_object_get(b, "allOf"))
         return false;
+    /* a side with anyOf: disjoint when each of its branches (merged with its siblings) is */
+    for (int side = 0; side < 2; side++) {
+        json_t *x = side ? b : a, *y = side ? a : b;
+        json_t *alts = json_object_get(x, "anyOf");
+        if (!alts) continue;
+        if (!json_is_array(alts) || c->disjoint_depth >= 4 || ++c->disjoint_steps > 20000) return false;
+        c->disjoint_depth++;
+        json_t *rest = json_copy(x);
+        json_object_del(rest, "anyOf");
+        bool all = true;
+        size_t i;
+        json_t *e;
+        json_array_foreach(alts, i, e) {
+            vllm_status rc = VLLM_OK;
+            json_t *m = merge2(c, rest, e, &rc);
+            all = m && !rc && provably_disjoint(c, m, y);
+            json_decref(m);
+            if (!all) break;
+        }
+        json_decref(rest);
+        c->disjoint_depth--;
+        return all;
+    }
     unsigned ta = value_types(c, a), tb = value_types(c, b);
     if (!(ta & tb)) return true;
     /* enumerated values: each one invalid on the other side */
@@ -2409,6 +2624,72 @@ static vllm_status gen_body(sc *c, json_t *s, strbuf *b, bool *never) {
     return rc;
 }
 
+/* The values a schema pins its instances to (a new array), or NULL: its
+ * enum / const, or those of an allOf member or a $ref target (a conjunct),
+ * or the union of every anyOf / oneOf branch's (each branch pinned). */
+static json_t *enum_candidates(sc *c, json_t *s, int depth, long *budget) {
+    if (depth > 16 || --*budget < 0) return NULL;
+    if (json_is_false(s)) return json_array();
+    if (!json_is_object(s)) return NULL;
+    json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+    if (json_is_array(e)) return json_copy(e);
+    if (k) return json_pack("[O]", k);
+    json_t *ref = json_object_get(s, "$ref");
+    if (json_is_string(ref)) {
+        char *ptr = NULL;
+        vllm_status rc = VLLM_OK;
+        json_t *t = ref_resolve(c, json_string_value(ref), &ptr, &rc);
+        free(ptr);
+        json_t *r = t ? enum_candidates(c, t, depth + 1, budget) : NULL;
+        if (r) return r;
+    }
+    json_t *all = json_object_get(s, "allOf");
+    size_t i;
+    json_t *x;
+    if (json_is_array(all)) json_array_foreach(all, i, x) {
+        json_t *r = enum_candidates(c, x, depth + 1, budget);
+        if (r) return r;
+    }
+    static const char *const alt_kw[] = {"anyOf", "oneOf"};
+    for (int q = 0; q < 2; q++) {
+        json_t *alts = json_object_get(s, alt_kw[q]);
+        if (!json_is_array(alts) || !json_array_size(alts)) continue;
+        json_t *u = json_array();
+        json_array_foreach(alts, i, x) {
+            json_t *r = enum_candidates(c, x, depth + 1, budget);
+            if (!r) { json_decref(u); u = NULL; break; }
+            json_array_extend(u, r);
+            json_decref(r);
+        }
+        if (u) return u;
+    }
+    return NULL;
+}
+
+/* s pinned to values (enum_candidates): the values valid under all of s,
+ * checked one by one (schema_check.c), as {"enum": [...]} (a new reference);
+ * NULL when s is not pinned or a value's validity cannot be told exactly
+ * (then s is translated keyword by keyword, which may refuse it). */
+static json_t *enum_filtered(sc *c, json_t *s) {
+    json_t *cand = enum_candidates(c, s, 0, &c->pin_budget);
+    if (!cand) return NULL;
+    json_t *keep = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(cand, i, v) {
+        int r = st_schema_check(c->doc, c->id, s, v, &c->pin_budget, NULL);
+        if (r < 0) { json_decref(keep); keep = NULL; break; }
+        bool dup = false;
+        size_t j;
+        json_t *w;
+        if (r) json_array_foreach(keep, j, w) dup |= json_equal(w, v);
+        if (r && !dup) json_array_append(keep, v);
+    }
+    json_decref(cand);
+    if (!keep) return NULL;
+    return json_pack("{s:o}", "enum", keep);
+}
+
 /* The rule for schema s (out->s[0] == 0: s accepts nothing). */
 static vllm_status gen(sc *c, json_t *s, rname *out) {
     vllm_status rc = VLLM_OK;
@@ -2420,7 +2701,9 @@ static vllm_status gen(sc *c, json_t *s, rname *out) {
     if (json_is_false(s)) goto done;
     if (is_true_schema(s)) { rn_shared(c, out, S_VAL, "val"); goto done; }
     if (!json_is_object(s)) { rc = sc_err(c, VLLM_ERR_INVALID, "a schema must be an object or a boolean"); goto done; }
-    json_t *f = flatten(c, s, &rc);
+    json_t *f = NULL;
+    f = enum_filtered(c, s);  /* pinned to values, also through allOf / anyOf / $ref */
+    if (!f) f = flatten(c, s, &rc);
     if (!f) goto done;
     json_t *ref = json_object_get(f, "$ref");
     if (ref) {
@@ -2506,6 +2789,7 @@ vllm_status st_schema_to_gbnf(const char *json, size_t len, const st_spec *opts,
         if (!doc) return vllm_error(VLLM_ERR_FORMAT, "schema: not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     }
     c.root = root;
+    c.pin_budget = ST_SCHEMA_PIN_BUDGET;
     c.out = out;
     c.doc = doc;
     c.opts = opts;

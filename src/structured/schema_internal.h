@@ -5,8 +5,10 @@
 #ifndef VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 #define VLLM_STRUCTURED_SCHEMA_INTERNAL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/strbuf.h"
 #include "vllm/status.h"
@@ -32,5 +34,18 @@ vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back
  * only, (?:X{0,m-1}Y)* X{m} S with Y the complement of X: appended to out,
  * *done. Anything else: *done false, out unchanged (search.c). */
 vllm_status st_regex_search_run(const char *core, size_t n, strbuf *out, bool *done);
+
+/* A JSON-Schema pattern whose matches must also have mn to mx code points
+ * (mx < 0: no upper bound) as one pattern, appended to out; *never when no
+ * string qualifies; VLLM_ERR_UNSUPPORTED (no message) when the lengths
+ * cannot be read off the regex exactly. pattern_len.c. */
+vllm_status st_pattern_with_length(const char *re, int64_t mn, int64_t mx, strbuf *out, bool *never);
+
+/* Is the JSON value v valid under schema s (JSON Schema 2020-12, and the
+ * older drafts' spellings per doc's $schema)? 1 valid, 0 invalid, -1 cannot
+ * tell exactly (*why, when not NULL, names the keyword). $refs resolve in
+ * doc (id: its $id or NULL). *budget: subschemas it may visit, decreased
+ * by those it did (-1 when it runs out). schema_check.c. */
+int st_schema_check(json_t *doc, const char *id, json_t *s, json_t *v, long *budget, const char **why);
 
 #endif

@@ -136,6 +136,71 @@ case("pattern_unclosed_paren_refused", {"type": "string", "pattern": "(a"}, erro
 case("pattern_unmatched_paren_refused", {"type": "string", "pattern": "a)|b"}, error="pattern: regex: unbalanced parentheses: ')' without '(' at offset 1")
 case("pattern_trailing_backslash_refused", {"type": "string", "pattern": "ab\\"}, error="pattern: regex: trailing backslash at offset 2")
 case("pattern_unclosed_class_refused", {"properties": {"u": {"type": "string", "pattern": "x[ab"}}}, error="properties.u: pattern: regex: unterminated character class at offset 1")
+# issue 18 (coverage): a schema pinned to values (enum/const, through allOf / $ref / every anyOf branch) keeps
+# the values valid under the whole schema, every keyword evaluated on each value (2020-12 validation vocabulary)
+T("pinned_not_enum", {"allOf": [{"enum": [1, 2, "a", True, {"a": 1}]}, {"not": {"enum": [2, "b"]}}]},
+  ['1', '"a"', 'true', '{"a": 1}', '1.0'], ['2', '2.0', '3', '"b"', 'false'])
+T("pinned_numbers_by_value", {"allOf": [{"enum": [1, 2.0, 3]}, {"not": {"const": 2}}, {"not": {"const": 3.0}}]}, ['1', '1.0'], ['2', '2.0', '3', '3.0'])
+T("pinned_bool_is_not_number", {"enum": [True, 1, 0, False], "not": {"const": 1}}, ['true', '0', 'false'], ['1', '1.0'])
+T("pinned_one_of_overlapping", {"enum": [1, 5, 10, 15], "oneOf": [{"multipleOf": 3}, {"multipleOf": 5}]}, ['5', '10'], ['15', '1', '3'])
+T("pinned_if_then_else", {"enum": [1, 5, 12, 20, 22], "if": {"maximum": 10}, "then": {"minimum": 5}, "else": {"multipleOf": 4}},
+  ['5', '12', '20'], ['1', '22'])
+T("pinned_property_names_pattern_properties", {"enum": [{"a1": 1}, {"b": 2}, {"a2": "x"}, {"ab": "y"}],
+  "propertyNames": {"pattern": "^a"}, "patternProperties": {"[0-9]$": {"type": "integer"}}}, ['{"a1": 1}', '{"ab": "y"}'], ['{"b": 2}', '{"a2": "x"}'])
+T("pinned_contains_unique_items", {"enum": [[1, "x"], [1, 1], ["x"], [1, 1.0], [3, "y", 4]], "uniqueItems": True,
+  "contains": {"type": "integer"}, "maxContains": 1}, ['[1, "x"]'], ['[1, 1]', '["x"]', '[1, 1.0]', '[3, "y", 4]'])
+T("pinned_ref_target", {"$defs": {"c": {"enum": ["r", "g", "b"]}}, "$ref": "#/$defs/c", "not": {"const": "g"}}, ['"r"', '"b"'], ['"g"', '"x"'])
+T("pinned_any_of_branches", {"anyOf": [{"const": "x"}, {"enum": ["y", "z"]}], "not": {"enum": ["z"]}}, ['"x"', '"y"'], ['"z"', '"w"'])
+T("pinned_dependent_required", {"enum": [{"a": 1}, {"a": 1, "b": 2}, {"c": 3}], "dependentRequired": {"a": ["b"]},
+  "additionalProperties": {"maximum": 2}}, ['{"a": 1, "b": 2}'], ['{"a": 1}', '{"c": 3}'])
+T("pinned_through_all_of", {"type": ["object", "string"], "allOf": [{"enum": ["p", 7, {}]}], "not": {"type": "string"}}, ['{}'], ['"p"', '7', '{"a": 1}'])
+case("pinned_format_refused", {"enum": ["a@b.c"], "format": "email", "not": {"const": 1}}, error="not is not supported")
+# pattern with minLength / maxLength (code points) where the regex's lengths are plain
+T("pattern_length_implied", {"type": "string", "pattern": "^[0-9]{4}$", "minLength": 3, "maxLength": 4}, ['"1234"'], ['"123"', '"12345"', '"12a4"'])
+T("pattern_length_class_bounds", {"type": "string", "pattern": "^[a-z0-9_.]+$", "minLength": 2, "maxLength": 5},
+  ['"ab"', '"a.b_1"'], ['"a"', '"abcdef"', '"A"', '""'])
+T("pattern_length_fixed_prefix", {"type": "string", "pattern": "^id-[0-9]*$", "minLength": 5, "maxLength": 7},
+  ['"id-12"', '"id-1234"'], ['"id-1"', '"id-12345"', '"id-ab"', '"xid-12"'])
+T("pattern_length_code_points", {"type": "string", "pattern": "^[^,]*$", "maxLength": 2},
+  ['"éé"', '"😀a"', '""', '"a\\n"'], ['"ééé"', '"a,"', '"abc"', '"a\\n\\t"'])
+T("pattern_length_unanchored_exact", {"type": "string", "pattern": "[0-9]{3}", "maxLength": 3}, ['"123"'], ['"1234"', '"a123"', '"12"'])
+T("pattern_length_unanchored_min", {"type": "string", "pattern": "[0-9]{3}", "minLength": 2}, ['"x123"', '"123"'], ['"12"', '"1a2"'])
+T("pattern_length_impossible", {"type": ["string", "null"], "pattern": "^[a-z]{5}$", "maxLength": 3}, ['null'], ['"abcde"', '"abc"'])
+case("pattern_length_two_parts_refused", {"type": "string", "pattern": "^[a-z]+-[a-z]+$", "maxLength": 5},
+  error="pattern with minLength/maxLength is not supported")
+# minProperties / maxProperties counted in the property chain
+T("min_properties_additional", {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}},
+  ['{"a": "x"}', '{"a": "x", "b": "y"}'], ['{}', '{"a": 1}', '{ }'])
+T("min_properties_optional_known", {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 1},
+  ['{"a": 1}', '{"b": 2}', '{"a": 1, "b": 2}'], ['{}', '{"c": 1}'])
+T("min_properties_beyond_required", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"], "minProperties": 2},
+  ['{"a": 1, "b": 2}', '{"a": 1, "x": 3}', '{"a": 1, "b": 1, "c": 1}', '{"a": 1, "c": 1, "x": 1, "y": 2}'], ['{"a": 1}', '{"b": 1, "c": 1}', '{"a": "1", "b": 2}'])
+T("max_properties_counted", {"type": "object", "properties": {"a": {}}, "required": ["a"], "maxProperties": 2},
+  ['{"a": 1}', '{"a": 1, "z": 2}'], ['{"a": 1, "y": 2, "z": 3}', '{}'])
+T("min_max_properties", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2, "maxProperties": 3},
+  ['{"a": 1, "b": 2}', '{"a": 1, "b": 2, "c": 3}'], ['{"a": 1}', '{"a": 1, "b": 2, "c": 3, "d": 4}', '{"a": 1, "b": "x"}', '{}'])
+# not by De Morgan: over several required keys, allOf, several keywords, properties
+T("not_required_several", {"type": "object", "not": {"required": ["a", "b"]}},
+  ['{}', '{"a": 1}', '{"b": 1}', '{"a": 1, "c": 2}'], ['{"a": 1, "b": 2}', '{"b": 1, "a": 1, "c": 3}', '"x"'])
+T("not_all_of", {"type": "integer", "not": {"allOf": [{"minimum": 3}, {"maximum": 5}]}}, ['2', '6', '-1'], ['3', '4', '5', '"x"'])
+T("not_keywords_together", {"not": {"type": "string", "minLength": 3}}, ['"ab"', '1', 'null', '[]', '""'], ['"abc"', '"abcd"'])
+T("not_properties", {"type": "object", "not": {"properties": {"a": {"type": "string"}}}},
+  ['{"a": 1}', '{"a": null, "b": "x"}'], ['{}', '{"a": "x"}', '{"b": 1}'])
+T("one_of_exclusive_by_not_required", {"type": "object", "properties": {"l": {"type": "number"}, "w": {"type": "number"}, "r": {"type": "number"}},
+  "oneOf": [{"required": ["l", "w"], "not": {"required": ["r"]}}, {"required": ["r"], "not": {"required": ["l", "w"]}}]},
+  ['{"l": 1, "w": 2}', '{"r": 3}', '{"l": 1, "r": 3}'], ['{"l": 1, "w": 2, "r": 3}', '{}', '{"l": 1}', '{"w": 1, "r": 2, "l": 3}'])
+case("one_of_any_of_overlap_refused", {"oneOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "integer"}]},
+  error="oneOf: branches 0 and 1 may both match")
+T("format_hostname", {"type": "string", "format": "hostname"},
+  ['"example.com"', '"a"', '"xn--bcher-kva.example"', '"a1-b2.c3"', '"' + "a" * 63 + '.com"', '"a.b.c.d.e.f.g.h"'],
+  ['"-a.com"', '"a-.com"', '"a_b.com"', '"a..b"', '"' + "a" * 64 + '.com"', '"exa mple.com"', '""'])
+# oneOf with overlapping branches: branch i and not branch j (exactly one), where not has a positive form
+T("one_of_difference_required_keys", {"type": "object", "oneOf": [{"required": ["a"], "properties": {"a": {"type": "string"}}},
+  {"required": ["b"], "properties": {"b": {"type": "string"}}}]},
+  ['{"a": "x"}', '{"b": "y"}', '{"a": "x", "b": 1}', '{"b": "y", "a": 1}'], ['{"a": "x", "b": "y"}', '{}', '{"c": 1}', '{"a": 1}'])
+T("one_of_difference_types", {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, ['"abcd"'], ['"abc"', '""', '1'])
+T("one_of_difference_bounds", {"type": "integer", "oneOf": [{"maximum": 2}, {"maximum": 5}]}, ['3', '5'], ['2', '0', '6'])
+case("one_of_difference_pattern_refused", {"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^a"}]}, error="may both match")
 C[:] = [c for c in C if c["name"] != "multiple_of_decimal"]
 json.dump(C, open("tests/data/schema_cases.json", "w"), indent=1, ensure_ascii=False)
 print(len(C))

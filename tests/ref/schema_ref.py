@@ -65,8 +65,8 @@ def cmd_cases(a):
             cls = jsonschema.validators.validator_for(c["schema"], default=jsonschema.Draft202012Validator)
             v = cls(c["schema"], format_checker=cls.FORMAT_CHECKER)
             fmt = c["schema"].get("format") if isinstance(c["schema"], dict) else None
-            if fmt in ("date-time", "time", "uri") and fmt not in cls.FORMAT_CHECKER.checkers:
-                why = "jsonschema cannot check format %s here (pip install rfc3339-validator rfc3987)" % fmt
+            if fmt in ("date-time", "time", "uri", "hostname") and fmt not in cls.FORMAT_CHECKER.checkers:
+                why = "jsonschema cannot check format %s here (pip install rfc3339-validator rfc3987 fqdn)" % fmt
             for want, texts in ((True, c.get("valid", [])), (False, c.get("invalid", []))):
                 for t in texts:
                     if why: break

@@ -46,7 +46,7 @@ typedef void (*matmul_fn)(const matmul_args *, int64_t, int64_t, int64_t, int64_
 
 static const int64_t ks[] = {1, 5, 8, 13, 16, 33, 64, 100, 257, 1029};
 static const int64_t ns[] = {1, 2, 7, 13, 25, 50};
-static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9};
+static const int64_t ts[] = {1, 2, 3, 4, 5, 7, 9, 18}; /* 18: the AVX-512 16-token pass + 2 */
 
 /* Fills args for y (T, n + 3) = x (T, k + 2) W (n, k)^T with padded strides. */
 static matmul_args make_args(dtype wt, int64_t n, int64_t k, int64_t T, bool bias, bool acc) {
@@ -118,7 +118,8 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
      * cache-blocked path with partial sums between k blocks runs too */
     static const int64_t kv[] = {77, 1100, 16433};
     for (int d = 0; d < 3 * NUM_FLOAT_DTYPES; d++) {
-        int64_t n = 53, k = kv[d / NUM_FLOAT_DTYPES], T = 11;
+        /* T 21: tokens 0-15 (and 4-19 below) take the AVX-512 16-token pass */
+        int64_t n = 53, k = kv[d / NUM_FLOAT_DTYPES], T = 21;
         matmul_args a = make_args((dtype)(d % NUM_FLOAT_DTYPES), n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
         float *whole = malloc(bytes);
@@ -131,7 +132,7 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
         bool same_tokens = !memcmp(whole, a.y, bytes);
 
         fill_y(&a, T, 0);
-        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 9, 11};
+        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 20, 21};
         for (int i = 0; i < 6; i++)
             for (int j = 0; j < 4; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
         bool same_ranges = !memcmp(whole, a.y, bytes);

@@ -21,8 +21,8 @@ void spec_policy_update(spec_policy_seq *s, int32_t num_drafts, int32_t num_acce
     if (num_drafts <= 0) return;
     s->mean_accepted = s->num_verified == 0 ? (float)num_accepted : 0.5f * s->mean_accepted + 0.5f * (float)num_accepted;
     s->num_verified++;
-    s->hits = SPEC_POLICY_P_DECAY * s->hits + (float)num_accepted;
-    s->tries = SPEC_POLICY_P_DECAY * s->tries + (float)num_accepted + (num_accepted < num_drafts ? 1.0f : 0.0f);
+    s->hits = 0.5f * s->hits + (float)num_accepted;
+    s->tries = 0.5f * s->tries + (float)num_accepted + (num_accepted < num_drafts ? 1.0f : 0.0f);
     if (num_accepted >= num_drafts) { /* every draft accepted: twice as many next (kept if more) */
         int32_t twice = num_drafts > SPEC_POLICY_MAX_K / 2 ? SPEC_POLICY_MAX_K : 2 * num_drafts;
         if (s->limit < twice) s->limit = twice;
@@ -31,21 +31,10 @@ void spec_policy_update(spec_policy_seq *s, int32_t num_drafts, int32_t num_acce
     }
 }
 
-/* Flops per weight byte: the rows of compute that cost as much as reading
- * a row's weights once (spec_policy.h). F16 weights are widened in
- * registers once per tile of up to 8 tokens (kernels/matmul.c), so the
- * widening is weight-side work and each further row in a tile costs only
- * its FMAs: measured on the TinyLlama-shaped F16 model, 5 rows cost
- * 1.14-1.19x one row (w ~ 20), not the 1.36x of w = 10. */
-static double flops_per_byte(dtype t) {
-    return t == DTYPE_F16 ? SPEC_POLICY_FLOPS_PER_BYTE_F16 : SPEC_POLICY_FLOPS_PER_BYTE;
-}
-
 /* Bytes and parameters of the matmul weights a forward reads (the
- * embedding table is a gather, unless tied to lm_head), and the bytes
- * weighted by their flops per byte. */
-static void weight_size(const model *m, double *bytes, double *params, double *weighted) {
-    *bytes = *params = *weighted = 0.0;
+ * embedding table is a gather, unless tied to lm_head). */
+static void weight_size(const model *m, double *bytes, double *params) {
+    *bytes = *params = 0.0;
     const tensor *t[8];
     for (int32_t l = 0; l <= m->config.num_hidden_layers; l++) {
         int32_t n = 0;
@@ -59,9 +48,7 @@ static void weight_size(const model *m, double *bytes, double *params, double *w
         for (int32_t i = 0; i < n; i++) {
             if (!t[i]->data && !t[i]->x16) continue;
             int64_t rows = t[i]->ndim == 2 ? t[i]->shape[0] : 1, cols = t[i]->shape[t[i]->ndim == 2 ? 1 : 0];
-            double b = (double)rows * (double)dtype_row_bytes(t[i]->type, cols);
-            *bytes += b;
-            *weighted += b * flops_per_byte(t[i]->type);
+            *bytes += (double)rows * (double)dtype_row_bytes(t[i]->type, cols);
             *params += (double)rows * (double)cols;
         }
     }
@@ -73,18 +60,16 @@ static double cached(double bytes) { return bytes <= SPEC_POLICY_CACHED_BYTES ? 
 
 spec_policy_cost spec_policy_cost_of(const model *target, const model *draft) {
     spec_policy_cost c = {0};
-    double bt, pt, ft;
-    weight_size(target, &bt, &pt, &ft);
+    double bt, pt;
+    weight_size(target, &bt, &pt);
     if (pt <= 0.0) return c;
-    c.weight_rows = cached(bt) * ft / (2.0 * pt);
+    c.weight_rows = cached(bt) * SPEC_POLICY_FLOPS_PER_BYTE * bt / (2.0 * pt);
     const char *dbg = getenv("VLLMC_SPEC_WEIGHT_ROWS"); /* tuning: w by hand */
     if (dbg && atof(dbg) > 0.0) c.weight_rows = atof(dbg);
     if (draft) {
-        /* the draft's bytes come from the same memory, in the target's rows
-         * of compute: its read costs w x (its bytes / the target's) */
-        double bd, pd, fd;
-        weight_size(draft, &bd, &pd, &fd);
-        c.draft_weight_rows = cached(bd) * (ft / bt) * bd / (2.0 * pt);
+        double bd, pd;
+        weight_size(draft, &bd, &pd);
+        c.draft_weight_rows = cached(bd) * SPEC_POLICY_FLOPS_PER_BYTE * bd / (2.0 * pt);
         c.draft_row = pd / pt;
     }
     return c;

@@ -23,9 +23,7 @@
  *   rows costs W + c T: reading the weights once (W) plus every row's
  *   compute (c). Measured in rows of c, W is w = (flops per byte the
  *   machine does) x (weight bytes) / (2 x parameters): about 20 rows for an
- *   F32 model, 20 for F16 too (its weights are widened in registers once
- *   per tile of tokens, weight-side work: SPEC_POLICY_FLOPS_PER_BYTE_F16),
- *   3 for Q4_x on a 2-core AVX-512 machine, so a
+ *   F32 model, 10 for F16, 3 for Q4_x on a 2-core AVX-512 machine, so a
  *   quantized 135M model is compute-bound from a few rows on; a tenth of
  *   that for weights of at most 8 MiB, which the caches keep. Without
  *   speculation a step of R decoding sequences makes R tokens for w + R.
@@ -38,8 +36,7 @@
  *   loaded server never pays for drafts nobody has shown it will accept,
  *   nor for the probes of 16 sequences that started together, all at once
  *   on their 8th token); a draft
- *   model adds K forwards of its own (w_d each, in the target's c: its
- *   bytes come from the same memory, so w_d = w x its bytes / the target's) over
+ *   model adds K forwards of its own (w_d each, in the target's c) over
  *   sum(k_i + a_i) rows (c_d each): a row per draft, and the accepted
  *   drafts its next proposal catches up with (and, spread over the
  *   next 32 steps, the tokens a cache is behind after a pause: a new
@@ -63,11 +60,6 @@ struct model;
 #define SPEC_POLICY_PROBE_EVERY 8        /* a missing sequence proposes on these output counts */
 #define SPEC_POLICY_FLOPS_PER_BYTE 10.0  /* machine balance: 2 AVX-512 cores (~100 GFLOP/s) over
                                           * ~10 GB/s; fits the measured single-request ratios */
-#define SPEC_POLICY_FLOPS_PER_BYTE_F16 20.0 /* F16 weights (widened once per tile): 5 rows cost
-                                            * 1.14-1.19x one row on the TinyLlama-shaped model */
-#define SPEC_POLICY_P_DECAY 0.75f        /* p's record fades by this per verified step (was 1/2:
-                                          * one rejection in 4 drafts dropped a 92% pair's p to
-                                          * ~0.75 for a step, and K with it) */
 #define SPEC_POLICY_MIN_GAIN 1.05        /* speculate only when the model predicts this much more */
 #define SPEC_POLICY_MAX_K 128
 #define SPEC_POLICY_HORIZON 32           /* steps a draft cache's catch-up is spread over */
@@ -84,9 +76,8 @@ typedef struct spec_policy_seq {
     int32_t limit;                   /* the most drafts the next proposal may have (once verified) */
     int32_t proposed_at;             /* the sequence's length at its last proposal (0: none yet) */
     float hits, tries;               /* drafts accepted, and drafts judged (the accepted ones and
-                                      * the first rejected one), x SPEC_POLICY_P_DECAY each verified
-                                      * step: their ratio is the chance that one more draft is
-                                      * accepted */
+                                      * the first rejected one), halved each verified step: their
+                                      * ratio is the chance that one more draft is accepted */
 } spec_policy_seq;
 
 /* The cost of a step, in units of one target row's compute (see the top). */

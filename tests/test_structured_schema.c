@@ -16,7 +16,7 @@
  * of ../shared/data/maskbench, every 29th by name; skipped without it): no
  * invalid instance accepted.
  */
-/* checks: 142 */
+/* checks: 145 */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -29,7 +29,7 @@ vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
  * does not understand is appended as it is (search.c). */
 vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back, strbuf *out, bool *empty);
 
-/* A search for a run X{m} (X one character class, m >= 2) unanchored at both
+/* A search for a run X{m} (X one character class, m >= 1) unanchored at both
  * ends, S X{m} S, written so that a run is matched from its first character
  * only, (?:X{0,m-1}Y)* X{m} S with Y the complement of X: appended to out,
  * *done. Anything else: *done false, out unchanged (search.c). */

@@ -30,7 +30,9 @@
  * long string: 90-230 ms masks). The strings containing X^m are exactly
  * (X{0,m-1} Y)* X^m S, Y = not X: take the first maximal run of length >= m;
  * everything before it is runs shorter than m, each ended by a Y. Written so,
- * a run is matched from its first character and the set stays small.
+ * a run is matched from its first character and the set stays small. m = 1
+ * is the common case: `.+` or `[0-9]+` searched, trimmed to one character,
+ * kept an item per character matched so far; Y* X S keeps one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,7 +316,8 @@ vllm_status st_regex_search_trim(const char *re, size_t n, bool front, bool back
 }
 
 /* The complement of the class atom a[0..n) as a class, or false: [..] <-> [^..],
- * \d \w \s <-> \D \W \S, an ASCII letter or digit c -> [^c]. */
+ * \d \w \s <-> \D \W \S, . -> the line terminators, an ASCII letter or
+ * digit c -> [^c]. */
 static bool sr_complement(const char *a, size_t n, strbuf *out) {
     if (n == 2 && a[0] == '\\') {
         const char *from = "dwsDWS", *to = "DWSdws";
@@ -322,6 +325,10 @@ static bool sr_complement(const char *a, size_t n, strbuf *out) {
         if (!k) return false;
         char e[2] = {'\\', to[k - from]};
         return sb_add(out, e, 2) == VLLM_OK;
+    }
+    if (n == 1 && a[0] == '.') { /* ECMA: . is all but the line terminators */
+        const char *t = "[\\n\\r\\u2028\\u2029]";
+        return sb_add(out, t, strlen(t)) == VLLM_OK;
     }
     if (n == 1) {
         char c = a[0];
@@ -341,7 +348,7 @@ vllm_status st_regex_search_run(const char *core, size_t n, strbuf *out, bool *d
     sr_atom *at = NULL;
     size_t n_at = 0, cap = 0;
     bool run = sr_atoms(core, n, &at, &n_at, &cap) && n_at == 1 && at[0].qe == n && at[0].in_s == at[0].in_e &&
-               at[0].qmin == at[0].qmax && at[0].qmin >= 2 && at[0].qmin != UINT32_MAX;
+               at[0].qmin == at[0].qmax && at[0].qmin >= 1 && at[0].qmin != UINT32_MAX;
     sr_atom a = run ? at[0] : (sr_atom){0};
     free(at);
     strbuf y = {0};
@@ -355,8 +362,8 @@ vllm_status st_regex_search_run(const char *core, size_t n, strbuf *out, bool *d
     snprintf(tail, sizeof tail, "{%u}[\\s\\S]*)", a.qmin);
     size_t len0 = out->len;
     vllm_status rc = sb_add(out, "(?:(?:", 6);
-    if (!rc) rc = sb_add(out, core + a.s, a.e - a.s);
-    if (!rc) rc = sb_add(out, head, strlen(head));
+    if (!rc && a.qmin > 1) rc = sb_add(out, core + a.s, a.e - a.s); /* m = 1: Y* X S */
+    if (!rc && a.qmin > 1) rc = sb_add(out, head, strlen(head));
     if (!rc) rc = sb_add(out, y.s, y.len);
     if (!rc) rc = sb_add(out, ")*", 2);
     if (!rc) rc = sb_add(out, core + a.s, a.e - a.s);

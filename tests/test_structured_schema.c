@@ -16,7 +16,7 @@
  * of ../shared/data/maskbench, every 29th by name; skipped without it): no
  * invalid instance accepted.
  */
-/* checks: 145 */
+/* checks: 146 */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>

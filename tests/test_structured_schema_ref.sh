@@ -9,7 +9,7 @@
 # (test_structured_schema.c walks the same cases through our matcher).
 # Needs .venv with xgrammar, jsonschema, rfc3339-validator, rfc3987, fqdn
 # (tests/ref/requirements.txt); without them every case reports skipped.
-# checks: 128
+# checks: 129
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}

@@ -339,8 +339,9 @@ static bool sr_complement(const char *a, size_t n, strbuf *out) {
     if (n < 3 || a[0] != '[' || a[n - 1] != ']') return false;
     bool neg = a[1] == '^';
     if (neg && n < 4) return false; /* [^] */
-    return (neg ? sb_add(out, "[", 1) : sb_add(out, "[^", 2)) == VLLM_OK &&
-           sb_add(out, a + 1 + neg, n - 1 - neg) == VLLM_OK;
+    /* [^^x] -> [\^x]: a body starting with ^ would negate again */
+    const char *open = !neg ? "[^" : a[2] == '^' ? "[\\" : "[";
+    return sb_add(out, open, strlen(open)) == VLLM_OK && sb_add(out, a + 1 + neg, n - 1 - neg) == VLLM_OK;
 }
 
 vllm_status st_regex_search_run(const char *core, size_t n, strbuf *out, bool *done) {

@@ -133,6 +133,7 @@ T("pattern_search_run_word", {"type": "string", "pattern": "\\w{3}"}, ['"ab1"', 
 T("pattern_search_run_dot_plus", {"type": "string", "pattern": ".+"}, ['"a"', '"\\n\\nb"', '"ab\\n"', '"\u00e9"'], ['""', '"\\n"', '"\\n\\n"', '1'])
 T("pattern_search_run_digit_plus", {"type": "string", "pattern": "[0-9]+"}, ['"ab1"', '"7"', '"x 42 y"'], ['"abc"', '""', '"-"'])
 T("pattern_search_run_single_escape", {"type": "string", "pattern": "\\S"}, ['"  x"', '"y"'], ['" "', '""', '"\\t\\n "'])
+T("pattern_search_run_negated_caret", {"type": "string", "pattern": "[^^]{2}"}, ['"ab"', '"^ab"', '"a^bc"'], ['"^"', '"a^b^"', '"^^^"', '""'])
 T("pattern_search_run_anchored_end", {"type": "string", "pattern": "[a-c]{3}$"}, ['"abc"', '"xxabc"', '"aaaa"'], ['"abcx"', '"ab"', '"abc "'])
 # a pattern left unbalanced is refused (the search wrapper's own brackets must not close it)
 case("pattern_unclosed_paren_refused", {"type": "string", "pattern": "(a"}, error="pattern: regex: unbalanced parentheses: '(' is never closed at offset 0")

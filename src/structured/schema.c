@@ -339,27 +339,9 @@ static bool kw_constrains(const char *k, json_t *v) {
 
 /* ---- $ref ------------------------------------------------------------------------ */
 
-/* The schema a local reference points to, or NULL (error set). *ptr_out: the
- * normalized pointer ("#/..."), owned by the caller. */
-static json_t *ref_resolve(sc *c, const char *ref, char **ptr_out, vllm_status *rc) {
-    const char *r = ref;
-    size_t idl = c->id ? strlen(c->id) : 0;
-    if (idl && !strncmp(r, c->id, idl)) {
-        r += idl;
-        if (*r != '#' && *r) r = ref;
-    }
-    if (*r != '#') {
-        *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%s\" is not a local reference (only \"#...\" is supported)", ref);
-        return NULL;
-    }
-    json_t *node = c->doc;
-    const char *p = r + 1;
-    if (*p && *p != '/') {
-        /* "#name": an $anchor (or a draft-4..7 id "#name") somewhere in the document */
-        *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%s\": anchors are not supported (use a JSON pointer)", ref);
-        return NULL;
-    }
-    while (*p == '/') {
+json_t *st_json_pointer(json_t *node, const char *p, int *why) {
+    *why = 0;
+    while (node && *p == '/') {
         p++;
         char tok[512];
         size_t n = 0;
@@ -373,25 +355,50 @@ static json_t *ref_resolve(sc *c, const char *ref, char **ptr_out, vllm_status *
                 p += 2;
             }
             if (n + 1 >= sizeof tok) {
-                *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%.80s...\": a pointer token is too long", ref);
+                *why = 1;
                 return NULL;
             }
             tok[n++] = ch;
         }
         tok[n] = 0;
-        json_t *next = NULL;
         if (json_is_object(node)) {
-            next = json_object_get(node, tok);
+            node = json_object_get(node, tok);
         } else if (json_is_array(node)) {
             char *end;
             unsigned long i = strtoul(tok, &end, 10);
-            if (n && !*end) next = json_array_get(node, i);
+            node = n && !*end ? json_array_get(node, i) : NULL;
+        } else {
+            node = NULL;
         }
-        if (!next) {
-            *rc = sc_err(c, VLLM_ERR_NOT_FOUND, "$ref \"%s\" points to nothing", ref);
-            return NULL;
-        }
-        node = next;
+    }
+    return node;
+}
+
+/* The schema a local reference points to, or NULL (error set). *ptr_out: the
+ * normalized pointer ("#/..."), owned by the caller. */
+static json_t *ref_resolve(sc *c, const char *ref, char **ptr_out, vllm_status *rc) {
+    const char *r = ref;
+    size_t idl = c->id ? strlen(c->id) : 0;
+    if (idl && !strncmp(r, c->id, idl)) {
+        r += idl;
+        if (*r != '#' && *r) r = ref;
+    }
+    if (*r != '#') {
+        *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%s\" is not a local reference (only \"#...\" is supported)", ref);
+        return NULL;
+    }
+    const char *p = r + 1;
+    if (*p && *p != '/') {
+        /* "#name": an $anchor (or a draft-4..7 id "#name") somewhere in the document */
+        *rc = sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%s\": anchors are not supported (use a JSON pointer)", ref);
+        return NULL;
+    }
+    int why = 0;
+    json_t *node = st_json_pointer(c->doc, p, &why);
+    if (!node) {
+        *rc = why ? sc_err(c, VLLM_ERR_UNSUPPORTED, "$ref \"%.80s...\": a pointer token is too long", ref)
+                  : sc_err(c, VLLM_ERR_NOT_FOUND, "$ref \"%s\" points to nothing", ref);
+        return NULL;
     }
     if (!json_is_object(node) && !json_is_boolean(node)) {
         *rc = sc_err(c, VLLM_ERR_FORMAT, "$ref \"%s\" points to something that is not a schema", ref);

@@ -152,38 +152,10 @@ static json_t *resolve(ck *k, const char *ref) {
     if (idl && !strncmp(ref, k->id, idl) && (ref[idl] == '#' || !ref[idl])) ref += idl;
     if (!*ref) return k->doc;
     if (*ref != '#') return NULL;
-    json_t *node = k->doc;
     const char *p = ref + 1;
     if (*p && *p != '/') return NULL;
-    while (*p == '/') {
-        p++;
-        char tok[512];
-        size_t n = 0;
-        while (*p && *p != '/') {
-            char ch = *p++;
-            if (ch == '~' && *p == '0') { ch = '~'; p++; }
-            else if (ch == '~' && *p == '1') { ch = '/'; p++; }
-            else if (ch == '%' && p[0] && p[1]) {
-                char hx[3] = {p[0], p[1], 0};
-                char *end;
-                long x = strtol(hx, &end, 16);
-                if (*end) return NULL;
-                ch = (char)x;
-                p += 2;
-            }
-            if (n + 1 >= sizeof tok) return NULL;
-            tok[n++] = ch;
-        }
-        tok[n] = 0;
-        if (json_is_object(node)) node = json_object_get(node, tok);
-        else if (json_is_array(node)) {
-            char *end;
-            unsigned long i = strtoul(tok, &end, 10);
-            node = n && !*end ? json_array_get(node, i) : NULL;
-        } else node = NULL;
-        if (!node) return NULL;
-    }
-    return node;
+    int why;
+    return st_json_pointer(k->doc, p, &why);
 }
 
 /* ---- keywords -------------------------------------------------------------- */

@@ -22,6 +22,11 @@
  * JSON can write is an error. */
 vllm_status st_gbnf_json_string(const char *gbnf, size_t len, strbuf *out);
 
+/* The node the JSON pointer p ("" or "/a/b~1c/0", %XX decoded as in a URI
+ * fragment) names under node, or NULL: *why 1 when a token is over 511
+ * bytes, else 0 (nothing there). schema.c; schema_check.c uses it too. */
+json_t *st_json_pointer(json_t *node, const char *p, int *why);
+
 /* A JSON-Schema pattern's top-level alternative (re[0..n), its ^ and $
  * taken off) trimmed for a search whose front / back is unanchored: the
  * shortest regex with the same search language, appended to out; *empty

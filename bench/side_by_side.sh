@@ -36,6 +36,8 @@ usage: bench/side_by_side.sh [options]
   --long-seqs LIST  longctx: sequences (1,16); 1 = llama-bench pp / tg at depth vs
                     bench_forward --prefill / --context; N = llama-batched-bench vs
                     bench_forward --batch N
+  --long-batch-ctx LIST  longctx: contexts of the N-sequence rows (default: --long-ctx);
+                    16 x 32k is 16 times the 1-sequence 32k prefill, about 2 h here
   --long-model F    longctx: GGUF file (default: DIR/tinyllama-2l-q8_0.gguf, TinyLlama-1.1B's
                     attention and MLP shapes with 2 layers and 32768 positions, written once)
   --types LIST      GGUF types for decode/prefill ("f16,bf16,q8_0,q4_0,q4_k,q6_k"), or
@@ -65,7 +67,7 @@ EOF
 }
 
 only="membw,decode,prefill,batch16,shared64,serve,scaling,idle,startup,kv"
-long_ctx="4096,16384,32768" long_seqs="1,16" long_model=""
+long_ctx="4096,16384,32768" long_seqs="1,16" long_model="" long_bctx=""
 types="f16,bf16,q8_0,q4_0,q4_k,q6_k" btypes="f16,q8_0" stype=q8_0 threads=2 reps=3 quick=0
 mtype=q8_0 isa=native dir=${VLLMC_BENCH_DIR:-/tmp/vllmc-bench} vbuild=$root/build slo="ttft:5000 tpot:1000" rate="" rate_x="0.9,2,3" logs=""
 while [ $# -gt 0 ]; do
@@ -85,6 +87,7 @@ while [ $# -gt 0 ]; do
     --isa) isa=$2; shift ;;
     --long-ctx) long_ctx=$2; shift ;;
     --long-seqs) long_seqs=$2; shift ;;
+    --long-batch-ctx) long_bctx=$2; shift ;;
     --long-model) long_model=$2; shift ;;
     --quick) quick=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -96,8 +99,8 @@ done
 [[ "$threads" =~ ^[1-9][0-9]*$ && "$reps" =~ ^[1-9][0-9]*$ ]] ||
   { echo "side_by_side: --threads and --repeats take positive integers" >&2; exit 2; }
 num_re='^([0-9]+[.]?[0-9]*|[.][0-9]+)$'
-for x in ${long_ctx//,/ } ${long_seqs//,/ }; do
-  [[ "$x" =~ ^[1-9][0-9]*$ ]] || { echo "side_by_side: --long-ctx and --long-seqs take positive integers, not '$x'" >&2; exit 2; }
+for x in ${long_ctx//,/ } ${long_seqs//,/ } ${long_bctx//,/ }; do
+  [[ "$x" =~ ^[1-9][0-9]*$ ]] || { echo "side_by_side: --long-ctx, --long-seqs and --long-batch-ctx take positive integers, not '$x'" >&2; exit 2; }
 done
 for x in $rate ${rate_x//,/ }; do
   [[ "$x" =~ $num_re ]] && awk -v x="$x" 'BEGIN { exit !(x > 0) }' ||
@@ -590,7 +593,9 @@ if want longctx; then
       RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "ours-longctx-decode" "$bf" --model "$lf" --threads "$threads" \
         --context "$long_ctx" --decode "$LTG" --repeat "$(lrep "$lmax")" --kv-cache-dtype float16
     fi
-    for C in ${long_ctx//,/ }; do
+    cs=$long_ctx
+    [ "$S" != 1 ] && [ -n "$long_bctx" ] && cs=$long_bctx
+    for C in ${cs//,/ }; do
       R=$(lrep "$C")
       if [ "$S" = 1 ]; then
         RUN_TIMEOUT=${LONG_TIMEOUT:-3600} run "llama-longctx-pp$C" "$lbin/llama-bench" -m "$lf" -fa on \

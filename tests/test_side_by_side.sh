@@ -30,6 +30,9 @@ done
 out=$(bench/side_by_side.sh --only longctx --long-ctx 4096,x 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "take positive integers, not 'x'" <<<"$out"; then echo "ok sbs_bad_long_ctx"
 else echo "FAIL sbs_bad_long_ctx: status $rc: $out"; fi
+out=$(bench/side_by_side.sh --only longctx --long-batch-ctx 0 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "take positive integers, not '0'" <<<"$out"; then echo "ok sbs_bad_long_batch_ctx"
+else echo "FAIL sbs_bad_long_batch_ctx: status $rc: $out"; fi
 out=$(bench/side_by_side.sh --isa avx512 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "takes native or avx2, not 'avx512'" <<<"$out"; then echo "ok sbs_bad_isa"
 else echo "FAIL sbs_bad_isa: status $rc: $out"; fi

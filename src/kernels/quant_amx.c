@@ -47,7 +47,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
 enum {

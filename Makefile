@@ -191,15 +191,19 @@ setup:
 # The suite runs on the release build and on the ASan+UBSan build (LeakSanitizer
 # on), then its threaded tests (tagged tsan) on the ThreadSanitizer build, with
 # one "N passed, N failed, N skipped" total at the end.
+# The three builds compile with JOBS jobs (one per CPU) unless make was given -j.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+JFLAG = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
+
 test: setup
-	@$(MAKE) --no-print-directory WERROR=1 all
-	@$(MAKE) --no-print-directory WERROR=1 SAN=1 all
-	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@$(MAKE) --no-print-directory $(JFLAG) WERROR=1 all
+	@$(MAKE) --no-print-directory $(JFLAG) WERROR=1 SAN=1 all
+	@$(MAKE) --no-print-directory $(JFLAG) WERROR=1 TSAN=1 all
 	@tests/run.sh build,build-san,build-tsan:tsan
 
 # The threaded tests (tests tagged "tsan", tests/run.sh) under ThreadSanitizer.
 tsan: setup
-	@$(MAKE) --no-print-directory WERROR=1 TSAN=1 all
+	@$(MAKE) --no-print-directory $(JFLAG) WERROR=1 TSAN=1 all
 	@tests/run.sh build-tsan:tsan
 
 run: setup

@@ -2,7 +2,7 @@
 # bench/side_by_side.sh and its helpers parse and answer --help; bench/membw
 # measures something and rejects bad arguments. (The benchmark itself takes
 # tens of minutes and is never run by the suite.)
-# checks: 22
+# checks: 23
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 for s in bench/side_by_side.sh bench/llamacpp/build.sh bench/llamacpp/run.sh bench/blas/run.sh; do

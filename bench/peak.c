@@ -21,6 +21,13 @@
  *             gap to `fma`
  *   bf16tile  the same with BF16 widened by vpmovzxwd + vpslld (the FP32
  *             path for BF16 weights)
+ *   fma256    vfmadd231ps ymm: 16 FLOP each (AVX2 + FMA: the kernels' path
+ *             on CPUs without AVX-512, e.g. Zen 3)
+ *   f16tile256  tile_avx2's inner step for F16, 3 rows x 4 tokens: 3
+ *             vcvtph2ps ymm per 12 FMAs
+ *   bf16tile256 the same with BF16 widened by vpmovzxwd + vpslld ymm
+ *
+ * The AVX-512 mixes print n/a on a CPU without AVX-512 F, VNNI and BF16.
  *
  * Operands live in registers only (no loads): these are the execution
  * units' limits, not the caches'. Nothing is checked; the sums are printed
@@ -36,12 +43,19 @@
 #include <time.h>
 
 #define PEAK_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c,fma")))
+#define PEAK_FN256 __attribute__((target("avx2,f16c,fma")))
 
 enum { CHAINS = 12, INNER = 100000 };
 
-typedef enum { MIX_FMA, MIX_DPBF16, MIX_VNNI, MIX_F16TILE, MIX_BF16TILE, MIX_COUNT } mix;
-static const char *const mix_names[MIX_COUNT] = {"fma", "dpbf16", "vpdpbusd", "f16tile", "bf16tile"};
-static const double ops_per_inner[MIX_COUNT] = {CHAINS * 32.0, CHAINS * 64.0, CHAINS * 128.0, 24 * 32.0, 24 * 32.0};
+typedef enum {
+    MIX_FMA, MIX_DPBF16, MIX_VNNI, MIX_F16TILE, MIX_BF16TILE, /* AVX-512 */
+    MIX_FMA256, MIX_F16TILE256, MIX_BF16TILE256,               /* AVX2 + FMA */
+    MIX_COUNT
+} mix;
+static const char *const mix_names[MIX_COUNT] = {"fma", "dpbf16", "vpdpbusd", "f16tile", "bf16tile",
+                                                 "fma256", "f16tile256", "bf16tile256"};
+static const double ops_per_inner[MIX_COUNT] = {CHAINS * 32.0, CHAINS * 64.0, CHAINS * 128.0, 24 * 32.0, 24 * 32.0,
+                                                CHAINS * 16.0, 12 * 16.0, 12 * 16.0};
 
 /* This thread's CPU time: on a machine shared with other work the rate
  * per CPU second is the units' rate, whatever the scheduler did. */
@@ -142,11 +156,74 @@ PEAK_FN static double mix_loop(mix m, long n) {
     return sink;
 }
 
+/* n steps of tile_avx2's 3-row x 4-token F16 / BF16 tile (matmul.c). */
+__attribute__((always_inline)) PEAK_FN256 static inline void tile_loop256(const bool f16, long n, const float *xp,
+                                                                         const uint16_t *wp, __m256 *accp) {
+    __m256 acc[12];
+    for (int c = 0; c < 12; c++) acc[c] = accp[c];
+    for (long i = 0; i < n; i++) {
+        __m256 w[3];
+        __asm__ volatile("" : "+r"(xp), "+r"(wp));
+#pragma GCC unroll 3
+        for (int r = 0; r < 3; r++) {
+            __m128i h = _mm_load_si128((const __m128i *)(wp + 8 * r));
+            w[r] = f16 ? _mm256_cvtph_ps(h)
+                       : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256 xv = _mm256_load_ps(xp + 8 * j);
+#pragma GCC unroll 3
+            for (int r = 0; r < 3; r++) acc[r * 4 + j] = _mm256_fmadd_ps(w[r], xv, acc[r * 4 + j]);
+        }
+    }
+    for (int c = 0; c < 12; c++) accp[c] = acc[c];
+}
+
+/* The AVX2 mixes, as mix_loop. */
+PEAK_FN256 static double mix_loop256(mix m, long n) {
+    float out[8];
+    double sink = 0;
+    if (m == MIX_FMA256) {
+        __m256 f[CHAINS];
+        for (int c = 0; c < CHAINS; c++) f[c] = _mm256_set1_ps(1e-3f * (float)c);
+        __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-7f);
+        OPAQUE(a);
+        OPAQUE(b);
+        for (long i = 0; i < n; i++)
+#pragma GCC unroll 12
+            for (int c = 0; c < CHAINS; c++) f[c] = _mm256_fmadd_ps(a, f[c], b);
+        for (int c = 0; c < CHAINS; c++) {
+            _mm256_storeu_ps(out, f[c]);
+            sink += out[0];
+        }
+        return sink;
+    }
+    __m256 acc[12];
+    for (int c = 0; c < 12; c++) acc[c] = _mm256_setzero_ps();
+    _Alignas(32) float xs[4][8];
+    _Alignas(32) uint16_t ws[3][8];
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 8; l++) xs[j][l] = 1e-6f * (float)j;
+    for (int r = 0; r < 3; r++)
+        for (int l = 0; l < 8; l++) ws[r][l] = (uint16_t)(0x3400 + r);
+    const float *xp = &xs[0][0];
+    const uint16_t *wp = &ws[0][0];
+    __asm__ volatile("" : "+r"(xp), "+r"(wp) : : "memory");
+    if (m == MIX_F16TILE256) tile_loop256(true, n, xp, wp, acc);
+    else tile_loop256(false, n, xp, wp, acc);
+    for (int c = 0; c < 12; c++) {
+        _mm256_storeu_ps(out, acc[c]);
+        sink += out[0];
+    }
+    return sink;
+}
+
 static double run_mix(mix m, double seconds, double *ops) {
     double t0 = now_s(), t = t0, sink = 0;
     long iters = 0;
     while (t - t0 < seconds) {
-        sink += mix_loop(m, INNER);
+        sink += m >= MIX_FMA256 ? mix_loop256(m, INNER) : mix_loop(m, INNER);
         iters += INNER;
         t = now_s();
     }
@@ -176,9 +253,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni") ||
-        !__builtin_cpu_supports("avx512bf16")) {
-        fprintf(stderr, "peak: needs AVX-512 F, VNNI and BF16\n");
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") &&
+                  __builtin_cpu_supports("avx512bf16");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
+        fprintf(stderr, "peak: needs AVX2, FMA and F16C\n");
         return 1;
     }
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
@@ -188,8 +266,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     double sink = 0;
-    printf("%-9s %12s  (%d threads, best of %d x %d ms)\n", "mix", "G ops/s", threads, repeat, ms);
+    printf("%-11s %12s  (%d threads, best of %d x %d ms)\n", "mix", "G ops/s", threads, repeat, ms);
     for (int m = 0; m < MIX_COUNT; m++) {
+        if (m < MIX_FMA256 && !avx512) {
+            printf("%-11s %12s\n", mix_names[m], "n/a");
+            continue;
+        }
         double best = 0;
         for (int r = 0; r < repeat; r++) {
             double total = 0;
@@ -206,7 +288,7 @@ int main(int argc, char **argv) {
             }
             if (total > best) best = total;
         }
-        printf("%-9s %12.1f\n", mix_names[m], best * 1e-9);
+        printf("%-11s %12.1f\n", mix_names[m], best * 1e-9);
     }
     fprintf(stderr, "(sink %g)\n", sink);
     free(tids);

@@ -33,6 +33,13 @@
 # test program not built, and a program that crashes or exits non-zero
 # without a FAIL line. The total of passed, failed and skipped therefore
 # equals the sum of the declarations on every machine.
+#
+# With several build directories the first runs alone: it fetches what the
+# suite downloads once (real models, llama.cpp's npm package, derived files
+# and reference caches). The others then run at the same time, each its own
+# tests/run.sh (the tests are mostly one thread: two passes at once fill the
+# 2 cores CI has), their outputs shown in order after the first's, with one
+# total. VLLMC_TEST_SERIAL=1 runs them one after another instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 builds=${1:-build}
@@ -77,7 +84,11 @@ run_one() {
 }
 
 IFS=, read -r -a build_list <<< "$builds"
-for spec in "${build_list[@]}"; do
+run_list=("${build_list[@]}") later=()
+if [ ${#build_list[@]} -gt 2 ] && [ "${VLLMC_TEST_SERIAL:-0}" != 1 ]; then
+  run_list=("${build_list[0]}") later=("${build_list[@]:1}")
+fi
+for spec in "${run_list[@]}"; do
   build=${spec%%:*} tag=
   [[ "$spec" == *:* ]] && tag=${spec#*:}
   export VLLMC="$PWD/$build/vllmc" BUILD_DIR="$PWD/$build"
@@ -148,6 +159,28 @@ for spec in "${build_list[@]}"; do
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     echo "   ($name: $p passed, $f failed, $s skipped of $([ "$want" -ge 0 ] && echo "$want" || echo '?') declared, $(( $(date +%s) - start ))s)"
   done
+done
+# the other passes, at once: each child's results, then its total folded into ours
+pids=()
+for i in "${!later[@]}"; do
+  tests/run.sh "${later[$i]}" "$filter" > "$tmp/pass$i" 2>&1 &
+  pids+=($!)
+done
+for i in "${!later[@]}"; do
+  wait "${pids[$i]}"
+  spec=${later[$i]} build=${later[$i]%%:*} tag=
+  [[ "$spec" == *:* ]] && tag=${spec#*:}
+  echo "==== suite on $build/${tag:+ (the files tagged $tag)}"
+  total=$(tail -1 "$tmp/pass$i")
+  sed -n '/^# skipped, by reason:$/q; /^# failed: /d; p' "$tmp/pass$i" | sed '$ { /^[0-9]* passed, /d }'
+  grep '^skip ' "$tmp/pass$i" >> "$all"
+  if [[ "$total" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped$ ]]; then
+    passed=$((passed + BASH_REMATCH[1])); failed=$((failed + BASH_REMATCH[2])); skipped=$((skipped + BASH_REMATCH[3]))
+    [ "${BASH_REMATCH[2]}" -gt 0 ] && failed_files+=($(sed -n 's/^# failed: //p' "$tmp/pass$i"))
+  else
+    echo "FAIL suite on $build: tests/run.sh ended without its total: $total"
+    failed=$((failed + 1)); failed_files+=("$build (no total)")
+  fi
 done
 if [ -s "$all" ]; then
   echo "# skipped, by reason:"

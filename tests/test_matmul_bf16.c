@@ -10,8 +10,12 @@
  * activations rounded by the kernel or beforehand (matmul_bf16_round_act,
  * the runner's way), and with its k-blocks (8 tokens of a long k are cut
  * into blocks whose accumulators wait in memory) adding in the same order.
+ * The AVX2 kernel (FMAs where the inputs' range makes them exact, the
+ * emulation elsewhere) is held to the same, plus edge values: subnormal,
+ * tiny, huge, signed-zero, infinite and NaN activations and weights, each
+ * to the bit of the portable path.
  */
-/* checks: 10 */
+/* checks: 16 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,11 +248,86 @@ static void check_invariance(matmul_fn fn, const char *name) {
     }
 }
 
+/* Values at and past the edges of the AVX2 kernel's range ([2^-50, 2^50)
+ * in magnitude, and zeros), where FMAs and vdpbf16ps differ unless the
+ * emulation takes over: in row 4, whose other weights are zero, so that
+ * the edge decides its outputs (the other rows are random and share its
+ * tiles). Four placements per value v:
+ *   0  weight 37 = v, every token's activation 37 = 0.5: a subnormal
+ *      weight reads as 0, v = 2^-126 makes a product that flushes to 0;
+ *   1  the same with v as token 2's activation 37 and 0.5 as the weight;
+ *   2  weights 1 and 33 = v (lane 0, steps 0 and 1), activations 1 and -2:
+ *      v = 2^127.98 overflows the second product to -inf, where an FMA
+ *      (v - 2v) stays finite;
+ *   3  the same with v and -v as token 2's activations, weights 1 and 2.
+ * Each output of every token, in one call and one token a call, has the
+ * portable path's bits. */
+static void check_edges(matmul_fn fn, const char *name) {
+    static const uint16_t edge[] = {
+        0x8000,                 /* -0 */
+        0x0001, 0x807f,         /* subnormals: read as +0 */
+        0x2680, 0xa680,         /* 2^-50: in range */
+        0x267f,                 /* just below 2^-50 */
+        0x0080, 0x0d00,         /* 2^-126, 2^-101 */
+        0x587f, 0xd87f,         /* just below 2^50 */
+        0x5880, 0x7f7f, 0xff7f, /* 2^50; the largest finite, both signs */
+        0x7f80, 0xff80, 0x7fc0, /* inf, -inf, NaN */
+    };
+    const int ne = (int)(sizeof edge / sizeof *edge);
+    int bad = 0;
+    for (int c = 0; c < 4 * ne; c++) {
+        const int64_t n = 9, k = 70, T = 6, row = 4;
+        const uint16_t v = edge[c / 4];
+        const int mode = c % 4;
+        matmul_args a = make_args(n, k, T, false, false);
+        uint16_t *w = (uint16_t *)a.w + row * k;
+        float *x = (float *)a.x;
+        memset(w, 0, 2 * (size_t)k);
+        if (mode == 0 || mode == 1) {
+            w[37] = mode == 0 ? v : f32_to_bf16(0.5f);
+            for (int64_t t = 0; t < T; t++) x[t * a.ldx + 37] = 0.5f;
+            if (mode == 1) x[2 * a.ldx + 37] = bf16_to_f32(v);
+        } else {
+            w[1] = mode == 2 ? v : f32_to_bf16(1.0f);
+            w[33] = mode == 2 ? v : f32_to_bf16(2.0f);
+            for (int64_t t = 0; t < T; t++) {
+                x[t * a.ldx + 1] = 1.0f;
+                x[t * a.ldx + 33] = -2.0f;
+            }
+            if (mode == 3) {
+                x[2 * a.ldx + 1] = bf16_to_f32(v);
+                x[2 * a.ldx + 33] = -bf16_to_f32(v);
+            }
+        }
+        size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
+        float *port = malloc(bytes);
+        fill_y(&a, T, 0);
+        matmul_bf16_range_portable(&a, 0, n, 0, T);
+        memcpy(port, a.y, bytes);
+        fill_y(&a, T, 0);
+        fn(&a, 0, n, 0, T);
+        bool same = !memcmp(port, a.y, bytes);
+        fill_y(&a, T, 0);
+        for (int64_t t = 0; t < T; t++) fn(&a, 0, n, t, t + 1);
+        same &= !memcmp(port, a.y, bytes);
+        if (!same && !bad++)
+            fprintf(stderr, "%s: edge value 0x%04x, placement %d, differs from the portable path\n", name, v, mode);
+        free(port);
+        free_args(&a);
+    }
+    CHECK(!bad, "%s: %d of %d edge cases differ from the portable path (the first on stderr)", name, bad, 4 * ne);
+}
+
 TEST(test_bf16_hand_portable) { check_hand(matmul_bf16_range_portable, "portable"); }
 
 TEST(test_bf16_hand_avx512) {
     if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
     check_hand(matmul_bf16_range_avx512, "avx512bf16");
+}
+
+TEST(test_bf16_hand_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_hand(matmul_bf16_range_avx2, "avx2");
 }
 
 TEST(test_bf16_hand_blocked_portable) { check_hand_blocked(matmul_bf16_range_portable, "portable"); }
@@ -258,11 +337,21 @@ TEST(test_bf16_hand_blocked_avx512) {
     check_hand_blocked(matmul_bf16_range_avx512, "avx512bf16");
 }
 
+TEST(test_bf16_hand_blocked_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_hand_blocked(matmul_bf16_range_avx2, "avx2");
+}
+
 TEST(test_bf16_prerounded_portable) { check_prerounded(matmul_bf16_range_portable, "portable"); }
 
 TEST(test_bf16_prerounded_avx512) {
     if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
     check_prerounded(matmul_bf16_range_avx512, "avx512bf16");
+}
+
+TEST(test_bf16_prerounded_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_prerounded(matmul_bf16_range_avx2, "avx2");
 }
 
 TEST(test_bf16_portable_vs_double) { check_vs_reference(matmul_bf16_range_portable, "portable", false); }
@@ -272,6 +361,16 @@ TEST(test_bf16_avx512_vs_portable) {
     check_vs_reference(matmul_bf16_range_avx512, "avx512bf16", true);
 }
 
+TEST(test_bf16_avx2_vs_portable) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_vs_reference(matmul_bf16_range_avx2, "avx2", true);
+}
+
+TEST(test_bf16_edges_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_edges(matmul_bf16_range_avx2, "avx2");
+}
+
 TEST(test_bf16_invariance_portable) { check_invariance(matmul_bf16_range_portable, "portable"); }
 
 TEST(test_bf16_invariance_avx512) {
@@ -279,16 +378,27 @@ TEST(test_bf16_invariance_avx512) {
     check_invariance(matmul_bf16_range_avx512, "avx512bf16");
 }
 
+TEST(test_bf16_invariance_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_invariance(matmul_bf16_range_avx2, "avx2");
+}
+
 int main(void) {
     RUN(test_bf16_hand_portable);
     RUN(test_bf16_hand_avx512);
+    RUN(test_bf16_hand_avx2);
     RUN(test_bf16_hand_blocked_portable);
     RUN(test_bf16_hand_blocked_avx512);
+    RUN(test_bf16_hand_blocked_avx2);
     RUN(test_bf16_prerounded_portable);
     RUN(test_bf16_prerounded_avx512);
+    RUN(test_bf16_prerounded_avx2);
     RUN(test_bf16_portable_vs_double);
     RUN(test_bf16_avx512_vs_portable);
+    RUN(test_bf16_avx2_vs_portable);
+    RUN(test_bf16_edges_avx2);
     RUN(test_bf16_invariance_portable);
     RUN(test_bf16_invariance_avx512);
+    RUN(test_bf16_invariance_avx2);
     return harness_done();
 }

@@ -145,7 +145,10 @@ bool matmul_amx_takes(dtype wtype);
  * per output over 32-element steps, then matmul.c's AVX-512 tree); the
  * portable path emulates that instruction bit for bit. Batch invariant.
  * matmul_bf16_range takes the AVX512-BF16 kernel when kernels_isa_get() is
- * AVX-512 and the CPU has it (matmul_bf16_cpu_has_dot), else the portable one. */
+ * AVX-512 and the CPU has it (matmul_bf16_cpu_has_dot), else the AVX2 one
+ * (the same bits from FMAs, where inputs are in the range that makes them
+ * equal; the portable emulation for the rest) when it is AVX2 or above, else
+ * the portable one. */
 void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Optional input of the BF16 path: a->xq = the activations already rounded
  * by matmul_bf16_round_act, ldxq >= matmul_bf16_act_bytes(k) bytes per token
@@ -156,6 +159,8 @@ size_t matmul_bf16_act_bytes(int64_t k);
  * into xb, zero-padded to k rounded up to 32 elements. */
 void matmul_bf16_round_act(const float *x, int64_t k, uint16_t *xb);
 void matmul_bf16_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
+/* Requires kernels_cpu_has_avx2(). */
+void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Requires matmul_bf16_cpu_has_dot(). */
 void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 bool matmul_bf16_cpu_has_dot(void);

@@ -2,7 +2,8 @@
  * matmul_bf16.c - the BF16 compute path: y = bf16(x) W^T for BF16 weights,
  * activations rounded to BF16 (round to nearest even) as vLLM's CPU backend
  * computes a bfloat16 model, products exact, FP32 accumulation with
- * vdpbf16ps (AVX512-BF16: Zen 4/5, Cooper Lake, Sapphire Rapids).
+ * vdpbf16ps (AVX512-BF16: Zen 4/5, Cooper Lake, Sapphire Rapids); on AVX2
+ * CPUs with FMAs that give the same bits (below, "AVX2").
  *
  * Why: the FP32 path (matmul.c) widens each BF16 weight to F32 and does one
  * FMA per weight and token: 16 multiply-adds per instruction. vdpbf16ps
@@ -328,6 +329,373 @@ BF16_ENTRY void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64
     }
 }
 
+/* ---- AVX2: the same bits from FMAs ------------------------------------------- */
+
+/*
+ * No vdpbf16ps, and emulating its flushes costs six instructions per
+ * product (the portable path does that: 0.8 tok/s on TinyLlama). But where
+ * every non-zero activation and weight has a magnitude in [2^-50, 2^50),
+ * the flushes provably never fire and two FMAs give the instruction's bits:
+ *   - a product of two BF16 values (8-bit significands) has 16 significant
+ *     bits and a magnitude in [2^-100, 2^100): exact in FP32, a multiple of
+ *     2^-114;
+ *   - so every partial sum, rounded or not, is a multiple of 2^-114 (a sum
+ *     below 2^-90 is exact, a larger one rounds to a multiple of its ulp,
+ *     at least 2^-113): zero or normal, never flushed; with k < 2^26 it
+ *     stays far below FP32's overflow;
+ *   - acc + odd product rounded, then + even product rounded, is then
+ *     fma(w_odd, x_odd, acc) then fma(w_even, x_even, acc);
+ *   - zeros: the portable path reads -0 and subnormal inputs as +0, here
+ *     -0 stays -0 (subnormals are out of range), so a product may be -0
+ *     where it has +0; an accumulator is never -0 (it starts at +0 and an
+ *     exact cancellation rounds to +0), so adding either zero changes
+ *     nothing.
+ * Tokens with an activation out of range, and tiles whose weights have one
+ * (checked as they stream: two vector min/max per 16 weights), go to the
+ * portable emulation instead: same bits, slowly, for inputs no trained
+ * model has.
+ *
+ * Layout: lane l < 8 of the "lo" accumulator takes the pair (2l, 2l + 1)
+ * of each 32-step's first 16 elements, lane l of the "hi" one the pair of
+ * its last 16 -- the 16 lanes of the AVX-512 order in two halves, which
+ * are independent until the final tree: a tile runs over all of k for the
+ * lo half, then again for the hi half (its weights then come from L1/L2),
+ * so each output needs one register at a time. 16 BF16 weights as 8 dwords
+ * give the odd elements as (dword & 0xffff0000) and the even ones as
+ * (dword << 16); the activations are widened once per call into a panel,
+ * per token and half, of 8 odd then 8 even floats per step.
+ */
+
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
+#define AVX2_ENTRY __attribute__((target("avx2,fma")))
+
+enum {
+    A2_TOKENS = 5,         /* tokens widened and tiled together */
+    A2_XBLOCK = 16 << 10,  /* a k-block of their panels: half a Zen 3 core's L1 */
+    A2_ROWS = 48,          /* rows whose accumulators wait in memory between k-blocks */
+    A2_LO1 = 0x2680 - 1,   /* |v| >= 2^-50: BF16 magnitude bits >= 0x2680 (minus 1: zero wraps to 0xffff) */
+    A2_HI = 0x587f,        /* |v| < 2^50: magnitude bits <= 0x587f */
+};
+
+/* The range check: over 16-bit lanes of BF16 values, *lo = min(|v| - 1)
+ * (zero wraps to 0xffff, so zeros pass) and *hi = max(|v|), as bits. */
+AVX2_FN void a2_range(__m256i v, __m256i *lo, __m256i *hi) {
+    __m256i m = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
+    *lo = _mm256_min_epu16(*lo, _mm256_sub_epi16(m, _mm256_set1_epi16(1)));
+    *hi = _mm256_max_epu16(*hi, m);
+}
+
+AVX2_FN bool a2_in_range(__m256i lo, __m256i hi) {
+    __m256i bad = _mm256_or_si256(_mm256_subs_epu16(_mm256_set1_epi16(A2_LO1), lo),
+                                  _mm256_subs_epu16(hi, _mm256_set1_epi16(A2_HI)));
+    return _mm256_testz_si256(bad, bad);
+}
+
+/* One row of k floats rounded to BF16 into o, zero-padded to k32: dtype.h's
+ * f32_to_bf16 (nearest even; a NaN stays a quiet NaN), 16 at a time. */
+AVX2_FN void a2_round_row(const float *x, int64_t k, uint16_t *o, int64_t k32) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), abs = _mm256_set1_epi32(0x7fffffff),
+                  inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x40);
+    for (int64_t i = 0; i < k32; i += 16) {
+        __m256i r[2];
+        for (int q = 0; q < 2; q++) {
+            int64_t n = k - i - 8 * q;
+            __m256i u;
+            if (n >= 8) {
+                u = _mm256_loadu_si256((const __m256i *)(x + i + 8 * q));
+            } else {
+                uint32_t buf[8] = {0};
+                for (int64_t e = 0; e < n; e++) memcpy(&buf[e], x + i + 8 * q + e, 4);
+                u = _mm256_loadu_si256((const __m256i *)buf);
+            }
+            __m256i hi = _mm256_srli_epi32(u, 16);
+            __m256i rne = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(hi, one))), 16);
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+            r[q] = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, quiet), nan);
+        }
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *)(o + i), packed);
+    }
+}
+
+AVX2_ENTRY static void round_row_avx2(const float *x, int64_t k, uint16_t *xb) {
+    a2_round_row(x, k, xb, (k + 31) & ~(int64_t)31);
+}
+
+/* 16 BF16 from element e of a row of k (zero beyond k). */
+AVX2_FN __m256i a2_load16(const uint16_t *w, int64_t e, int64_t k) {
+    if (e + 16 <= k) return _mm256_loadu_si256((const __m256i *)(w + e));
+    uint16_t buf[16] = {0};
+    for (int64_t i = e; i < k; i++) buf[i - e] = w[i];
+    return _mm256_loadu_si256((const __m256i *)buf);
+}
+
+/* One token's rounded activations (xb, zero-padded to k32) widened into
+ * panel p: half h of step s at p[h * k32 / 2 + 16 s], 8 odd then 8 even
+ * elements. False when one is out of range. */
+AVX2_FN bool a2_widen(const uint16_t *xb, int64_t k32, float *p) {
+    __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
+    const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t i = 0; i < k32; i += 32)
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(xb + i + 16 * h));
+            a2_range(v, &lo, &hi);
+            float *o = p + h * (k32 / 2) + i / 2;
+            _mm256_storeu_ps(o, _mm256_castsi256_ps(_mm256_and_si256(v, odd)));
+            _mm256_storeu_ps(o + 8, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        }
+    return a2_in_range(lo, hi);
+}
+
+/* matmul.c's hsum8_avx2 after the first halving: the 16-lane tree of the
+ * portable path, lanes l and l + 8 being lo_l and hi_l. */
+AVX2_FN float a2_hsum(__m256 lo, __m256 hi) {
+    __m256 a = _mm256_add_ps(lo, hi);                                          /* a_l, l < 8 */
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); /* b_l = a_l + a_l+4 */
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                             /* b0 + b2, b1 + b3 */
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+/* One 32-step of half h: the weights wv (16 BF16 of each row), the
+ * tokens' panels at xs + j * ldp. */
+AVX2_FN void a2_step(const int R, const int T, const bool chk, const __m256i *wv, const float *xs, int64_t ldp,
+                     __m256 (*acc)[6], __m256i *lo, __m256i *hi) {
+    __m256 wo[5], we[5];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        if (chk) a2_range(wv[r], lo, hi);
+        /* two shifts rather than an AND: no mask register (the accumulators need them) */
+        wo[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(wv[r], 16), 16));
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) { /* the odd elements first, as vdpbf16ps */
+        __m256 xv = _mm256_loadu_ps(xs + j * ldp);
+        __asm__("" : "+x"(xv)); /* one load per token, not one per FMA (matmul.c) */
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(wo[r], xv, acc[r][j]);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) we[r] = _mm256_castsi256_ps(_mm256_slli_epi32(wv[r], 16));
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        __m256 xv = _mm256_loadu_ps(xs + j * ldp + 8);
+        __asm__("" : "+x"(xv));
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(we[r], xv, acc[r][j]);
+    }
+}
+
+/* One half (h) of an R x T tile over the elements [i0, i1) (i0 a multiple
+ * of 32; i1 too, or k): rows wr, tokens' panels p + j * ldp. The
+ * accumulators start at zero (first) or from io[r * T + j] (8 floats
+ * each) and end there; the weights' range is added to *lo_io, *hi_io when
+ * chk (else the caller checked them). */
+AVX2_FN void a2_half(const int R, const int T, const bool chk, const int h, const uint16_t *const *wr, int64_t k,
+                     int64_t i0, int64_t i1, const float *p, int64_t ldp, float *io, bool first, __m256i *lo_io,
+                     __m256i *hi_io) {
+    const int64_t k32 = (k + 31) & ~(int64_t)31, kfull = k & ~(int64_t)31, iend = i1 < kfull ? i1 : kfull;
+    const float *ph = p + h * (k32 / 2);
+    __m256i lo = *lo_io, hi = *hi_io;
+    __m256 acc[5][6];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) acc[r][j] = first ? _mm256_setzero_ps() : _mm256_load_ps(io + (r * T + j) * 8);
+    for (int64_t i = i0; i < iend; i += 32) {
+        __m256i wv[5];
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            if (T == 1 && h == 0) _mm_prefetch((const char *)(wr[r] + i) + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
+            wv[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i + 16 * h));
+        }
+        a2_step(R, T, chk, wv, ph + i / 2, ldp, acc, &lo, &hi);
+    }
+    if (i1 > kfull && kfull < k) { /* the last, partial step: weights zero beyond k, as the panel */
+        __m256i wv[5];
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) wv[r] = a2_load16(wr[r], kfull + 16 * h, k);
+        a2_step(R, T, chk, wv, ph + kfull / 2, ldp, acc, &lo, &hi);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) _mm256_store_ps(io + (r * T + j) * 8, acc[r][j]);
+    *lo_io = lo;
+    *hi_io = hi;
+}
+
+/* R rows (n, n + gap, ...) x T tokens (panels p + j * ldp; xr[j] their
+ * BF16 rows, for the fallback) over the elements [i0, i1): the lo half,
+ * then the hi half, their accumulators in io (2 R T vectors), and when i1
+ * is k the tree into the outputs. chk (only over the whole of k): the
+ * weights' range is checked here, else the caller found them in it. */
+AVX2_FN void a2_tile(const int R, const int T, const bool chk, const matmul_args *a, int64_t n, int64_t gap,
+                     int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr, int64_t i0, int64_t i1,
+                     float *io) {
+    const int64_t k = a->k;
+    const uint16_t *wr[5];
+    __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) wr[r] = (const uint16_t *)a->w + (n + r * gap) * k;
+    a2_half(R, T, chk, 0, wr, k, i0, i1, p, ldp, io, i0 == 0, &lo, &hi);
+    a2_half(R, T, chk, 1, wr, k, i0, i1, p, ldp, io + R * T * 8, i0 == 0, &lo, &hi);
+    if (i1 < k) return;
+    const bool ok = !chk || a2_in_range(lo, hi);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++)
+            store_out(a, t + j, n + r * gap,
+                      ok ? a2_hsum(_mm256_load_ps(io + (r * T + j) * 8), _mm256_load_ps(io + (R * T + r * T + j) * 8))
+                         : dot_portable(wr[r], xr[j], k));
+}
+
+/* One token, R rows (n, n + gap, ...), weights checked as they stream
+ * (decode reads each once, from DRAM). Both halves in one pass: the lo
+ * and hi accumulators are independent chains, 2R of them, where one half
+ * at a time would leave each step waiting on R chains of two dependent
+ * FMAs. */
+AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap, int64_t t, const float *p,
+                      const uint16_t *xr) {
+    const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31, kfull = k & ~(int64_t)31;
+    const float *plo = p, *phi = p + k32 / 2;
+    const uint16_t *wr[4];
+    __m256 lo_acc[4], hi_acc[4];
+    __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        wr[r] = (const uint16_t *)a->w + (n + r * gap) * k;
+        lo_acc[r] = hi_acc[r] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < k32; i += 32) {
+        __m256i wl[4], wh[4];
+        if (i < kfull) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)(wr[r] + i) + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
+                wl[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i));
+                wh[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i + 16));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                wl[r] = a2_load16(wr[r], i, k);
+                wh[r] = a2_load16(wr[r], i + 16, k);
+            }
+        }
+        const __m256 xol = _mm256_loadu_ps(plo + i / 2), xel = _mm256_loadu_ps(plo + i / 2 + 8);
+        const __m256 xoh = _mm256_loadu_ps(phi + i / 2), xeh = _mm256_loadu_ps(phi + i / 2 + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            a2_range(wl[r], &lo, &hi);
+            a2_range(wh[r], &lo, &hi);
+            lo_acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(wl[r], 16), 16)), xol,
+                                        lo_acc[r]);
+            hi_acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(wh[r], 16), 16)), xoh,
+                                        hi_acc[r]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            lo_acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wl[r], 16)), xel, lo_acc[r]);
+            hi_acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wh[r], 16)), xeh, hi_acc[r]);
+        }
+    }
+    const bool ok = a2_in_range(lo, hi);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        store_out(a, t, n + r * gap, ok ? a2_hsum(lo_acc[r], hi_acc[r]) : dot_portable(wr[r], xr, k));
+}
+
+/* Rows [n0, n1) x T tokens: R-row tiles; a single token takes R rows q
+ * apart (R long sequential streams, as matmul.c). Several tokens whose
+ * panels outgrow A2_XBLOCK (and weights checked by the caller) go by
+ * blocks of A2_ROWS rows and k-blocks of panel that fit it: the block
+ * stays in L1 while the rows' tiles stream past, each tile's accumulators
+ * waiting in acc between k-blocks (the same adds in the same order). */
+AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args *a, int64_t n0, int64_t n1,
+                     int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr) {
+    const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31;
+    _Alignas(32) float acc[A2_ROWS * A2_TOKENS * 16];
+    if (T == 1) {
+        int64_t gap = (n1 - n0) / R, n = n0;
+        for (; n < n0 + gap; n++) a2_tile1(R, a, n, gap, t, p, xr[0]);
+        for (n = n0 + R * gap; n < n1; n++) a2_tile1(1, a, n, 1, t, p, xr[0]);
+        return;
+    }
+    int64_t kb = k; /* rows go by A2_ROWS anyway: acc holds that many */
+    if (!chk && (int64_t)T * k32 * 4 > A2_XBLOCK) kb = A2_XBLOCK / (T * 4) & ~(int64_t)31;
+    for (int64_t b0 = n0; b0 < n1; b0 += A2_ROWS) {
+        const int64_t b1 = b0 + A2_ROWS < n1 ? b0 + A2_ROWS : n1;
+        for (int64_t i0 = 0; i0 < k; i0 += kb) {
+            const int64_t i1 = i0 + kb < k ? i0 + kb : k;
+            int64_t n = b0;
+            for (; n + R <= b1; n += R) a2_tile(R, T, chk, a, n, 1, t, p, ldp, xr, i0, i1, acc + (n - b0) * T * 16);
+            for (; n < b1; n++) a2_tile(1, T, chk, a, n, 1, t, p, ldp, xr, i0, i1, acc + (n - b0) * T * 16);
+        }
+    }
+}
+
+/* True when the n BF16 values at w are all in range. */
+AVX2_FN bool a2_scan(const uint16_t *w, int64_t n) {
+    __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
+    for (int64_t i = 0; i < n; i += 16) a2_range(a2_load16(w, i, n), &lo, &hi);
+    return a2_in_range(lo, hi);
+}
+
+AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31;
+    if (k >= (int64_t)1 << 26) { /* the overflow bound above */
+        matmul_bf16_range_portable(a, n0, n1, t0, t1);
+        return;
+    }
+    char *mem = scratch_get(A2_TOKENS * (size_t)k32 * (sizeof(float) + (a->xq ? 0 : 2)));
+    if (!mem) return;
+    float *panel = (float *)mem;
+    uint16_t *own = (uint16_t *)(mem + A2_TOKENS * (size_t)k32 * sizeof(float));
+    bool checked = t1 - t0 < 2, scanned = false; /* one token: the tiles check as they stream */
+    for (int64_t t = t0; t < t1; t += A2_TOKENS) {
+        const int nt = t1 - t < A2_TOKENS ? (int)(t1 - t) : A2_TOKENS;
+        const uint16_t *xr[A2_TOKENS];
+        bool ok = true;
+        for (int j = 0; j < nt; j++) {
+            if (a->xq) {
+                xr[j] = (const uint16_t *)((const char *)a->xq + (t + j) * a->ldxq);
+            } else {
+                a2_round_row(a->x + (t + j) * a->ldx, k, own + j * k32, k32);
+                xr[j] = own + j * k32;
+            }
+            ok &= a2_widen(xr[j], k32, panel + j * k32);
+        }
+        if (!ok) { /* an activation out of range: these tokens the portable way */
+            for (int j = 0; j < nt; j++)
+                for (int64_t n = n0; n < n1; n++)
+                    store_out(a, t + j, n, dot_portable((const uint16_t *)a->w + n * k, xr[j], k));
+            continue;
+        }
+        if (!checked) { /* several tokens: one pass over the weights' range, not one per tile */
+            scanned = a2_scan((const uint16_t *)a->w + n0 * k, (n1 - n0) * k);
+            checked = true;
+        }
+        if (scanned) { /* 8-10 accumulators (each takes two dependent FMAs a step, 4 cycles each), no spills */
+            switch (nt) {
+            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, k32, xr); break;
+            case 4: a2_rows(2, 4, false, a, n0, n1, t, panel, k32, xr); break;
+            case 3: a2_rows(3, 3, false, a, n0, n1, t, panel, k32, xr); break;
+            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, k32, xr); break;
+            default: a2_rows(3, 1, false, a, n0, n1, t, panel, k32, xr); break;
+            }
+            continue;
+        }
+        switch (nt) { /* weights out of range somewhere: tiles that check them */
+        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, k32, xr); break;
+        case 4: a2_rows(2, 4, true, a, n0, n1, t, panel, k32, xr); break;
+        case 3: a2_rows(3, 3, true, a, n0, n1, t, panel, k32, xr); break;
+        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, k32, xr); break;
+        default: a2_rows(3, 1, true, a, n0, n1, t, panel, k32, xr); break;
+        }
+    }
+}
+
 bool matmul_bf16_cpu_has_dot(void) {
     __builtin_cpu_init();
     return kernels_cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
@@ -336,30 +704,45 @@ bool matmul_bf16_cpu_has_dot(void) {
 void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     matmul_bf16_range_portable(a, n0, n1, t0, t1);
 }
+void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
+    matmul_bf16_range_portable(a, n0, n1, t0, t1);
+}
 bool matmul_bf16_cpu_has_dot(void) { return false; }
 #endif
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
-static bool use_dot(void) {
-    static atomic_int fast = -1;
-    int f = atomic_load_explicit(&fast, memory_order_relaxed);
-    if (f < 0) {
-        f = kernels_isa_get() >= KERNELS_ISA_AVX512 && matmul_bf16_cpu_has_dot();
-        atomic_store_explicit(&fast, f, memory_order_relaxed);
+enum { PATH_PORTABLE, PATH_AVX2, PATH_DOT };
+
+static int path(void) {
+    static atomic_int cached = -1;
+    int p = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (p < 0) {
+        kernels_isa isa = kernels_isa_get();
+        p = isa >= KERNELS_ISA_AVX512 && matmul_bf16_cpu_has_dot() ? PATH_DOT
+            : isa >= KERNELS_ISA_AVX2                              ? PATH_AVX2
+                                                                   : PATH_PORTABLE;
+        atomic_store_explicit(&cached, p, memory_order_relaxed);
     }
-    return f;
+    return p;
 }
 
 void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
-    if (use_dot()) matmul_bf16_range_avx512(a, n0, n1, t0, t1);
-    else matmul_bf16_range_portable(a, n0, n1, t0, t1);
+    switch (path()) {
+    case PATH_DOT: matmul_bf16_range_avx512(a, n0, n1, t0, t1); break;
+    case PATH_AVX2: matmul_bf16_range_avx2(a, n0, n1, t0, t1); break;
+    default: matmul_bf16_range_portable(a, n0, n1, t0, t1); break;
+    }
 }
 
 void matmul_bf16_round_act(const float *x, int64_t k, uint16_t *xb) {
 #if defined(__x86_64__)
-    if (use_dot()) {
+    if (path() == PATH_DOT) {
         round_row_avx512(x, k, xb);
+        return;
+    }
+    if (path() == PATH_AVX2) {
+        round_row_avx2(x, k, xb);
         return;
     }
 #endif

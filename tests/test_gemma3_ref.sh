@@ -69,7 +69,8 @@
 #                        _dequantized_f32  every tensor dequantized to F32 by gguf-py: the
 #                                          forward pass alone, within 1e-4 (measured
 #                                          1.6e-6), top-1 and greedy equal everywhere.
-#                      The F32 file and the prompts' ids are cached beside the model.
+#                      The F32 file and the prompts' ids are cached beside the model
+#                      (tests/derived.sh).
 #                      Skipped without the registry.
 # Without .venv (torch, transformers, gguf) every check but mistral_* is skipped.
 # checks: 23
@@ -316,38 +317,18 @@ elif [ $rc -ne 0 ] || [ ! -s "$gguf" ]; then
   # shellcheck disable=SC2086
   fail_all "scripts/fetch_models.sh gemma3: $(tail -1 "$tmp/fetch.log")" $real_names
 else
-  # derived files, cached beside the model: the prompts' ids and the F32 retyping
-  derived=$(dirname "$gguf")/derived
-  mkdir -p "$derived"
-  sum=$(sha256sum "$gguf" | cut -c1-16)
-  ids="$derived/gemma3-chat-prompts-$sum.txt"
-  if [ ! -s "$ids" ]; then
-    $py - "$(dirname "$gguf")" "$(basename "$gguf")" > "$ids.tmp" 2> "$tmp/tok.log" <<'PY'
-import sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2])
-prompts = ["What is the capital of France?", "Write a short poem about the sea.",
-           "Explain photosynthesis in one sentence.", "List three uses of a paperclip.",
-           "Translate 'good morning' into Spanish and German."]
-seqs = [tok(f"<start_of_turn>user\n{p}<end_of_turn>\n<start_of_turn>model\n")["input_ids"] for p in prompts]
-print(",".join(" ".join(map(str, s)) for s in seqs))
-print(",".join(str(len(s)) for s in seqs))
-PY
-    if [ -s "$ids.tmp" ]; then mv "$ids.tmp" "$ids"; else rm -f "$ids.tmp"; fi
-  fi
-  if [ ! -s "$ids" ]; then
+  # derived files, cached beside the model (tests/derived.sh): the prompts' ids and the F32 retyping
+  if ! ids=$(tests/derived.sh gemma3-prompts "$gguf" 2> "$tmp/tok.log"); then
     # shellcheck disable=SC2086
     fail_all "tokenizing the prompts: $(tail -1 "$tmp/tok.log")" $real_names
   else
     prompt_ids=$(sed -n 1p "$ids"); lens=$(sed -n 2p "$ids")
     real_check gemma3_real_q4_k_m "$(dirname "$gguf")" "$(basename "$gguf")" "$prompt_ids" "$lens" --tol 5e-2 \
       --top1 0.97 --near-tie 5e-3
-    f32="$derived/gemma-3-270m-as-f32-$sum.gguf"
-    if [ -s "$f32" ] || { $py tools/make_gemma3_gguf.py --retype "$gguf" "$f32.tmp" --from ALL --to F32 \
-                           > "$tmp/gen.log" 2>&1 && mv "$f32.tmp" "$f32"; }; then
-      real_check gemma3_real_dequantized_f32 "$derived" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
+    if f32=$(tests/derived.sh gemma3-retyped "$gguf" 2> "$tmp/gen.log"); then
+      real_check gemma3_real_dequantized_f32 "$(dirname "$f32")" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
     else
-      echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"; rm -f "$f32.tmp"
+      echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"
     fi
   fi
 fi

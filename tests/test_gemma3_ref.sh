@@ -139,7 +139,15 @@ if [ $have_venv = 0 ]; then
   skip_all ".venv/bin/python lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)" $venv_names
 else
 
-if make_model g3; then check gemma3_f32 "$tmp/g3"; else fail_all "$gen_err" gemma3_f32; fi
+# gemma3_f32 and its AVX2 and portable runs: three dumps, one transformers reference
+g3_dumps=()
+g3_dump() { # name, VLLM_KERNELS value or "": the dump's NAME=FILE into g3_dumps, or its FAIL line
+  local name=$1 err
+  if [ -n "$2" ]; then err=$(VLLM_KERNELS=$2 dump "$tmp/g3" "$tmp/$name.bin") || { echo "FAIL $name: $err"; return; }
+  else err=$(dump "$tmp/g3" "$tmp/$name.bin") || { echo "FAIL $name: $err"; return; }; fi
+  g3_dumps+=("$name=$tmp/$name.bin")
+}
+if make_model g3; then g3_dump gemma3_f32 ""; else fail_all "$gen_err" gemma3_f32; fi
 if make_model g3_bf16 --dtype bf16 --layers 4 --pattern 2 --hidden-size 80 --heads 4 --kv-heads 1 --head-dim 48 \
      --old-config --rope-scaling linear:4 --seed 1; then
   check gemma3_bf16_old_config_linear_rope "$tmp/g3_bf16"
@@ -148,9 +156,19 @@ if make_model g3_odd --layers 5 --layer-types f,s,s,f,s --sliding-window 5 --hea
      --final-logit-softcapping 0.5 --no-tie --seed 2; then
   check gemma3_f32_softcap_untied_window5 "$tmp/g3_odd"
 else fail_all "$gen_err" gemma3_f32_softcap_untied_window5; fi
-if "$build/tests/kernels_probe" avx2 2>/dev/null; then VLLM_KERNELS=avx2 check gemma3_f32_avx2 "$tmp/g3"
+if "$build/tests/kernels_probe" avx2 2>/dev/null; then g3_dump gemma3_f32_avx2 avx2
 else skip_all "no AVX2 on this machine (tests/kernels_probe)" gemma3_f32_avx2; fi
-VLLM_KERNELS=portable check gemma3_f32_portable "$tmp/g3"
+g3_dump gemma3_f32_portable portable
+if [ ${#g3_dumps[@]} -gt 0 ]; then
+  also=(); for d in "${g3_dumps[@]:1}"; do also+=(--also "$d"); done
+  first=${g3_dumps[0]}
+  $py tests/ref/gemma3_forward.py "$tmp/g3" "${first#*=}" --name "${first%%=*}" "${also[@]}" > "$tmp/cmp.out" 2> "$tmp/cmp.err"
+  for d in "${g3_dumps[@]}"; do
+    n=${d%%=*}
+    if grep -qE "^(ok|FAIL) $n( |:|$)" "$tmp/cmp.out"; then grep -E "^(ok|FAIL) $n( |:|$)" "$tmp/cmp.out"
+    else echo "FAIL $n: gemma3_forward.py printed no result: $(tail -1 "$tmp/cmp.err")"; fi
+  done
+fi
 
 # batch invariance: chunked and mixed (above), whole prompts, one token per step
 if [ ! -f "$tmp/gemma3_f32.bin" ]; then

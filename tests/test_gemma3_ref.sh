@@ -69,7 +69,8 @@
 #                        _dequantized_f32  every tensor dequantized to F32 by gguf-py: the
 #                                          forward pass alone, within 1e-4 (measured
 #                                          1.6e-6), top-1 and greedy equal everywhere.
-#                      The F32 file and the prompts' ids are cached beside the model.
+#                      The F32 file and the prompts' ids are cached beside the model
+#                      (tests/derived.sh).
 #                      Skipped without the registry.
 # Without .venv (torch, transformers, gguf) every check but mistral_* is skipped.
 # checks: 23
@@ -138,7 +139,15 @@ if [ $have_venv = 0 ]; then
   skip_all ".venv/bin/python lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)" $venv_names
 else
 
-if make_model g3; then check gemma3_f32 "$tmp/g3"; else fail_all "$gen_err" gemma3_f32; fi
+# gemma3_f32 and its AVX2 and portable runs: three dumps, one transformers reference
+g3_dumps=()
+g3_dump() { # name, VLLM_KERNELS value or "": the dump's NAME=FILE into g3_dumps, or its FAIL line
+  local name=$1 err
+  if [ -n "$2" ]; then err=$(VLLM_KERNELS=$2 dump "$tmp/g3" "$tmp/$name.bin") || { echo "FAIL $name: $err"; return; }
+  else err=$(dump "$tmp/g3" "$tmp/$name.bin") || { echo "FAIL $name: $err"; return; }; fi
+  g3_dumps+=("$name=$tmp/$name.bin")
+}
+if make_model g3; then g3_dump gemma3_f32 ""; else fail_all "$gen_err" gemma3_f32; fi
 if make_model g3_bf16 --dtype bf16 --layers 4 --pattern 2 --hidden-size 80 --heads 4 --kv-heads 1 --head-dim 48 \
      --old-config --rope-scaling linear:4 --seed 1; then
   check gemma3_bf16_old_config_linear_rope "$tmp/g3_bf16"
@@ -147,9 +156,19 @@ if make_model g3_odd --layers 5 --layer-types f,s,s,f,s --sliding-window 5 --hea
      --final-logit-softcapping 0.5 --no-tie --seed 2; then
   check gemma3_f32_softcap_untied_window5 "$tmp/g3_odd"
 else fail_all "$gen_err" gemma3_f32_softcap_untied_window5; fi
-if "$build/tests/kernels_probe" avx2 2>/dev/null; then VLLM_KERNELS=avx2 check gemma3_f32_avx2 "$tmp/g3"
+if "$build/tests/kernels_probe" avx2 2>/dev/null; then g3_dump gemma3_f32_avx2 avx2
 else skip_all "no AVX2 on this machine (tests/kernels_probe)" gemma3_f32_avx2; fi
-VLLM_KERNELS=portable check gemma3_f32_portable "$tmp/g3"
+g3_dump gemma3_f32_portable portable
+if [ ${#g3_dumps[@]} -gt 0 ]; then
+  also=(); for d in "${g3_dumps[@]:1}"; do also+=(--also "$d"); done
+  first=${g3_dumps[0]}
+  $py tests/ref/gemma3_forward.py "$tmp/g3" "${first#*=}" --name "${first%%=*}" "${also[@]}" > "$tmp/cmp.out" 2> "$tmp/cmp.err"
+  for d in "${g3_dumps[@]}"; do
+    n=${d%%=*}
+    if grep -qE "^(ok|FAIL) $n( |:|$)" "$tmp/cmp.out"; then grep -E "^(ok|FAIL) $n( |:|$)" "$tmp/cmp.out"
+    else echo "FAIL $n: gemma3_forward.py printed no result: $(tail -1 "$tmp/cmp.err")"; fi
+  done
+fi
 
 # batch invariance: chunked and mixed (above), whole prompts, one token per step
 if [ ! -f "$tmp/gemma3_f32.bin" ]; then
@@ -316,38 +335,18 @@ elif [ $rc -ne 0 ] || [ ! -s "$gguf" ]; then
   # shellcheck disable=SC2086
   fail_all "scripts/fetch_models.sh gemma3: $(tail -1 "$tmp/fetch.log")" $real_names
 else
-  # derived files, cached beside the model: the prompts' ids and the F32 retyping
-  derived=$(dirname "$gguf")/derived
-  mkdir -p "$derived"
-  sum=$(sha256sum "$gguf" | cut -c1-16)
-  ids="$derived/gemma3-chat-prompts-$sum.txt"
-  if [ ! -s "$ids" ]; then
-    $py - "$(dirname "$gguf")" "$(basename "$gguf")" > "$ids.tmp" 2> "$tmp/tok.log" <<'PY'
-import sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2])
-prompts = ["What is the capital of France?", "Write a short poem about the sea.",
-           "Explain photosynthesis in one sentence.", "List three uses of a paperclip.",
-           "Translate 'good morning' into Spanish and German."]
-seqs = [tok(f"<start_of_turn>user\n{p}<end_of_turn>\n<start_of_turn>model\n")["input_ids"] for p in prompts]
-print(",".join(" ".join(map(str, s)) for s in seqs))
-print(",".join(str(len(s)) for s in seqs))
-PY
-    if [ -s "$ids.tmp" ]; then mv "$ids.tmp" "$ids"; else rm -f "$ids.tmp"; fi
-  fi
-  if [ ! -s "$ids" ]; then
+  # derived files, cached beside the model (tests/derived.sh): the prompts' ids and the F32 retyping
+  if ! ids=$(tests/derived.sh gemma3-prompts "$gguf" 2> "$tmp/tok.log"); then
     # shellcheck disable=SC2086
     fail_all "tokenizing the prompts: $(tail -1 "$tmp/tok.log")" $real_names
   else
     prompt_ids=$(sed -n 1p "$ids"); lens=$(sed -n 2p "$ids")
     real_check gemma3_real_q4_k_m "$(dirname "$gguf")" "$(basename "$gguf")" "$prompt_ids" "$lens" --tol 5e-2 \
       --top1 0.97 --near-tie 5e-3
-    f32="$derived/gemma-3-270m-as-f32-$sum.gguf"
-    if [ -s "$f32" ] || { $py tools/make_gemma3_gguf.py --retype "$gguf" "$f32.tmp" --from ALL --to F32 \
-                           > "$tmp/gen.log" 2>&1 && mv "$f32.tmp" "$f32"; }; then
-      real_check gemma3_real_dequantized_f32 "$derived" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
+    if f32=$(tests/derived.sh gemma3-retyped "$gguf" 2> "$tmp/gen.log"); then
+      real_check gemma3_real_dequantized_f32 "$(dirname "$f32")" "$(basename "$f32")" "$prompt_ids" "$lens" --tol 1e-4 --top1 1
     else
-      echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"; rm -f "$f32.tmp"
+      echo "FAIL gemma3_real_dequantized_f32: retyping: $(tail -1 "$tmp/gen.log")"
     fi
   fi
 fi

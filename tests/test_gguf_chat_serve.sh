@@ -56,12 +56,13 @@ serve_chat_completion() {
   local key; key=$( { sha256sum "$path" | cut -c1-16; cat examples/template_gemma.jinja; echo "$msgs"; } | sha256sum | cut -c1-16)
   local ref; ref=$(dirname "$path")/derived/gemma3-serve-ref-$key.json
   mkdir -p "$(dirname "$ref")"
-  if [ ! -s "$ref" ]; then
-    if ! $PY tests/ref/gguf_chat_ref.py --generate 8 "$path" "$msgs" examples/template_gemma.jinja > "$ref.tmp" \
+  if [ ! -s "$ref" ]; then # (written whole under a name of our own, then renamed: another pass may read it)
+    local part; part=$(mktemp "$ref.XXXXXX.part")
+    if ! $PY tests/ref/gguf_chat_ref.py --generate 8 "$path" "$msgs" examples/template_gemma.jinja > "$part" \
          2> "$tmp/gen.err"; then
-      rm -f "$ref.tmp"; echo "FAIL $name: the reference did not run: $(tail -1 "$tmp/gen.err")"; return
+      rm -f "$part"; echo "FAIL $name: the reference did not run: $(tail -1 "$tmp/gen.err")"; return
     fi
-    mv "$ref.tmp" "$ref"
+    mv "$part" "$ref"
   fi
   if ! server_start G gemma3 --threads 2 > "$tmp/start.out"; then
     echo "FAIL $name: $(head -1 "$tmp/start.out")"; server_stop_all; return

@@ -57,7 +57,7 @@ run "$O_URL"
 h=$(val "$O_URL" vllm:external_prefix_cache_hits_total)
 [ "${h:-0}" -gt 0 ] && echo "ok offload_external_hits" || echo "FAIL offload_external_hits: $h"
 [ "$again_cached" -ge $((L - 16)) ] && echo "ok offload_cached_tokens" || echo "FAIL offload_cached_tokens: $again_cached of $L"
-wait_for offload_log_hit_rate 5 grep -q "External prefix cache hit rate: [1-9]" "$O_LOG"
+wait_for offload_log_hit_rate 15 grep -q "External prefix cache hit rate: [1-9]" "$O_LOG"
 
 run "$D_URL"
 [ "$again" = "$cold" ] && [ "$first" = "$cold" ] && echo "ok disk_tier_same_output" || echo "FAIL disk_tier_same_output: $first / $again vs $cold"

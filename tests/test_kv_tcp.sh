@@ -36,7 +36,7 @@ server_start C --model "$M" --threads 1 --enable-prompt-tokens-details --kv-tran
 server_start S --model "$M" --threads 1 || exit 1
 "$VLLMC" proxy --port 0 --prefill "$P_URL" --decode "$C_URL" >"$tmp/proxy.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 200); do grep -q "Starting vllmc proxy on" "$tmp/proxy.log" && break; sleep 0.05; done
+for _ in $(seq 1200); do grep -q "Starting vllmc proxy on" "$tmp/proxy.log" && break; sleep 0.05; done
 X=$(grep -o 'Starting vllmc proxy on [^ ]*' "$tmp/proxy.log" | sed 's/.* on //')
 [ -n "$X" ] || { echo "FAIL proxy_start: $(tail -3 "$tmp/proxy.log")"; exit 1; }
 
@@ -91,7 +91,7 @@ PYEOF
   PIDS+=($!)
 }
 fake cut > "$tmp/cut.port"; fake mute > "$tmp/mute.port"
-for _ in $(seq 100); do [ -s "$tmp/cut.port" ] && [ -s "$tmp/mute.port" ] && break; sleep 0.05; done
+for _ in $(seq 600); do [ -s "$tmp/cut.port" ] && [ -s "$tmp/mute.port" ] && break; sleep 0.05; done
 p=$(prompt 102)
 req POST "$S_URL/v1/completions" "$(body "$p" 8)"; single=$(ids)
 req POST "$C_URL/v1/completions" "$(body "$p" 8 ",\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_host\":\"127.0.0.1\",\"remote_port\":$(cat "$tmp/cut.port")}")"
@@ -106,7 +106,7 @@ dt=$($PY -c "print($(date +%s.%N) - $t0)")
   echo "ok tcp_peer_timeout" || echo "FAIL tcp_peer_timeout: $(ids) vs $single after ${dt}s"
 usage0 "$C_URL" && echo "ok tcp_kv_usage_zero_consumer" || echo "FAIL tcp_kv_usage_zero_consumer"
 
-timeout 30 "$VLLMC" serve --model "$M" --port 0 --kv-transfer-config '{"kv_connector":"TcpConnector","kv_role":"kv_producer","kv_port":70000}' >"$tmp/bad.log" 2>&1
+timeout 120 "$VLLMC" serve --model "$M" --port 0 --kv-transfer-config '{"kv_connector":"TcpConnector","kv_role":"kv_producer","kv_port":70000}' >"$tmp/bad.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "kv_port must be an integer in 0..65535" "$tmp/bad.log" && echo "ok tcp_bad_kv_port_error" ||
   echo "FAIL tcp_bad_kv_port_error: rc $rc $(tail -2 "$tmp/bad.log")"

@@ -128,7 +128,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 [ $okn = 8 ] && echo "ok lora_streams_under_reload" || echo "FAIL lora_streams_under_reload: $okn of 8 streams finished"
 usage() { curl -s $U/metrics | awk '/^vllm:kv_cache_usage_perc/ {print $2}'; }
-wait_for lora_kv_usage_back_to_0 10 bash -c "[ \"\$(curl -s $U/metrics | awk '/^vllm:kv_cache_usage_perc/ {print \$2}')\" = 0.0 ]"
+wait_for lora_kv_usage_back_to_0 30 bash -c "[ \"\$(curl -s $U/metrics | awk '/^vllm:kv_cache_usage_perc/ {print \$2}')\" = 0.0 ]"
 grep -q '^# TYPE vllm:lora_requests_info gauge' <(curl -s $U/metrics) && [ -n "$info" ] && echo "ok lora_requests_info_metric" ||
   echo "FAIL lora_requests_info_metric: '$info'"
 # a series with adapters running, value a unix time (within a day of now)

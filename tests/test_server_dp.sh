@@ -74,7 +74,7 @@ VLLMC_DEBUG_STEP_DELAY_US=20000 server_start K --model $MODEL --threads 1 -dp 2 
 pid1=$(grep -o 'data parallel engine 1 is ready (pid [0-9]*' "$K_LOG" | grep -o '[0-9]*$')
 # a client that disconnects: its abort reaches the engine running it (which reports finished_reason abort)
 for i in 0 1; do
-  curl -s -N --max-time 1 -H 'Content-Type: application/json' \
+  curl -s -N --max-time 2 -H 'Content-Type: application/json' \
     --data-binary '{"model":"'$MODEL'","prompt":"Gone '$i'","max_tokens":400,"ignore_eos":true,"stream":true}' \
     "$K_URL/v1/completions" > /dev/null 2>&1
 done
@@ -83,7 +83,7 @@ aborted() {
   [ "$(awk '/^vllm:request_success_total\{/ && /finished_reason="abort"/ { s += $NF } END { print s + 0 }' <<< "$m")" = 2 ] &&
   [ "$(awk '/^vllm:num_requests_running\{/ { s += $NF } END { print s + 0 }' <<< "$m")" = 0 ]
 }
-wait_for dp2_disconnect_aborts_on_its_engine 15 aborted
+wait_for dp2_disconnect_aborts_on_its_engine 45 aborted
 mkdir -p "$tmp/k"
 pids=()
 for i in $(seq 0 7); do

@@ -54,9 +54,9 @@ codes=$(kill_during_8 "$R_URL" "$pid1" "$tmp/k")
 if ! grep -q '000' <<< "$codes"; then echo "ok dp2_restart_no_hang ($codes)"
 else echo "FAIL dp2_restart_no_hang: some clients got no answer within 40 s: $codes"; fi
 restarted() { grep -q "WARNING.*data parallel engine 1: restarting it (pid [0-9]*)" "$R_LOG"; }
-wait_for dp2_restart_logged 10 restarted
+wait_for dp2_restart_logged 30 restarted
 ready() { grep -q "data parallel engine 1 is ready again (pid [0-9]*" "$R_LOG"; }
-wait_for dp2_restart_ready_again 30 ready
+wait_for dp2_restart_ready_again 90 ready
 n1=$(engine1_done "$R_URL")
 run16 "$R_URL" "$tmp/after"
 bad=0
@@ -70,14 +70,14 @@ server_stop_all
 
 VLLMC_DEBUG_STEP_DELAY_US=10000 server_start A --model $MODEL --threads 1 -dp 2 --api-server-count 2 \
   --data-parallel-restart-engines || exit 0
-for i in $(seq 200); do [ "$(grep -c 'Application startup complete.' "$A_LOG")" -ge 2 ] && break; sleep 0.05; done
+for i in $(seq 1200); do [ "$(grep -c 'Application startup complete.' "$A_LOG")" -ge 2 ] && break; sleep 0.05; done
 pid1=$(grep -o 'EngineCore_DP1 pid=[0-9]*' "$A_LOG" | head -1 | cut -d= -f2)
 codes=$(kill_during_8 "$A_URL" "$pid1" "$tmp/ka")
 asc_ready() { [ "$(grep -c "data parallel engine 1 is ready again" "$A_LOG")" -ge 2 ]; }
 if grep -q "WARNING.*data parallel engine 1: restarting it" "$A_LOG" || { sleep 3; grep -q "restarting it" "$A_LOG"; }; then
   echo "ok asc2_dp2_supervisor_restarts_engine ($codes)"
 else echo "FAIL asc2_dp2_supervisor_restarts_engine: no restart line; statuses $codes"; fi
-wait_for asc2_dp2_both_api_servers_take_it_back 30 asc_ready
+wait_for asc2_dp2_both_api_servers_take_it_back 90 asc_ready
 n1=$(engine1_done "$A_URL")
 run16 "$A_URL" "$tmp/after_a"
 n2=$(engine1_done "$A_URL")

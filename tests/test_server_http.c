@@ -197,10 +197,13 @@ TEST(test_fast_streams_race_suspend) {
                     "'http://127.0.0.1:%d/stream?n=5000&fast=1' | md5sum & done; wait",
                     port);
     char *want = expected_stream(5000);
-    FILE *f = fopen("/tmp/vllmc_http_want", "w");
+    char path[] = "/tmp/vllmc_http_want.XXXXXX"; /* a name of its own: other passes run this too */
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f, "mkstemp %s", path);
     fputs(want, f);
     fclose(f);
-    char *sum = run("md5sum < /tmp/vllmc_http_want; rm -f /tmp/vllmc_http_want");
+    char *sum = run("md5sum < %s; rm -f %s", path, path);
     int lines = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         CHECK(!strncmp(line, sum, 32), "stream %d differs", lines);

@@ -127,7 +127,7 @@ req POST $U$R '{"model":"tiny","input":"Once upon a time","max_output_tokens":24
 bid=$(jq -r '.id' <<<"$BODY")
 check background_queued '.status == "queued" and .background == true and (.output | length) == 0'
 printf '%s\n' "$BODY" > "$tmp/queued.json"
-for _ in $(seq 200); do req GET $U$R/$bid; [ "$(jq -r .status <<<"$BODY")" = queued ] || break; sleep 0.05; done
+for _ in $(seq 1200); do req GET $U$R/$bid; [ "$(jq -r .status <<<"$BODY")" = queued ] || break; sleep 0.05; done
 same background_polled_text "$(jq -r '.output[0].content[0].text' <<<"$BODY")" "$rtext"
 printf '%s\n' "$BODY" >> "$tmp/queued.json"
 schema background_schema Response "$tmp/queued.json"
@@ -136,11 +136,11 @@ schema background_schema Response "$tmp/queued.json"
 curl -s --max-time 120 -o /dev/null $U/v1/completions -H 'Content-Type: application/json' \
   -d "{\"model\":\"tiny\",\"prompt\":$(jq -c -n '[range(64) | "Once"]'),\"max_tokens\":480,\"ignore_eos\":true}" &
 blocker=$!
-for _ in $(seq 100); do req GET $U/load; [ "$(jq -r .server_load <<<"$BODY")" -ge 1 ] 2>/dev/null && break; sleep 0.02; done
+for _ in $(seq 500); do req GET $U/load; [ "$(jq -r .server_load <<<"$BODY")" -ge 1 ] 2>/dev/null && break; sleep 0.02; done
 req POST $U$R '{"model":"tiny","input":"Once upon a time","max_output_tokens":400,"temperature":0,"ignore_eos":true,"background":true}'
 cid=$(jq -r '.id' <<<"$BODY")
 req POST $U$R/$cid/cancel; check cancel_answer '.status == "cancelled"'
-for _ in $(seq 200); do req GET $U$R/$cid; [ "$(jq -r .status <<<"$BODY")" = queued ] || break; sleep 0.05; done
+for _ in $(seq 1200); do req GET $U$R/$cid; [ "$(jq -r .status <<<"$BODY")" = queued ] || break; sleep 0.05; done
 check cancel_final '.status == "cancelled" and .usage.output_tokens < 400'
 kill $blocker 2>/dev/null; wait $blocker 2>/dev/null
 req GET $U/health; check_status healthy_at_end 200

@@ -19,7 +19,7 @@ py=.venv/bin/python
 out=""
 for a in "--enable-auto-tool-choice" "--tool-call-parser mistral" "--reasoning-parser granite"; do
   # shellcheck disable=SC2086
-  msg=$(timeout 30 "$VLLMC" serve --port 0 $a 2>&1 >/dev/null); rc=$?
+  msg=$(timeout 120 "$VLLMC" serve --port 0 $a 2>&1 >/dev/null); rc=$?
   out+="$msg rc=$rc"$'\n'
 done
 if grep -q "Error: --enable-auto-tool-choice requires --tool-call-parser rc=2" <<<"$out" &&

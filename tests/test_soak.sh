@@ -28,7 +28,7 @@ idle() {
 }
 warm=$(( N < 5000 ? N : 5000 ))   # the allocator reaches its high-water mark at this concurrency
 "$SOAK" "$U" "$warm" "$CL" "$SECS" > /dev/null 2>&1
-wait_for soak_warmup_idle 20 idle >/dev/null
+wait_for soak_warmup_idle 60 idle >/dev/null
 rss0=$(rss) fd0=$(fds)
 out=$("$SOAK" "$U" "$N" "$CL" "$SECS" 2>&1); rc=$?
 printf '%s\n' "$out" | grep '^soak:' | sed 's/^/   /'
@@ -36,7 +36,7 @@ printf '%s\n' "$out" | grep '^soak:' | sed 's/^/   /'
 req GET "$U/health"; check_status soak_health 200
 req POST "$U/v1/completions" '{"prompt": "Once upon a time", "max_tokens": 8}'
 check soak_normal_request '.usage.completion_tokens==8'
-wait_for soak_idle_kv_free 20 idle
+wait_for soak_idle_kv_free 60 idle
 sleep 0.5
 rss1=$(rss) fd1=$(fds)
 margin=$(( rss0 / 10 > 16384 ? rss0 / 10 : 16384 ))

@@ -10,7 +10,8 @@
  * Texts are fed one byte at a time through stories260K's byte-fallback
  * tokens (<0xNN>), so a verdict is the grammar's on the bytes, whatever the
  * tokenization. The Llama 3 / Qwen3 / Gemma vocabularies come from
- * ../shared and ~/.cache (skipped when absent). The comparison of whole
+ * ../shared and scripts/fetch_models.sh's cache ($VLLMC_MODEL_CACHE, default
+ * ~/.cache/vllmc/models; skipped when absent). The comparison of whole
  * masks with xgrammar and of regexes with Python's re is in
  * test_structured_cli.sh.
  */
@@ -165,8 +166,9 @@ TEST(test_vocab_llama3) { vocab_case("../shared/tokenizers/llama3", "\xc4\xa0the
 TEST(test_vocab_qwen3) { vocab_case("../shared/tokenizers/qwen3", "\xc4\xa0the", " the", 151669); }
 TEST(test_vocab_gemma_gguf) {
     char path[1024];
-    const char *home = getenv("HOME");
-    snprintf(path, sizeof path, "%s/.cache/vllmc/models/gemma-3-270m-q4_k_m.gguf", home ? home : "");
+    const char *cache = getenv("VLLMC_MODEL_CACHE"), *home = getenv("HOME"); /* scripts/fetch_models.sh's */
+    if (cache && *cache) snprintf(path, sizeof path, "%s/gemma-3-270m-q4_k_m.gguf", cache);
+    else snprintf(path, sizeof path, "%s/.cache/vllmc/models/gemma-3-270m-q4_k_m.gguf", home ? home : "");
     vocab_case(path, "\xe2\x96\x81the", " the", 262144);
 }
 

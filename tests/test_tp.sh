@@ -174,7 +174,7 @@ fi
 # bad_start NAME PATTERN ARGS...
 bad_start() {
   local name=$1 pat=$2 log=$tmp/$1.log; shift 2
-  timeout 60 "$@" --port 0 "${common[@]}" > "$log" 2>&1
+  timeout 120 "$@" --port 0 "${common[@]}" > "$log" 2>&1
   local rc=$?
   if [ $rc != 0 ] && [ $rc != 124 ] && grep -qF "$pat" "$log"; then echo "ok $name"
   else echo "FAIL $name: exit $rc, want an error matching '$pat': $(grep -v '^INFO' "$log" | head -3)"; fi

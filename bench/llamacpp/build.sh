@@ -52,15 +52,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -d "$cache/bins" ] || [ ! -f "$cache/src/CMakeLists.txt" ]; then
-  echo "llamacpp: npm pack node-llama-cpp@$ver" >&2
-  rm -rf "$cache/bins" "$cache/src" "$cache/package"
-  (cd "$cache" && npm pack --loglevel=error "node-llama-cpp@$ver" "@node-llama-cpp/linux-x64@$ver" >/dev/null)
-  tar xzf "$cache/node-llama-cpp-linux-x64-$ver.tgz" -C "$cache" package/bins
-  mv "$cache/package/bins/linux-x64" "$cache/bins"
-  tar xzf "$cache/node-llama-cpp-$ver.tgz" -C "$cache" package/llama/gitRelease.bundle
-  git clone -q "$cache/package/llama/gitRelease.bundle" "$cache/src" 2>/dev/null
-  rm -rf "$cache/package" "$cache"/*.tgz
+# bins/ and src/ appear whole or not at all: unpacked in a directory of our own,
+# renamed into place (src/ first: its presence alone means nothing), under a
+# lock, so that runs at the same time (tests/run.sh's passes) fetch once
+fetched() { [ -d "$cache/bins" ] && [ -f "$cache/src/CMakeLists.txt" ]; }
+if ! fetched; then
+  exec 9>"$cache/.fetch.lock"
+  flock 9
+  if ! fetched; then
+    echo "llamacpp: npm pack node-llama-cpp@$ver" >&2
+    part=$(mktemp -d "$cache/fetch.XXXXXX")
+    trap 'rm -rf "$part"' EXIT
+    (cd "$part" && npm pack --loglevel=error "node-llama-cpp@$ver" "@node-llama-cpp/linux-x64@$ver" >/dev/null)
+    tar xzf "$part/node-llama-cpp-linux-x64-$ver.tgz" -C "$part" package/bins
+    tar xzf "$part/node-llama-cpp-$ver.tgz" -C "$part" package/llama/gitRelease.bundle
+    git clone -q "$part/package/llama/gitRelease.bundle" "$part/src" 2>/dev/null
+    rm -rf "$cache/bins" "$cache/src"
+    mv "$part/src" "$cache/src"
+    mv "$part/package/bins/linux-x64" "$cache/bins"
+    rm -rf "$part"
+  fi
+  exec 9>&-
 fi
 
 [ $fetch_only -eq 1 ] && exit 0

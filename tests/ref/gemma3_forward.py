@@ -2,13 +2,16 @@
 """gemma3_forward.py - our Gemma 3 logits against transformers' Gemma3ForCausalLM.
 
     .venv/bin/python tests/ref/gemma3_forward.py MODEL DUMP [--tol 1e-4] [--name NAME] [--gguf FILE]
-        [--greedy N] [--top1 FRACTION]
+        [--greedy N] [--top1 FRACTION] [--also NAME2=DUMP2 ...]
 
 MODEL is a Hugging Face directory (config.json + safetensors), or with --gguf
 the directory and file name of a GGUF that transformers loads itself
 (dequantizing every tensor). DUMP is what build/tools/dump_logits wrote: the
 ids fed for several sequences and our logits at every position (prompts run
 in chunks mixed with other sequences' decode steps, then greedy decoding).
+--also checks more dumps of the same model (other kernels) the same way, each
+under its name, with one load of the model (a sequence's reference is
+computed once for all the dumps that feed the same ids).
 
 transformers runs each sequence's ids in one forward with eager attention
 (its sliding-window and causal masks, its RoPE per layer kind) in float64
@@ -63,26 +66,10 @@ def load(model, gguf, dtype):
     return m
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("dump")
-    ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--name")
-    ap.add_argument("--gguf")
-    ap.add_argument("--greedy", type=int, default=0)
-    ap.add_argument("--top1", type=float, default=0.0)
-    ap.add_argument("--prompt-lens", help="comma-separated prompt length of each sequence (for --greedy)")
-    ap.add_argument("--f32", action="store_true", help="run transformers in float32 (real models: faster)")
-    ap.add_argument("--near-tie", type=float, default=0.0,
-                    help="--greedy: a divergence where transformers' logits of the two tokens differ by less "
-                         "(relative to the sequence's max |logit|) passes")
-    a = ap.parse_args()
-    name = a.name or os.path.basename(os.path.normpath(a.model))
-    torch.set_num_threads(2)
-    m = load(a.model, a.gguf, torch.float32 if a.f32 else torch.float64)
+def check(m, a, name, dump, refs):
+    """Prints one result line for dump against model m; 0 if ok."""
     vocab = m.config.vocab_size
-    seqs = read_dump(a.dump, vocab)
+    seqs = read_dump(dump, vocab)
     plens = [int(x) for x in a.prompt_lens.split(",")] if a.prompt_lens else None
     worst, where, agree, total, notes, ties = 0.0, "", 0, 0, [], []
     with torch.no_grad():
@@ -90,7 +77,9 @@ def main():
             if not np.isfinite(ours).all():
                 print(f"FAIL {name}: non-finite logits in sequence {s}")
                 return 1
-            ref = m(torch.tensor([ids])).logits[0].numpy()
+            if tuple(ids) not in refs:
+                refs[tuple(ids)] = m(torch.tensor([ids])).logits[0].numpy()
+            ref = refs[tuple(ids)]
             scale = float(np.abs(ref).max())
             err = np.abs(ours.astype(np.float64) - ref) / scale
             if err.max() > worst:
@@ -127,6 +116,34 @@ def main():
     extra += "".join(f"; near tie in {t}" for t in ties)
     print(f"ok {name}  # {len(seqs)} sequences, {total} positions, max rel error {worst:.2g}{extra}")
     return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("dump")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--name")
+    ap.add_argument("--gguf")
+    ap.add_argument("--greedy", type=int, default=0)
+    ap.add_argument("--top1", type=float, default=0.0)
+    ap.add_argument("--prompt-lens", help="comma-separated prompt length of each sequence (for --greedy)")
+    ap.add_argument("--f32", action="store_true", help="run transformers in float32 (real models: faster)")
+    ap.add_argument("--near-tie", type=float, default=0.0,
+                    help="--greedy: a divergence where transformers' logits of the two tokens differ by less "
+                         "(relative to the sequence's max |logit|) passes")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DUMP",
+                    help="another dump of the same model, checked the same way under its own name")
+    a = ap.parse_args()
+    name = a.name or os.path.basename(os.path.normpath(a.model))
+    torch.set_num_threads(2)
+    m = load(a.model, a.gguf, torch.float32 if a.f32 else torch.float64)
+    refs = {}
+    rc = check(m, a, name, a.dump, refs)
+    for extra in a.also:
+        n, _, dump = extra.partition("=")
+        rc = max(rc, check(m, a, n, dump, refs))
+    return rc
 
 
 if __name__ == "__main__":

@@ -350,20 +350,22 @@ BF16_ENTRY void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64
  *     where it has +0; an accumulator is never -0 (it starts at +0 and an
  *     exact cancellation rounds to +0), so adding either zero changes
  *     nothing.
- * Tokens with an activation out of range, and tiles whose weights have one
- * (checked as they stream: two vector min/max per 16 weights), go to the
- * portable emulation instead: same bits, slowly, for inputs no trained
- * model has.
+ * Activations are range-checked as they are widened (a token out of range
+ * takes the portable emulation), weights by one scan of the call's rows
+ * when it has several tokens, else as they stream (a min and a max per 16
+ * weights); a tile whose weights are out of range takes the emulation too:
+ * same bits, slowly, for inputs no trained model has.
  *
  * Layout: lane l < 8 of the "lo" accumulator takes the pair (2l, 2l + 1)
  * of each 32-step's first 16 elements, lane l of the "hi" one the pair of
  * its last 16 -- the 16 lanes of the AVX-512 order in two halves, which
- * are independent until the final tree: a tile runs over all of k for the
- * lo half, then again for the hi half (its weights then come from L1/L2),
- * so each output needs one register at a time. 16 BF16 weights as 8 dwords
- * give the odd elements as (dword & 0xffff0000) and the even ones as
- * (dword << 16); the activations are widened once per call into a panel,
- * per token and half, of 8 odd then 8 even floats per step.
+ * are independent until the final tree. Several tokens: a tile runs over a
+ * k-block for the lo half, then again for the hi half (its weights then
+ * come from L1), so each output needs one register at a time; one token
+ * (a2_tile1) runs both halves in one pass. 16 BF16 weights as 8 dwords give
+ * the odd elements as (dword >> 16) << 16 and the even ones as dword << 16;
+ * the activations are widened once per group of tokens into a panel, per
+ * token and half, of 8 odd then 8 even floats per step.
  */
 
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))

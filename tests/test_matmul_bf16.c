@@ -64,6 +64,19 @@ static void fill_y(const matmul_args *a, int64_t T, float v) {
     for (int64_t i = 0; i < T * a->ldy; i++) a->y[i] = v;
 }
 
+/* The portable path's outputs for rows [0, n) of T tokens (y first filled
+ * with v; the caller frees them), then fn's in a->y (the same start). */
+static float *portable_then(matmul_fn fn, matmul_args *a, int64_t n, int64_t T, float v) {
+    size_t bytes = sizeof(float) * (size_t)(T * a->ldy);
+    float *port = malloc(bytes);
+    fill_y(a, T, v);
+    matmul_bf16_range_portable(a, 0, n, 0, T);
+    memcpy(port, a->y, bytes);
+    fill_y(a, T, v);
+    fn(a, 0, n, 0, T);
+    return port;
+}
+
 /* One output of a k-element dot with w = 1 and the given x, via fn. */
 static float dot_ones(matmul_fn fn, const float *x, int64_t k) {
     uint16_t *w = malloc(2 * (size_t)k);
@@ -144,12 +157,7 @@ static void check_prerounded(matmul_fn fn, const char *name) {
         int64_t n = 101, k = kv[d], T = 21;
         matmul_args a = make_args(n, k, T, true, d % 2);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy), stride = matmul_bf16_act_bytes(k) + 64;
-        float *own = malloc(bytes), *port = malloc(bytes);
-        fill_y(&a, T, 0.25f);
-        matmul_bf16_range_portable(&a, 0, n, 0, T);
-        memcpy(port, a.y, bytes);
-        fill_y(&a, T, 0.25f);
-        fn(&a, 0, n, 0, T);
+        float *own = malloc(bytes), *port = portable_then(fn, &a, n, T, 0.25f);
         memcpy(own, a.y, bytes);
         uint8_t *xq = malloc(stride * (size_t)T);
         memset(xq, 0x7f, stride * (size_t)T); /* garbage beyond each row's padding */
@@ -194,12 +202,7 @@ static void check_vs_reference(matmul_fn fn, const char *name, bool same_bits) {
                 bool bias = (ik + in) % 2, acc = (in + it) % 3 == 0;
                 matmul_args a = make_args(n, k, T, bias, acc);
                 size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
-                float *port = malloc(bytes);
-                fill_y(&a, T, 0.5f);
-                matmul_bf16_range_portable(&a, 0, n, 0, T);
-                memcpy(port, a.y, bytes);
-                fill_y(&a, T, 0.5f);
-                fn(&a, 0, n, 0, T);
+                float *port = portable_then(fn, &a, n, T, 0.5f);
                 double worst = 0;
                 for (int64_t t = 0; t < T; t++)
                     for (int64_t j = 0; j < n; j++) {
@@ -300,12 +303,7 @@ static void check_edges(matmul_fn fn, const char *name) {
             }
         }
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
-        float *port = malloc(bytes);
-        fill_y(&a, T, 0);
-        matmul_bf16_range_portable(&a, 0, n, 0, T);
-        memcpy(port, a.y, bytes);
-        fill_y(&a, T, 0);
-        fn(&a, 0, n, 0, T);
+        float *port = portable_then(fn, &a, n, T, 0);
         bool same = !memcmp(port, a.y, bytes);
         fill_y(&a, T, 0);
         for (int64_t t = 0; t < T; t++) fn(&a, 0, n, t, t + 1);

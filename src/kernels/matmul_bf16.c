@@ -506,10 +506,7 @@ AVX2_FN void a2_half(const int R, const int T, const bool chk, const int h, cons
     for (int64_t i = i0; i < iend; i += 32) {
         __m256i wv[5];
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            if (T == 1 && h == 0) _mm_prefetch((const char *)(wr[r] + i) + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
-            wv[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i + 16 * h));
-        }
+        for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i + 16 * h));
         a2_step(R, T, chk, wv, ph + i / 2, ldp, acc, &lo, &hi);
     }
     if (i1 > kfull && kfull < k) { /* the last, partial step: weights zero beyond k, as the panel */
@@ -617,13 +614,13 @@ AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap,
 AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args *a, int64_t n0, int64_t n1,
                      int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr) {
     const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31;
-    _Alignas(32) float acc[A2_ROWS * A2_TOKENS * 16];
     if (T == 1) {
         int64_t gap = (n1 - n0) / R, n = n0;
         for (; n < n0 + gap; n++) a2_tile1(R, a, n, gap, t, p, xr[0]);
         for (n = n0 + R * gap; n < n1; n++) a2_tile1(1, a, n, 1, t, p, xr[0]);
         return;
     }
+    _Alignas(32) float acc[A2_ROWS * A2_TOKENS * 16];
     int64_t kb = k; /* rows go by A2_ROWS anyway: acc holds that many */
     if (!chk && (int64_t)T * k32 * 4 > A2_XBLOCK) kb = A2_XBLOCK / (T * 4) & ~(int64_t)31;
     for (int64_t b0 = n0; b0 < n1; b0 += A2_ROWS) {

@@ -115,11 +115,13 @@ TEST(test_matmul_avx512_vs_naive) {
  * sub-ranges: memcmp-identical. */
 static void check_matmul_invariance(matmul_fn fn, const char *name) {
     /* k 16433: the tiles' x rows pass BLOCK_X_BYTES (matmul.c), so the
-     * cache-blocked path with partial sums between k blocks runs too */
-    static const int64_t kv[] = {77, 1100, 16433};
-    for (int d = 0; d < 3 * NUM_FLOAT_DTYPES; d++) {
+     * cache-blocked path with partial sums between k blocks runs too; k
+     * 2048, a model's shape, with 70 tokens (more than a runner work
+     * item's 64) */
+    static const int64_t kv[] = {77, 1100, 16433, 2048};
+    for (int d = 0; d < 4 * NUM_FLOAT_DTYPES; d++) {
         /* T 21: tokens 0-15 (and 4-19 below) take the AVX-512 16-token pass */
-        int64_t n = 53, k = kv[d / NUM_FLOAT_DTYPES], T = 21;
+        int64_t n = 53, k = kv[d / NUM_FLOAT_DTYPES], T = k == 2048 ? 70 : 21;
         matmul_args a = make_args((dtype)(d % NUM_FLOAT_DTYPES), n, k, T, true, false);
         size_t bytes = sizeof(float) * (size_t)(T * a.ldy);
         float *whole = malloc(bytes);
@@ -132,7 +134,7 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
         bool same_tokens = !memcmp(whole, a.y, bytes);
 
         fill_y(&a, T, 0);
-        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 20, 21};
+        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 20, T};
         for (int i = 0; i < 6; i++)
             for (int j = 0; j < 4; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
         bool same_ranges = !memcmp(whole, a.y, bytes);

@@ -7,7 +7,7 @@
  * kernels (rmsnorm, "dispatch" swiglu and geglu) run once per level through the
  * variants below.
  */
-/* checks: 19 */
+/* checks: 20 */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
 #include <math.h>
@@ -472,6 +472,65 @@ TEST(test_attention_split_long_avx512) {
     check_attention_split(attention_paged_avx512, "avx512", attention_paged_avx2);
 }
 
+/* attention_paged_tile: each token of a tile gets the bits attention_paged
+ * gives it alone, for runs of consecutive positions across partition
+ * boundaries (more tokens than one pass takes), the first positions of a
+ * sequence, scattered positions in any order, sliding windows (a token's
+ * window starting after another token's context ends), F32 and F16 pools,
+ * block sizes 16 and 3, a group of 3. */
+TEST(test_attention_tile_same_bits) {
+    const int32_t hd = 64, group = 3, kv_heads = 2, n_max = 2100, kvh = 1, ntok_max = 40;
+    const int32_t block_sizes[] = {16, 3}, windows[] = {0, 700, 5};
+    const kv_dtype types[] = {KV_DTYPE_F32, KV_DTYPE_F16};
+    const int32_t scattered[] = {2099, 5, 600, 513, 0, 1023, 1024, 511};
+    const int64_t stride = (int64_t)kv_heads * group * hd; /* the runner's q_dim */
+    float *q = malloc(sizeof(float) * (size_t)(ntok_max * stride)), *out = malloc(sizeof(float) * (size_t)(ntok_max * stride));
+    float *one = malloc(sizeof(float) * (size_t)(group * hd));
+    for (int64_t i = 0; i < ntok_max * stride; i++) q[i] = 2 * frand();
+    int32_t pos[40], checked = 0, differ = 0;
+    for (int it = 0; it < 2; it++)
+        for (int ib = 0; ib < 2; ib++) {
+            int32_t bs = block_sizes[ib], nblocks = (n_max + bs - 1) / bs + 2;
+            size_t pool = (size_t)nblocks * kv_heads * bs * hd;
+            void *kc = calloc(pool, 4), *vc = calloc(pool, 4);
+            int32_t *table = malloc(sizeof(int32_t) * (size_t)nblocks);
+            for (int32_t i = 0; i < nblocks; i++) table[i] = (int32_t)((i * 7L + 3) % nblocks);
+            attention_args a = {.k_cache = kc, .v_cache = vc, .kv_heads = kv_heads, .head_dim = hd,
+                                .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .cache_dtype = types[it]};
+            float *rowk = malloc(sizeof(float) * kv_heads * hd), *rowv = malloc(sizeof(float) * kv_heads * hd);
+            for (int32_t p = 0; p < n_max; p++) {
+                for (int i = 0; i < kv_heads * hd; i++) rowk[i] = 2 * frand(), rowv[i] = frand();
+                attention_store_kv(&a, kc, vc, (int64_t)table[p / bs] * bs + p % bs, rowk, rowv);
+            }
+            float *scratch = malloc(sizeof(float) * (size_t)attention_tile_scratch_floats(ATTENTION_MAX_TILE, group, bs, hd));
+            for (int iw = 0; iw < 3; iw++)
+                for (int run = 0; run < 3; run++) {
+                    int32_t ntok;
+                    if (run == 0) { /* 40 consecutive tokens across the boundary at 1020 / 1024 */
+                        ntok = 40;
+                        for (int32_t i = 0; i < ntok; i++) pos[i] = 1000 + i;
+                    } else if (run == 1) { /* a prompt's first tokens */
+                        ntok = 19;
+                        for (int32_t i = 0; i < ntok; i++) pos[i] = i;
+                    } else {
+                        ntok = 8;
+                        memcpy(pos, scattered, sizeof(scattered));
+                    }
+                    a.window = windows[iw];
+                    attention_paged_tile(&a, out, q, stride, group, kvh, table, pos, ntok, scratch);
+                    for (int32_t i = 0; i < ntok; i++) {
+                        attention_paged(&a, one, q + i * stride, group, kvh, table, pos[i] + 1, scratch);
+                        differ += memcmp(one, out + i * stride, sizeof(float) * (size_t)(group * hd)) != 0;
+                        checked++;
+                    }
+                }
+            free(kc), free(vc), free(table), free(rowk), free(rowv), free(scratch);
+        }
+    free(q), free(out), free(one);
+    CHECK(checked == 2 * 2 * 3 * (40 + 19 + 8), "checked %d tokens", checked);
+    CHECK(differ == 0, "%d of %d tokens: the tile's output differs from the token's alone", differ, checked);
+}
+
 int main(void) {
     printf("# kernels: %s\n", kernels_isa_name(kernels_isa_get()));
     RUN(test_matmul_portable_vs_naive);
@@ -493,5 +552,6 @@ int main(void) {
     RUN(test_attention_paged_avx512_vs_naive);
     RUN(test_attention_split_long);
     RUN(test_attention_split_long_avx512);
+    RUN(test_attention_tile_same_bits);
     return harness_done();
 }

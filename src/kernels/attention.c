@@ -41,6 +41,19 @@
  * order, so the same bits for any thread count and any batch. A context of
  * at most 512 positions is one partition: the plain scan, as before.
  *
+ * Tiles (attention_paged_tile): the tokens of one sequence in a step (a
+ * prefill chunk) all read the same context. Scanned one after the other,
+ * each streams the whole K/V of its KV head from memory: at 16k positions
+ * 4 MiB in F16 per head, which no private cache holds, so a 32k prefill
+ * ran its attention at a fifth of the FMA peak. A tile of up to
+ * ATTENTION_MAX_TILE tokens takes each block in turn (partition by
+ * partition, block by block, token by token): the block comes from memory
+ * for the first token and from L1 for the others. Every step is one
+ * token's own block step (block_fn) and each token still sees its blocks,
+ * partition starts, merges and final division in its own order, so a token
+ * gets the same bits in any tile as alone (attention_paged is the tile of
+ * one).
+ *
  * Three implementations of the same algorithm: AVX2 (8 positions per vector,
  * a polynomial exp), AVX-512 (16 positions, two query heads' outputs per V
  * row load; every float operation the same as AVX2's, so the same bits) and
@@ -192,11 +205,39 @@ void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, i
 
 /* ---- partitions (split-K) ------------------------------------------------ */
 
-/* One partition of the scan, from an ISA's always-inline body: the
- * unnormalized output of `group` heads over positions [p0, p1) into out,
- * with its running max m and sum l. */
-typedef void partial_fn(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
-                        int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch);
+/* One block of the scan, from an ISA's always-inline body: the scores of
+ * `group` query heads against cnt positions (kt: K^T row 0 at the first of
+ * them, vb: its V row), the running max m and sum l raised, the weighted V
+ * rows added to the unnormalized output out. scratch holds the block's
+ * scores and weights, written before they are read: a step depends on
+ * nothing but its arguments and the state (out, m, l) it updates. */
+typedef void block_fn(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
+                      const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch);
+
+/* The step for block b (physical block `block`) of a scan over positions
+ * [p0, p1): from p0 in the first block, to p1 in the last. */
+static inline void scan_block(block_fn *fn, const attention_args *a, float *out, float *m, float *l, const float *q,
+                              int32_t group, int32_t kv_head, int64_t block, int32_t b, int32_t p0, int32_t p1,
+                              float *scratch) {
+    const int32_t bs = a->block_size, hd = a->head_dim;
+    const size_t es = kv_dtype_size(a->cache_dtype);
+    int32_t lo = b == p0 / bs ? p0 % bs : 0;
+    int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
+    int64_t base = block_base(a, block, kv_head);
+    fn(a, out, m, l, q, group, (const uint8_t *)a->k_cache + (size_t)(base + lo) * es,
+       (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es, cnt, scratch);
+}
+
+/* One partition of the scan: the unnormalized output of `group` heads over
+ * positions [p0, p1) into out, with its running max m and sum l, from a
+ * fresh state. */
+static void scan_partition(block_fn *fn, const attention_args *a, float *out, float *m, float *l, const float *q,
+                           int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1,
+                           float *scratch) {
+    softmax_begin(out, m, l, group, a->head_dim);
+    for (int32_t b = p0 / a->block_size; (int64_t)b * a->block_size < p1; b++)
+        scan_block(fn, a, out, m, l, q, group, kv_head, block_table[b], b, p0, p1, scratch);
+}
 
 int32_t attention_partition_positions(const attention_args *a) {
     int32_t bs = a->block_size > 0 ? a->block_size : 1;
@@ -236,29 +277,71 @@ static __attribute__((noinline)) void merge_state(float *o, float *m, float *l, 
     }
 }
 
-/* The whole attention of one token: partition by partition in position
- * order, each scanned from a fresh state and merged into the first. */
-static void paged_driver(partial_fn *fn, const attention_args *a, float *out, const float *q, int32_t group,
-                         int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    const int32_t hd = a->head_dim, bsv = (a->block_size + 15) & ~15;
-    float *m = scratch + (int64_t)group * bsv, *l = m + group;
-    float *po = l + group, *pm = po + (int64_t)group * hd, *pl = pm + group;
-    softmax_begin(out, m, l, group, hd);
-    int32_t n = attention_num_partitions(a, n_ctx);
-    for (int32_t k = 0; k < n; k++) {
-        int32_t p0, p1;
-        partition_range(a, n_ctx, k, &p0, &p1);
-        if (k == 0) {
-            fn(a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch);
-        } else {
-            fn(a, po, pm, pl, q, group, kv_head, block_table, p0, p1, scratch);
-            merge_state(out, m, l, po, pm, pl, group, hd);
-        }
+/* The whole attention of ntok tokens of one sequence (token i: query and
+ * output at q and out + i * stride, context n_ctx[i]): partition by
+ * partition in position order, each scanned from a fresh state and merged
+ * into the first. The tokens go through each block of the KV pool one after
+ * the other, so a block is read from memory once for all of them and from
+ * L1 for the rest (the flash-attention tile); each token's own sequence of
+ * steps, merges and final division is the one it gets alone (ntok 1): the
+ * same bits whatever the tile. scratch: the block scores (group x bsv),
+ * then per token its running max and sum (2 group) and one partition's
+ * state (attention_state_floats). */
+static void tile_driver(block_fn *fn, const attention_args *a, float *out, const float *q, int64_t stride,
+                        int32_t group, int32_t kv_head, const int32_t *block_table, const int32_t *n_ctx,
+                        int32_t ntok, float *scratch) {
+    const int32_t hd = a->head_dim, bs = a->block_size, bsv = (bs + 15) & ~15, P = attention_partition_positions(a);
+    const int64_t per = 2 * group + attention_state_floats(group, hd);
+    int32_t first[ATTENTION_MAX_TILE], last[ATTENTION_MAX_TILE], p0[ATTENTION_MAX_TILE], p1[ATTENTION_MAX_TILE];
+    int32_t kmin = INT32_MAX, kmax = -1;
+#define TOK_M(i) (scratch + (int64_t)group * bsv + (i) * per)
+#define TOK_L(i) (TOK_M(i) + group)
+#define TOK_PO(i) (TOK_L(i) + group)
+#define TOK_PM(i) (TOK_PO(i) + (int64_t)group * hd)
+#define TOK_PL(i) (TOK_PM(i) + group)
+    for (int32_t i = 0; i < ntok; i++) {
+        softmax_begin(out + i * stride, TOK_M(i), TOK_L(i), group, hd);
+        first[i] = window_start(a, n_ctx[i]) / P, last[i] = n_ctx[i] > 0 ? (n_ctx[i] - 1) / P : first[i] - 1;
+        if (first[i] <= last[i]) kmin = first[i] < kmin ? first[i] : kmin, kmax = last[i] > kmax ? last[i] : kmax;
     }
-    softmax_end(out, l, group, hd, v_scale_of(a));
+    for (int32_t k = kmin; k <= kmax; k++) {
+        int32_t b0 = INT32_MAX, end = 0;
+        for (int32_t i = 0; i < ntok; i++) {
+            if (k < first[i] || k > last[i]) continue;
+            partition_range(a, n_ctx[i], k - first[i], &p0[i], &p1[i]);
+            if (k == first[i]) softmax_begin(out + i * stride, TOK_M(i), TOK_L(i), group, hd);
+            else softmax_begin(TOK_PO(i), TOK_PM(i), TOK_PL(i), group, hd);
+            b0 = p0[i] / bs < b0 ? p0[i] / bs : b0, end = p1[i] > end ? p1[i] : end;
+        }
+        for (int32_t b = b0; (int64_t)b * bs < end; b++)
+            for (int32_t i = 0; i < ntok; i++) {
+                if (k < first[i] || k > last[i] || b < p0[i] / bs || (int64_t)b * bs >= p1[i]) continue;
+                if (k == first[i])
+                    scan_block(fn, a, out + i * stride, TOK_M(i), TOK_L(i), q + i * stride, group, kv_head,
+                               block_table[b], b, p0[i], p1[i], scratch);
+                else
+                    scan_block(fn, a, TOK_PO(i), TOK_PM(i), TOK_PL(i), q + i * stride, group, kv_head,
+                               block_table[b], b, p0[i], p1[i], scratch);
+            }
+        for (int32_t i = 0; i < ntok; i++)
+            if (k > first[i] && k <= last[i])
+                merge_state(out + i * stride, TOK_M(i), TOK_L(i), TOK_PO(i), TOK_PM(i), TOK_PL(i), group, hd);
+    }
+    for (int32_t i = 0; i < ntok; i++) softmax_end(out + i * stride, TOK_L(i), group, hd, v_scale_of(a));
+#undef TOK_M
+#undef TOK_L
+#undef TOK_PO
+#undef TOK_PM
+#undef TOK_PL
 }
 
-static partial_fn *partial_for_isa(void);
+/* One token: the tile of one. */
+static void paged_driver(block_fn *fn, const attention_args *a, float *out, const float *q, int32_t group,
+                         int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
+    tile_driver(fn, a, out, q, 0, group, kv_head, block_table, &n_ctx, 1, scratch);
+}
+
+static block_fn *block_for_isa(void);
 
 void attention_paged_partition(const attention_args *a, float *state, const float *q, int32_t group,
                                int32_t kv_head, const int32_t *block_table, int32_t n_ctx, int32_t part,
@@ -267,7 +350,7 @@ void attention_paged_partition(const attention_args *a, float *state, const floa
     int32_t p0, p1;
     partition_range(a, n_ctx, part, &p0, &p1);
     float *m = state + (int64_t)group * hd;
-    partial_for_isa()(a, state, m, m + group, q, group, kv_head, block_table, p0, p1, scratch);
+    scan_partition(block_for_isa(), a, state, m, m + group, q, group, kv_head, block_table, p0, p1, scratch);
 }
 
 void attention_merge_partitions(const attention_args *a, float *out, const float *states, int32_t nparts,
@@ -289,17 +372,11 @@ void attention_merge_partitions(const attention_args *a, float *out, const float
 
 static inline __attribute__((always_inline)) void
 portable_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
-              int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch) {
+              const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size;
     const size_t es = kv_dtype_size(T);
     const float scale = score_scale(a);
-    softmax_begin(out, m, l, group, hd);
-    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
-        int32_t lo = b == p0 / bs ? p0 % bs : 0;
-        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
-        int64_t base = block_base(a, block_table[b], kv_head);
-        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
-        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
+    {
         for (int32_t g = 0; g < group; g++) {
             const float *qg = q + (int64_t)g * hd;
             float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
@@ -322,14 +399,14 @@ portable_impl(const kv_dtype T, const attention_args *a, float *out, float *m, f
     }
 }
 
-static void partial_portable(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
-                             int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, portable_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
+static void block_portable(const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
+                           const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, portable_impl, a, out, m, l, q, group, kt, vb, cnt, scratch)
 }
 
 void attention_paged_portable(const attention_args *a, float *out, const float *q, int32_t group,
                               int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    paged_driver(partial_portable, a, out, q, group, kv_head, block_table, n_ctx, scratch);
+    paged_driver(block_portable, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 
 /* ---- AVX2 -------------------------------------------------------------------- */
@@ -484,19 +561,12 @@ AVX2_FN void accum_head_avx2(const kv_dtype T, float *o, const float *e, const u
 }
 
 AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q,
-                       int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1,
-                       float *scratch) {
+                       int32_t group, const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd8 = hd & ~7;
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;          /* scores padded to whole pairs of vectors */
     const __m256 scale = _mm256_set1_ps(score_scale(a)), ninf = _mm256_set1_ps(-INFINITY);
-    softmax_begin(out, m, l, group, hd);
-    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
-        int32_t lo = b == p0 / bs ? p0 % bs : 0;
-        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
-        int64_t base = block_base(a, block_table[b], kv_head);
-        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
-        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
+    {
         for (int32_t g0 = 0; g0 < group; g0 += 4)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;
@@ -549,15 +619,14 @@ AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, fl
     }
 }
 
-static AVX2_ENTRY void partial_avx2(const attention_args *a, float *out, float *m, float *l, const float *q,
-                                    int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0,
-                                    int32_t p1, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, avx2_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
+static AVX2_ENTRY void block_avx2(const attention_args *a, float *out, float *m, float *l, const float *q,
+                                  int32_t group, const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx2_impl, a, out, m, l, q, group, kt, vb, cnt, scratch)
 }
 
 void attention_paged_avx2(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                           const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    paged_driver(partial_avx2, a, out, q, group, kv_head, block_table, n_ctx, scratch);
+    paged_driver(block_avx2, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -643,19 +712,12 @@ AVX512_FN void accum_v_tail_avx512(const kv_dtype T, float *o, const float *e, c
  * weight and output element in the same order (vexp_avx512 is vexp_avx2 on
  * 16 lanes), so the same bits; one process uses either. */
 AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q,
-                       int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0, int32_t p1,
-                       float *scratch) {
+                           int32_t group, const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd16 = hd & ~15;
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;
     const __m512 scale = _mm512_set1_ps(score_scale(a));
-    softmax_begin(out, m, l, group, hd);
-    for (int32_t b = p0 / bs; (int64_t)b * bs < p1; b++) {
-        int32_t lo = b == p0 / bs ? p0 % bs : 0;
-        int32_t cnt = (p1 - b * bs < bs ? p1 - b * bs : bs) - lo;
-        int64_t base = block_base(a, block_table[b], kv_head);
-        const uint8_t *kt = (const uint8_t *)a->k_cache + (size_t)(base + lo) * es;
-        const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)(base + (int64_t)lo * hd) * es;
+    {
         for (int32_t g0 = 0; g0 < group; g0 += 8)
             for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
                 const float *qg = q + (int64_t)g0 * hd;
@@ -710,25 +772,37 @@ AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out
     }
 }
 
-static AVX512_ENTRY void partial_avx512(const attention_args *a, float *out, float *m, float *l, const float *q,
-                                    int32_t group, int32_t kv_head, const int32_t *block_table, int32_t p0,
-                                    int32_t p1, float *scratch) {
-    KV_DISPATCH(a->cache_dtype, avx512_impl, a, out, m, l, q, group, kv_head, block_table, p0, p1, scratch)
+static AVX512_ENTRY void block_avx512(const attention_args *a, float *out, float *m, float *l, const float *q,
+                                      int32_t group, const uint8_t *kt, const uint8_t *vb, int32_t cnt,
+                                      float *scratch) {
+    KV_DISPATCH(a->cache_dtype, avx512_impl, a, out, m, l, q, group, kt, vb, cnt, scratch)
 }
 
 void attention_paged_avx512(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,
                           const int32_t *block_table, int32_t n_ctx, float *scratch) {
-    paged_driver(partial_avx512, a, out, q, group, kv_head, block_table, n_ctx, scratch);
+    paged_driver(block_avx512, a, out, q, group, kv_head, block_table, n_ctx, scratch);
 }
 #endif
 
-static partial_fn *partial_for_isa(void) {
+static block_fn *block_for_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     kernels_isa isa = kernels_isa_get();
-    if (isa >= KERNELS_ISA_AVX512) return partial_avx512;
-    if (isa >= KERNELS_ISA_AVX2) return partial_avx2;
+    if (isa >= KERNELS_ISA_AVX512) return block_avx512;
+    if (isa >= KERNELS_ISA_AVX2) return block_avx2;
 #endif
-    return partial_portable;
+    return block_portable;
+}
+
+void attention_paged_tile(const attention_args *a, float *out, const float *q, int64_t stride, int32_t group,
+                          int32_t kv_head, const int32_t *block_table, const int32_t *positions, int32_t ntok,
+                          float *scratch) {
+    int32_t n_ctx[ATTENTION_MAX_TILE];
+    for (int32_t i0 = 0; i0 < ntok; i0 += ATTENTION_MAX_TILE) {
+        int32_t n = ntok - i0 < ATTENTION_MAX_TILE ? ntok - i0 : ATTENTION_MAX_TILE;
+        for (int32_t i = 0; i < n; i++) n_ctx[i] = positions[i0 + i] + 1;
+        tile_driver(block_for_isa(), a, out + i0 * stride, q + i0 * stride, stride, group, kv_head, block_table,
+                    n_ctx, n, scratch);
+    }
 }
 
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group, int32_t kv_head,

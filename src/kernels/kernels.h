@@ -218,11 +218,16 @@ typedef struct attention_args {
                               * v_scale); 0 means 1. Ignored for the other types */
 } attention_args;
 
-/* Floats of scratch attention_paged (and attention_paged_partition) needs
- * for a group of query heads: block scores, the running state, one
- * partition's state. */
+/* Floats of scratch attention_paged_tile needs for ntok tokens (at most
+ * ATTENTION_MAX_TILE count) and a group of query heads: block scores, then
+ * per token its running max and sum and one partition's state. */
+static inline int64_t attention_tile_scratch_floats(int32_t ntok, int32_t group, int32_t block_size,
+                                                    int32_t head_dim) {
+    return (int64_t)group * ((block_size + 15) & ~15) + (int64_t)ntok * group * (2 + head_dim + 2);
+}
+/* ... and attention_paged (and attention_paged_partition): one token's. */
 static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size, int32_t head_dim) {
-    return (int64_t)group * (((block_size + 15) & ~15) + 2) + (int64_t)group * (head_dim + 2);
+    return attention_tile_scratch_floats(1, group, block_size, head_dim);
 }
 
 /* Split-K. The context of a token is scanned in partitions of
@@ -236,7 +241,7 @@ static inline int64_t attention_scratch_floats(int32_t group, int32_t block_size
  * the same instructions in the same order: the same bits however the work
  * was split, and (the partitions being a function of the position alone)
  * whatever the batch. One partition (n_ctx <= P) is the plain scan. */
-enum { ATTENTION_PARTITION = 512, ATTENTION_MAX_GROUP = 64 };
+enum { ATTENTION_PARTITION = 512, ATTENTION_MAX_GROUP = 64, ATTENTION_MAX_TILE = 16 };
 int32_t attention_partition_positions(const attention_args *a);
 int32_t attention_num_partitions(const attention_args *a, int32_t n_ctx);
 /* Floats of one partition's state: the unnormalized output
@@ -274,6 +279,30 @@ void attention_store_kv(const attention_args *a, void *k_cache, void *v_cache, i
  * it is decoded alone or prefilled in a batch. */
 void attention_paged(const attention_args *a, float *out, const float *q, int32_t group,
                      int32_t kv_head, const int32_t *block_table, int32_t n_ctx, float *scratch);
+/* attention_paged for ntok tokens of one sequence at once: token i's query
+ * heads at q + i * stride, its output at out + i * stride, its context
+ * positions 0 .. positions[i] (n_ctx = positions[i] + 1; the window as
+ * attention_paged's). The tokens take each block of K/V in turn, up to
+ * ATTENTION_MAX_TILE of them per pass, so a block comes from memory once for
+ * all of them (the flash-attention tile: the win of a long prefill, where
+ * every token of a chunk reads the same context); each token gets the bits
+ * attention_paged gives it alone. scratch: attention_tile_scratch_floats(
+ * min(ntok, ATTENTION_MAX_TILE), ...). */
+void attention_paged_tile(const attention_args *a, float *out, const float *q, int64_t stride, int32_t group,
+                          int32_t kv_head, const int32_t *block_table, const int32_t *positions, int32_t ntok,
+                          float *scratch);
+/* attention_paged for ntok tokens of one sequence at once: token i's query
+ * heads at q + i * stride, its output at out + i * stride, its context
+ * positions 0 .. positions[i] (n_ctx = positions[i] + 1; the window as
+ * attention_paged's). The tokens take each block of K/V in turn, up to
+ * ATTENTION_MAX_TILE of them per pass, so a block comes from memory once for
+ * all of them (the flash-attention tile: the win of a long prefill, where
+ * every token of a chunk reads the same context); each token gets the bits
+ * attention_paged gives it alone. scratch: attention_tile_scratch_floats(
+ * min(ntok, ATTENTION_MAX_TILE), ...). */
+void attention_paged_tile(const attention_args *a, float *out, const float *q, int64_t stride, int32_t group,
+                          int32_t kv_head, const int32_t *block_table, const int32_t *positions, int32_t ntok,
+                          float *scratch);
 /* The implementations behind it, for tests (avx2 needs kernels_cpu_has_avx2(),
  * avx512 kernels_cpu_has_avx512(); the two give identical bits). Each reads
  * every kv_dtype, converting to F32 as it loads (exact), so with scales 1 a

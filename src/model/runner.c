@@ -92,6 +92,7 @@ enum {
     PARALLEL_MIN_MACS = 1 << 17, /* matmul/attention stages smaller than this run on the caller */
     ATT_SPLIT_MAX_STATES = 1024, /* split-K partition states a step may hold */
     ATT_SPLIT_ITEMS_PER_THREAD = 4, /* split-K when (token, kv head) items are fewer than this per thread */
+    ATT_TILE_TOKENS = 16,       /* tokens of a sequence per attention item (<= ATTENTION_MAX_TILE) */
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
@@ -147,6 +148,8 @@ struct runner {
     float *att_part;            /* (ATT_SPLIT_MAX_STATES, attention_state_floats) split-K states */
     int32_t *att_nparts;        /* (T) partitions of each token's context, in a split step */
     int32_t *att_first;         /* (T + 1) first state (and work item) of each token, in a split step */
+    int32_t *att_tile;          /* (T + 1) first token of each attention tile, in a step without split */
+    int32_t att_ntiles;
     uint8_t *xq;                /* (T, xq_stride bytes) a matmul input quantized, when Q8_0/Q4_0 weights */
     size_t xq_stride;           /* quant_act_row_bytes(max(dim, q_dim, inter)) */
     uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
@@ -224,6 +227,11 @@ static void *alloc_zeroed(size_t n, size_t size, vllm_status *rc) {
 }
 
 static float *alloc_floats(size_t n, vllm_status *rc) { return alloc_zeroed(n, sizeof(float), rc); }
+
+/* Attention scratch floats per thread: a tile of ATT_TILE_TOKENS tokens. */
+static int64_t att_scratch_floats(int32_t group, int32_t block_size, int32_t head_dim) {
+    return attention_tile_scratch_floats(ATT_TILE_TOKENS, group, block_size, head_dim);
+}
 
 /* The KV pool: gigabytes, so mapped rather than memset (zeroing 9 GiB took
  * 5 s of `serve` start-up); page-aligned, zero until written. */
@@ -338,10 +346,11 @@ vllm_status runner_create(const model *m, const runner_config *cfg, runner **out
     r->up = alloc_floats((size_t)r->nth * MM_TOKEN_CHUNK * MM_MAX_ROWS, &rc);
     r->rope = alloc_floats(T * (size_t)r->head_dim, &rc);
     r->token_seq = alloc_zeroed(T, sizeof(int32_t), &rc);
-    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)attention_scratch_floats(r->group, cfg->block_size, r->head_dim), &rc);
+    r->att_scratch = alloc_floats((size_t)r->nth * (size_t)att_scratch_floats(r->group, cfg->block_size, r->head_dim), &rc);
     r->att_part = alloc_floats(ATT_SPLIT_MAX_STATES * (size_t)attention_state_floats(r->group, r->head_dim), &rc);
     r->att_nparts = alloc_zeroed(T, sizeof(int32_t), &rc);
     r->att_first = alloc_zeroed(T + 1, sizeof(int32_t), &rc);
+    r->att_tile = alloc_zeroed(T + 1, sizeof(int32_t), &rc);
     if (model_has_act_quant(m)) {
         int64_t kmax = r->dim > r->q_dim ? r->dim : r->q_dim;
         if (r->inter > kmax) kmax = r->inter;
@@ -407,6 +416,7 @@ void runner_free(runner *r) {
     free(r->att_part);
     free(r->att_nparts);
     free(r->att_first);
+    free(r->att_tile);
     free(r->token_seq);
     free(r->upfull);
     lora_batch_deinit(&r->lora);
@@ -695,7 +705,7 @@ static attention_args layer_attention(const runner *r) {
 }
 
 static float *att_scratch_of(const runner *r, int ith) {
-    return r->att_scratch + (size_t)ith * (size_t)attention_scratch_floats(r->group, r->cfg.block_size, r->head_dim);
+    return r->att_scratch + (size_t)ith * (size_t)att_scratch_floats(r->group, r->cfg.block_size, r->head_dim);
 }
 
 static const int32_t *block_table_of(const runner *r, int32_t t) {
@@ -704,16 +714,18 @@ static const int32_t *block_table_of(const runner *r, int32_t t) {
     return b->block_tables + ((int64_t)r->token_seq[t] * G + g) * b->max_blocks_per_seq;
 }
 
-/* Items: (token, kv head), i = token * n_kv + head. */
+/* Items: (tile, kv head), i = tile * n_kv + head; a tile is up to
+ * ATT_TILE_TOKENS consecutive tokens of one sequence (att_tile), which
+ * read each block of their context once between them. */
 static void stage_attention(void *arg, int64_t lo, int64_t hi, int ith) {
     runner *r = arg;
     const attention_args a = layer_attention(r);
     float *scratch = att_scratch_of(r, ith);
     for (int64_t i = lo; i < hi; i++) {
-        int32_t t = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv);
+        int32_t k = (int32_t)(i / r->n_kv), h = (int32_t)(i % r->n_kv), t = r->att_tile[k];
         int64_t qoff = t * r->q_dim + (int64_t)h * r->group * r->head_dim;
-        attention_paged(&a, r->att + qoff, r->q + qoff, r->group, h, block_table_of(r, t), r->b->positions[t] + 1,
-                        scratch);
+        attention_paged_tile(&a, r->att + qoff, r->q + qoff, r->q_dim, r->group, h, block_table_of(r, t),
+                             r->b->positions + t, r->att_tile[k + 1] - t, scratch);
     }
 }
 
@@ -880,8 +892,8 @@ static void run_matmul(runner *r, int64_t tokens) {
     threadpool_run(r->pool, stage_matmul, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }
 
-/* Runs the attention stage; chunks of one (token, kv head) unless the whole
- * stage is small (under PARALLEL_MIN_MACS). With fewer (token, kv head)
+/* Runs the attention stage; chunks of one (tile of a sequence's tokens,
+ * kv head) unless the whole stage is small (under PARALLEL_MIN_MACS). With fewer (token, kv head)
  * items than ATT_SPLIT_ITEMS_PER_THREAD per thread (a long sequence
  * decoding alone), split-K: one item per (token, kv head, partition of the
  * context), then one merge per (token, kv head). The partitions are those
@@ -914,6 +926,13 @@ static void run_attention(runner *r) {
             return;
         }
     }
+    /* tiles: runs of up to ATT_TILE_TOKENS tokens of one sequence */
+    r->att_ntiles = 0;
+    for (int32_t t = 0; t < b->num_tokens; t++)
+        if (t == 0 || r->token_seq[t] != r->token_seq[t - 1] || t - r->att_tile[r->att_ntiles - 1] == ATT_TILE_TOKENS)
+            r->att_tile[r->att_ntiles++] = t;
+    r->att_tile[r->att_ntiles] = b->num_tokens;
+    items = (int64_t)r->att_ntiles * r->n_kv;
     threadpool_run(r->pool, stage_attention, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }
 

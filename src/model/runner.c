@@ -93,6 +93,7 @@ enum {
     ATT_SPLIT_MAX_STATES = 1024, /* split-K partition states a step may hold */
     ATT_SPLIT_ITEMS_PER_THREAD = 4, /* split-K when (token, kv head) items are fewer than this per thread */
     ATT_TILE_TOKENS = 16,       /* tokens of a sequence per attention item (<= ATTENTION_MAX_TILE) */
+    ATT_TILE_MIN_CTX = 2048,    /* ... for tokens with at least this many positions before them */
 };
 
 /* One parallel matmul stage: up to three weights sharing one input (q/k/v),
@@ -926,12 +927,24 @@ static void run_attention(runner *r) {
             return;
         }
     }
-    /* tiles: runs of up to ATT_TILE_TOKENS tokens of one sequence */
-    r->att_ntiles = 0;
-    for (int32_t t = 0; t < b->num_tokens; t++)
-        if (t == 0 || r->token_seq[t] != r->token_seq[t - 1] || t - r->att_tile[r->att_ntiles - 1] == ATT_TILE_TOKENS)
-            r->att_tile[r->att_ntiles++] = t;
-    r->att_tile[r->att_ntiles] = b->num_tokens;
+    /* tiles: runs of up to ATT_TILE_TOKENS tokens of one sequence, from
+     * ATT_TILE_MIN_CTX positions of context on (shorter contexts stay in
+     * L2 and tiles only add their state's traffic: docs/bench.md); tiles of
+     * one token when the tiles would leave threads idle (a sequence's few
+     * scored tokens in a speculative step: 5 tokens x 3 KV heads are 3
+     * tiles for 2 threads, but 15 tokens). A token's bits do not depend on
+     * its tile (kernels.h) */
+    int32_t tile = ATT_TILE_TOKENS;
+    for (;;) {
+        r->att_ntiles = 0;
+        for (int32_t t = 0; t < b->num_tokens; t++)
+            if (t == 0 || r->token_seq[t] != r->token_seq[t - 1] || t - r->att_tile[r->att_ntiles - 1] == tile ||
+                b->positions[t] < ATT_TILE_MIN_CTX || b->positions[t - 1] < ATT_TILE_MIN_CTX)
+                r->att_tile[r->att_ntiles++] = t;
+        r->att_tile[r->att_ntiles] = b->num_tokens;
+        if (tile == 1 || (int64_t)r->att_ntiles * r->n_kv >= (int64_t)ATT_SPLIT_ITEMS_PER_THREAD * r->nth) break;
+        tile = 1;
+    }
     items = (int64_t)r->att_ntiles * r->n_kv;
     threadpool_run(r->pool, stage_attention, r, items, macs < PARALLEL_MIN_MACS ? items : 1);
 }

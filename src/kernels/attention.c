@@ -370,31 +370,30 @@ void attention_merge_partitions(const attention_args *a, float *out, const float
 
 /* ---- portable -------------------------------------------------------------- */
 
+/* One block of the scan (block_fn), head by head, in C. */
 static inline __attribute__((always_inline)) void
 portable_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q, int32_t group,
               const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size;
     const size_t es = kv_dtype_size(T);
     const float scale = score_scale(a);
-    {
-        for (int32_t g = 0; g < group; g++) {
-            const float *qg = q + (int64_t)g * hd;
-            float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
-            for (int32_t j = 0; j < cnt; j++) s[j] = 0.0f;
-            for (int32_t i = 0; i < hd; i++)
-                for (int32_t j = 0; j < cnt; j++) s[j] += qg[i] * kv_dtype_load(kt, T, (int64_t)i * bs + j);
-            float bmax = -INFINITY;
-            for (int32_t j = 0; j < cnt; j++) {
-                s[j] *= scale;
-                if (s[j] > bmax) bmax = s[j];
-            }
-            softmax_raise(og, &m[g], &l[g], bmax, hd);
-            for (int32_t j = 0; j < cnt; j++) {
-                float e = expf(s[j] - m[g]);
-                const uint8_t *vj = vb + (size_t)j * (size_t)hd * es;
-                l[g] += e;
-                for (int32_t i = 0; i < hd; i++) og[i] += e * kv_dtype_load(vj, T, i);
-            }
+    for (int32_t g = 0; g < group; g++) {
+        const float *qg = q + (int64_t)g * hd;
+        float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bs;
+        for (int32_t j = 0; j < cnt; j++) s[j] = 0.0f;
+        for (int32_t i = 0; i < hd; i++)
+            for (int32_t j = 0; j < cnt; j++) s[j] += qg[i] * kv_dtype_load(kt, T, (int64_t)i * bs + j);
+        float bmax = -INFINITY;
+        for (int32_t j = 0; j < cnt; j++) {
+            s[j] *= scale;
+            if (s[j] > bmax) bmax = s[j];
+        }
+        softmax_raise(og, &m[g], &l[g], bmax, hd);
+        for (int32_t j = 0; j < cnt; j++) {
+            float e = expf(s[j] - m[g]);
+            const uint8_t *vj = vb + (size_t)j * (size_t)hd * es;
+            l[g] += e;
+            for (int32_t i = 0; i < hd; i++) og[i] += e * kv_dtype_load(vj, T, i);
         }
     }
 }
@@ -560,62 +559,63 @@ AVX2_FN void accum_head_avx2(const kv_dtype T, float *o, const float *e, const u
     accum_v_scalar(T, o, e, vb, hd, cnt, hd8);
 }
 
+/* One block of the scan (block_fn) on a pool of type T: the group's scores
+ * 4 heads at a time, each head's max, rescale and weights, the sums, then
+ * the weighted V rows. */
 AVX2_FN void avx2_impl(const kv_dtype T, const attention_args *a, float *out, float *m, float *l, const float *q,
                        int32_t group, const uint8_t *kt, const uint8_t *vb, int32_t cnt, float *scratch) {
     const int32_t hd = a->head_dim, bs = a->block_size, hd8 = hd & ~7;
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;          /* scores padded to whole pairs of vectors */
     const __m256 scale = _mm256_set1_ps(score_scale(a)), ninf = _mm256_set1_ps(-INFINITY);
-    {
-        for (int32_t g0 = 0; g0 < group; g0 += 4)
-            for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
-                const float *qg = q + (int64_t)g0 * hd;
-                float *sg = scratch + (int64_t)g0 * bsv;
-                switch (group - g0 < 4 ? group - g0 : 4) {
-                case 1: scores_avx2(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 2: scores_avx2(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 3: scores_avx2(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                default: scores_avx2(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                }
+    for (int32_t g0 = 0; g0 < group; g0 += 4)
+        for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
+            const float *qg = q + (int64_t)g0 * hd;
+            float *sg = scratch + (int64_t)g0 * bsv;
+            switch (group - g0 < 4 ? group - g0 : 4) {
+            case 1: scores_avx2(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 2: scores_avx2(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 3: scores_avx2(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            default: scores_avx2(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
             }
-        for (int32_t g = 0; g < group; g++) {
-            float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
-            __m256 bmaxv = ninf;
-            for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
-            float bmax = hmax8(bmaxv);
-            softmax_raise(og, &m[g], &l[g], bmax, hd);
-            /* weights e_j = exp(s_j - m) */
-            const __m256 mv = _mm256_set1_ps(m[g]);
-            for (int32_t j = 0; j < cnt; j += 8)
-                _mm256_storeu_ps(s + j, vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
         }
-        sum_rows(l, scratch, bsv, group, cnt); /* l in position order, heads interleaved */
-        /* outputs: on an F32 pool (loads are cheap) one head at a time with up
-         * to 8 vectors of accumulators; on the converted types up to 4 heads
-         * per V row load and conversion (a lone head as on F32) */
-        const int32_t gstep = T == KV_DTYPE_F32 ? 1 : 4;
-        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
-            const int G = group - g0 < gstep ? group - g0 : gstep, nv_max = G == 2 ? 4 : 2;
-            float *og = out + (int64_t)g0 * hd;
-            const float *eg = scratch + (int64_t)g0 * bsv;
-            if (G == 1) {
-                accum_head_avx2(T, og, eg, vb, hd, cnt);
-                continue;
-            }
-            for (int32_t i0 = 0; i0 < hd8;) {
-                const int nv = (hd8 - i0) / 8 < nv_max ? (hd8 - i0) / 8 : nv_max;
-                const uint8_t *vi = vb + (size_t)i0 * es;
+    for (int32_t g = 0; g < group; g++) {
+        float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
+        __m256 bmaxv = ninf;
+        for (int32_t j = 0; j < cnt; j += 8) bmaxv = _mm256_max_ps(bmaxv, _mm256_loadu_ps(s + j));
+        float bmax = hmax8(bmaxv);
+        softmax_raise(og, &m[g], &l[g], bmax, hd);
+        /* weights e_j = exp(s_j - m) */
+        const __m256 mv = _mm256_set1_ps(m[g]);
+        for (int32_t j = 0; j < cnt; j += 8)
+            _mm256_storeu_ps(s + j, vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+    }
+    sum_rows(l, scratch, bsv, group, cnt); /* l in position order, heads interleaved */
+    /* outputs: on an F32 pool (loads are cheap) one head at a time with up
+     * to 8 vectors of accumulators; on the converted types up to 4 heads
+     * per V row load and conversion (a lone head as on F32) */
+    const int32_t gstep = T == KV_DTYPE_F32 ? 1 : 4;
+    for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+        const int G = group - g0 < gstep ? group - g0 : gstep, nv_max = G == 2 ? 4 : 2;
+        float *og = out + (int64_t)g0 * hd;
+        const float *eg = scratch + (int64_t)g0 * bsv;
+        if (G == 1) {
+            accum_head_avx2(T, og, eg, vb, hd, cnt);
+            continue;
+        }
+        for (int32_t i0 = 0; i0 < hd8;) {
+            const int nv = (hd8 - i0) / 8 < nv_max ? (hd8 - i0) / 8 : nv_max;
+            const uint8_t *vi = vb + (size_t)i0 * es;
 #define VG(g, n) case (g - 1) * 4 + n - 1: accum_vg_avx2(T, g, n, og + i0, eg, bsv, vi, hd, cnt); break
-                switch ((G - 1) * 4 + nv - 1) {
-                    VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
-                    VG(3, 1); VG(3, 2);
-                    VG(4, 1); VG(4, 2);
-                }
-#undef VG
-                i0 += 8 * nv;
+            switch ((G - 1) * 4 + nv - 1) {
+                VG(2, 1); VG(2, 2); VG(2, 3); VG(2, 4);
+                VG(3, 1); VG(3, 2);
+                VG(4, 1); VG(4, 2);
             }
-            for (int h = 0; h < G; h++) accum_v_scalar(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd8);
+#undef VG
+            i0 += 8 * nv;
         }
+        for (int h = 0; h < G; h++) accum_v_scalar(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd8);
     }
 }
 
@@ -717,58 +717,56 @@ AVX512_FN void avx512_impl(const kv_dtype T, const attention_args *a, float *out
     const size_t es = kv_dtype_size(T);
     const int32_t bsv = (bs + 15) & ~15;
     const __m512 scale = _mm512_set1_ps(score_scale(a));
-    {
-        for (int32_t g0 = 0; g0 < group; g0 += 8)
-            for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
-                const float *qg = q + (int64_t)g0 * hd;
-                float *sg = scratch + (int64_t)g0 * bsv;
-                switch (group - g0 < 8 ? group - g0 : 8) {
-                case 1: scores_avx512(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 2: scores_avx512(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 3: scores_avx512(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 4: scores_avx512(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 5: scores_avx512(T, 5, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 6: scores_avx512(T, 6, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                case 7: scores_avx512(T, 7, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                default: scores_avx512(T, 8, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
-                }
+    for (int32_t g0 = 0; g0 < group; g0 += 8)
+        for (int32_t j0 = 0; j0 < cnt; j0 += 16) {
+            const float *qg = q + (int64_t)g0 * hd;
+            float *sg = scratch + (int64_t)g0 * bsv;
+            switch (group - g0 < 8 ? group - g0 : 8) {
+            case 1: scores_avx512(T, 1, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 2: scores_avx512(T, 2, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 3: scores_avx512(T, 3, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 4: scores_avx512(T, 4, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 5: scores_avx512(T, 5, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 6: scores_avx512(T, 6, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            case 7: scores_avx512(T, 7, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
+            default: scores_avx512(T, 8, qg, hd, kt, bs, j0, cnt, scale, sg, bsv); break;
             }
-        /* per head: the running max, rescale and weights e_j; then the sums l */
-        for (int32_t g = 0; g < group; g++) {
-            float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
-            __m512 bmaxv = _mm512_set1_ps(-INFINITY);
-            for (int32_t j = 0; j < cnt; j += 16) bmaxv = _mm512_max_ps(bmaxv, _mm512_loadu_ps(s + j));
-            float bmax = _mm512_reduce_max_ps(bmaxv);
-            softmax_raise(og, &m[g], &l[g], bmax, hd);
-            const __m512 mv = _mm512_set1_ps(m[g]);
-            for (int32_t j = 0; j < cnt; j += 16)
-                _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
         }
-        sum_rows(l, scratch, bsv, group, cnt); /* l in position order, heads interleaved */
-        /* outputs: heads two at a time on an F32 pool, up to four per V row
-         * load and conversion on the others; a lone head with 8-lane vectors
-         * (twice the independent FMA chains) */
-        const int32_t gstep = T == KV_DTYPE_F32 ? 2 : 4;
-        for (int32_t g0 = 0; g0 < group; g0 += gstep) {
-            const int G = group - g0 < gstep ? group - g0 : gstep;
-            float *og = out + (int64_t)g0 * hd;
-            const float *eg = scratch + (int64_t)g0 * bsv;
-            for (int32_t i0 = 0; i0 < hd16; i0 += 64) {
-                int nv = (hd16 - i0) / 16 < 4 ? (hd16 - i0) / 16 : 4;
-                const uint8_t *vi = vb + (size_t)i0 * es;
-                if (G > 1) {
-                    accum_vg_dispatch_avx512(T, G, nv, og + i0, eg, bsv, vi, hd, cnt);
-                    continue;
-                }
-                switch (nv) {
-                case 1: accum_v_avx2(T, 2, og + i0, eg, vi, hd, cnt); break;
-                case 2: accum_v_avx2(T, 4, og + i0, eg, vi, hd, cnt); break;
-                case 3: accum_v_avx2(T, 6, og + i0, eg, vi, hd, cnt); break;
-                default: accum_v_avx2(T, 8, og + i0, eg, vi, hd, cnt); break;
-                }
+    /* per head: the running max, rescale and weights e_j; then the sums l */
+    for (int32_t g = 0; g < group; g++) {
+        float *og = out + (int64_t)g * hd, *s = scratch + (int64_t)g * bsv;
+        __m512 bmaxv = _mm512_set1_ps(-INFINITY);
+        for (int32_t j = 0; j < cnt; j += 16) bmaxv = _mm512_max_ps(bmaxv, _mm512_loadu_ps(s + j));
+        float bmax = _mm512_reduce_max_ps(bmaxv);
+        softmax_raise(og, &m[g], &l[g], bmax, hd);
+        const __m512 mv = _mm512_set1_ps(m[g]);
+        for (int32_t j = 0; j < cnt; j += 16)
+            _mm512_storeu_ps(s + j, vexp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv)));
+    }
+    sum_rows(l, scratch, bsv, group, cnt); /* l in position order, heads interleaved */
+    /* outputs: heads two at a time on an F32 pool, up to four per V row
+     * load and conversion on the others; a lone head with 8-lane vectors
+     * (twice the independent FMA chains) */
+    const int32_t gstep = T == KV_DTYPE_F32 ? 2 : 4;
+    for (int32_t g0 = 0; g0 < group; g0 += gstep) {
+        const int G = group - g0 < gstep ? group - g0 : gstep;
+        float *og = out + (int64_t)g0 * hd;
+        const float *eg = scratch + (int64_t)g0 * bsv;
+        for (int32_t i0 = 0; i0 < hd16; i0 += 64) {
+            int nv = (hd16 - i0) / 16 < 4 ? (hd16 - i0) / 16 : 4;
+            const uint8_t *vi = vb + (size_t)i0 * es;
+            if (G > 1) {
+                accum_vg_dispatch_avx512(T, G, nv, og + i0, eg, bsv, vi, hd, cnt);
+                continue;
             }
-            for (int h = 0; h < G; h++) accum_v_tail_avx512(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd16);
+            switch (nv) {
+            case 1: accum_v_avx2(T, 2, og + i0, eg, vi, hd, cnt); break;
+            case 2: accum_v_avx2(T, 4, og + i0, eg, vi, hd, cnt); break;
+            case 3: accum_v_avx2(T, 6, og + i0, eg, vi, hd, cnt); break;
+            default: accum_v_avx2(T, 8, og + i0, eg, vi, hd, cnt); break;
+            }
         }
+        for (int h = 0; h < G; h++) accum_v_tail_avx512(T, og + (int64_t)h * hd, eg + (int64_t)h * bsv, vb, hd, cnt, hd16);
     }
 }
 

@@ -6,10 +6,12 @@
  *     operations, equals quant_dequantize_row on the GGUF rows bit for bit
  *     (that dequantizer is checked against gguf-py's in test_gguf_ref.sh),
  *     and the copy's size is 148 bytes per row and super-block;
- *   - the portable mirror and the AVX-512 kernel on the copy, bit for bit
- *     against quant_dot_act_k_portable on the GGUF rows (the K-quant order,
- *     itself checked against exact sums in test_quant_k.c), over 1..20
- *     tokens (every 8 / 4 / 2 / 1 token split), 1..5 groups, k of 1, 3, 22
+ *   - the portable mirror and the AVX2 and AVX-512 kernels on the copy, bit
+ *     for bit against quant_dot_act_k_portable on the GGUF rows (the K-quant
+ *     order, itself checked against exact sums in test_quant_k.c), over 1..20
+ *     tokens (every 8 / 4 / 2 / 1 token split of AVX-512, 4 / 3 / 2 / 1 of
+ *     AVX2, whose one-token pass runs two groups' halves together), 1..5
+ *     groups, k of 1, 3, 22
  *     and 67 super-blocks (67: past the kernel's 64-super-block piece, with
  *     more groups than it carries at once), nothing outside written;
  *   - saturated weights and activations (nibbles 15, scales and mins 63,
@@ -18,10 +20,12 @@
  *     (the rows around whole groups from the GGUF rows), odd k, and batch
  *     invariance: every output == the same row and token alone
  *     (quant_dot_act), whether its row falls in a group of the copy or in
- *     the edge rows, whatever the token count. Run again with the copies off
- *     and on the AVX2 and portable levels (variants: the copy is ignored).
+ *     the edge rows, whatever the token count (one token on the AVX2 level:
+ *     the GGUF rows). Run again with the copies off, on the AVX2 level (the
+ *     AVX2 kernel on a machine with AVX-512) and on the portable level (the
+ *     copy ignored).
  */
-/* checks: 7 */
+/* checks: 8 */
 /* variant: VLLM_QUANT_K_X16=0 */
 /* variant: VLLM_KERNELS=avx2 needs avx2 */
 /* variant: VLLM_KERNELS=portable */
@@ -156,6 +160,10 @@ static void check_x16_kernel(act_range_fn fn, const char *name, bool long_k) {
 }
 
 TEST(test_quant_k_x16_portable) { check_x16_kernel(quant_matmul_act_range_x16_k_portable, "portable", false); }
+TEST(test_quant_k_x16_avx2) {
+    if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
+    check_x16_kernel(quant_matmul_act_range_x16_k_avx2, "avx2", true);
+}
 TEST(test_quant_k_x16_avx512) {
     if (!kernels_cpu_has_avx512()) SKIP("no AVX-512 on this CPU");
     check_x16_kernel(quant_matmul_act_range_x16_k_avx512, "avx512", true);
@@ -183,22 +191,26 @@ TEST(test_quant_k_x16_extremes) {
             memset(blk + 16, r >= 32 ? 0 : 0xff, 128);
         }
     quant_repack_x16(DTYPE_Q4_K, w, x16, 0, R / 16, K);
-    act_range_fn fns[2] = {quant_matmul_act_range_x16_k_portable, quant_matmul_act_range_x16_k_avx512};
-    for (int f = 0; f < (kernels_cpu_has_avx512() ? 2 : 1); f++)
+    act_range_fn fns[3] = {quant_matmul_act_range_x16_k_portable, quant_matmul_act_range_x16_k_avx2,
+                           quant_matmul_act_range_x16_k_avx512};
+    const char *names[3] = {"portable", "avx2", "avx512"};
+    for (int f = 0; f < 3; f++) {
+        if ((f == 1 && !kernels_cpu_has_avx2()) || (f == 2 && !kernels_cpu_has_avx512())) continue;
         for (int nt = 1; nt <= T; nt++) {
             for (int i = 0; i < T * R; i++) y[i] = NAN;
             fns[f](DTYPE_Q4_K, x16, K, xq, ldxq, y, R, 0, R, 0, nt);
             for (int t = 0; t < nt; t++)
                 for (int r = 0; r < R; r++) {
                     float want = quant_dot_act_k_portable(DTYPE_Q4_K, w + r * 288, xq + t * ldxq, K);
-                    CHECK(memcmp(&want, &y[t * R + r], 4) == 0, "%s x=%d row %d: %.9g != %.9g",
-                          f ? "avx512" : "portable", xv[t], r, y[t * R + r], want);
+                    CHECK(memcmp(&want, &y[t * R + r], 4) == 0, "%s x=%d row %d: %.9g != %.9g", names[f], xv[t], r,
+                          y[t * R + r], want);
                     /* the exact value: 16 blocks of 32 * (63 * 15 - 63) * x * 0.5, or - 63 * 32 * x * 0.5 */
                     double exact = 16.0 * 32 * (r >= 32 ? -63.0 : 63.0 * 15 - 63) * xv[t] * 0.5;
                     CHECK(fabs(want - exact) <= 1e-6 * fabs(exact), "row %d x=%d: %.9g vs exact %.9g", r, xv[t],
                           want, exact);
                 }
         }
+    }
 }
 
 /* The dispatch with the copy passed, rows [r0, r1) not on group bounds:
@@ -255,10 +267,10 @@ TEST(test_quant_k_x16_rows_offset) {
 }
 
 /* Who wants copies: Q8_0 / Q4_0 as quant_use_block() says, Q4_K on the
- * AVX-512 level without AMX unless VLLM_QUANT_K_X16=0, no other type. */
+ * AVX2 and AVX-512 levels without AMX unless VLLM_QUANT_K_X16=0, no other type. */
 TEST(test_quant_k_x16_wanted) {
     const char *env = getenv("VLLM_QUANT_K_X16");
-    bool k_on = kernels_isa_get() >= KERNELS_ISA_AVX512 && !quant_use_amx() && !(env && !strcmp(env, "0"));
+    bool k_on = kernels_isa_get() >= KERNELS_ISA_AVX2 && !quant_use_amx() && !(env && !strcmp(env, "0"));
     CHECK(quant_k_use_x16() == k_on && quant_x16_wanted(DTYPE_Q4_K) == k_on);
     CHECK(quant_x16_wanted(DTYPE_Q4_0) == quant_use_block() && quant_x16_wanted(DTYPE_Q8_0) == quant_use_block());
     CHECK(!quant_x16_wanted(DTYPE_Q6_K) && !quant_x16_wanted(DTYPE_Q5_K) && !quant_x16_wanted(DTYPE_F16) &&
@@ -268,6 +280,7 @@ TEST(test_quant_k_x16_wanted) {
 int main(void) {
     RUN(test_quant_k_x16_layout);
     RUN(test_quant_k_x16_portable);
+    RUN(test_quant_k_x16_avx2);
     RUN(test_quant_k_x16_avx512);
     RUN(test_quant_k_x16_extremes);
     RUN(test_quant_k_x16_dispatch);

@@ -34,9 +34,10 @@ void quant_matmul_act_range_k_avx512(dtype type, const void *w, int64_t k, const
 
 /* ---- Q4_K's x16 copies (quant_k_x16.c; layout: quant.h, QUANT_X16_Q4_K_REC) ---- */
 
-/* True when Q4_K calls read x16 copies: the AVX-512 level without AMX
- * tiles (quant_use_amx(): they keep the AMX kernel), unless
- * VLLM_QUANT_K_X16=0. Decided once per process. */
+/* True when Q4_K calls read x16 copies: the AVX2 and AVX-512 levels
+ * without AMX tiles (quant_use_amx(): they keep the AMX kernel), unless
+ * VLLM_QUANT_K_X16=0. Decided once per process. On the AVX2 level a
+ * single-token call still reads the GGUF rows (quant_k_x16.c). */
 bool quant_k_use_x16(void);
 /* Groups [g0, g1) of the n-row Q4_K matrix src (rows of k elements) into
  * their records at dst (quant_repack_x16 calls it for Q4_K). */
@@ -50,9 +51,12 @@ void quant_matmul_act_range_k_x16(dtype type, const void *w, const void *x16, in
                                   int64_t t1);
 /* The x16 kernels on their own: w the copy's start, rows [r0, r1)
  * multiples of 16, type Q4_K (abort otherwise); the AVX-512 one aborts
- * unless kernels_cpu_has_avx512(). The portable one is the mirror in C. */
+ * unless kernels_cpu_has_avx512(), the AVX2 one unless
+ * kernels_cpu_has_avx2(). The portable one is the mirror in C. */
 void quant_matmul_act_range_x16_k_avx512(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
                                          float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void quant_matmul_act_range_x16_k_avx2(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
+                                       float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void quant_matmul_act_range_x16_k_portable(dtype type, const void *w, int64_t k, const void *xq, int64_t ldxq,
                                            float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 

@@ -16,7 +16,7 @@
  *
  * x16 copies, the one exception to "never copied": in a process whose Q8_0 /
  * Q4_0 dots use the block order (kernels/quant.h: quant_use_block()), or
- * whose Q4_K dots read x16 copies (quant_k_use_x16: AVX-512 without AMX),
+ * whose Q4_K dots read x16 copies (quant_k_use_x16: AVX2 or AVX-512, no AMX),
  * model_load repacks each such matmul weight whose rows come in whole
  * 16-row groups (q/k/v/o, gate/up/down, lm_head) into the x16 layout, a
  * private anonymous mapping the same size as the rows (Q4_K: 148 bytes per

@@ -134,9 +134,14 @@ static void check_matmul_invariance(matmul_fn fn, const char *name) {
         bool same_tokens = !memcmp(whole, a.y, bytes);
 
         fill_y(&a, T, 0);
-        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut[] = {0, 3, 4, 20, T};
+        /* token calls of 3, 1, 16 and the rest; at 70 tokens also 5, 6, 7
+         * and 8 (AVX2's few-token tiles: 2 x 5, 2 x 6, prefetching) */
+        const int64_t rcut[] = {0, 1, 4, 11, 12, 30, 53}, tcut21[] = {0, 3, 4, 20, T},
+                      tcut70[] = {0, 3, 4, 20, 25, 31, 38, 46, T};
+        const int64_t *tcut = T == 70 ? tcut70 : tcut21;
+        const int ncut = T == 70 ? 8 : 4;
         for (int i = 0; i < 6; i++)
-            for (int j = 0; j < 4; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
+            for (int j = 0; j < ncut; j++) fn(&a, rcut[i], rcut[i + 1], tcut[j], tcut[j + 1]);
         bool same_ranges = !memcmp(whole, a.y, bytes);
         free(whole);
         free_args(&a);

@@ -187,20 +187,22 @@ AVX2_FN float hsum8_avx2(__m256 v) {
  * accumulate) when k1 == k, else back in acc_io ((R, T, 8) floats). Either
  * way each accumulator sees the same FMAs in the same order as one pass
  * over the whole of k. */
-AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t gap,
-                       int64_t t, int64_t k0, int64_t k1, float *acc_io) {
+AVX2_FN void tile_pf_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t gap,
+                          int64_t t, int64_t k0, int64_t k1, float *acc_io, const bool pf) {
     const int64_t k = a->k, k8 = k1 & ~(int64_t)7;
     const size_t esz = dtype_size(wt);
+    const size_t ahead = T == 1 ? (size_t)DECODE_PREFETCH_BYTES : (size_t)(TILE_PREFETCH_TILES * R) * (size_t)k * esz;
+    const int64_t line = 64 / (int64_t)esz; /* weights per cache line: one prefetch each */
     const char *wr[8];
-    const float *xr[4];
-    __m256 acc[8][4];
+    const float *xr[6];
+    __m256 acc[8][6];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) wr[r] = (const char *)a->w + (size_t)(n + r * gap) * (size_t)k * esz;
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int j = 0; j < T; j++) xr[j] = a->x + (t + j) * a->ldx;
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int j = 0; j < T; j++)
             acc[r][j] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc_io + (r * T + j) * 8);
 
@@ -208,10 +210,13 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
         __m256 wv[8];
         if (T == 1)
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + DECODE_PREFETCH_BYTES, _MM_HINT_T0);
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + ahead, _MM_HINT_T0);
+        else if (pf && i % line == 0)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) _mm_prefetch(wr[r] + (size_t)i * esz + ahead, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = load8_avx2(wt, wr[r], i);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int j = 0; j < T; j++) {
             __m256 xv = _mm256_loadu_ps(xr[j] + i);
             /* one load per token and step: left alone, gcc folds the load
@@ -223,7 +228,7 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
     }
     if (k8 < k1) {
         int cnt = (int)(k1 - k8);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int j = 0; j < T; j++) {
             __m256 xv = load8_tail_avx2(DTYPE_F32, xr[j], k8, cnt);
 #pragma GCC unroll 8
@@ -234,13 +239,13 @@ AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_ar
     if (k1 < k) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int j = 0; j < T; j++) _mm256_store_ps(acc_io + (r * T + j) * 8, acc[r][j]);
         return;
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int j = 0; j < T; j++) store_out(a, t + j, n + r * gap, hsum8_avx2(acc[r][j]));
 }
 
@@ -290,10 +295,45 @@ enum { BLOCK_K = 512, BLOCK_ROWS = 48, BLOCK_X_BYTES = 32 << 10 };
         }                                                                                                     \
     }
 
+AVX2_FN void tile_avx2(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t gap,
+                       int64_t t, int64_t k0, int64_t k1, float *acc_io) {
+    tile_pf_avx2(R, T, wt, a, n, gap, t, k0, k1, acc_io, false);
+}
+AVX2_FN void tile_avx2_pf(const int R, const int T, const dtype wt, const matmul_args *a, int64_t n, int64_t gap,
+                          int64_t t, int64_t k0, int64_t k1, float *acc_io) {
+    tile_pf_avx2(R, T, wt, a, n, gap, t, k0, k1, acc_io, true);
+}
+
 DEFINE_ROWS(AVX2_FN, rows_avx2, tile_avx2, 8, 4)
+DEFINE_ROWS(AVX2_FN, rows_avx2_pf, tile_avx2_pf, 8, 6)
+
+/* Calls of a few tokens (a speculative step's scored positions, small
+ * batches) read their weights from DRAM in pieces that the hardware
+ * prefetchers follow badly, as on AVX-512 (tile_pf_avx512): their tiles
+ * prefetch the same k of the rows TILE_PREFETCH_TILES tiles on, one
+ * prefetch per cache line. Larger calls reuse each weight from L2 over more
+ * token tiles and lost ~10% of prefill with the prefetches, so they go
+ * without. Prefetches change no result. */
+enum { TILE_PREFETCH_MAX_TOKENS = 8 };
 
 AVX2_FN void range_avx2(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
                         int64_t t1) {
+    if (t1 - t0 <= TILE_PREFETCH_MAX_TOKENS) {
+        int64_t t = t0;
+        if (t1 - t == 5 || t1 - t == 6) { /* one pass: 2 rows x 5 or 6 tokens */
+            if (t1 - t == 5) rows_avx2_pf(2, 5, wt, a, n0, n1, t);
+            else rows_avx2_pf(2, 6, wt, a, n0, n1, t);
+            return;
+        }
+        for (; t + 4 <= t1; t += 4) rows_avx2_pf(3, 4, wt, a, n0, n1, t);
+        switch (t1 - t) {
+        case 3: rows_avx2_pf(4, 3, wt, a, n0, n1, t); break;
+        case 2: rows_avx2_pf(6, 2, wt, a, n0, n1, t); break;
+        case 1: rows_avx2_pf(8, 1, wt, a, n0, n1, t); break;
+        default: break;
+        }
+        return;
+    }
     int64_t t = t0;
     for (; t + 4 <= t1; t += 4) rows_avx2(3, 4, wt, a, n0, n1, t);
     switch (t1 - t) {

@@ -7,8 +7,9 @@
  * per call: each k-step loads R weight vectors (8 elements, converted to F32
  * in registers) and reuses each for T tokens, so prefill reads a weight row
  * once per 4 tokens instead of once per token. Tiles are (R, T) = (8, 1),
- * (6, 2), (4, 3), (3, 4): at most 12 accumulators plus the weight and token
- * registers fit the 16 ymm registers.
+ * (6, 2), (4, 3), (3, 4), and for calls of exactly 5 or 6 tokens (2, 5)
+ * and (2, 6) (range_avx2): at most 12 accumulators plus the weight and
+ * token registers fit the 16 ymm registers.
  *
  * The AVX-512 path (F/BW/VL/DQ) is the same design with 16-lane zmm
  * vectors and 32 registers: tiles of 3 rows x 8 tokens (24 accumulators),

@@ -317,30 +317,27 @@ DEFINE_ROWS(AVX2_FN, rows_avx2_pf, tile_avx2_pf, 8, 6)
  * without. Prefetches change no result. */
 enum { TILE_PREFETCH_MAX_TOKENS = 8 };
 
+/* rows_avx2 or, for a few-token call, rows_avx2_pf. */
+AVX2_FN void rows_pick_avx2(const bool pf, const int R, const int T, const dtype wt, const matmul_args *a,
+                            int64_t n0, int64_t n1, int64_t t) {
+    if (pf) rows_avx2_pf(R, T, wt, a, n0, n1, t);
+    else rows_avx2(R, T, wt, a, n0, n1, t);
+}
+
 AVX2_FN void range_avx2(const dtype wt, const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
                         int64_t t1) {
-    if (t1 - t0 <= TILE_PREFETCH_MAX_TOKENS) {
-        int64_t t = t0;
-        if (t1 - t == 5 || t1 - t == 6) { /* one pass: 2 rows x 5 or 6 tokens */
-            if (t1 - t == 5) rows_avx2_pf(2, 5, wt, a, n0, n1, t);
-            else rows_avx2_pf(2, 6, wt, a, n0, n1, t);
-            return;
-        }
-        for (; t + 4 <= t1; t += 4) rows_avx2_pf(3, 4, wt, a, n0, n1, t);
-        switch (t1 - t) {
-        case 3: rows_avx2_pf(4, 3, wt, a, n0, n1, t); break;
-        case 2: rows_avx2_pf(6, 2, wt, a, n0, n1, t); break;
-        case 1: rows_avx2_pf(8, 1, wt, a, n0, n1, t); break;
-        default: break;
-        }
-        return;
-    }
+    const bool pf = t1 - t0 <= TILE_PREFETCH_MAX_TOKENS;
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4) rows_avx2(3, 4, wt, a, n0, n1, t);
+    switch (t1 - t) { /* 5 or 6 tokens: one pass of 2-row tiles */
+    case 5: rows_avx2_pf(2, 5, wt, a, n0, n1, t); return;
+    case 6: rows_avx2_pf(2, 6, wt, a, n0, n1, t); return;
+    default: break;
+    }
+    for (; t + 4 <= t1; t += 4) rows_pick_avx2(pf, 3, 4, wt, a, n0, n1, t);
     switch (t1 - t) {
-    case 3: rows_avx2(4, 3, wt, a, n0, n1, t); break;
-    case 2: rows_avx2(6, 2, wt, a, n0, n1, t); break;
-    case 1: rows_avx2(8, 1, wt, a, n0, n1, t); break;
+    case 3: rows_pick_avx2(pf, 4, 3, wt, a, n0, n1, t); break;
+    case 2: rows_pick_avx2(pf, 6, 2, wt, a, n0, n1, t); break;
+    case 1: rows_pick_avx2(pf, 8, 1, wt, a, n0, n1, t); break;
     default: break;
     }
 }

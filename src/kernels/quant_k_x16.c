@@ -321,10 +321,10 @@ AVX2 static void ka_prep(const uint8_t *xr, int64_t b0, int64_t nbk, float *xsf)
 
 AVX2 INLINE __m256i ka_bcast(const uint8_t *p) { return _mm256_set1_epi32(ld32(p)); }
 
-/* NU units (unit u: half h[u] of the group whose records start at g[u]),
- * nsb super-blocks x T tokens: acc[u][8t + j] (8 rows' lanes) += block j's
+/* NU units (unit u: half (h0 + u) % 2 of the group whose records start at
+ * g[u]), nsb super-blocks x T tokens: acc[u][8t + j] (8 rows' lanes) += block j's
  * two terms per super-block in order. x, xsf: as x16k_group. */
-AVX2 INLINE void ka_units(const int NU, const int T, const uint8_t *const *g, const int *h, int64_t nsb,
+AVX2 INLINE void ka_units(const int NU, const int T, const uint8_t *const *g, const int h0, int64_t nsb,
                           const uint8_t *x, int64_t ldxq, const float (*xsf)[KX16_PIECE * 8], __m256 *const *acc) {
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -333,7 +333,7 @@ AVX2 INLINE void ka_units(const int NU, const int T, const uint8_t *const *g, co
 #pragma GCC unroll 8
         for (int u = 0; u < NU; u++) {
             const uint8_t *r = g[u] + s * QUANT_X16_Q4_K_REC;
-            const int hu = h[u];
+            const int hu = (h0 + u) % 2;
             const char *ahead = (const char *)r + KA_AHEAD * QUANT_X16_Q4_K_REC;
             if (hu == 0)
                 for (int i = 0; i < 5; i++) _mm_prefetch(ahead + 64 * i, _MM_HINT_T0); /* d .. m */
@@ -406,20 +406,18 @@ AVX2 INLINE void ka_range(const int T, const uint8_t *w, int64_t k, const uint8_
             for (int64_t gi = 0; gi < ng; gi += G) {
                 const int m = ng - gi < G ? (int)(ng - gi) : G; /* groups in this pass */
                 const uint8_t *gp[2 * KA_STREAMS];
-                int hp[2 * KA_STREAMS];
                 __m256 *ap[2 * KA_STREAMS];
                 for (int u = 0; u < 2 * m; u++) {
                     gp[u] = w + (size_t)((gc + gi + u / 2) * nsb + s0) * QUANT_X16_Q4_K_REC;
-                    hp[u] = u % 2;
                     ap[u] = acc_io[one ? u / 2 : gi + u / 2][u % 2];
                     if (s0 == 0)
                         for (int i = 0; i < 8 * T; i++) ap[u][i] = _mm256_setzero_ps();
                 }
                 if (T > 1) {
-                    ka_units(1, T, gp, hp, n, xp, ldxq, xsf, ap);
-                    ka_units(1, T, gp + 1, hp + 1, n, xp, ldxq, xsf, ap + 1);
-                } else if (m == 2) ka_units(4, 1, gp, hp, n, xp, ldxq, xsf, ap);
-                else ka_units(2, 1, gp, hp, n, xp, ldxq, xsf, ap);
+                    ka_units(1, T, gp, 0, n, xp, ldxq, xsf, ap);
+                    ka_units(1, T, gp + 1, 1, n, xp, ldxq, xsf, ap + 1);
+                } else if (m == 2) ka_units(4, 1, gp, 0, n, xp, ldxq, xsf, ap);
+                else ka_units(2, 1, gp, 0, n, xp, ldxq, xsf, ap);
                 if (!last) continue;
                 for (int u = 0; u < 2 * m; u++)
                     for (int t = 0; t < T; t++) {

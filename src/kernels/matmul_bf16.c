@@ -372,7 +372,9 @@ BF16_ENTRY void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64
 #define AVX2_ENTRY __attribute__((target("avx2,fma")))
 
 enum {
-    A2_TOKENS = 5,         /* tokens widened and tiled together */
+    A2_TOKENS = 6,         /* tokens widened and tiled together */
+    A2_ROWS_MAX = 4,       /* rows of a tile at most */
+    A2_PANEL_PAD = 16,     /* floats after each token's panel: see matmul_bf16_range_avx2 */
     A2_XBLOCK = 16 << 10,  /* a k-block of their panels: half a Zen 3 core's L1 */
     A2_ROWS = 48,          /* rows whose accumulators wait in memory between k-blocks */
     A2_LO1 = 0x2680 - 1,   /* |v| >= 2^-50: BF16 magnitude bits >= 0x2680 (minus 1: zero wraps to 0xffff) */
@@ -458,32 +460,40 @@ AVX2_FN float a2_hsum(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-/* One 32-step of half h: the weights wv (16 BF16 of each row), the
- * tokens' panels at xs + j * ldp. */
-AVX2_FN void a2_step(const int R, const int T, const bool chk, const __m256i *wv, const float *xs, int64_t ldp,
-                     __m256 (*acc)[6], __m256i *lo, __m256i *hi) {
-    __m256 wo[5], we[5];
+/* One 32-step of half h: 16 BF16 weights of each row at src[r], the
+ * tokens' panels at xs + j * ldp. The rows' odd elements widened, then per
+ * token one load and R FMAs; then the even elements, the rows' weights
+ * read again (from L1) rather than held through the odd FMAs. So a tile
+ * needs R T accumulators, R widened rows and a token: 2 x 6 fits the 16
+ * registers without spills. (Tokens read by the FMAs themselves would free
+ * registers, but 2 x 6 then loads 28 vectors per 24 FMAs, more than the 2
+ * per cycle the L1 gives.) The empty asm with a memory clobber keeps gcc
+ * from holding the odd half's loads of the rows until the even half. */
+AVX2_FN void a2_step(const int R, const int T, const bool chk, const __m256i *const *src, const float *xs,
+                     int64_t ldp, __m256 (*acc)[A2_TOKENS], __m256i *lo, __m256i *hi) {
+    __m256 w[A2_ROWS_MAX];
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        if (chk) a2_range(wv[r], lo, hi);
-        /* two shifts rather than an AND: no mask register (the accumulators need them) */
-        wo[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(wv[r], 16), 16));
+    for (int r = 0; r < R; r++) { /* the odd elements first, as vdpbf16ps */
+        __m256i v = _mm256_loadu_si256(src[r]);
+        if (chk) a2_range(v, lo, hi);
+        w[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16));
     }
 #pragma GCC unroll 6
-    for (int j = 0; j < T; j++) { /* the odd elements first, as vdpbf16ps */
+    for (int j = 0; j < T; j++) {
         __m256 xv = _mm256_loadu_ps(xs + j * ldp);
         __asm__("" : "+x"(xv)); /* one load per token, not one per FMA (matmul.c) */
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(wo[r], xv, acc[r][j]);
+        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(w[r], xv, acc[r][j]);
     }
+    __asm__("" ::: "memory");
 #pragma GCC unroll 6
-    for (int r = 0; r < R; r++) we[r] = _mm256_castsi256_ps(_mm256_slli_epi32(wv[r], 16));
+    for (int r = 0; r < R; r++) w[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(src[r]), 16));
 #pragma GCC unroll 6
     for (int j = 0; j < T; j++) {
         __m256 xv = _mm256_loadu_ps(xs + j * ldp + 8);
         __asm__("" : "+x"(xv));
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(we[r], xv, acc[r][j]);
+        for (int r = 0; r < R; r++) acc[r][j] = _mm256_fmadd_ps(w[r], xv, acc[r][j]);
     }
 }
 
@@ -498,22 +508,23 @@ AVX2_FN void a2_half(const int R, const int T, const bool chk, const int h, cons
     const int64_t k32 = (k + 31) & ~(int64_t)31, kfull = k & ~(int64_t)31, iend = i1 < kfull ? i1 : kfull;
     const float *ph = p + h * (k32 / 2);
     __m256i lo = *lo_io, hi = *hi_io;
-    __m256 acc[5][6];
+    __m256 acc[A2_ROWS_MAX][A2_TOKENS];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 6
         for (int j = 0; j < T; j++) acc[r][j] = first ? _mm256_setzero_ps() : _mm256_load_ps(io + (r * T + j) * 8);
     for (int64_t i = i0; i < iend; i += 32) {
-        __m256i wv[5];
+        const __m256i *src[A2_ROWS_MAX];
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + i + 16 * h));
-        a2_step(R, T, chk, wv, ph + i / 2, ldp, acc, &lo, &hi);
+        for (int r = 0; r < R; r++) src[r] = (const __m256i *)(wr[r] + i + 16 * h);
+        a2_step(R, T, chk, src, ph + i / 2, ldp, acc, &lo, &hi);
     }
     if (i1 > kfull && kfull < k) { /* the last, partial step: weights zero beyond k, as the panel */
-        __m256i wv[5];
+        __m256i wv[A2_ROWS_MAX];
+        const __m256i *src[A2_ROWS_MAX];
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) wv[r] = a2_load16(wr[r], kfull + 16 * h, k);
-        a2_step(R, T, chk, wv, ph + kfull / 2, ldp, acc, &lo, &hi);
+        for (int r = 0; r < R; r++) wv[r] = a2_load16(wr[r], kfull + 16 * h, k), src[r] = &wv[r];
+        a2_step(R, T, chk, src, ph + kfull / 2, ldp, acc, &lo, &hi);
     }
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
@@ -532,7 +543,7 @@ AVX2_FN void a2_tile(const int R, const int T, const bool chk, const matmul_args
                      int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr, int64_t i0, int64_t i1,
                      float *io) {
     const int64_t k = a->k;
-    const uint16_t *wr[5];
+    const uint16_t *wr[A2_ROWS_MAX];
     __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) wr[r] = (const uint16_t *)a->w + (n + r * gap) * k;
@@ -622,7 +633,10 @@ AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args
     }
     _Alignas(32) float acc[A2_ROWS * A2_TOKENS * 16];
     int64_t kb = k; /* rows go by A2_ROWS anyway: acc holds that many */
-    if (!chk && (int64_t)T * k32 * 4 > A2_XBLOCK) kb = A2_XBLOCK / (T * 4) & ~(int64_t)31;
+    if (!chk && (int64_t)T * k32 * 4 > A2_XBLOCK) { /* the fewest equal k-blocks (whole 32-steps) that fit */
+        int64_t nb = ((int64_t)T * k32 * 4 + A2_XBLOCK - 1) / A2_XBLOCK, steps = k32 / 32;
+        kb = (steps + nb - 1) / nb * 32;
+    }
     for (int64_t b0 = n0; b0 < n1; b0 += A2_ROWS) {
         const int64_t b1 = b0 + A2_ROWS < n1 ? b0 + A2_ROWS : n1;
         for (int64_t i0 = 0; i0 < k; i0 += kb) {
@@ -647,10 +661,17 @@ AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t
         matmul_bf16_range_portable(a, n0, n1, t0, t1);
         return;
     }
-    char *mem = scratch_get(A2_TOKENS * (size_t)k32 * (sizeof(float) + (a->xq ? 0 : 2)));
+    /* Tokens' panels a cache line more than k32 floats apart: at k32 = 2048
+     * (TinyLlama) they were 8 KiB apart, so a step's line of every token's
+     * panel and of both rows' weights (4 KiB apart) fell in one L1 set, 8
+     * lines for 8 ways, and the tiles missed L1 on their own panels. One
+     * thread, 2048 x 2048 x 64 tokens in 48-row items: 37-44 -> 52 GFLOP/s
+     * (F16's tiles: 69-85 in the same minutes). */
+    const int64_t ldp = k32 + A2_PANEL_PAD;
+    char *mem = scratch_get(A2_TOKENS * ((size_t)ldp * sizeof(float) + (a->xq ? 0 : (size_t)k32 * 2)));
     if (!mem) return;
     float *panel = (float *)mem;
-    uint16_t *own = (uint16_t *)(mem + A2_TOKENS * (size_t)k32 * sizeof(float));
+    uint16_t *own = (uint16_t *)(mem + A2_TOKENS * (size_t)ldp * sizeof(float));
     bool checked = t1 - t0 < 2, scanned = false; /* one token: the tiles check as they stream */
     for (int64_t t = t0; t < t1; t += A2_TOKENS) {
         const int nt = t1 - t < A2_TOKENS ? (int)(t1 - t) : A2_TOKENS;
@@ -663,7 +684,7 @@ AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t
                 a2_round_row(a->x + (t + j) * a->ldx, k, own + j * k32, k32);
                 xr[j] = own + j * k32;
             }
-            ok &= a2_widen(xr[j], k32, panel + j * k32);
+            ok &= a2_widen(xr[j], k32, panel + j * ldp);
         }
         if (!ok) { /* an activation out of range: these tokens the portable way */
             for (int j = 0; j < nt; j++)
@@ -675,22 +696,24 @@ AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t
             scanned = a2_scan((const uint16_t *)a->w + n0 * k, (n1 - n0) * k);
             checked = true;
         }
-        if (scanned) { /* 8-10 accumulators (each takes two dependent FMAs a step, 4 cycles each), no spills */
+        if (scanned) { /* 8-12 accumulators (each takes two dependent FMAs a step, 4 cycles each), no spills */
             switch (nt) {
-            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, k32, xr); break;
-            case 4: a2_rows(2, 4, false, a, n0, n1, t, panel, k32, xr); break;
-            case 3: a2_rows(3, 3, false, a, n0, n1, t, panel, k32, xr); break;
-            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, k32, xr); break;
-            default: a2_rows(3, 1, false, a, n0, n1, t, panel, k32, xr); break;
+            case 6: a2_rows(2, 6, false, a, n0, n1, t, panel, ldp, xr); break;
+            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, ldp, xr); break;
+            case 4: a2_rows(3, 4, false, a, n0, n1, t, panel, ldp, xr); break;
+            case 3: a2_rows(4, 3, false, a, n0, n1, t, panel, ldp, xr); break;
+            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, ldp, xr); break;
+            default: a2_rows(3, 1, false, a, n0, n1, t, panel, ldp, xr); break;
             }
             continue;
         }
         switch (nt) { /* weights out of range somewhere: tiles that check them */
-        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, k32, xr); break;
-        case 4: a2_rows(2, 4, true, a, n0, n1, t, panel, k32, xr); break;
-        case 3: a2_rows(3, 3, true, a, n0, n1, t, panel, k32, xr); break;
-        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, k32, xr); break;
-        default: a2_rows(3, 1, true, a, n0, n1, t, panel, k32, xr); break;
+        case 6: a2_rows(2, 6, true, a, n0, n1, t, panel, ldp, xr); break;
+        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, ldp, xr); break;
+        case 4: a2_rows(3, 4, true, a, n0, n1, t, panel, ldp, xr); break;
+        case 3: a2_rows(4, 3, true, a, n0, n1, t, panel, ldp, xr); break;
+        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, ldp, xr); break;
+        default: a2_rows(3, 1, true, a, n0, n1, t, panel, ldp, xr); break;
         }
     }
 }

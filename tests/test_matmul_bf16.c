@@ -8,14 +8,15 @@
  * FP32 error bound of a double-precision dot of the rounded activations,
  * and give a token the same bits alone or in any batch, with the
  * activations rounded by the kernel or beforehand (matmul_bf16_round_act,
- * the runner's way), and with its k-blocks (8 tokens of a long k are cut
+ * the runner's way; the AVX2 kernel takes them widened, in its own panel
+ * format), and with its k-blocks (8 tokens of a long k are cut
  * into blocks whose accumulators wait in memory) adding in the same order.
  * The AVX2 kernel (FMAs where the inputs' range makes them exact, the
  * emulation elsewhere) is held to the same, plus edge values: subnormal,
  * tiny, huge, signed-zero, infinite and NaN activations and weights, each
  * to the bit of the portable path.
  */
-/* checks: 16 */
+/* checks: 17 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,16 +148,21 @@ static void check_hand_blocked(matmul_fn fn, const char *name) {
           bad < 0 ? 1.0 : (double)y[bad]);
 }
 
-/* Activations rounded beforehand (a->xq from matmul_bf16_round_act, rows
- * padded to their stride) give the bits of the kernel rounding them
- * itself, and of the portable emulation, over shapes that cross the row
- * blocks (48), the k-blocks and the k tail. */
-static void check_prerounded(matmul_fn fn, const char *name) {
+typedef void (*prep_fn)(const float *x, int64_t k, void *xq);
+static void round_row(const float *x, int64_t k, void *xq) { matmul_bf16_round_row(x, k, xq); }
+static size_t row_bytes(int64_t k) { return (size_t)((k + 31) / 32 * 32) * 2; }
+
+/* Activations prepared beforehand (a->xq in the kernel's format: BF16 rows
+ * from matmul_bf16_round_row, or the AVX2 kernel's panels; rows padded to
+ * their stride) give the bits of the kernel rounding them itself, and of
+ * the portable emulation, over shapes that cross the row blocks (48), the
+ * k-blocks and the k tail. For BF16 rows, also their zero padding. */
+static void check_prerounded(matmul_fn fn, prep_fn prep, size_t (*bytes_of)(int64_t), bool rows, const char *name) {
     static const int64_t kv[] = {5, 33, 2048, 5632, 7000};
     for (int d = 0; d < 5; d++) {
         int64_t n = 101, k = kv[d], T = d == 2 ? 70 : 21; /* 70: more than a runner work item's 64 */
         matmul_args a = make_args(n, k, T, true, d % 2);
-        size_t bytes = sizeof(float) * (size_t)(T * a.ldy), stride = matmul_bf16_act_bytes(k) + 64;
+        size_t bytes = sizeof(float) * (size_t)(T * a.ldy), stride = bytes_of(k) + 64;
         float *own = malloc(bytes), *port = portable_then(fn, &a, n, T, 0.25f);
         memcpy(own, a.y, bytes);
         uint8_t *xq = malloc(stride * (size_t)T);
@@ -164,8 +170,8 @@ static void check_prerounded(matmul_fn fn, const char *name) {
         bool pad_zero = true;
         for (int64_t t = 0; t < T; t++) {
             uint16_t *row = (uint16_t *)(xq + t * stride);
-            matmul_bf16_round_act(a.x + t * a.ldx, k, row);
-            for (int64_t i = k; i < (k + 31) / 32 * 32; i++) pad_zero &= row[i] == 0;
+            prep(a.x + t * a.ldx, k, row);
+            for (int64_t i = k; rows && i < (k + 31) / 32 * 32; i++) pad_zero &= row[i] == 0;
         }
         a.xq = xq;
         a.ldxq = (int64_t)stride;
@@ -179,7 +185,7 @@ static void check_prerounded(matmul_fn fn, const char *name) {
         free(own);
         free(port);
         free_args(&a);
-        CHECK(pad_zero, "%s k=%lld: matmul_bf16_round_act left the padding to 32 non-zero", name, (long long)k);
+        CHECK(pad_zero, "%s k=%lld: matmul_bf16_round_row left the padding to 32 non-zero", name, (long long)k);
         CHECK(same_own, "%s k=%lld: pre-rounded activations differ from the kernel's own rounding", name,
               (long long)k);
         CHECK(same_port, "%s k=%lld: pre-rounded activations differ from the portable emulation", name,
@@ -340,16 +346,24 @@ TEST(test_bf16_hand_blocked_avx2) {
     check_hand_blocked(matmul_bf16_range_avx2, "avx2");
 }
 
-TEST(test_bf16_prerounded_portable) { check_prerounded(matmul_bf16_range_portable, "portable"); }
+TEST(test_bf16_prerounded_portable) {
+    check_prerounded(matmul_bf16_range_portable, round_row, row_bytes, true, "portable");
+}
 
 TEST(test_bf16_prerounded_avx512) {
     if (!matmul_bf16_cpu_has_dot()) SKIP("no AVX512-BF16 on this CPU");
-    check_prerounded(matmul_bf16_range_avx512, "avx512bf16");
+    check_prerounded(matmul_bf16_range_avx512, round_row, row_bytes, true, "avx512bf16");
 }
 
 TEST(test_bf16_prerounded_avx2) {
     if (!kernels_cpu_has_avx2()) SKIP("no AVX2 on this CPU");
-    check_prerounded(matmul_bf16_range_avx2, "avx2");
+    check_prerounded(matmul_bf16_range_avx2, matmul_bf16_prep_act_avx2, matmul_bf16_act_bytes_avx2, false, "avx2");
+}
+
+/* The runner's pair: matmul_bf16_round_act's rows (at matmul_bf16_act_bytes)
+ * are what the dispatching matmul_bf16_range takes on this CPU. */
+TEST(test_bf16_prerounded_dispatch) {
+    check_prerounded(matmul_bf16_range, matmul_bf16_round_act, matmul_bf16_act_bytes, false, "dispatch");
 }
 
 TEST(test_bf16_portable_vs_double) { check_vs_reference(matmul_bf16_range_portable, "portable", false); }
@@ -391,6 +405,7 @@ int main(void) {
     RUN(test_bf16_prerounded_portable);
     RUN(test_bf16_prerounded_avx512);
     RUN(test_bf16_prerounded_avx2);
+    RUN(test_bf16_prerounded_dispatch);
     RUN(test_bf16_portable_vs_double);
     RUN(test_bf16_avx512_vs_portable);
     RUN(test_bf16_avx2_vs_portable);

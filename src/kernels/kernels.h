@@ -150,14 +150,24 @@ bool matmul_amx_takes(dtype wtype);
  * equal; the portable emulation for the rest) when it is AVX2 or above, else
  * the portable one. */
 void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
-/* Optional input of the BF16 path: a->xq = the activations already rounded
- * by matmul_bf16_round_act, ldxq >= matmul_bf16_act_bytes(k) bytes per token
- * (the same bits the kernel would make itself, so the same result: the
- * runner rounds each stage's input once instead of once per work item). */
+/* Optional input of the BF16 path: a->xq = the activations already
+ * prepared by matmul_bf16_round_act, ldxq >= matmul_bf16_act_bytes(k) bytes
+ * per token (a multiple of 4) (the same bits the kernel would make itself,
+ * so the same result: the runner prepares each stage's input once instead
+ * of once per work item). The format is the kernel's that matmul_bf16_range
+ * takes on this CPU: BF16 rows for the portable and AVX512-BF16 kernels,
+ * widened panels for the AVX2 one. */
 size_t matmul_bf16_act_bytes(int64_t k);
-/* One row of k floats rounded to BF16 (nearest even, as the kernel rounds)
- * into xb, zero-padded to k rounded up to 32 elements. */
-void matmul_bf16_round_act(const float *x, int64_t k, uint16_t *xb);
+void matmul_bf16_round_act(const float *x, int64_t k, void *xb);
+/* The portable and AVX512-BF16 kernels' a->xq: one row of k floats rounded
+ * to BF16 (nearest even, as the kernels round) into xb, zero-padded to k
+ * rounded up to 32 elements. */
+void matmul_bf16_round_row(const float *x, int64_t k, uint16_t *xb);
+/* The AVX2 kernel's a->xq: the row rounded to BF16 and widened to FP32 in
+ * the kernel's order, with a range flag (matmul_bf16.c), in
+ * matmul_bf16_act_bytes_avx2(k) bytes. Requires kernels_cpu_has_avx2(). */
+size_t matmul_bf16_act_bytes_avx2(int64_t k);
+void matmul_bf16_prep_act_avx2(const float *x, int64_t k, void *xp);
 void matmul_bf16_range_portable(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);
 /* Requires kernels_cpu_has_avx2(). */
 void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1);

@@ -74,7 +74,11 @@ enum {
     COLD_PREFETCH_TILES = 2,     /* the first tokens: weights from DRAM, the tile this far ahead */
 };
 
-size_t matmul_bf16_act_bytes(int64_t k) { return (size_t)((k + 31) & ~(int64_t)31) * 2; }
+/* Floats after each token's panel of the AVX2 kernel (the flag, then
+ * padding): see matmul_bf16_range_avx2. */
+enum { PANEL_PAD = 16 };
+
+size_t matmul_bf16_act_bytes_avx2(int64_t k) { return (size_t)(((k + 31) & ~(int64_t)31) + PANEL_PAD) * 4; }
 
 /* This thread's scratch (64-byte aligned), freed when the thread exits. */
 static pthread_key_t scratch_key;
@@ -110,13 +114,23 @@ static inline float ftz(float f) {
     return f;
 }
 
-static float dot_portable(const uint16_t *w, const uint16_t *x, int64_t k) {
+/* Element e of a token's AVX2 panel (below, "AVX2") as BF16 bits. */
+static uint16_t panel_bf16(const float *p, int64_t k32, int64_t e) {
+    int64_t l = e % 32, m = l % 16, i = (l / 16) * (k32 / 2) + e / 32 * 16 + (m % 2 ? m / 2 : 8 + m / 2);
+    uint32_t u;
+    memcpy(&u, p + i, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* x: the token's BF16 row, or NULL and xp its AVX2 panel. */
+static float dot_portable_x(const uint16_t *w, const uint16_t *x, const float *xp, int64_t k) {
+    const int64_t k32 = (k + 31) & ~(int64_t)31;
     float acc[16] = {0};
     for (int64_t i = 0; i < k; i += 32)
         for (int l = 0; l < 16; l++) {
             int64_t e = i + 2 * l, o = e + 1;
-            float pe = e < k ? bf16_daz(w[e]) * bf16_daz(x[e]) : 0.0f;
-            float po = o < k ? bf16_daz(w[o]) * bf16_daz(x[o]) : 0.0f;
+            float pe = e < k ? bf16_daz(w[e]) * bf16_daz(x ? x[e] : panel_bf16(xp, k32, e)) : 0.0f;
+            float po = o < k ? bf16_daz(w[o]) * bf16_daz(x ? x[o] : panel_bf16(xp, k32, o)) : 0.0f;
             acc[l] = ftz(ftz(acc[l] + po) + pe);
         }
     float a[8], b[4];
@@ -124,6 +138,8 @@ static float dot_portable(const uint16_t *w, const uint16_t *x, int64_t k) {
     for (int l = 0; l < 4; l++) b[l] = a[l] + a[l + 4];
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
+
+static float dot_portable(const uint16_t *w, const uint16_t *x, int64_t k) { return dot_portable_x(w, x, NULL, k); }
 
 static void round_row_portable(const float *x, int64_t k, uint16_t *xb) {
     int64_t i = 0;
@@ -374,7 +390,6 @@ BF16_ENTRY void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64
 enum {
     A2_TOKENS = 6,         /* tokens widened and tiled together */
     A2_ROWS_MAX = 4,       /* rows of a tile at most */
-    A2_PANEL_PAD = 16,     /* floats after each token's panel: see matmul_bf16_range_avx2 */
     A2_XBLOCK = 16 << 10,  /* a k-block of their panels: half a Zen 3 core's L1 */
     A2_ROWS = 48,          /* rows whose accumulators wait in memory between k-blocks */
     A2_LO1 = 0x2680 - 1,   /* |v| >= 2^-50: BF16 magnitude bits >= 0x2680 (minus 1: zero wraps to 0xffff) */
@@ -434,21 +449,30 @@ AVX2_FN __m256i a2_load16(const uint16_t *w, int64_t e, int64_t k) {
     return _mm256_loadu_si256((const __m256i *)buf);
 }
 
-/* One token's rounded activations (xb, zero-padded to k32) widened into
- * panel p: half h of step s at p[h * k32 / 2 + 16 s], 8 odd then 8 even
- * elements. False when one is out of range. */
-AVX2_FN bool a2_widen(const uint16_t *xb, int64_t k32, float *p) {
+/* One token's k activations rounded to BF16 (a2_round_row's bits) and
+ * widened into its panel p: half h of step s at p[h * k32 / 2 + 16 s], 8
+ * odd then 8 even elements (zero beyond k); then the flag at p[k32] (as
+ * bits: 1 when every value is in the range, else 0). */
+AVX2_FN void a2_prep_row(const float *x, int64_t k, int64_t k32, float *p) {
     __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
     const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
-    for (int64_t i = 0; i < k32; i += 32)
+    for (int64_t i = 0; i < k32; i += 32) {
+        _Alignas(32) uint16_t b[32];
+        a2_round_row(x + i, k - i, b, 32);
         for (int h = 0; h < 2; h++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(xb + i + 16 * h));
+            __m256i v = _mm256_load_si256((const __m256i *)(b + 16 * h));
             a2_range(v, &lo, &hi);
             float *o = p + h * (k32 / 2) + i / 2;
             _mm256_storeu_ps(o, _mm256_castsi256_ps(_mm256_and_si256(v, odd)));
             _mm256_storeu_ps(o + 8, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
         }
-    return a2_in_range(lo, hi);
+    }
+    const uint32_t flag = a2_in_range(lo, hi);
+    memcpy(p + k32, &flag, 4);
+}
+
+AVX2_ENTRY void matmul_bf16_prep_act_avx2(const float *x, int64_t k, void *xp) {
+    a2_prep_row(x, k, (k + 31) & ~(int64_t)31, xp);
 }
 
 /* matmul.c's hsum8_avx2 after the first halving: the 16-lane tree of the
@@ -534,14 +558,13 @@ AVX2_FN void a2_half(const int R, const int T, const bool chk, const int h, cons
     *hi_io = hi;
 }
 
-/* R rows (n, n + gap, ...) x T tokens (panels p + j * ldp; xr[j] their
- * BF16 rows, for the fallback) over the elements [i0, i1): the lo half,
+/* R rows (n, n + gap, ...) x T tokens (panels p + j * ldp) over the
+ * elements [i0, i1): the lo half,
  * then the hi half, their accumulators in io (2 R T vectors), and when i1
  * is k the tree into the outputs. chk (only over the whole of k): the
  * weights' range is checked here, else the caller found them in it. */
 AVX2_FN void a2_tile(const int R, const int T, const bool chk, const matmul_args *a, int64_t n, int64_t gap,
-                     int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr, int64_t i0, int64_t i1,
-                     float *io) {
+                     int64_t t, const float *p, int64_t ldp, int64_t i0, int64_t i1, float *io) {
     const int64_t k = a->k;
     const uint16_t *wr[A2_ROWS_MAX];
     __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
@@ -557,7 +580,7 @@ AVX2_FN void a2_tile(const int R, const int T, const bool chk, const matmul_args
         for (int j = 0; j < T; j++)
             store_out(a, t + j, n + r * gap,
                       ok ? a2_hsum(_mm256_load_ps(io + (r * T + j) * 8), _mm256_load_ps(io + (R * T + r * T + j) * 8))
-                         : dot_portable(wr[r], xr[j], k));
+                         : dot_portable_x(wr[r], NULL, p + j * ldp, k));
 }
 
 /* One token, R rows (n, n + gap, ...), weights checked as they stream
@@ -565,8 +588,7 @@ AVX2_FN void a2_tile(const int R, const int T, const bool chk, const matmul_args
  * and hi accumulators are independent chains, 2R of them, where one half
  * at a time would leave each step waiting on R chains of two dependent
  * FMAs. */
-AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap, int64_t t, const float *p,
-                      const uint16_t *xr) {
+AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap, int64_t t, const float *p) {
     const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31, kfull = k & ~(int64_t)31;
     const float *plo = p, *phi = p + k32 / 2;
     const uint16_t *wr[4];
@@ -613,7 +635,7 @@ AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap,
     const bool ok = a2_in_range(lo, hi);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        store_out(a, t, n + r * gap, ok ? a2_hsum(lo_acc[r], hi_acc[r]) : dot_portable(wr[r], xr, k));
+        store_out(a, t, n + r * gap, ok ? a2_hsum(lo_acc[r], hi_acc[r]) : dot_portable_x(wr[r], NULL, p, k));
 }
 
 /* Rows [n0, n1) x T tokens: R-row tiles; a single token takes R rows q
@@ -623,12 +645,12 @@ AVX2_FN void a2_tile1(const int R, const matmul_args *a, int64_t n, int64_t gap,
  * stays in L1 while the rows' tiles stream past, each tile's accumulators
  * waiting in acc between k-blocks (the same adds in the same order). */
 AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args *a, int64_t n0, int64_t n1,
-                     int64_t t, const float *p, int64_t ldp, const uint16_t *const *xr) {
+                     int64_t t, const float *p, int64_t ldp) {
     const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31;
     if (T == 1) {
         int64_t gap = (n1 - n0) / R, n = n0;
-        for (; n < n0 + gap; n++) a2_tile1(R, a, n, gap, t, p, xr[0]);
-        for (n = n0 + R * gap; n < n1; n++) a2_tile1(1, a, n, 1, t, p, xr[0]);
+        for (; n < n0 + gap; n++) a2_tile1(R, a, n, gap, t, p);
+        for (n = n0 + R * gap; n < n1; n++) a2_tile1(1, a, n, 1, t, p);
         return;
     }
     _Alignas(32) float acc[A2_ROWS * A2_TOKENS * 16];
@@ -642,8 +664,8 @@ AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args
         for (int64_t i0 = 0; i0 < k; i0 += kb) {
             const int64_t i1 = i0 + kb < k ? i0 + kb : k;
             int64_t n = b0;
-            for (; n + R <= b1; n += R) a2_tile(R, T, chk, a, n, 1, t, p, ldp, xr, i0, i1, acc + (n - b0) * T * 16);
-            for (; n < b1; n++) a2_tile(1, T, chk, a, n, 1, t, p, ldp, xr, i0, i1, acc + (n - b0) * T * 16);
+            for (; n + R <= b1; n += R) a2_tile(R, T, chk, a, n, 1, t, p, ldp, i0, i1, acc + (n - b0) * T * 16);
+            for (; n < b1; n++) a2_tile(1, T, chk, a, n, 1, t, p, ldp, i0, i1, acc + (n - b0) * T * 16);
         }
     }
 }
@@ -657,39 +679,31 @@ AVX2_FN bool a2_scan(const uint16_t *w, int64_t n) {
 
 AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     const int64_t k = a->k, k32 = (k + 31) & ~(int64_t)31;
-    if (k >= (int64_t)1 << 26) { /* the overflow bound above */
-        matmul_bf16_range_portable(a, n0, n1, t0, t1);
-        return;
-    }
-    /* Tokens' panels a cache line more than k32 floats apart: at k32 = 2048
-     * (TinyLlama) they were 8 KiB apart, so a step's line of every token's
-     * panel and of both rows' weights (4 KiB apart) fell in one L1 set, 8
-     * lines for 8 ways, and the tiles missed L1 on their own panels. One
-     * thread, 2048 x 2048 x 64 tokens in 48-row items: 37-44 -> 52 GFLOP/s
-     * (F16's tiles: 69-85 in the same minutes). */
-    const int64_t ldp = k32 + A2_PANEL_PAD;
-    char *mem = scratch_get(A2_TOKENS * ((size_t)ldp * sizeof(float) + (a->xq ? 0 : (size_t)k32 * 2)));
-    if (!mem) return;
-    float *panel = (float *)mem;
-    uint16_t *own = (uint16_t *)(mem + A2_TOKENS * (size_t)ldp * sizeof(float));
+    /* Tokens' panels a cache line (PANEL_PAD floats) more than k32 apart: at
+     * k32 = 2048 (TinyLlama) they were 8 KiB apart, so a step's line of
+     * every token's panel and of both rows' weights (4 KiB apart) fell in
+     * one L1 set, 8 lines for 8 ways, and the tiles missed L1 on their own
+     * panels. One thread, 2048 x 2048 x 64 tokens in 48-row items: 37-44 ->
+     * 52 GFLOP/s (F16's tiles: 69-85 in the same minutes). Prepared panels
+     * (a->xq, matmul_bf16_prep_act_avx2) come at the caller's stride. */
+    const int64_t ldp = a->xq ? a->ldxq / 4 : k32 + PANEL_PAD;
+    float *own = NULL;
+    if (!a->xq && !(own = scratch_get(A2_TOKENS * (size_t)ldp * sizeof(float)))) return;
     bool checked = t1 - t0 < 2, scanned = false; /* one token: the tiles check as they stream */
     for (int64_t t = t0; t < t1; t += A2_TOKENS) {
         const int nt = t1 - t < A2_TOKENS ? (int)(t1 - t) : A2_TOKENS;
-        const uint16_t *xr[A2_TOKENS];
-        bool ok = true;
+        const float *panel = a->xq ? (const float *)((const char *)a->xq + t * a->ldxq) : own;
+        bool ok = k < (int64_t)1 << 26; /* the overflow bound above */
         for (int j = 0; j < nt; j++) {
-            if (a->xq) {
-                xr[j] = (const uint16_t *)((const char *)a->xq + (t + j) * a->ldxq);
-            } else {
-                a2_round_row(a->x + (t + j) * a->ldx, k, own + j * k32, k32);
-                xr[j] = own + j * k32;
-            }
-            ok &= a2_widen(xr[j], k32, panel + j * ldp);
+            if (!a->xq) a2_prep_row(a->x + (t + j) * a->ldx, k, k32, own + j * ldp);
+            uint32_t flag;
+            memcpy(&flag, panel + j * ldp + k32, 4);
+            ok &= flag == 1;
         }
         if (!ok) { /* an activation out of range: these tokens the portable way */
             for (int j = 0; j < nt; j++)
                 for (int64_t n = n0; n < n1; n++)
-                    store_out(a, t + j, n, dot_portable((const uint16_t *)a->w + n * k, xr[j], k));
+                    store_out(a, t + j, n, dot_portable_x((const uint16_t *)a->w + n * k, NULL, panel + j * ldp, k));
             continue;
         }
         if (!checked) { /* several tokens: one pass over the weights' range, not one per tile */
@@ -698,22 +712,22 @@ AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t
         }
         if (scanned) { /* 8-12 accumulators (each takes two dependent FMAs a step, 4 cycles each), no spills */
             switch (nt) {
-            case 6: a2_rows(2, 6, false, a, n0, n1, t, panel, ldp, xr); break;
-            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, ldp, xr); break;
-            case 4: a2_rows(3, 4, false, a, n0, n1, t, panel, ldp, xr); break;
-            case 3: a2_rows(4, 3, false, a, n0, n1, t, panel, ldp, xr); break;
-            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, ldp, xr); break;
-            default: a2_rows(3, 1, false, a, n0, n1, t, panel, ldp, xr); break;
+            case 6: a2_rows(2, 6, false, a, n0, n1, t, panel, ldp); break;
+            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, ldp); break;
+            case 4: a2_rows(3, 4, false, a, n0, n1, t, panel, ldp); break;
+            case 3: a2_rows(4, 3, false, a, n0, n1, t, panel, ldp); break;
+            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, ldp); break;
+            default: a2_rows(3, 1, false, a, n0, n1, t, panel, ldp); break;
             }
             continue;
         }
         switch (nt) { /* weights out of range somewhere: tiles that check them */
-        case 6: a2_rows(2, 6, true, a, n0, n1, t, panel, ldp, xr); break;
-        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, ldp, xr); break;
-        case 4: a2_rows(3, 4, true, a, n0, n1, t, panel, ldp, xr); break;
-        case 3: a2_rows(4, 3, true, a, n0, n1, t, panel, ldp, xr); break;
-        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, ldp, xr); break;
-        default: a2_rows(3, 1, true, a, n0, n1, t, panel, ldp, xr); break;
+        case 6: a2_rows(2, 6, true, a, n0, n1, t, panel, ldp); break;
+        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, ldp); break;
+        case 4: a2_rows(3, 4, true, a, n0, n1, t, panel, ldp); break;
+        case 3: a2_rows(4, 3, true, a, n0, n1, t, panel, ldp); break;
+        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, ldp); break;
+        default: a2_rows(3, 1, true, a, n0, n1, t, panel, ldp); break;
         }
     }
 }
@@ -729,6 +743,7 @@ void matmul_bf16_range_avx512(const matmul_args *a, int64_t n0, int64_t n1, int6
 void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0, int64_t t1) {
     matmul_bf16_range_portable(a, n0, n1, t0, t1);
 }
+void matmul_bf16_prep_act_avx2(const float *x, int64_t k, void *xp) { round_row_portable(x, k, xp); }
 bool matmul_bf16_cpu_has_dot(void) { return false; }
 #endif
 
@@ -757,7 +772,21 @@ void matmul_bf16_range(const matmul_args *a, int64_t n0, int64_t n1, int64_t t0,
     }
 }
 
-void matmul_bf16_round_act(const float *x, int64_t k, uint16_t *xb) {
+size_t matmul_bf16_act_bytes(int64_t k) {
+    return path() == PATH_AVX2 ? matmul_bf16_act_bytes_avx2(k) : (size_t)((k + 31) & ~(int64_t)31) * 2;
+}
+
+void matmul_bf16_round_act(const float *x, int64_t k, void *xb) {
+#if defined(__x86_64__)
+    if (path() == PATH_AVX2) {
+        matmul_bf16_prep_act_avx2(x, k, xb);
+        return;
+    }
+#endif
+    matmul_bf16_round_row(x, k, xb);
+}
+
+void matmul_bf16_round_row(const float *x, int64_t k, uint16_t *xb) {
 #if defined(__x86_64__)
     if (path() == PATH_DOT) {
         round_row_avx512(x, k, xb);

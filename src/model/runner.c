@@ -156,8 +156,9 @@ struct runner {
     uint8_t *xa;                /* (T rounded up to 4, xa_stride bytes) a matmul input packed for
                                  * the AMX-BF16 kernel (kernels.h), when it takes BF16/F16 weights */
     size_t xa_stride;           /* matmul_amx_act_bytes(max(dim, q_dim, inter)) */
-    uint16_t *xh;               /* (T, xh_stride bytes) a matmul input rounded to BF16, when
-                                 * bf16_compute and BF16 weights (kernels.h, matmul_bf16_round_act) */
+    uint16_t *xh;               /* (T, xh_stride bytes) a matmul input rounded to BF16 in the
+                                 * kernel's format, when bf16_compute and BF16 weights (kernels.h,
+                                 * matmul_bf16_round_act) */
     size_t xh_stride;           /* matmul_bf16_act_bytes(max(dim, q_dim, inter)) */
 
     /* the stage being run */
@@ -844,13 +845,14 @@ static void stage_quantize_act(void *arg, int64_t lo, int64_t hi, int ith) {
     for (int64_t t = lo; t < hi; t++) quant_quantize_act_row(a->x + t * a->ldx, r->xq + t * r->xq_stride, a->k);
 }
 
-/* xh rows lo..hi = the stage's input rows rounded to BF16 (all parts share x). */
+/* xh rows lo..hi = the stage's input rows rounded to BF16 for the kernel
+ * (matmul_bf16_round_act; all parts share x). */
 static void stage_round_bf16(void *arg, int64_t lo, int64_t hi, int ith) {
     (void)ith;
     runner *r = arg;
     const matmul_args *a = &r->mm.part[0];
     for (int64_t t = lo; t < hi; t++)
-        matmul_bf16_round_act(a->x + t * a->ldx, a->k, (uint16_t *)((char *)r->xh + t * r->xh_stride));
+        matmul_bf16_round_act(a->x + t * a->ldx, a->k, (char *)r->xh + t * r->xh_stride);
 }
 
 /* xa blocks lo..hi (4 tokens each) = the stage's input rows packed for the

@@ -670,6 +670,20 @@ AVX2_FN void a2_rows(const int R, const int T, const bool chk, const matmul_args
     }
 }
 
+/* nt tokens' tiles over rows [n0, n1): 8-12 accumulators (each takes two
+ * dependent FMAs a step, 4 cycles each), no spills. */
+AVX2_FN void a2_tiles(const int nt, const bool chk, const matmul_args *a, int64_t n0, int64_t n1, int64_t t,
+                      const float *p, int64_t ldp) {
+    switch (nt) {
+    case 6: a2_rows(2, 6, chk, a, n0, n1, t, p, ldp); break;
+    case 5: a2_rows(2, 5, chk, a, n0, n1, t, p, ldp); break;
+    case 4: a2_rows(3, 4, chk, a, n0, n1, t, p, ldp); break;
+    case 3: a2_rows(4, 3, chk, a, n0, n1, t, p, ldp); break;
+    case 2: a2_rows(4, 2, chk, a, n0, n1, t, p, ldp); break;
+    default: a2_rows(3, 1, chk, a, n0, n1, t, p, ldp); break;
+    }
+}
+
 /* True when the n BF16 values at w are all in range. */
 AVX2_FN bool a2_scan(const uint16_t *w, int64_t n) {
     __m256i lo = _mm256_set1_epi16(-1), hi = _mm256_setzero_si256();
@@ -710,25 +724,8 @@ AVX2_ENTRY void matmul_bf16_range_avx2(const matmul_args *a, int64_t n0, int64_t
             scanned = a2_scan((const uint16_t *)a->w + n0 * k, (n1 - n0) * k);
             checked = true;
         }
-        if (scanned) { /* 8-12 accumulators (each takes two dependent FMAs a step, 4 cycles each), no spills */
-            switch (nt) {
-            case 6: a2_rows(2, 6, false, a, n0, n1, t, panel, ldp); break;
-            case 5: a2_rows(2, 5, false, a, n0, n1, t, panel, ldp); break;
-            case 4: a2_rows(3, 4, false, a, n0, n1, t, panel, ldp); break;
-            case 3: a2_rows(4, 3, false, a, n0, n1, t, panel, ldp); break;
-            case 2: a2_rows(4, 2, false, a, n0, n1, t, panel, ldp); break;
-            default: a2_rows(3, 1, false, a, n0, n1, t, panel, ldp); break;
-            }
-            continue;
-        }
-        switch (nt) { /* weights out of range somewhere: tiles that check them */
-        case 6: a2_rows(2, 6, true, a, n0, n1, t, panel, ldp); break;
-        case 5: a2_rows(2, 5, true, a, n0, n1, t, panel, ldp); break;
-        case 4: a2_rows(3, 4, true, a, n0, n1, t, panel, ldp); break;
-        case 3: a2_rows(4, 3, true, a, n0, n1, t, panel, ldp); break;
-        case 2: a2_rows(4, 2, true, a, n0, n1, t, panel, ldp); break;
-        default: a2_rows(3, 1, true, a, n0, n1, t, panel, ldp); break;
-        }
+        if (scanned) a2_tiles(nt, false, a, n0, n1, t, panel, ldp);
+        else a2_tiles(nt, true, a, n0, n1, t, panel, ldp); /* weights out of range somewhere: tiles that check them */
     }
 }
 
